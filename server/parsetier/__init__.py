@@ -1,0 +1,7 @@
+"""parsetier: turn a model's output token ids into reasoning, content and tool calls, streaming.
+
+The sans-IO core lives here (``engine/``, ``formats/``, ``session.py``); the gRPC adapter lives in
+``service/``. See ``docs/engine.md`` for the pipeline.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,80 @@
+"""Token ids → text in sentinel form: the incremental detokenizer and the token-id scanner.
+
+``tokenizers``' ``DecodeStream`` (``skip_special_tokens=False``) turns one id at a time into text,
+holding back bytes of an incomplete UTF-8 character until a later token completes it. On top of
+that the scanner classifies ids: an added token that a format terminal uses becomes that
+terminal's sentinel code point, placed after any text the stream was still holding (so a marker
+never overtakes the text before it); special tokens the format does not use are dropped; every
+other id is plain text. Work per id is constant: nothing is ever re-decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tokenizers
+from tokenizers.decoders import DecodeStream
+
+from parsetier.engine.grammar import BoundGrammar
+from parsetier.engine.lexer import TerminalSet
+
+PROMPT_CONTEXT = 8
+"""Prompt tail ids that seed the decoder, so the first output token decodes as it would in context
+(SentencePiece-style decoders treat a leading space at the very start differently)."""
+
+
+class TokenScanner:
+    """One request's detokenizer: ``piece(id)`` → the text that id settles (sentinel form)."""
+
+    __slots__ = ("_dropped", "_sentinels", "_stream", "_token_text", "_tokenizer")
+
+    def __init__(
+        self, tokenizer: tokenizers.Tokenizer, bound: BoundGrammar, prompt_ids: Sequence[int] = ()
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._sentinels = bound.sentinel_of_id
+        self._dropped = bound.dropped_ids
+        self._token_text = bound.token_text
+        tail = [i for i in prompt_ids[-PROMPT_CONTEXT:] if i not in bound.token_text]
+        self._stream = DecodeStream(ids=tail or None, skip_special_tokens=False)
+
+    def piece(self, token_id: int) -> str:
+        text = self._stream.step(self._tokenizer, token_id) or ""
+        sentinel = self._sentinels.get(token_id)
+        if sentinel is None and token_id not in self._dropped:
+            return text
+        marker = self._token_text[token_id]
+        if text.endswith(marker):
+            text = text[: -len(marker)]
+        return text + (sentinel or "")
+
+
+class LiteralMarkers:
+    """For text steps (stacks that detokenize themselves): marker texts of bound tokens found in
+    raw text become their sentinels, as if the ids had been seen. A suffix that could still grow
+    into a marker is held back between steps."""
+
+    __slots__ = ("_hold", "_sentinel_of", "_set")
+
+    def __init__(self, bound: BoundGrammar) -> None:
+        self._sentinel_of = {text: s for s, text in bound.literal_of_sentinel.items()}
+        self._set = TerminalSet(tuple(sorted(self._sentinel_of, key=len, reverse=True)))
+        self._hold = ""
+
+    def convert(self, text: str) -> str:
+        buf = self._hold + text
+        out: list[str] = []
+        pos = 0
+        while True:
+            match, hold = self._set.scan(buf, pos)
+            if match is None:
+                out.append(buf[pos:hold])
+                self._hold = buf[hold:]
+                return "".join(out)
+            out.append(buf[pos : match.start])
+            out.append(self._sentinel_of[match.pattern])
+            pos = match.end
+
+    def flush(self) -> str:
+        held, self._hold = self._hold, ""
+        return held

@@ -1,0 +1,35 @@
+"""Semantic events: what the state machine says happened in the model's output.
+
+Small immutable values, in output order. The assembler turns them into OpenAI-style deltas;
+clients that want lower-level structure can receive them as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class EventKind(Enum):
+    CONTENT = "content"
+    """Visible answer text (``text``)."""
+    REASONING_START = "reasoning_start"
+    REASONING = "reasoning"
+    """A chunk of reasoning text (``text``)."""
+    REASONING_END = "reasoning_end"
+    TOOL_CALL_START = "tool_call_start"
+    """A tool call begins; ``text`` is the function name, ``call_id`` set when the format names it."""
+    TOOL_ARGUMENTS = "tool_arguments"
+    """A fragment of the call's arguments as JSON text (``text``)."""
+    TOOL_CALL_END = "tool_call_end"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    kind: EventKind
+    text: str = ""
+    tool_index: int = -1
+    """Index of the tool call this event belongs to, -1 outside calls."""
+    tokens: int = 0
+    """Output tokens consumed since the previous event (their sum is the completion length)."""
+    call_id: str = ""

@@ -1,0 +1,274 @@
+"""Formats as data: the grammar schema, its validation, and binding to a tokenizer's vocabulary.
+
+A format file declares *terminals* (literal marker texts), *states* (each of a kind that says what
+its text means) and *transitions* (state × terminal → actions + next state). Binding looks every
+terminal's text up in the tokenizer's added tokens: a marker that is one added token is then
+recognised **by id only**, through a private sentinel character the scanner puts in the text in
+place of that token, so text that merely looks like a marker stays text. Markers that mix an added
+token with plain text (DSML's ``<｜DSML｜invoke name="``) bind the same way, piecewise.
+
+Everything that affects transitions is in this file and ``machine.py``; a family needs engine code
+only when it needs a new state kind or argument style, and then every format can use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import tokenizers
+
+STATE_KINDS = frozenset({"content", "reasoning", "skip", "capture", "value", "json", "envelope"})
+"""content/reasoning: text is shown as such; skip: text is dropped; capture: text is collected
+for the next transition (a tool name, a parameter key, a header); value: text is one parameter
+value of the current call; json: text is the call's arguments as one JSON value; envelope: text is
+a JSON object carrying the name and the arguments (``{"name": …, "arguments": …}``)."""
+
+ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
+
+SENTINEL_BASE = 0xF0000
+"""Token-id terminals travel through the text as code points from Supplementary Private Use
+Area-A, one per bound added token; real model text essentially never contains them."""
+
+SENTINEL_RE = re.compile("[\U000f0000-\U000ffffd]")
+
+
+class GrammarError(ValueError):
+    """A format file that cannot work; the message names the file's offending part."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """For capture states: when the captured text matches, use its groups and go to ``next``."""
+
+    pattern: re.Pattern[str]
+    next: str
+    actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    next: str
+    actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    name: str
+    kind: str
+    on: Mapping[str, Transition]
+    """terminal name → transition."""
+    done: Transition | None = None
+    """json/envelope states: where to go once the JSON value is complete (else wait for a terminal)."""
+    rules: tuple[Rule, ...] = ()
+    """capture states: tried in order on the captured text when a transition leaves the state."""
+    allow_list: bool = False
+    """envelope states: the JSON may be a list of call objects (several calls in one envelope)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    """A format, validated but not yet bound to a vocabulary."""
+
+    name: str
+    description: str
+    terminals: Mapping[str, str]
+    states: Mapping[str, State]
+    initial: str
+    thinking_off: str | None = None
+    """Start state when the request turns thinking off (and the prompt does not say)."""
+    thinking_on: str | None = None
+    """Start state when the request turns thinking on (and the prompt does not say)."""
+    prompt: Mapping[str, str] = field(default_factory=dict)
+    """terminal name → start state, decided by the last of these terminals found in the prompt."""
+    value_trim: str = "newline"
+    """How parameter values are trimmed: ``newline`` drops one leading and one trailing newline."""
+    tool_call_id: str = "random"
+    """``random`` (``chatcmpl-tool-<hex>``) or ``format`` (the id the model wrote, e.g. Kimi's)."""
+
+    @property
+    def has_reasoning(self) -> bool:
+        return any(s.kind == "reasoning" for s in self.states.values())
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return any(s.kind in ("json", "envelope", "value") for s in self.states.values())
+
+    def bind(self, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
+        return BoundGrammar.build(self, tokenizer)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundGrammar:
+    """A grammar bound to one vocabulary: terminal patterns in sentinel form, token-id tables."""
+
+    grammar: Grammar
+    vocab_size: int
+    patterns: Mapping[str, str]
+    """terminal name → the text the lexer looks for (added tokens replaced by sentinels)."""
+    sentinel_of_id: Mapping[int, str]
+    """token id → sentinel, for every added token a terminal uses."""
+    text_of_sentinel: Mapping[str, str]
+    """sentinel → the token's text, to put back when a sentinel ends up in visible output."""
+    literal_of_sentinel: Mapping[str, str]
+    """For text steps: a bound token's literal text, matched in raw text, becomes its sentinel."""
+    dropped_ids: frozenset[int]
+    """Special tokens the format does not use: they never reach the output."""
+    token_text: Mapping[int, str]
+    """Text of every added token, for stop-token handling."""
+    terminal_of_pattern: Mapping[str, str]
+    state_patterns: Mapping[str, tuple[str, ...]]
+    """state → the patterns its transitions listen for, longest first."""
+
+    @classmethod
+    def build(cls, grammar: Grammar, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
+        added = tokenizer.get_added_tokens_decoder()
+        added_text = {tok.content: tid for tid, tok in added.items()}
+        # Added tokens that occur inside some terminal, longest first so ``<|a|>`` wins over ``a``.
+        used: dict[str, int] = {}
+        for literal in grammar.terminals.values():
+            for text in sorted(added_text, key=len, reverse=True):
+                if _looks_like_marker(text) and text in literal:
+                    used.setdefault(text, added_text[text])
+        ordered = sorted(used.items(), key=lambda kv: kv[1])
+        sentinel_of_text = {text: chr(SENTINEL_BASE + i) for i, (text, _) in enumerate(ordered)}
+        splitter = (
+            re.compile("|".join(re.escape(t) for t in sorted(sentinel_of_text, key=len, reverse=True)))
+            if sentinel_of_text
+            else None
+        )
+
+        def to_pattern(literal: str) -> str:
+            return splitter.sub(lambda m: sentinel_of_text[m.group(0)], literal) if splitter else literal
+
+        patterns = {name: to_pattern(lit) for name, lit in grammar.terminals.items()}
+        terminal_of_pattern: dict[str, str] = {}
+        for name, pat in patterns.items():
+            if pat in terminal_of_pattern:
+                raise GrammarError(f"{grammar.name}: terminals {terminal_of_pattern[pat]!r} and {name!r} coincide")
+            terminal_of_pattern[pat] = name
+        state_patterns = {
+            sname: tuple(sorted((patterns[t] for t in state.on), key=len, reverse=True))
+            for sname, state in grammar.states.items()
+        }
+        special = {tid for tid, tok in added.items() if tok.special}
+        sentinel_of_id = {used[text]: s for text, s in sentinel_of_text.items()}
+        return cls(
+            grammar=grammar,
+            vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+            patterns=patterns,
+            sentinel_of_id=sentinel_of_id,
+            text_of_sentinel={s: text for text, s in sentinel_of_text.items()},
+            literal_of_sentinel={s: text for text, s in sentinel_of_text.items()},
+            dropped_ids=frozenset(special - set(sentinel_of_id)),
+            token_text={tid: tok.content for tid, tok in added.items()},
+            terminal_of_pattern=terminal_of_pattern,
+            state_patterns=state_patterns,
+        )
+
+    def ids_of(self, terminal: str) -> int | None:
+        """The token id a single-token terminal is bound to, if any."""
+        pattern = self.patterns.get(terminal, "")
+        if len(pattern) == 1 and SENTINEL_RE.fullmatch(pattern):
+            for tid, s in self.sentinel_of_id.items():
+                if s == pattern:
+                    return tid
+        return None
+
+
+def _looks_like_marker(text: str) -> bool:
+    """Added tokens that can carry a terminal: bracketed markers, never plain words or whitespace
+    runs (some vocabularies add ``"\\n\\n"`` as a token, which must stay ordinary text)."""
+    return len(text) > 1 and text.strip() == text and any(c in text for c in "<>[]|｜")
+
+
+def _transition(where: str, spec: Any) -> Transition:
+    if isinstance(spec, str):
+        return Transition(spec)
+    if isinstance(spec, Mapping) and "next" in spec:
+        actions = tuple(spec.get("do", ()))
+        bad = set(actions) - ACTIONS
+        if bad:
+            raise GrammarError(f"{where}: unknown action(s) {sorted(bad)}; known: {sorted(ACTIONS)}")
+        return Transition(str(spec["next"]), actions)
+    raise GrammarError(f"{where}: a transition is a state name or {{next = …, do = [...]}}")
+
+
+def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Grammar:
+    """Validate a parsed format file (TOML) into a ``Grammar``; every error names ``source``."""
+    try:
+        name = str(data["name"])
+        terminals = {str(k): str(v) for k, v in data.get("terminals", {}).items()}
+        raw_states = data["states"]
+        initial = str(data["initial"])
+    except KeyError as exc:
+        raise GrammarError(f"{source}: missing required key {exc.args[0]!r}") from None
+    for tname, text in terminals.items():
+        if not text:
+            raise GrammarError(f"{source}: terminal {tname!r} is empty")
+    states: dict[str, State] = {}
+    for sname, spec in raw_states.items():
+        where = f"{source}: state {sname!r}"
+        kind = spec.get("kind")
+        if kind not in STATE_KINDS:
+            raise GrammarError(f"{where}: kind {kind!r} is not one of {sorted(STATE_KINDS)}")
+        on = {}
+        for tname, tspec in spec.get("on", {}).items():
+            if tname not in terminals:
+                raise GrammarError(f"{where}: transition on unknown terminal {tname!r}")
+            on[tname] = _transition(f"{where} on {tname!r}", tspec)
+        done = _transition(f"{where} done", spec["done"]) if "done" in spec else None
+        rules = []
+        for i, rule in enumerate(spec.get("rules", ())):
+            try:
+                pattern = re.compile(rule["match"], re.DOTALL)
+            except (KeyError, re.error) as exc:
+                raise GrammarError(f"{where}: rule {i}: {exc}") from None
+            t = _transition(f"{where} rule {i}", {"next": rule.get("next", ""), "do": rule.get("do", ())})
+            rules.append(Rule(pattern, t.next, t.actions))
+        if rules and kind != "capture":
+            raise GrammarError(f"{where}: only capture states have rules")
+        states[sname] = State(sname, kind, on, done, tuple(rules), bool(spec.get("list", False)))
+    grammar = Grammar(
+        name=name,
+        description=str(data.get("description", "")),
+        terminals=terminals,
+        states=states,
+        initial=initial,
+        thinking_off=data.get("thinking_off"),
+        thinking_on=data.get("thinking_on"),
+        prompt={str(k): str(v) for k, v in data.get("prompt", {}).items()},
+        value_trim=str(data.get("value_trim", "newline")),
+        tool_call_id=str(data.get("tool_call_id", "random")),
+    )
+    _check_references(grammar, source)
+    return grammar
+
+
+def _check_references(g: Grammar, source: str) -> None:
+    names = set(g.states)
+
+    def need(state: str, where: str) -> None:
+        if state and state not in names:
+            raise GrammarError(f"{source}: {where} names unknown state {state!r}")
+
+    need(g.initial, "initial")
+    need(g.thinking_off or "", "thinking_off")
+    need(g.thinking_on or "", "thinking_on")
+    for tname, state in g.prompt.items():
+        if tname not in g.terminals:
+            raise GrammarError(f"{source}: prompt names unknown terminal {tname!r}")
+        need(state, f"prompt[{tname}]")
+    for s in g.states.values():
+        for tname, t in s.on.items():
+            need(t.next, f"state {s.name!r} on {tname!r}")
+        if s.done:
+            need(s.done.next, f"state {s.name!r} done")
+        for r in s.rules:
+            need(r.next, f"state {s.name!r} rule")
+    if g.value_trim not in ("newline", "none"):
+        raise GrammarError(f"{source}: value_trim must be 'newline' or 'none'")
+    if g.tool_call_id not in ("random", "format"):
+        raise GrammarError(f"{source}: tool_call_id must be 'random' or 'format'")

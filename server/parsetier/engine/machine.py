@@ -1,0 +1,335 @@
+"""The state machine: interprets a bound grammar over streamed text and emits semantic events.
+
+Theory of operation
+-------------------
+Input is text in *sentinel form*: the detokenizer's output where every added token a terminal
+uses has been replaced by one private code point (see ``grammar.py``). The machine is always in
+one state of the grammar. In every state the lexer looks for that state's terminals only; the
+text between terminals means what the state's kind says (content, reasoning, a captured name,
+a parameter value, JSON arguments...). A terminal fires its transition: leave the state, run the
+transition's actions, enter the next state. JSON-bearing states (``json``, ``envelope``) hand text
+to their argument reader first, and only the text after the JSON value ends goes to the lexer, so
+a marker written inside a JSON string is never mistaken for one.
+
+Decisions depend only on the text seen so far, never on where deltas were split; what cannot be
+decided yet (a suffix that may become a terminal, trailing whitespace) is held back, and nothing
+emitted is ever taken back. Per-call work is proportional to the new text.
+
+Whitespace policy: content and reasoning are trimmed at their edges: leading whitespace at the
+start of the message's content and of each reasoning block is dropped, and trailing whitespace is
+held back until more text of the same kind proves it inner (it is then emitted verbatim) or the
+block ends (it is dropped).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from parsetier.engine.arguments import EnvelopeReader, JsonArgsReader, ParamWriter
+from parsetier.engine.events import Event, EventKind
+from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
+from parsetier.engine.json_scan import COMPLETE, OPEN
+from parsetier.engine.lexer import TerminalSet
+
+_READERS = ("json", "envelope")
+_CAPTURE_LIMIT = 4096
+
+_terminal_sets: dict[tuple[int, str], TerminalSet] = {}
+
+
+def _terminal_set(bound: BoundGrammar, state: str) -> TerminalSet:
+    key = (id(bound), state)
+    tset = _terminal_sets.get(key)
+    if tset is None:
+        tset = _terminal_sets[key] = TerminalSet(bound.state_patterns[state])
+    return tset
+
+
+class Machine:
+    """One request's parse state. ``feed`` text (sentinel form) → events; ``finish`` → last events."""
+
+    def __init__(
+        self,
+        bound: BoundGrammar,
+        start: str,
+        tools: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self._bound = bound
+        self._states: Mapping[str, State] = bound.grammar.states
+        self._tools = tools or {}
+        self._trim_values = bound.grammar.value_trim == "newline"
+        self._format_ids = bound.grammar.tool_call_id == "format"
+        self._tsets = {name: _terminal_set(bound, name) for name in self._states}
+        self._state = self._states[start]
+        self._hold = ""
+        self._events: list[Event] = []
+        self._tokens = 0
+        self.reasoning_tokens = 0
+        # capture
+        self._capture: list[str] = []
+        self._capture_len = 0
+        # tool calls
+        self._index = -1
+        self._call_open = False
+        self._params: ParamWriter | None = None
+        self._reader: JsonArgsReader | EnvelopeReader | None = None
+        self._args_emitted = False
+        self._opening = ""
+        # whitespace policy
+        self._content_started = False
+        self._content_ws = ""
+        self._reasoning_started = False
+        self._reasoning_ws = ""
+        self._current_tool = ""
+        self._enter(self._state, "", None)
+
+    # ------------------------------------------------------------------ public
+    @property
+    def state(self) -> str:
+        return self._state.name
+
+    @property
+    def in_reasoning(self) -> bool:
+        return self._state.kind == "reasoning"
+
+    @property
+    def call_open(self) -> bool:
+        return self._call_open
+
+    def feed(self, text: str, tokens: int = 0) -> list[Event]:
+        """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens."""
+        self._tokens += tokens
+        if self._state.kind == "reasoning":
+            self.reasoning_tokens += tokens
+        if text:
+            self._run(text)
+        return self._take()
+
+    def finish(self) -> list[Event]:
+        """End of output: settle held-back text; an unterminated call stays unterminated."""
+        if self._hold:
+            held, self._hold = self._hold, ""
+            self._text(held)
+        state = self._state
+        if state.kind == "reasoning":
+            self._leave_reasoning()
+        elif state.kind == "envelope":
+            self._passthrough_if_no_call("")
+        # An unfinished capture (name, header) is not shown; an open call is not completed.
+        self._content_ws = ""
+        return self._take()
+
+    # ------------------------------------------------------------------ core loop
+    def _run(self, text: str) -> None:
+        buf = self._hold + text if self._hold else text
+        self._hold = ""
+        pos, n = 0, len(buf)
+        while pos < n:
+            state = self._state
+            reader = self._reader
+            if reader is not None and state.kind in _READERS and reader.status == OPEN:
+                pos = reader.feed(buf, pos)
+                if reader.status == COMPLETE and state.done is not None:
+                    self._fire(state.done, "", self._state)
+                    continue
+                if reader.status == OPEN:
+                    return
+                continue
+            match, hold = self._tsets[state.name].scan(buf, pos)
+            if match is None:
+                if hold > pos:
+                    self._text(buf[pos:hold])
+                self._hold = buf[hold:]
+                return
+            if match.start > pos:
+                self._text(buf[pos : match.start])
+            pos = match.end
+            terminal = self._bound.terminal_of_pattern[match.pattern]
+            self._fire(state.on[terminal], match.pattern, state)
+
+    def _text(self, text: str) -> None:
+        kind = self._state.kind
+        if kind == "content":
+            self._visible(EventKind.CONTENT, text)
+        elif kind == "reasoning":
+            self._visible(EventKind.REASONING, text)
+        elif kind == "capture":
+            if self._capture_len < _CAPTURE_LIMIT:
+                self._capture.append(text)
+                self._capture_len += len(text)
+        elif kind == "value":
+            if self._params is not None:
+                self._params.value(self._restore(text))
+        elif kind == "envelope" and isinstance(self._reader, EnvelopeReader) and self._reader.calls == 0:
+            self._reader.raw.append(text)
+        # skip, finished json: dropped
+
+    # ------------------------------------------------------------------ transitions
+    def _fire(self, transition: Transition, pattern: str, state: State) -> None:
+        nxt, actions = transition.next, transition.actions
+        groups: dict[str, str] = {}
+        captured = ""
+        if state.kind == "capture":
+            if nxt == state.name:  # a terminal that belongs to the captured text (Harmony headers)
+                self._capture.append(pattern)
+                return
+            captured = self._restore("".join(self._capture))
+            for rule in state.rules:
+                m = rule.pattern.search(captured)
+                if m:
+                    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                    nxt = rule.next or nxt
+                    actions = rule.actions
+                    break
+        target = self._states[nxt]
+        if target is not state:
+            self._leave(state, target, pattern)
+        for action in actions:
+            if action == "call_begin":
+                self._call_begin(groups.get("name", captured).strip(), groups.get("id", captured.strip()))
+            elif action == "call_end":
+                self._call_end()
+            elif action == "param_begin":
+                self._param_begin(groups.get("key", captured).strip())
+            elif action == "param_end":
+                if self._params is not None:
+                    self._params.end()
+        if target is not state:
+            self._state = target
+            self._enter(target, pattern, state.kind)
+
+    def _leave(self, state: State, target: State, pattern: str) -> None:
+        if state.kind == "reasoning" and target.kind != "reasoning":
+            self._leave_reasoning()
+        elif state.kind == "envelope":
+            self._passthrough_if_no_call(pattern)
+
+    def _enter(self, state: State, pattern: str, previous_kind: str | None) -> None:
+        kind = state.kind
+        if kind == "capture":
+            self._capture = []
+            self._capture_len = 0
+        elif kind == "reasoning" and previous_kind != "reasoning":
+            self._reasoning_started = False
+            self._emit(EventKind.REASONING_START)
+        elif kind == "json":
+            self._reader = JsonArgsReader(self._args)
+        elif kind == "envelope":
+            self._opening = pattern
+            self._reader = EnvelopeReader(state.allow_list, self._envelope_begin, self._args, self._call_end)
+        if kind not in _READERS:
+            self._reader = None
+
+    # ------------------------------------------------------------------ calls
+    def _call_begin(self, name: str, format_id: str = "") -> None:
+        if self._call_open:
+            self._call_end()
+        self._index += 1
+        self._call_open = True
+        self._args_emitted = False
+        self._params = None
+        call_id = format_id if self._format_ids and format_id else ""
+        self._emit(EventKind.TOOL_CALL_START, name, call_id=call_id)
+        self._current_tool = name
+
+    def _envelope_begin(self, name: str) -> None:
+        self._call_begin(name)
+
+    def _param_begin(self, key: str) -> None:
+        if not self._call_open:
+            return
+        if self._params is None:
+            tool = self._tools.get(getattr(self, "_current_tool", ""), {})
+            self._params = ParamWriter(tool, self._trim_values, self._args)
+        self._params.begin(key)
+
+    def _args(self, fragment: str) -> None:
+        if self._call_open and fragment:
+            self._args_emitted = True
+            self._emit(EventKind.TOOL_ARGUMENTS, self._restore(fragment))
+
+    def _call_end(self) -> None:
+        if not self._call_open:
+            return
+        if self._params is not None:
+            self._params.close()
+        elif not self._args_emitted:
+            self._args("{}")
+        self._params = None
+        self._emit(EventKind.TOOL_CALL_END)
+        self._call_open = False
+
+    def _passthrough_if_no_call(self, closing: str) -> None:
+        """An envelope that never produced a call: its text was the model's, show it as content."""
+        reader = self._reader
+        if isinstance(reader, EnvelopeReader) and reader.calls == 0:
+            raw = self._opening + "".join(reader.raw) + closing
+            reader.raw = []
+            reader.calls = -1  # passed through once
+            if raw:
+                self._content_started = True
+                self._emit_text(EventKind.CONTENT, self._restore(raw))
+
+    # ------------------------------------------------------------------ text events
+    def _visible(self, kind: EventKind, text: str) -> None:
+        text = self._restore(text)
+        if kind is EventKind.CONTENT:
+            if not self._content_started:
+                text = text.lstrip()
+                if not text:
+                    return
+                self._content_started = True
+            body = text.rstrip()
+            if not body:
+                self._content_ws += text
+                return
+            out = self._content_ws + body
+            self._content_ws = text[len(body) :]
+        else:
+            if not self._reasoning_started:
+                text = text.lstrip()
+                if not text:
+                    return
+                self._reasoning_started = True
+            body = text.rstrip()
+            if not body:
+                self._reasoning_ws += text
+                return
+            out = self._reasoning_ws + body
+            self._reasoning_ws = text[len(body) :]
+        self._emit_text(kind, out)
+
+    def _leave_reasoning(self) -> None:
+        self._reasoning_ws = ""
+        self._reasoning_started = False
+        self._emit(EventKind.REASONING_END)
+
+    def _emit_text(self, kind: EventKind, text: str) -> None:
+        if text:
+            self._emit(kind, text)
+
+    def _restore(self, text: str) -> str:
+        """Sentinels left in text that is shown (a marker where the format does not expect one)
+        become their token's text again: the model wrote it, so the client sees it."""
+        if SENTINEL_RE.search(text) is None:
+            return text
+        table = self._bound.text_of_sentinel
+        return SENTINEL_RE.sub(lambda m: table.get(m.group(0), ""), text)
+
+    def _emit(self, kind: EventKind, text: str = "", call_id: str = "") -> None:
+        index = self._index if kind not in (EventKind.CONTENT, EventKind.REASONING) else -1
+        if kind in (EventKind.REASONING_START, EventKind.REASONING_END):
+            index = -1
+        self._events.append(Event(kind, text, index, self._tokens, call_id))
+        self._tokens = 0
+
+    def _take(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+
+def new_call_id() -> str:
+    """OpenAI-style tool call id."""
+    return f"chatcmpl-tool-{secrets.token_hex(12)}"

@@ -1,0 +1,160 @@
+"""Models: a name bound to a real tokenizer and a format grammar, plus the registry that serves them.
+
+A preset is data (``ModelSpec``); loading it reads the tokenizer and binds the grammar's token-id
+terminals to that vocabulary once, so every session of the model shares the compiled result.
+"""
+
+from __future__ import annotations
+
+import threading
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tokenizers
+
+from parsetier import formats
+from parsetier.engine.grammar import BoundGrammar
+from parsetier.tokenizer_sources import load_tokenizer, tokenizer_available
+
+
+class UnknownModel(KeyError):
+    """No model of that name is configured."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What a model is made of: a format grammar and a tokenizer source, plus request defaults."""
+
+    name: str
+    format: str
+    tokenizer: str
+    """A key of ``tokenizer_sources.SOURCES`` or a path to a tokenizer.json (or its directory)."""
+    description: str = ""
+    thinking: bool | None = None
+    """The chat template's default thinking switch, used when a request leaves it unset."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What ``ListModels`` reports for one model."""
+
+    name: str
+    format: str
+    tokenizer: str
+    tokenizer_available: bool
+    description: str
+    reasoning: bool
+    tool_calls: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A loaded model: tokenizer + bound grammar. Immutable and shared by all its sessions."""
+
+    spec: ModelSpec
+    tokenizer: tokenizers.Tokenizer = field(repr=False)
+    grammar: BoundGrammar = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def vocab_size(self) -> int:
+        return self.grammar.vocab_size
+
+
+PRESETS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("qwen3", "qwen3", "qwen3", "Qwen3 with Hermes-style JSON tool calls and <think> reasoning"),
+        ModelSpec("qwen3-coder", "qwen3_coder", "qwen3", "Qwen3-Coder XML tool calls (<function=…><parameter=…>)"),
+    )
+}
+
+
+class ModelRegistry:
+    """Model specs by name; each model is loaded on first use and then shared."""
+
+    def __init__(self, specs: dict[str, ModelSpec] | None = None) -> None:
+        self._specs = dict(PRESETS if specs is None else specs)
+        self._loaded: dict[str, Model] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, path: str | Path | None) -> ModelRegistry:
+        """Presets, plus (or instead of) the models and format files a TOML config names.
+
+        ```toml
+        presets = true                     # keep the built-in presets (default true)
+        format_files = ["my_family.toml"]  # user formats, same schema as the built-in ones
+        [[models]]
+        name = "my-model"
+        format = "qwen3"
+        tokenizer = "/models/my-model"     # directory with tokenizer.json, or a source key
+        thinking = true
+        ```
+        """
+        if path is None:
+            return cls()
+        path = Path(path)
+        config = tomllib.loads(path.read_text(encoding="utf-8"))
+        for file in config.get("format_files", []):
+            formats.register_file(path.parent / file)
+        specs = dict(PRESETS) if config.get("presets", True) else {}
+        for entry in config.get("models", []):
+            tokenizer = str(entry["tokenizer"])
+            if not tokenizer_available(tokenizer) and (path.parent / tokenizer).exists():
+                tokenizer = str(path.parent / tokenizer)
+            spec = ModelSpec(
+                name=entry["name"],
+                format=entry["format"],
+                tokenizer=tokenizer,
+                description=entry.get("description", ""),
+                thinking=entry.get("thinking"),
+            )
+            formats.get(spec.format)  # fail at start-up, not on the first request
+            specs[spec.name] = spec
+        return cls(specs)
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def get(self, name: str) -> Model:
+        """The loaded model, loading it on first use. Raises ``UnknownModel``."""
+        model = self._loaded.get(name)
+        if model is not None:
+            return model
+        spec = self._specs.get(name)
+        if spec is None:
+            raise UnknownModel(f"unknown model {name!r}; known: {', '.join(self.names())}")
+        with self._lock:
+            model = self._loaded.get(name)
+            if model is None:
+                tokenizer = load_tokenizer(spec.tokenizer)
+                grammar = formats.get(spec.format).bind(tokenizer)
+                model = Model(spec, tokenizer, grammar)
+                self._loaded[name] = model
+        return model
+
+    def describe(self) -> list[ModelInfo]:
+        infos = []
+        for name in self.names():
+            spec = self._specs[name]
+            grammar = formats.get(spec.format)
+            infos.append(
+                ModelInfo(
+                    name=name,
+                    format=spec.format,
+                    tokenizer=spec.tokenizer,
+                    tokenizer_available=tokenizer_available(spec.tokenizer),
+                    description=spec.description,
+                    reasoning=grammar.has_reasoning,
+                    tool_calls=grammar.has_tool_calls,
+                )
+            )
+        return infos

@@ -1,0 +1,172 @@
+"""The session: one request's live parser, detokenizer → scanner → lexer → machine → assembler.
+
+Sans-IO: plain calls in, plain values out; the gRPC servicer, tests, benchmarks and batch jobs all
+drive it the same way::
+
+    session = Session(model, SessionOptions(tools=...))
+    out = session.feed([151667, 198, ...])      # one decode step's ids, or several steps' at once
+    last = session.finish("stop", matched_stop=151645)
+    last.final.message, last.final.finish_reason, last.final.usage
+
+However the ids are split across ``feed`` calls, the concatenated deltas and the final message
+are the same (``parse`` is the one-call form). Work per call is proportional to its ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from parsetier.assembler import Assembler
+from parsetier.detokenizer import LiteralMarkers, TokenScanner
+from parsetier.engine.events import Event
+from parsetier.engine.grammar import BoundGrammar
+from parsetier.engine.machine import Machine
+from parsetier.messages import Delta, Final, FinishReason, Message, SessionOptions, Usage
+from parsetier.models import Model
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+class SessionError(Exception):
+    """Base of errors a caller caused; the message is meant for the caller."""
+
+
+class InvalidInput(SessionError):
+    """Bad data: token id outside the vocabulary, unknown tool in tool_choice, malformed options."""
+
+
+class WrongState(SessionError):
+    """A call out of order: feed after finish, finish twice."""
+
+
+@dataclass(slots=True)
+class StepOutput:
+    deltas: list[Delta] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    final: Final | None = None
+
+
+def start_state(grammar: BoundGrammar, options: SessionOptions, thinking_default: bool | None) -> str:
+    """Where the output begins: the prompt decides when it says (the last reasoning marker in it),
+    else the request's thinking switch, else the format's initial state."""
+    g = grammar.grammar
+    if options.prompt_token_ids and g.prompt:
+        by_id = {grammar.ids_of(t): state for t, state in g.prompt.items()}
+        for tid in reversed(options.prompt_token_ids):
+            if tid in by_id:
+                return by_id[tid]
+    thinking = options.thinking if options.thinking is not None else thinking_default
+    if thinking is False and g.thinking_off:
+        return g.thinking_off
+    if thinking is True and g.thinking_on:
+        return g.thinking_on
+    return g.initial
+
+
+def _tool_schemas(options: SessionOptions) -> dict[str, dict[str, Any]]:
+    names = [t.name for t in options.tools]
+    if len(set(names)) != len(names):
+        raise InvalidInput("tools: function names must be unique")
+    choice = options.tool_choice
+    if choice not in ("auto", "none", "required") and choice not in names:
+        raise InvalidInput(f"tool_choice names {choice!r}, which is not among the tools")
+    return {t.name: t.parameters for t in options.tools}
+
+
+class Session:
+    """One request. Not thread-safe: one caller drives it, as one gRPC stream does."""
+
+    def __init__(self, model: Model, options: SessionOptions | None = None) -> None:
+        options = options or SessionOptions()
+        self.model = model
+        self.options = options
+        self._vocab = model.vocab_size
+        self._check_ids(options.prompt_token_ids, "prompt_token_ids")
+        schemas = _tool_schemas(options)
+        grammar = model.grammar
+        self._scanner = TokenScanner(model.tokenizer, grammar, options.prompt_token_ids)
+        self._literals = LiteralMarkers(grammar)
+        self._machine = Machine(grammar, start_state(grammar, options, model.spec.thinking), schemas)
+        self._assembler = Assembler(options)
+        self._token_text = grammar.token_text
+        self._tokens = 0
+        self._ids_seen = False
+        self._finished = False
+
+    # ------------------------------------------------------------------ input
+    def feed(self, token_ids: Sequence[int]) -> StepOutput:
+        """One token-id delta (any number of ids, from one or several decode steps)."""
+        self._check_open()
+        self._check_ids(token_ids, "token_ids")
+        if token_ids:
+            self._ids_seen = True
+        self._tokens += len(token_ids)
+        piece, feed = self._scanner.piece, self._machine.feed
+        events: list[Event] = []
+        for tid in token_ids:
+            events += feed(piece(tid), 1)
+        return self._output(events)
+
+    def feed_text(self, text: str) -> StepOutput:
+        """Already-detokenized text. Marker texts count as markers only while no ids were fed."""
+        self._check_open()
+        if not self._ids_seen:
+            text = self._literals.convert(text)
+        return self._output(self._machine.feed(text, 0))
+
+    def finish(self, reason: str = "stop", matched_stop: int | str | None = None) -> StepOutput:
+        """End of output: flush what was held back; return the last deltas and the final result."""
+        self._check_open()
+        if reason not in FINISH_REASONS:
+            raise InvalidInput(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, not {reason!r}")
+        self._finished = True
+        events = self._machine.feed(self._literals.flush(), 0)
+        if self.options.include_stop_text and matched_stop is not None and reason == "stop":
+            stop_text = self._token_text.get(matched_stop, "") if isinstance(matched_stop, int) else matched_stop
+            if stop_text:
+                events += self._machine.feed(stop_text, 0)
+        events += self._machine.finish()
+        out = self._output(events)
+        finish_reason: FinishReason = reason  # type: ignore[assignment]
+        if reason == "stop" and self._assembler.tool_call_count and self.options.tool_choice in (
+            "auto",
+            "required",
+        ):
+            finish_reason = "tool_calls"
+        out.final = Final(
+            finish_reason,
+            Usage(self._tokens, self._machine.reasoning_tokens),
+            self._assembler.message(),
+        )
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def _output(self, events: list[Event]) -> StepOutput:
+        return StepOutput(self._assembler.add(events), events)
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise WrongState("the session has finished; no more input is accepted")
+
+    def _check_ids(self, ids: Iterable[int], what: str) -> None:
+        vocab = self._vocab
+        for tid in ids:
+            if not 0 <= tid < vocab:
+                raise InvalidInput(f"{what}: token id {tid} is outside the vocabulary (0..{vocab - 1})")
+
+
+def parse(
+    model: Model, options: SessionOptions, token_ids: Sequence[int], finish_reason: str = "stop"
+) -> tuple[Message, Final, list[Delta]]:
+    """Non-streaming parse: the whole output in one step. Same result as any streamed split."""
+    session = Session(model, options)
+    first = session.feed(token_ids)
+    last = session.finish(finish_reason)
+    assert last.final is not None
+    return last.final.message, last.final, first.deltas + last.deltas
