@@ -14,7 +14,7 @@ from pathlib import Path
 import tokenizers
 
 from parsetier import formats
-from parsetier.engine.grammar import BoundGrammar
+from parsetier.engine.grammar import BoundGrammar, Grammar
 from parsetier.tokenizer_sources import load_tokenizer, tokenizer_available
 
 
@@ -68,20 +68,29 @@ class Model:
         return self.grammar.vocab_size
 
 
-PRESETS: dict[str, ModelSpec] = {
-    spec.name: spec
-    for spec in (
-        ModelSpec("qwen3", "qwen3", "qwen3", "Qwen3 with Hermes-style JSON tool calls and <think> reasoning"),
-        ModelSpec("qwen3-coder", "qwen3_coder", "qwen3", "Qwen3-Coder XML tool calls (<function=…><parameter=…>)"),
-    )
-}
+def builtin_presets() -> dict[str, ModelSpec]:
+    """Every model preset declared by the built-in format files (``[[presets]]`` tables)."""
+    return {spec.name: spec for name in formats.names() for spec in presets_of(formats.get(name))}
+
+
+def presets_of(grammar: Grammar) -> list[ModelSpec]:
+    return [
+        ModelSpec(
+            name=str(p["name"]),
+            format=grammar.name,
+            tokenizer=str(p["tokenizer"]),
+            description=str(p.get("description", grammar.description)),
+            thinking=p.get("thinking"),
+        )
+        for p in grammar.presets
+    ]
 
 
 class ModelRegistry:
     """Model specs by name; each model is loaded on first use and then shared."""
 
     def __init__(self, specs: dict[str, ModelSpec] | None = None) -> None:
-        self._specs = dict(PRESETS if specs is None else specs)
+        self._specs = dict(builtin_presets() if specs is None else specs)
         self._loaded: dict[str, Model] = {}
         self._lock = threading.Lock()
 
@@ -91,7 +100,7 @@ class ModelRegistry:
 
         ```toml
         presets = true                     # keep the built-in presets (default true)
-        format_files = ["my_family.toml"]  # user formats, same schema as the built-in ones
+        format_files = ["my_family.toml"]  # user formats (and their [[presets]]), same schema as built-ins
         [[models]]
         name = "my-model"
         format = "qwen3"
@@ -103,9 +112,10 @@ class ModelRegistry:
             return cls()
         path = Path(path)
         config = tomllib.loads(path.read_text(encoding="utf-8"))
+        specs = builtin_presets() if config.get("presets", True) else {}
         for file in config.get("format_files", []):
-            formats.register_file(path.parent / file)
-        specs = dict(PRESETS) if config.get("presets", True) else {}
+            grammar = formats.register_file(path.parent / file)
+            specs.update({spec.name: spec for spec in presets_of(grammar)})
         for entry in config.get("models", []):
             tokenizer = str(entry["tokenizer"])
             if not tokenizer_available(tokenizer) and (path.parent / tokenizer).exists():

@@ -124,7 +124,10 @@ class Session:
         self._finished = True
         events = self._machine.feed(self._literals.flush(), 0)
         if self.options.include_stop_text and matched_stop is not None and reason == "stop":
-            stop_text = self._token_text.get(matched_stop, "") if isinstance(matched_stop, int) else matched_stop
+            if isinstance(matched_stop, int):
+                stop_text = self._token_text.get(matched_stop, "")
+            else:
+                stop_text = matched_stop
             if stop_text:
                 events += self._machine.feed(stop_text, 0)
         events += self._machine.finish()

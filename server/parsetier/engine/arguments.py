@@ -57,7 +57,7 @@ def typed_value(text: str, types: frozenset[str]) -> str:
     try:
         parsed: Any = json.loads(value)
     except ValueError:
-        parsed = _PY_LITERALS[value] if value in _PY_LITERALS else value
+        parsed = _PY_LITERALS.get(value, value)
     if isinstance(parsed, str) and parsed is not value and "string" not in types:
         parsed = value if not value.startswith('"') else parsed
     return json.dumps(parsed, ensure_ascii=False)
@@ -101,10 +101,16 @@ class ParamWriter:
     def started(self) -> bool:
         return not self._first
 
-    def begin(self, key: str) -> None:
+    def begin(self, key: str, forced: str | None = None) -> None:
+        """Start a value; ``forced`` is a type the markup states (``string`` or ``json``)."""
         if self._in_value:
             self.end()
-        self._types = schema_types(self._properties.get(key))
+        if forced == "string":
+            self._types = frozenset({"string"})
+        elif forced == "json":
+            self._types = frozenset({"json"})
+        else:
+            self._types = schema_types(self._properties.get(key))
         self._streaming = not self._types or "string" in self._types
         self._in_value = True
         self._leading = True
@@ -192,12 +198,17 @@ _HEAD = regex.compile(
 _HEAD_ARGS_FIRST = regex.compile(r'\s*\{\s*"(?:arguments|parameters)"\s*:\s*(?=\S)', regex.DOTALL)
 _NAME_AFTER = regex.compile(r'\s*,\s*"name"\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"', regex.DOTALL)
 _LIST_OPEN = regex.compile(r"\s*(?P<open>\[)?(?=\S)", regex.DOTALL)
-_LIST_NEXT = regex.compile(r"\s*(?P<sep>[,\]])", regex.DOTALL)
+_LIST_NEXT = regex.compile(r"\s*(?P<sep>[,;\]])", regex.DOTALL)
 _HEAD_LIMIT = 4096
+_STRUCTURE = {"list?": _LIST_OPEN, "head": _HEAD, "next": _LIST_NEXT, "name-after": _NAME_AFTER}
 
 
 class EnvelopeReader:
     """``{"name": N, "arguments": {...}}`` (or a list of them) → call start + streamed arguments.
+
+    With ``allow_list`` several call objects may follow each other: inside ``[…]`` separated by
+    commas (Mistral's older form), or bare, separated by ``;`` or ``,`` (Llama); bare calls end at
+    the first text that is not a separator.
 
     Callbacks: ``begin(name)`` once the name and the first character of the arguments are seen,
     ``args(fragment)``, ``end()`` when the object closes. ``raw`` keeps the text consumed before
@@ -209,13 +220,15 @@ class EnvelopeReader:
     """
 
     __slots__ = (
-        "_args", "_begin", "_buffer", "_end", "_head", "_list", "_phase", "_scanner", "calls", "raw", "status",
+        "_args", "_begin", "_bracketed", "_buffer", "_end", "_head", "_list", "_phase", "_scanner", "calls",
+        "raw", "status",
     )
 
     def __init__(self, allow_list: bool, begin: Emit, args: Emit, end: Callable[[], None]) -> None:
         self._begin, self._args, self._end = begin, args, end
         self._phase = "list?" if allow_list else "head"
-        self._list = False
+        self._list = allow_list
+        self._bracketed = False
         self._head = ""
         self._scanner = JsonValueScanner()
         self._buffer: list[str] = []
@@ -244,7 +257,7 @@ class EnvelopeReader:
         stop = stop_m.start() if stop_m else len(text)
         before = len(self._head)
         self._head += text[pos:stop]
-        pattern = {"list?": _LIST_OPEN, "head": _HEAD, "next": _LIST_NEXT, "name-after": _NAME_AFTER}[self._phase]
+        pattern = _STRUCTURE[self._phase]
         m = pattern.match(self._head, partial=True)
         if m is None and self._phase == "head":
             m2 = _HEAD_ARGS_FIRST.match(self._head, partial=True)
@@ -255,6 +268,10 @@ class EnvelopeReader:
                 return pos + (m2.end() - before)
             if m2 is not None:
                 m = m2
+        if m is None and self._phase == "next" and not self._bracketed:
+            self._head = ""  # unbracketed calls end at the first thing that is not a separator
+            self.status = COMPLETE
+            return pos
         if m is None or len(self._head) > _HEAD_LIMIT or (m.partial and stop_m is not None):
             self.status = MALFORMED
             return stop
@@ -265,11 +282,7 @@ class EnvelopeReader:
         phase = self._phase
         if phase == "list?":
             self._phase = "head"
-            if m.group("open"):
-                self._phase = "head"
-                self._list = True
-            else:
-                self._list = False
+            self._bracketed = bool(m.group("open"))
         elif phase == "next":
             if m.group("sep") == "]":
                 self.status = COMPLETE
@@ -351,3 +364,95 @@ def _unescape(json_string_body: str) -> str:
         return json.loads(f'"{json_string_body}"')
     except ValueError:
         return json_string_body
+
+
+_GEMMA_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+
+
+class GemmaArgsReader:
+    """Gemma 4's object notation → JSON, streamed: ``{key:<|"|>text<|"|>,n:42,o:{…},l:[…]}``.
+
+    Keys are bare (they may hold spaces), strings are delimited by the ``<|"|>`` token (its
+    sentinel, ``quote``), scalars are bare JSON literals. String content streams as it arrives;
+    keys and scalars are short and wait for their delimiter. Inside a string every marker is text.
+    """
+
+    __slots__ = ("_emit", "_expect_key", "_pending", "_quote", "_stack", "emitted", "status")
+
+    def __init__(self, emit: Emit, quote: str) -> None:
+        self._emit = emit
+        self._quote = quote
+        self._stack: list[str] = []
+        self._pending = ""  # a key or scalar being read
+        self._expect_key = False
+        self.emitted = False
+        self.status = OPEN
+
+    def _out(self, text: str) -> None:
+        self.emitted = True
+        self._emit(text)
+
+    def feed(self, text: str, pos: int) -> int:
+        n = len(text)
+        quote = self._quote
+        while pos < n and self.status == OPEN:
+            if self._stack and self._stack[-1] == "str":
+                end = text.find(quote, pos)
+                chunk = text[pos : n if end < 0 else end]
+                if chunk:
+                    self._out(json_string_fragment(chunk))
+                if end < 0:
+                    return n
+                self._stack.pop()
+                self._out('"')
+                pos = end + 1
+                continue
+            c = text[pos]
+            if not self._stack:
+                if c.isspace():
+                    pos += 1
+                    continue
+                if c != "{":
+                    self.status = MALFORMED
+                    return pos
+            if c == quote and not self._pending.strip():
+                self._pending = ""
+                self._stack.append("str")
+                self._out('"')
+            elif c in "{[":
+                self._stack.append(c)
+                self._expect_key = c == "{"
+                self._pending = ""
+                self._out(c)
+            elif c in ",}]" or (c == ":" and self._expect_key):
+                self._settle(c)
+                if self.status != OPEN:
+                    return pos
+                if c in "}]":
+                    self._stack.pop()
+                    self._out(c)
+                    self._expect_key = False
+                    if not self._stack:
+                        self.status = COMPLETE
+                        return pos + 1
+                elif c == ",":
+                    self._out(",")
+                    self._expect_key = self._stack[-1] == "{"
+                else:
+                    self._expect_key = False
+            elif _SENTINEL.match(c):
+                self.status = MALFORMED
+                return pos
+            else:
+                self._pending += c
+            pos += 1
+        return pos
+
+    def _settle(self, delimiter: str) -> None:
+        """A key (before ``:``) or a bare scalar (before ``,`` ``}`` ``]``) is complete."""
+        token = self._pending.strip()
+        self._pending = ""
+        if delimiter == ":":
+            self._out(json.dumps(token, ensure_ascii=False) + ":")
+        elif token:
+            self._out(token if _GEMMA_SCALAR.fullmatch(token) else json.dumps(token, ensure_ascii=False))

@@ -27,6 +27,7 @@ value of the current call; json: text is the call's arguments as one JSON value;
 a JSON object carrying the name and the arguments (``{"name": …, "arguments": …}``)."""
 
 ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
+DIALECTS = frozenset({"json", "gemma"})
 
 SENTINEL_BASE = 0xF0000
 """Token-id terminals travel through the text as code points from Supplementary Private Use
@@ -52,6 +53,8 @@ class Rule:
 class Transition:
     next: str
     actions: tuple[str, ...] = ()
+    keep: bool = False
+    """The terminal's text is not consumed: the next state reads it again (Llama's bare ``{``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,11 @@ class State:
     """capture states: tried in order on the captured text when a transition leaves the state."""
     allow_list: bool = False
     """envelope states: the JSON may be a list of call objects (several calls in one envelope)."""
+    text_next: str | None = None
+    """On the first non-whitespace text that is not a terminal, move to this state (a state that
+    only looks at how the output *starts*, like Llama's bare JSON call)."""
+    dialect: str = "json"
+    """json states: ``json``, or ``gemma`` (Gemma 4's unquoted keys and ``<|"|>`` strings)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,8 @@ class Grammar:
     """How parameter values are trimmed: ``newline`` drops one leading and one trailing newline."""
     tool_call_id: str = "random"
     """``random`` (``chatcmpl-tool-<hex>``) or ``format`` (the id the model wrote, e.g. Kimi's)."""
+    presets: tuple[Mapping[str, Any], ...] = ()
+    """Models that speak this format: ``[[presets]]`` tables (name, tokenizer, description, thinking)."""
 
     @property
     def has_reasoning(self) -> bool:
@@ -147,7 +157,8 @@ class BoundGrammar:
         terminal_of_pattern: dict[str, str] = {}
         for name, pat in patterns.items():
             if pat in terminal_of_pattern:
-                raise GrammarError(f"{grammar.name}: terminals {terminal_of_pattern[pat]!r} and {name!r} coincide")
+                other = terminal_of_pattern[pat]
+                raise GrammarError(f"{grammar.name}: terminals {other!r} and {name!r} coincide")
             terminal_of_pattern[pat] = name
         state_patterns = {
             sname: tuple(sorted((patterns[t] for t in state.on), key=len, reverse=True))
@@ -192,7 +203,7 @@ def _transition(where: str, spec: Any) -> Transition:
         bad = set(actions) - ACTIONS
         if bad:
             raise GrammarError(f"{where}: unknown action(s) {sorted(bad)}; known: {sorted(ACTIONS)}")
-        return Transition(str(spec["next"]), actions)
+        return Transition(str(spec["next"]), actions, bool(spec.get("keep", False)))
     raise GrammarError(f"{where}: a transition is a state name or {{next = …, do = [...]}}")
 
 
@@ -230,7 +241,19 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             rules.append(Rule(pattern, t.next, t.actions))
         if rules and kind != "capture":
             raise GrammarError(f"{where}: only capture states have rules")
-        states[sname] = State(sname, kind, on, done, tuple(rules), bool(spec.get("list", False)))
+        dialect = str(spec.get("dialect", "json"))
+        if dialect not in DIALECTS:
+            raise GrammarError(f"{where}: dialect {dialect!r} is not one of {sorted(DIALECTS)}")
+        states[sname] = State(
+            sname,
+            kind,
+            on,
+            done,
+            tuple(rules),
+            bool(spec.get("list", False)),
+            spec.get("text_next"),
+            dialect,
+        )
     grammar = Grammar(
         name=name,
         description=str(data.get("description", "")),
@@ -242,6 +265,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
         prompt={str(k): str(v) for k, v in data.get("prompt", {}).items()},
         value_trim=str(data.get("value_trim", "newline")),
         tool_call_id=str(data.get("tool_call_id", "random")),
+        presets=tuple(data.get("presets", ())),
     )
     _check_references(grammar, source)
     return grammar
@@ -261,7 +285,11 @@ def _check_references(g: Grammar, source: str) -> None:
         if tname not in g.terminals:
             raise GrammarError(f"{source}: prompt names unknown terminal {tname!r}")
         need(state, f"prompt[{tname}]")
+    for preset in g.presets:
+        if "name" not in preset or "tokenizer" not in preset:
+            raise GrammarError(f"{source}: every [[presets]] entry needs a name and a tokenizer")
     for s in g.states.values():
+        need(s.text_next or "", f"state {s.name!r} text_next")
         for tname, t in s.on.items():
             need(t.next, f"state {s.name!r} on {tname!r}")
         if s.done:

@@ -27,13 +27,14 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from parsetier.engine.arguments import EnvelopeReader, JsonArgsReader, ParamWriter
+from parsetier.engine.arguments import EnvelopeReader, GemmaArgsReader, JsonArgsReader, ParamWriter
 from parsetier.engine.events import Event, EventKind
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
 from parsetier.engine.json_scan import COMPLETE, OPEN
 from parsetier.engine.lexer import TerminalSet
 
 _READERS = ("json", "envelope")
+_ReaderT = JsonArgsReader | EnvelopeReader | GemmaArgsReader
 _CAPTURE_LIMIT = 4096
 
 _terminal_sets: dict[tuple[int, str], TerminalSet] = {}
@@ -74,7 +75,7 @@ class Machine:
         self._index = -1
         self._call_open = False
         self._params: ParamWriter | None = None
-        self._reader: JsonArgsReader | EnvelopeReader | None = None
+        self._reader: _ReaderT | None = None
         self._args_emitted = False
         self._opening = ""
         # whitespace policy
@@ -138,6 +139,13 @@ class Machine:
                     return
                 continue
             match, hold = self._tsets[state.name].scan(buf, pos)
+            if state.text_next is not None:
+                limit = match.start if match is not None else hold
+                first = _first_non_space(buf, pos, limit)
+                if first < limit:
+                    pos = first
+                    self._fire(Transition(state.text_next), "", state)
+                    continue
             if match is None:
                 if hold > pos:
                     self._text(buf[pos:hold])
@@ -146,8 +154,12 @@ class Machine:
             if match.start > pos:
                 self._text(buf[pos : match.start])
             pos = match.end
-            terminal = self._bound.terminal_of_pattern[match.pattern]
-            self._fire(state.on[terminal], match.pattern, state)
+            transition = state.on[self._bound.terminal_of_pattern[match.pattern]]
+            if transition.keep:
+                pos = match.start
+                self._fire(transition, "", state)
+            else:
+                self._fire(transition, match.pattern, state)
 
     def _text(self, text: str) -> None:
         kind = self._state.kind
@@ -192,10 +204,9 @@ class Machine:
             elif action == "call_end":
                 self._call_end()
             elif action == "param_begin":
-                self._param_begin(groups.get("key", captured).strip())
-            elif action == "param_end":
-                if self._params is not None:
-                    self._params.end()
+                self._param_begin(groups.get("key", captured).strip(), _forced_type(groups))
+            elif action == "param_end" and self._params is not None:
+                self._params.end()
         if target is not state:
             self._state = target
             self._enter(target, pattern, state.kind)
@@ -215,7 +226,10 @@ class Machine:
             self._reasoning_started = False
             self._emit(EventKind.REASONING_START)
         elif kind == "json":
-            self._reader = JsonArgsReader(self._args)
+            if state.dialect == "gemma":
+                self._reader = GemmaArgsReader(self._args, self._bound.patterns.get("quote", ""))
+            else:
+                self._reader = JsonArgsReader(self._args)
         elif kind == "envelope":
             self._opening = pattern
             self._reader = EnvelopeReader(state.allow_list, self._envelope_begin, self._args, self._call_end)
@@ -237,13 +251,13 @@ class Machine:
     def _envelope_begin(self, name: str) -> None:
         self._call_begin(name)
 
-    def _param_begin(self, key: str) -> None:
+    def _param_begin(self, key: str, forced: str | None) -> None:
         if not self._call_open:
             return
         if self._params is None:
-            tool = self._tools.get(getattr(self, "_current_tool", ""), {})
+            tool = self._tools.get(self._current_tool, {})
             self._params = ParamWriter(tool, self._trim_values, self._args)
-        self._params.begin(key)
+        self._params.begin(key, forced)
 
     def _args(self, fragment: str) -> None:
         if self._call_open and fragment:
@@ -328,6 +342,23 @@ class Machine:
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
         return events
+
+
+def _first_non_space(text: str, start: int, end: int) -> int:
+    for i in range(start, end):
+        if not text[i].isspace():
+            return i
+    return end
+
+
+def _forced_type(groups: Mapping[str, str]) -> str | None:
+    """A format can state a value's type in the markup itself: DSML's ``string="true|false"``,
+    Kimi K3's ``type="number"``. ``string`` streams as text; ``json`` is parsed as JSON."""
+    if "string" in groups:
+        return "string" if groups["string"] == "true" else "json"
+    if "type" in groups:
+        return "string" if groups["type"] in ("string", "str") else "json"
+    return None
 
 
 def new_call_id() -> str:
