@@ -36,6 +36,8 @@ class ModelSpec:
     description: str = ""
     thinking: bool | None = None
     """The chat template's default thinking switch, used when a request leaves it unset."""
+    serves: tuple[str, ...] = ()
+    """Hugging Face repos whose output this preset parses (informational, shown by ListModels)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class ModelInfo:
     description: str
     reasoning: bool
     tool_calls: bool
+    serves: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ def presets_of(grammar: Grammar) -> list[ModelSpec]:
             tokenizer=str(p["tokenizer"]),
             description=str(p.get("description", grammar.description)),
             thinking=p.get("thinking"),
+            serves=tuple(p.get("serves", ())),
         )
         for p in grammar.presets
     ]
@@ -131,6 +135,9 @@ class ModelRegistry:
             specs[spec.name] = spec
         return cls(specs)
 
+    def specs(self) -> list[ModelSpec]:
+        return [self._specs[n] for n in self.names()]
+
     def names(self) -> list[str]:
         return sorted(self._specs)
 
@@ -165,6 +172,7 @@ class ModelRegistry:
                     description=spec.description,
                     reasoning=grammar.has_reasoning,
                     tool_calls=grammar.has_tool_calls,
+                    serves=spec.serves,
                 )
             )
         return infos
