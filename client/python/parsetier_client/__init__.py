@@ -1,0 +1,28 @@
+"""Python client for parsetier: token-id steps in, reasoning / content / tool-call deltas out.
+
+Imports only grpc, protobuf and the generated ``parsetier_api`` stubs — never the server.
+
+    from parsetier_client import Client
+    with Client("localhost:50051") as client:
+        message, deltas = client.parse_stream("qwen3", steps, finish_reason="stop", tools=tools)
+"""
+
+from parsetier_client.aio import AsyncClient, AsyncParseStream
+from parsetier_client.requests import finish_message, open_message, step_message
+from parsetier_client.result import ParseResult, delta_dict, event_dict, final_dict, message_dict
+from parsetier_client.sync import Client, ParseStream
+
+__all__ = [
+    "AsyncClient",
+    "AsyncParseStream",
+    "Client",
+    "ParseResult",
+    "ParseStream",
+    "delta_dict",
+    "event_dict",
+    "final_dict",
+    "finish_message",
+    "message_dict",
+    "open_message",
+    "step_message",
+]

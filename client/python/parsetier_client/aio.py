@@ -1,0 +1,177 @@
+"""Asyncio client: the same calls as ``sync.Client``, awaitable, for asyncio serving stacks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import grpc
+
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.requests import StepLike, finish_message, open_message, session_messages, step_message
+from parsetier_client.result import ParseResult, collect
+
+
+async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:
+    """The error a finished call ended with, for writes that find the call already over."""
+    return grpc.aio.AioRpcError(
+        await call.code(),
+        await call.initial_metadata(),
+        await call.trailing_metadata(),
+        await call.details(),
+    )
+
+
+async def _write(call: grpc.aio.StreamStreamCall, message: pb.ClientMessage) -> None:
+    """Write, or raise the status the server already ended the call with."""
+    try:
+        await call.write(message)
+    except asyncio.InvalidStateError:
+        raise await _status_error(call) from None
+
+
+async def _await_admission(call: grpc.aio.StreamStreamCall) -> None:
+    """Wait for the server's headers, which it sends once it has accepted the Open.
+
+    grpc's asyncio client turns the server's status into INTERNAL when a write is in flight as
+    the status arrives (grpc/grpc#36066). Writing steps only after the headers means refusals
+    and errors in the Open always arrive as the status the server sent."""
+    await call.initial_metadata()
+    if call.done():
+        raise await _status_error(call)
+
+
+async def _write_all(call: grpc.aio.StreamStreamCall, messages: Iterable[pb.ClientMessage]) -> None:
+    """Send a whole session. If the server ends the call early (an error), stop quietly: the
+    reading side raises that status, which is the meaningful error."""
+    try:
+        for index, message in enumerate(messages):
+            await call.write(message)
+            if index == 0:
+                await _await_admission(call)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        pass
+
+
+class AsyncParseStream:
+    """One live session: ``await send(...)`` steps as they are generated, ``await finish()``,
+    and ``async for`` over the replies (from the same task or another one)."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall) -> None:
+        self._call = call
+        self.final: pb.Final | None = None
+
+    async def send(self, *steps: StepLike) -> None:
+        """Send one or more decode steps (token-id lists or text) in one message."""
+        await _write(self._call, pb.ClientMessage(steps=[step_message(s) for s in steps]))
+
+    async def finish(
+        self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
+    ) -> None:
+        """End the output (optionally with last steps in the same message) and close the send side."""
+        await self._call.write(
+            pb.ClientMessage(
+                steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
+            )
+        )
+        await self._call.done_writing()
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[pb.ServerMessage]:
+        async for message in self._call:
+            if message.HasField("final"):
+                self.final = message.final
+            yield message
+
+    async def deltas(self) -> AsyncIterator[pb.Delta]:
+        async for message in self:
+            for delta in message.deltas:
+                yield delta
+
+
+class AsyncClient:
+    """An asyncio connection to a parsetier server. ``async with AsyncClient(target) as client``."""
+
+    def __init__(
+        self, target: str, *, channel: grpc.aio.Channel | None = None, timeout: float | None = None
+    ) -> None:
+        self.channel = channel or grpc.aio.insecure_channel(target)
+        self.stub = pb_grpc.ParserStub(self.channel)
+        self.timeout = timeout
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def open(self, model: str, **options: Any) -> AsyncParseStream:
+        """Start a streaming session: send its Open and wait until the server accepted it
+        (raises ``grpc.aio.AioRpcError`` with the server's status when it did not).
+        ``options`` as for ``requests.open_message``."""
+        call = self.stub.Parse(timeout=self.timeout)
+        await _write(call, pb.ClientMessage(open=open_message(model, **options)))
+        await _await_admission(call)
+        return AsyncParseStream(call)
+
+    async def parse_stream(
+        self,
+        model: str,
+        steps: Iterable[StepLike],
+        finish_reason: str = "stop",
+        *,
+        matched_stop: int | str | None = None,
+        tools: Iterable[Mapping[str, Any]] | str | None = None,
+        steps_per_message: int = 1,
+        **options: Any,
+    ) -> ParseResult:
+        """One call: stream ``steps`` through a session; ``(message, deltas)`` as a ``ParseResult``."""
+        open_ = open_message(model, tools=tools, **options)
+        finish = finish_message(finish_reason, matched_stop)
+        messages = session_messages(open_, steps, finish, steps_per_message)
+        return collect([message async for message in self.parse(messages)])
+
+    async def parse(self, messages: Iterable[pb.ClientMessage]) -> AsyncIterator[pb.ServerMessage]:
+        """The raw stream: any client messages in, server messages out."""
+        # Written by a task of our own rather than handed to grpc as a request iterator, so the
+        # writes can wait for the server's admission (see ``_await_admission``).
+        call = self.stub.Parse(timeout=self.timeout)
+        writer = asyncio.create_task(_write_all(call, messages))
+        try:
+            async for message in call:
+                yield message
+        finally:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+
+    async def parse_once(
+        self,
+        model: str,
+        token_ids: Iterable[int] = (),
+        finish_reason: str = "stop",
+        *,
+        text: str = "",
+        matched_stop: int | str | None = None,
+        tools: Iterable[Mapping[str, Any]] | str | None = None,
+        **options: Any,
+    ) -> pb.ParseOnceResponse:
+        options.setdefault("output", "final")
+        request = pb.ParseOnceRequest(
+            open=open_message(model, tools=tools, **options),
+            token_ids=list(token_ids),
+            text=text,
+            finish=finish_message(finish_reason, matched_stop),
+        )
+        return await self.stub.ParseOnce(request, timeout=self.timeout)
+
+    async def list_models(self) -> list[pb.ModelInfo]:
+        response = await self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout)
+        return list(response.models)

@@ -1,0 +1,132 @@
+"""Building request messages from plain Python values (OpenAI-shaped tools and options).
+
+Kept free of I/O so the sync client, the async client and the replay CLI build identical
+messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from parsetier_api.v1 import parsetier_pb2 as pb
+
+StepLike = Sequence[int] | str
+"""One decode step: its token ids, or already-detokenized text."""
+
+OUTPUT_KINDS = {
+    "deltas": pb.OUTPUT_KIND_DELTAS,
+    "events": pb.OUTPUT_KIND_EVENTS,
+    "both": pb.OUTPUT_KIND_DELTAS_AND_EVENTS,
+    "final": pb.OUTPUT_KIND_FINAL_ONLY,
+}
+FINISH_REASONS = {
+    "stop": pb.FINISH_REASON_STOP,
+    "length": pb.FINISH_REASON_LENGTH,
+    "abort": pb.FINISH_REASON_ABORT,
+}
+_MODES = {
+    "auto": pb.TOOL_CHOICE_MODE_AUTO,
+    "none": pb.TOOL_CHOICE_MODE_NONE,
+    "required": pb.TOOL_CHOICE_MODE_REQUIRED,
+}
+
+
+def tool_message(tool: Mapping[str, Any]) -> pb.Tool:
+    """An OpenAI tool (``{"type": "function", "function": {...}}`` or the bare function object)."""
+    function = tool.get("function", tool)
+    parameters = function.get("parameters")
+    return pb.Tool(
+        name=function["name"],
+        description=function.get("description") or "",
+        parameters_json=json.dumps(parameters) if parameters is not None else "",
+    )
+
+
+def tool_choice_message(choice: str | Mapping[str, Any] | None) -> pb.ToolChoice | None:
+    """``"auto"``/``"none"``/``"required"``, a function name, or OpenAI's named-function object."""
+    if choice is None:
+        return None
+    if isinstance(choice, Mapping):
+        return pb.ToolChoice(function_name=choice.get("function", choice)["name"])
+    if choice in _MODES:
+        return pb.ToolChoice(mode=_MODES[choice])
+    return pb.ToolChoice(function_name=choice)
+
+
+def open_message(
+    model: str,
+    *,
+    tools: Iterable[Mapping[str, Any]] | str | None = None,
+    tool_choice: str | Mapping[str, Any] | None = None,
+    parallel_tool_calls: bool | None = None,
+    include_reasoning: bool | None = None,
+    thinking: bool | None = None,
+    chat_template_kwargs: Mapping[str, str] | None = None,
+    prompt_token_ids: Sequence[int] = (),
+    output: str = "deltas",
+    include_stop_text: bool = False,
+    complete_tool_calls: bool = False,
+    request_id: str = "",
+) -> pb.Open:
+    """The ``Open`` of a session. ``tools`` may be OpenAI tool dicts or the raw JSON array text.
+
+    ``output``: ``deltas`` (default), ``events``, ``both`` or ``final`` (only the final result)."""
+    message = pb.Open(
+        model=model,
+        request_id=request_id,
+        prompt_token_ids=prompt_token_ids,
+        output=OUTPUT_KINDS[output],
+        include_stop_text=include_stop_text,
+        complete_tool_calls=complete_tool_calls,
+    )
+    if isinstance(tools, str):
+        message.tools_json = tools
+    elif tools is not None:
+        message.tools.extend(tool_message(t) for t in tools)
+    choice = tool_choice_message(tool_choice)
+    if choice is not None:
+        message.tool_choice.CopyFrom(choice)
+    if parallel_tool_calls is not None:
+        message.parallel_tool_calls = parallel_tool_calls
+    if include_reasoning is not None:
+        message.include_reasoning = include_reasoning
+    if thinking is not None:
+        message.thinking = thinking
+    if chat_template_kwargs:
+        message.chat_template_kwargs.update(chat_template_kwargs)
+    return message
+
+
+def step_message(step: StepLike) -> pb.Step:
+    if isinstance(step, str):
+        return pb.Step(text=step)
+    return pb.Step(token_ids=step)
+
+
+def finish_message(reason: str = "stop", matched_stop: int | str | None = None) -> pb.Finish:
+    message = pb.Finish(reason=FINISH_REASONS[reason])
+    if isinstance(matched_stop, str):
+        message.stop_string = matched_stop
+    elif matched_stop is not None:
+        message.stop_token_id = matched_stop
+    return message
+
+
+def session_messages(
+    open_: pb.Open,
+    steps: Iterable[StepLike],
+    finish: pb.Finish,
+    steps_per_message: int = 1,
+) -> Iterable[pb.ClientMessage]:
+    """A whole session as client messages: Open, the steps (``steps_per_message`` per message),
+    then Finish in the last message."""
+    yield pb.ClientMessage(open=open_)
+    batch: list[pb.Step] = []
+    for step in steps:
+        batch.append(step_message(step))
+        if len(batch) >= steps_per_message:
+            yield pb.ClientMessage(steps=batch)
+            batch = []
+    yield pb.ClientMessage(steps=batch, finish=finish)

@@ -1,0 +1,135 @@
+"""Blocking client. Use it from plain Python; the async client (``aio``) from asyncio code.
+
+gRPC's blocking bidi call pulls requests from an iterator on its own thread, so a
+``ParseStream`` feeds that iterator from a queue: ``send`` never blocks on the network, and the
+caller (or another thread) iterates the replies.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import grpc
+
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.requests import StepLike, finish_message, open_message, session_messages, step_message
+from parsetier_client.result import ParseResult, collect
+
+_CLOSE = object()
+
+
+class ParseStream:
+    """One live session: ``send`` steps as they are generated, ``finish``, iterate the replies.
+
+    Iterating yields ``ServerMessage``s (``deltas()`` flattens them to deltas); after the
+    iteration ends, ``final`` holds the outcome. Errors raise ``grpc.RpcError`` from the iteration.
+    """
+
+    def __init__(self, stub: pb_grpc.ParserStub, open_: pb.Open, timeout: float | None = None) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue.put(pb.ClientMessage(open=open_))
+        self._call = stub.Parse(iter(self._queue.get, _CLOSE), timeout=timeout)
+        self.final: pb.Final | None = None
+
+    def send(self, *steps: StepLike) -> None:
+        """Send one or more decode steps (token-id lists or text) in one message."""
+        self._queue.put(pb.ClientMessage(steps=[step_message(s) for s in steps]))
+
+    def finish(
+        self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
+    ) -> None:
+        """End the output (optionally with last steps in the same message) and close the send side."""
+        self._queue.put(
+            pb.ClientMessage(
+                steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
+            )
+        )
+        self._queue.put(_CLOSE)
+
+    def cancel(self) -> None:
+        self._call.cancel()
+        self._queue.put(_CLOSE)
+
+    def __iter__(self) -> Iterator[pb.ServerMessage]:
+        for message in self._call:
+            if message.HasField("final"):
+                self.final = message.final
+            yield message
+
+    def deltas(self) -> Iterator[pb.Delta]:
+        for message in self:
+            yield from message.deltas
+
+
+class Client:
+    """A connection to a parsetier server (``host:port``). Close it, or use it as a context manager."""
+
+    def __init__(
+        self, target: str, *, channel: grpc.Channel | None = None, timeout: float | None = None
+    ) -> None:
+        self.channel = channel or grpc.insecure_channel(target)
+        self.stub = pb_grpc.ParserStub(self.channel)
+        self.timeout = timeout
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def open(self, model: str, **options: Any) -> ParseStream:
+        """Start a streaming session; ``options`` are ``requests.open_message``'s keywords."""
+        return ParseStream(self.stub, open_message(model, **options), timeout=self.timeout)
+
+    def parse(self, messages: Iterable[pb.ClientMessage]) -> Iterator[pb.ServerMessage]:
+        """The raw stream: any client messages in (pulled lazily), server messages out."""
+        return iter(self.stub.Parse(iter(messages), timeout=self.timeout))
+
+    def parse_stream(
+        self,
+        model: str,
+        steps: Iterable[StepLike],
+        finish_reason: str = "stop",
+        *,
+        matched_stop: int | str | None = None,
+        tools: Iterable[Mapping[str, Any]] | str | None = None,
+        steps_per_message: int = 1,
+        **options: Any,
+    ) -> ParseResult:
+        """One call: stream ``steps`` through a session and return ``(message, deltas)``
+        (a ``ParseResult``, which also has ``final``, ``finish_reason``, ``usage``, ``events``)."""
+        open_ = open_message(model, tools=tools, **options)
+        messages = session_messages(
+            open_, steps, finish_message(finish_reason, matched_stop), steps_per_message
+        )
+        return collect(list(self.parse(messages)))
+
+    def parse_once(
+        self,
+        model: str,
+        token_ids: Iterable[int] = (),
+        finish_reason: str = "stop",
+        *,
+        text: str = "",
+        matched_stop: int | str | None = None,
+        tools: Iterable[Mapping[str, Any]] | str | None = None,
+        **options: Any,
+    ) -> pb.ParseOnceResponse:
+        """The unary call: the whole output in, ``ParseOnceResponse`` (``.final``) out."""
+        options.setdefault("output", "final")
+        request = pb.ParseOnceRequest(
+            open=open_message(model, tools=tools, **options),
+            token_ids=list(token_ids),
+            text=text,
+            finish=finish_message(finish_reason, matched_stop),
+        )
+        return self.stub.ParseOnce(request, timeout=self.timeout)
+
+    def list_models(self) -> list[pb.ModelInfo]:
+        return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout).models)

@@ -1,0 +1,198 @@
+"""Proto messages ↔ the core's value types. Pure functions, no grpc status handling beyond
+raising ``ServiceError`` for requests the proto can express but the contract rejects."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from parsetier.engine.events import Event, EventKind
+from parsetier.messages import Delta, Final, SessionOptions, Tool
+from parsetier.service.errors import invalid
+from parsetier_api.v1 import parsetier_pb2 as pb
+
+_TOOL_CHOICE_MODES = {
+    pb.TOOL_CHOICE_MODE_UNSPECIFIED: "auto",
+    pb.TOOL_CHOICE_MODE_AUTO: "auto",
+    pb.TOOL_CHOICE_MODE_NONE: "none",
+    pb.TOOL_CHOICE_MODE_REQUIRED: "required",
+}
+_FINISH_IN = {
+    pb.FINISH_REASON_UNSPECIFIED: "stop",
+    pb.FINISH_REASON_STOP: "stop",
+    pb.FINISH_REASON_LENGTH: "length",
+    pb.FINISH_REASON_ABORT: "abort",
+}
+_FINISH_OUT = {
+    "stop": pb.FINISH_REASON_STOP,
+    "length": pb.FINISH_REASON_LENGTH,
+    "abort": pb.FINISH_REASON_ABORT,
+    "tool_calls": pb.FINISH_REASON_TOOL_CALLS,
+}
+_EVENT_KINDS = {
+    EventKind.CONTENT: pb.EVENT_KIND_CONTENT,
+    EventKind.REASONING_START: pb.EVENT_KIND_REASONING_START,
+    EventKind.REASONING: pb.EVENT_KIND_REASONING,
+    EventKind.REASONING_END: pb.EVENT_KIND_REASONING_END,
+    EventKind.TOOL_CALL_START: pb.EVENT_KIND_TOOL_CALL_START,
+    EventKind.TOOL_ARGUMENTS: pb.EVENT_KIND_TOOL_ARGUMENTS,
+    EventKind.TOOL_CALL_END: pb.EVENT_KIND_TOOL_CALL_END,
+}
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise invalid(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise invalid(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _tools_from_json(text: str) -> tuple[Tool, ...]:
+    """The OpenAI request's ``tools`` array (function tools; bare function objects accepted too)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise invalid(f"tools_json is not valid JSON: {exc}") from None
+    if not isinstance(value, list):
+        raise invalid("tools_json must be a JSON array of tools")
+    tools = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise invalid(f"tools_json[{i}] must be an object")
+        function = item.get("function", item) if item.get("type", "function") == "function" else None
+        if not isinstance(function, dict):
+            raise invalid(f"tools_json[{i}] is not a function tool")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise invalid(f"tools_json[{i}] has no function name")
+        parameters = function.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise invalid(f"tools_json[{i}].parameters must be a JSON object")
+        description = function.get("description") or ""
+        tools.append(Tool(name=name, parameters=parameters, description=str(description)))
+    return tuple(tools)
+
+
+def tools_of(open_: pb.Open) -> tuple[Tool, ...]:
+    if open_.tools and open_.tools_json:
+        raise invalid("set either tools or tools_json, not both")
+    if open_.tools_json:
+        tools = _tools_from_json(open_.tools_json)
+    else:
+        tools = []
+        for i, tool in enumerate(open_.tools):
+            if not tool.name:
+                raise invalid(f"tools[{i}] has no name")
+            parameters = _json_object(tool.parameters_json, f"tools[{i}].parameters_json")
+            tools.append(Tool(name=tool.name, parameters=parameters, description=tool.description))
+        tools = tuple(tools)
+    names = [tool.name for tool in tools]
+    if len(set(names)) != len(names):
+        raise invalid(f"duplicate tool names in {names}")
+    return tools
+
+
+def tool_choice_of(choice: pb.ToolChoice, tools: tuple[Tool, ...]) -> str:
+    which = choice.WhichOneof("choice")
+    if which == "function_name":
+        if choice.function_name not in {tool.name for tool in tools}:
+            raise invalid(f"tool_choice names {choice.function_name!r}, which is not among the tools")
+        return choice.function_name
+    if which is None:
+        return "auto"
+    mode = _TOOL_CHOICE_MODES.get(choice.mode)
+    if mode is None:
+        raise invalid(f"unknown tool_choice mode {choice.mode}")
+    if mode == "required" and not tools:
+        raise invalid("tool_choice is required but no tools were given")
+    return mode
+
+
+def check_token_ids(ids: Any, vocab_size: int, what: str) -> None:
+    """Range check here so the message names the field; the session checks again."""
+    if ids and max(ids) >= vocab_size:
+        bad = next(i for i in ids if i >= vocab_size)
+        raise invalid(f"{what} contains token id {bad}, outside the vocabulary (size {vocab_size})")
+
+
+def options_of(open_: pb.Open, vocab_size: int) -> SessionOptions:
+    if open_.output not in pb.OutputKind.values():
+        raise invalid(f"unknown output kind {open_.output}")
+    tools = tools_of(open_)
+    check_token_ids(open_.prompt_token_ids, vocab_size, "prompt_token_ids")
+    return SessionOptions(
+        tools=tools,
+        tool_choice=tool_choice_of(open_.tool_choice, tools),
+        parallel_tool_calls=open_.parallel_tool_calls if open_.HasField("parallel_tool_calls") else True,
+        include_reasoning=open_.include_reasoning if open_.HasField("include_reasoning") else True,
+        thinking=open_.thinking if open_.HasField("thinking") else None,
+        prompt_token_ids=tuple(open_.prompt_token_ids),
+        include_stop_text=open_.include_stop_text,
+        complete_tool_calls=open_.complete_tool_calls,
+    )
+
+
+def finish_of(finish: pb.Finish) -> tuple[str, int | str | None]:
+    reason = _FINISH_IN.get(finish.reason)
+    if reason is None:
+        known = finish.reason in pb.FinishReason.values()
+        name = pb.FinishReason.Name(finish.reason) if known else str(finish.reason)
+        raise invalid(f"finish reason {name} is not allowed in Finish; use STOP, LENGTH or ABORT")
+    which = finish.WhichOneof("matched_stop")
+    matched: int | str | None = None
+    if which == "stop_token_id":
+        matched = finish.stop_token_id
+    elif which == "stop_string":
+        matched = finish.stop_string
+    return reason, matched
+
+
+def delta_to_pb(delta: Delta) -> pb.Delta:
+    return pb.Delta(
+        reasoning=delta.reasoning,
+        content=delta.content,
+        tool_calls=[
+            pb.ToolCallDelta(index=t.index, id=t.id or "", name=t.name or "", arguments=t.arguments)
+            for t in delta.tool_calls
+        ],
+    )
+
+
+def event_to_pb(event: Event) -> pb.Event:
+    return pb.Event(
+        kind=_EVENT_KINDS[event.kind],
+        text=event.text,
+        tool_index=event.tool_index,
+        tokens=event.tokens,
+        call_id=event.call_id,
+    )
+
+
+def final_to_pb(final: Final) -> pb.Final:
+    message = final.message
+    return pb.Final(
+        finish_reason=_FINISH_OUT[final.finish_reason],
+        usage=pb.Usage(
+            completion_tokens=final.usage.completion_tokens,
+            reasoning_tokens=final.usage.reasoning_tokens,
+        ),
+        message=pb.AssistantMessage(
+            content=message.content,
+            reasoning=message.reasoning,
+            tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
+        ),
+    )
+
+
+def wants(output: int, *, unary: bool) -> tuple[bool, bool]:
+    """(deltas, events) to send for an ``OutputKind``."""
+    if output == pb.OUTPUT_KIND_UNSPECIFIED:
+        output = pb.OUTPUT_KIND_FINAL_ONLY if unary else pb.OUTPUT_KIND_DELTAS
+    deltas = output in (pb.OUTPUT_KIND_DELTAS, pb.OUTPUT_KIND_DELTAS_AND_EVENTS)
+    events = output in (pb.OUTPUT_KIND_EVENTS, pb.OUTPUT_KIND_DELTAS_AND_EVENTS)
+    return deltas, events

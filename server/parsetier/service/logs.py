@@ -1,0 +1,74 @@
+"""Structured logs: one JSON object per line on stderr, one ``session_end`` line per session.
+
+Log shippers parse JSON lines without configuration, and one line per session (rather than per
+message) keeps the volume proportional to requests, not tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TextIO
+
+SESSION_LOG = logging.getLogger("parsetier.session")
+SERVER_LOG = logging.getLogger("parsetier.server")
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "msg", ...fields}``; extra fields come from ``extra={"fields": {...}}``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        data.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def configure(level: str = "INFO", stream: TextIO | None = None) -> None:
+    """Send parsetier's logs to ``stream`` (stderr) as JSON lines."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("parsetier")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """What the ``session_end`` line says about one session; filled in as the session runs."""
+
+    rpc: str
+    model: str = ""
+    request_id: str = ""
+    tokens: int = 0
+    """Output token ids received."""
+    text_bytes: int = 0
+    """Bytes of already-detokenized text received."""
+    deltas: int = 0
+    events: int = 0
+    client_messages: int = 0
+    server_messages: int = 0
+    finish_reason: str = ""
+    outcome: str = "OK"
+    """``OK`` or the gRPC status code name the session ended with."""
+    error: str = ""
+    started: float = field(default_factory=time.monotonic, repr=False)
+
+    def emit(self) -> None:
+        fields = asdict(self)
+        fields["duration_ms"] = round((time.monotonic() - fields.pop("started")) * 1000, 3)
+        if not fields["error"]:
+            del fields["error"]
+        level = logging.INFO if self.outcome in ("OK", "CANCELLED") else logging.WARNING
+        SESSION_LOG.log(level, "session_end", extra={"fields": fields})

@@ -1,0 +1,123 @@
+"""Server assembly: the Parser service plus health and reflection on one ``grpc.aio`` server,
+and the drain that SIGTERM starts.
+
+Drain order matters for load balancers: health flips to NOT_SERVING first (so probes stop
+routing here), new sessions are refused with UNAVAILABLE (so clients retry elsewhere), open
+sessions get ``grace`` seconds to finish, and only then is the server stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from parsetier.models import ModelRegistry
+from parsetier.service.limits import Limits
+from parsetier.service.logs import SERVER_LOG
+from parsetier.service.servicer import ParserServicer
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Parser"].full_name
+
+
+@dataclass(slots=True)
+class ServerHandle:
+    """A started server: its port, and the pieces the drain needs."""
+
+    server: grpc.aio.Server
+    port: int
+    servicer: ParserServicer
+    health: health.aio.HealthServicer
+
+    async def drain(self, grace: float) -> bool:
+        """Stop taking sessions, let open ones finish for up to ``grace`` s, stop the server.
+
+        True when every open session finished within the grace."""
+        self.servicer.gate.draining = True
+        await self.health.enter_graceful_shutdown()
+        open_sessions = self.servicer.gate.active
+        SERVER_LOG.info("draining", extra={"fields": {"open_sessions": open_sessions, "grace_s": grace}})
+        clean = await self.servicer.gate.wait_idle(grace)
+        await self.server.stop(0)
+        SERVER_LOG.info(
+            "stopped",
+            extra={"fields": {"clean": clean, "cut_sessions": self.servicer.gate.active}},
+        )
+        return clean
+
+
+async def build_server(
+    registry: ModelRegistry, limits: Limits | None = None, host: str = "127.0.0.1", port: int = 0
+) -> ServerHandle:
+    """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``)."""
+    limits = limits or Limits()
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.so_reuseport", 0),  # a port already in use is an error, not a shared socket
+        ]
+    )
+    servicer = ParserServicer(registry, limits)
+    pb_grpc.add_ParserServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port}")
+    await server.start()
+    return ServerHandle(server, bound, servicer, health_servicer)
+
+
+async def _preload(registry: ModelRegistry, names: Sequence[str]) -> None:
+    """Load models one at a time in a worker thread; a failure is logged, not fatal."""
+    started = time.monotonic()
+    for name in names:
+        try:
+            await asyncio.to_thread(registry.get, name)
+        except Exception as exc:
+            SERVER_LOG.error("model failed to load", extra={"fields": {"model": name, "error": str(exc)}})
+    if names:
+        elapsed = round(time.monotonic() - started, 3)
+        SERVER_LOG.info("models loaded", extra={"fields": {"models": len(names), "seconds": elapsed}})
+
+
+async def serve(
+    registry: ModelRegistry,
+    limits: Limits | None = None,
+    host: str = "127.0.0.1",
+    port: int = 50051,
+    grace: float = 30.0,
+    on_ready: Callable[[ServerHandle], None] | None = None,
+    preload: Sequence[str] = (),
+) -> bool:
+    """Run until SIGTERM/SIGINT, then drain. Returns whether the drain was clean.
+
+    ``preload`` models are loaded in the background once the server listens, so start-up is
+    quick however many models are configured; a request for one not loaded yet loads it."""
+    handle = await build_server(registry, limits, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    SERVER_LOG.info(
+        "listening",
+        extra={"fields": {"host": host, "port": handle.port, "models": registry.names()}},
+    )
+    if on_ready is not None:
+        on_ready(handle)
+    warm = asyncio.create_task(_preload(registry, preload))
+    await stop.wait()
+    warm.cancel()
+    SERVER_LOG.info("signal received")
+    return await handle.drain(grace)

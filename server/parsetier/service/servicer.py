@@ -1,0 +1,172 @@
+"""The ``parsetier.v1.Parser`` servicer: reads client messages, hands them to ``StreamSession``,
+writes the replies, and turns every failure into the status code the contract names.
+
+Each stream is one asyncio task with its own session object; an exception in one stream ends
+that stream only. Parsing runs inline on the event loop: a step costs microseconds to
+milliseconds, less than a thread hop. ParseOnce on a large output moves to a worker thread so it
+cannot stall the other streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from parsetier.models import Model, ModelRegistry
+from parsetier.service.errors import ServiceError, status_for
+from parsetier.service.limits import Limits, SessionGate
+from parsetier.service.logs import SERVER_LOG, SessionRecord
+from parsetier.service.stream import StreamSession, parse_once
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+
+PARSE_ONCE_THREAD_TOKENS = 8192
+"""ParseOnce inputs at least this long are parsed in a worker thread."""
+REFUSAL_READ_TIMEOUT = 1.0
+"""Seconds a refused stream waits for the client's first message before the status is sent."""
+
+Status = tuple[grpc.StatusCode, str]
+
+
+def _failure(exc: BaseException, record: SessionRecord) -> Status:
+    """The status for an exception, logging server bugs."""
+    status = status_for(exc)
+    if status is None:
+        SERVER_LOG.error(
+            "internal error in session", exc_info=exc, extra={"fields": {"request_id": record.request_id}}
+        )
+        status = (grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    return status
+
+
+class ParserServicer(pb_grpc.ParserServicer):
+    def __init__(self, registry: ModelRegistry, limits: Limits) -> None:
+        self.registry = registry
+        self.limits = limits
+        self.gate = SessionGate(limits.max_sessions)
+
+    # --- Parse -----------------------------------------------------------------------------
+
+    async def Parse(
+        self, request_iterator: AsyncIterator[pb.ClientMessage], context: grpc.aio.ServicerContext
+    ) -> None:
+        record = SessionRecord(rpc="Parse")
+        status = await self._guarded(record, self._run_stream(record, context))
+        if status is not None:
+            if record.client_messages == 0:
+                await self._await_first_message(context)
+            await context.abort(*status)
+
+    @staticmethod
+    async def _await_first_message(context: grpc.aio.ServicerContext) -> None:
+        """Let a refused client's first write land before the status goes out.
+
+        grpc's asyncio client reports INTERNAL instead of the server's status when a write is in
+        flight as the status arrives (grpc/grpc#36066); clients write Open at once, so waiting
+        for it (briefly) lets them see RESOURCE_EXHAUSTED / UNAVAILABLE / NOT_FOUND as sent."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(context.read(), REFUSAL_READ_TIMEOUT)
+
+    async def _run_stream(self, record: SessionRecord, context: grpc.aio.ServicerContext) -> Status | None:
+        stream = StreamSession(self.limits, record)
+        while True:
+            try:
+                message = await asyncio.wait_for(context.read(), self.limits.idle_timeout)
+            except TimeoutError:
+                if stream.finished:
+                    return None  # the client has its result and merely did not close
+                return (
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"no message for {self.limits.idle_timeout:g} s; the session was dropped",
+                )
+            if message is grpc.aio.EOF:
+                if stream.finished:
+                    return None
+                return grpc.StatusCode.FAILED_PRECONDITION, "the stream was closed before Finish"
+            record.client_messages += 1
+            stream.check_order(message)
+            if message.HasField("open"):
+                record.model = message.open.model
+                record.request_id = message.open.request_id
+                model = await self._model(message.open.model)
+                stream.open(model, message.open)
+                # Headers go out only once the Open is accepted: a client may wait for them
+                # before sending steps, so errors in the Open never race its next writes.
+                await context.send_initial_metadata(())
+            reply = stream.apply(message)
+            if reply is not None:
+                await context.write(reply)
+
+    # --- ParseOnce -------------------------------------------------------------------------
+
+    async def ParseOnce(
+        self, request: pb.ParseOnceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ParseOnceResponse:
+        record = SessionRecord(rpc="ParseOnce", model=request.open.model, request_id=request.open.request_id)
+        result: list[pb.ParseOnceResponse] = []
+
+        async def run() -> None:
+            model = await self._model(request.open.model)
+            if len(request.token_ids) >= PARSE_ONCE_THREAD_TOKENS:
+                result.append(await asyncio.to_thread(parse_once, model, request, self.limits, record))
+            else:
+                result.append(parse_once(model, request, self.limits, record))
+
+        status = await self._guarded(record, run())
+        if status is not None:
+            await context.abort(*status)
+        return result[0]
+
+    # --- ListModels ------------------------------------------------------------------------
+
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListModelsResponse:
+        return pb.ListModelsResponse(
+            models=[
+                pb.ModelInfo(
+                    name=info.name,
+                    format=info.format,
+                    tokenizer=info.tokenizer,
+                    tokenizer_available=info.tokenizer_available,
+                    description=info.description,
+                    capabilities=pb.Capabilities(reasoning=info.reasoning, tool_calls=info.tool_calls),
+                )
+                for info in self.registry.describe()
+            ]
+        )
+
+    # --- shared ----------------------------------------------------------------------------
+
+    async def _model(self, name: str) -> Model:
+        # Loading a tokenizer takes a while the first time; keep the event loop free meanwhile.
+        return await asyncio.to_thread(self.registry.get, name)
+
+    async def _guarded(self, record: SessionRecord, work) -> Status | None:
+        """Run one session's work inside the session gate; log its end; return its error status.
+
+        Every exception stays inside this session: callers only ever abort their own RPC."""
+        try:
+            self.gate.enter()
+        except ServiceError as exc:
+            work.close()
+            record.outcome, record.error = exc.code.name, exc.message
+            record.emit()
+            return exc.code, exc.message
+        status: Status | None = None
+        try:
+            status = await work
+        except asyncio.CancelledError:
+            record.outcome = "CANCELLED"
+            raise
+        except Exception as exc:
+            status = _failure(exc, record)
+        finally:
+            self.gate.leave()
+            if status is not None:
+                record.outcome, record.error = status[0].name, status[1]
+            record.emit()
+        return status

@@ -1,0 +1,157 @@
+"""One ``Parse`` stream's protocol: open → steps → finish, mapped onto one ``Session``.
+
+Synchronous and free of grpc calls so the rules (what may come when, what one client message
+costs) are readable in one place and testable without a network. The servicer only reads,
+loads the model, calls ``apply`` and writes what it returns.
+
+Batching: the token ids of consecutive id steps in one client message are concatenated into one
+``Session.feed`` call — parsing is split-invariant, so this gives the same output as feeding them
+one by one, at a fraction of the per-call cost — and everything a client message produced goes
+back in one ``ServerMessage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from parsetier import session as core
+from parsetier.models import Model
+from parsetier.service import convert
+from parsetier.service.errors import out_of_order
+from parsetier.service.limits import Limits
+from parsetier.service.logs import SessionRecord
+from parsetier_api.v1 import parsetier_pb2 as pb
+
+
+def step_runs(steps: Sequence[pb.Step]) -> Iterator[list[int] | str]:
+    """Group steps into feed calls: runs of id steps become one id list; text-only steps stay
+    separate strings. A step with ids ignores its text (see ``Step.text``)."""
+    ids: list[int] = []
+    for step in steps:
+        if step.token_ids:
+            ids.extend(step.token_ids)
+        elif step.text:
+            if ids:
+                yield ids
+                ids = []
+            yield step.text
+    if ids:
+        yield ids
+
+
+class StreamSession:
+    """The state of one stream; ``record`` is what its log line will say."""
+
+    def __init__(self, limits: Limits, record: SessionRecord) -> None:
+        self.limits = limits
+        self.record = record
+        self.model: Model | None = None
+        self.session: core.Session | None = None
+        self.want_deltas = True
+        self.want_events = False
+        self.finished = False
+        self._sequence = 0
+
+    @property
+    def opened(self) -> bool:
+        return self.session is not None
+
+    def open(self, model: Model, open_: pb.Open) -> None:
+        """Start the session (the servicer has looked the model up)."""
+        if self.opened:
+            raise out_of_order("the session is already open; Open may only come in the first message")
+        options = convert.options_of(open_, model.vocab_size)
+        self.want_deltas, self.want_events = convert.wants(open_.output, unary=False)
+        self.limits.check_tokens(len(options.prompt_token_ids))
+        self.session = core.Session(model, options)
+        self.model = model
+
+    def check_order(self, message: pb.ClientMessage) -> None:
+        """Protocol-order errors, checked before anything in the message is applied."""
+        has_data = bool(message.steps) or message.HasField("finish")
+        if self.finished and (has_data or message.HasField("open")):
+            raise out_of_order("the session is finished; no data may follow Finish")
+        if message.HasField("open") and self.opened:
+            raise out_of_order("the session is already open; Open may only come in the first message")
+        if not self.opened and not message.HasField("open") and has_data:
+            raise out_of_order("the stream must start with Open before steps or Finish")
+
+    def apply(self, message: pb.ClientMessage) -> pb.ServerMessage | None:
+        """Feed the message's steps and finish; the reply, or None when nothing came out.
+
+        ``open`` must already have been applied when the message carries one; the servicer
+        counts the message in ``record.client_messages`` when it reads it."""
+        self.limits.check_steps(len(message.steps))
+        if not message.steps and not message.HasField("finish"):
+            return None  # an Open alone, or an empty keep-alive message
+        session = self.session
+        assert session is not None and self.model is not None
+        outputs: list[core.StepOutput] = []
+        for run in step_runs(message.steps):
+            if isinstance(run, str):
+                self.record.text_bytes += len(run.encode("utf-8"))
+                self.limits.check_text(self.record.text_bytes)
+                outputs.append(session.feed_text(run))
+            else:
+                convert.check_token_ids(run, self.model.vocab_size, "steps")
+                self.record.tokens += len(run)
+                self.limits.check_tokens(self.record.tokens)
+                outputs.append(session.feed(run))
+        if message.HasField("finish"):
+            reason, matched = convert.finish_of(message.finish)
+            outputs.append(session.finish(reason, matched_stop=matched))
+            self.finished = True
+        return self._reply(outputs)
+
+    def _reply(self, outputs: list[core.StepOutput]) -> pb.ServerMessage | None:
+        reply = pb.ServerMessage(client_messages=self.record.client_messages)
+        for out in outputs:
+            if self.want_deltas and out.deltas:
+                reply.deltas.extend(convert.delta_to_pb(d) for d in out.deltas)
+            if self.want_events and out.events:
+                reply.events.extend(convert.event_to_pb(e) for e in out.events)
+            if out.final is not None:
+                reply.final.CopyFrom(convert.final_to_pb(out.final))
+                self.record.finish_reason = out.final.finish_reason
+        if not reply.deltas and not reply.events and not reply.HasField("final"):
+            return None
+        self._sequence += 1
+        reply.sequence = self._sequence
+        self.record.deltas += len(reply.deltas)
+        self.record.events += len(reply.events)
+        self.record.server_messages += 1
+        return reply
+
+
+def parse_once(
+    model: Model, request: pb.ParseOnceRequest, limits: Limits, record: SessionRecord
+) -> pb.ParseOnceResponse:
+    """The unary call: one session fed the whole output, then finished."""
+    options = convert.options_of(request.open, model.vocab_size)
+    want_deltas, want_events = convert.wants(request.open.output, unary=True)
+    ids = list(request.token_ids)
+    convert.check_token_ids(ids, model.vocab_size, "token_ids")
+    record.tokens = len(ids)
+    limits.check_tokens(len(ids) + len(options.prompt_token_ids))
+    record.text_bytes = len(request.text.encode("utf-8")) if not ids else 0
+    limits.check_text(record.text_bytes)
+    reason, matched = convert.finish_of(request.finish)
+    session = core.Session(model, options)
+    outputs = []
+    if ids:
+        outputs.append(session.feed(ids))
+    elif request.text:
+        outputs.append(session.feed_text(request.text))
+    outputs.append(session.finish(reason, matched_stop=matched))
+    response = pb.ParseOnceResponse()
+    for out in outputs:
+        if want_deltas:
+            response.deltas.extend(convert.delta_to_pb(d) for d in out.deltas)
+        if want_events:
+            response.events.extend(convert.event_to_pb(e) for e in out.events)
+        if out.final is not None:
+            response.final.CopyFrom(convert.final_to_pb(out.final))
+            record.finish_reason = out.final.finish_reason
+    record.deltas = len(response.deltas)
+    record.events = len(response.events)
+    return response

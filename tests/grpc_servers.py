@@ -1,0 +1,156 @@
+"""Real parsetier servers for tests: in-process on a background thread, or as a subprocess.
+
+In-process servers share the test's models (loaded once) and start in milliseconds; the
+subprocess form is for what only a real process shows — signals, exit codes, log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from parsetier.models import ModelRegistry
+from parsetier.service import Limits, build_server
+from parsetier.service.server import ServerHandle
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ThreadServer:
+    """A server on 127.0.0.1 with its own event loop thread. ``with ThreadServer(...) as s: s.target``."""
+
+    def __init__(self, registry: ModelRegistry, limits: Limits | None = None) -> None:
+        self.registry = registry
+        self.limits = limits
+        self.handle: ServerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="parsetier-test-server", daemon=True)
+
+    @property
+    def target(self) -> str:
+        assert self.handle is not None
+        return f"127.0.0.1:{self.handle.port}"
+
+    def _main(self) -> None:
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        try:
+            self.loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self.handle = await build_server(self.registry, self.limits, "127.0.0.1", 0)
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            raise
+        self._ready.set()
+        await self._stop.wait()
+        await self.handle.server.stop(0)
+
+    def run_coroutine(self, coro, timeout: float = 30.0):
+        """Run a coroutine on the server's loop (e.g. ``handle.drain``) and wait for its result."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def __enter__(self) -> ThreadServer:
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.loop is not None and self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+def subprocess_env() -> dict[str, str]:
+    """The test's environment, with the source trees importable even without an install."""
+    env = dict(os.environ)
+    paths = [str(ROOT / "server"), str(ROOT / "client" / "python")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+class ProcessServer:
+    """``parsetier serve --port 0`` in a subprocess; its JSON log lines are collected from stderr."""
+
+    def __init__(self, *args: str) -> None:
+        self.args = args
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.logs: list[dict] = []
+        self._listening = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ProcessServer:
+        cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", *self.args]
+        self.proc = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=subprocess_env()
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._listening.wait(timeout):
+            self.kill()
+            raise RuntimeError(f"server did not start; logs: {self.logs}")
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = {"raw": line.rstrip()}
+            self.logs.append(record)
+            if record.get("msg") == "listening":
+                self.port = record["port"]
+                self._listening.set()
+
+    def terminate(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def wait_for_log(self, msg: str, timeout: float = 10.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for record in list(self.logs):
+                if record.get("msg") == msg:
+                    return record
+            time.sleep(0.02)
+        raise AssertionError(f"no {msg!r} log line within {timeout} s; logs: {self.logs}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> ProcessServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

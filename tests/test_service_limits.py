@@ -1,0 +1,116 @@
+"""Limits: a client past one gets RESOURCE_EXHAUSTED (idling: DEADLINE_EXCEEDED) on its own stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import pytest
+
+from grpc_servers import ThreadServer
+from parsetier.service import Limits
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_client import AsyncClient, Client, open_message
+
+Code = grpc.StatusCode
+LIMITS = Limits(
+    max_message_bytes=64 * 1024,
+    max_steps_per_message=4,
+    max_tokens_per_session=50,
+    max_sessions=2,
+    idle_timeout=0.5,
+)
+
+
+@pytest.fixture(scope="module")
+def small_server(registry):
+    registry.get("qwen3")
+    with ThreadServer(registry, LIMITS) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def small_client(small_server):
+    with Client(small_server.target, timeout=30) as client:
+        yield client
+
+
+def _code(fn) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as info:
+        fn()
+    return info.value.code()
+
+
+def test_steps_per_message(small_client):
+    ok = small_client.parse_stream("qwen3", [[9707]] * 4, steps_per_message=4)
+    assert ok.usage.completion_tokens == 4
+    code = _code(lambda: small_client.parse_stream("qwen3", [[9707]] * 5, steps_per_message=5))
+    assert code == Code.RESOURCE_EXHAUSTED
+
+
+def test_tokens_per_session(small_client):
+    assert small_client.parse_stream("qwen3", [[9707] * 50]).usage.completion_tokens == 50
+    assert (
+        _code(lambda: small_client.parse_stream("qwen3", [[9707] * 40, [9707] * 11]))
+        == Code.RESOURCE_EXHAUSTED
+    )
+    assert _code(lambda: small_client.parse_once("qwen3", [9707] * 51)) == Code.RESOURCE_EXHAUSTED
+
+
+def test_message_size(small_client):
+    assert _code(lambda: small_client.parse_once("qwen3", text="x" * 100_000)) == Code.RESOURCE_EXHAUSTED
+
+
+def test_idle_timeout(small_server):
+    async def run():
+        async with AsyncClient(small_server.target, timeout=30) as client:
+            stream = await client.open("qwen3")
+            await stream.send([9707])
+            started = time.monotonic()
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                async for _ in stream:
+                    pass
+            return info.value.code(), time.monotonic() - started
+
+    code, waited = asyncio.run(run())
+    assert code == Code.DEADLINE_EXCEEDED
+    assert waited < 5
+
+
+def test_concurrent_sessions(small_server):
+    """Two sessions open: a third is refused; once one ends, a new one is accepted."""
+
+    async def run():
+        async with AsyncClient(small_server.target, timeout=30) as client:
+            first = await client.open("qwen3")
+            second = await client.open("qwen3")
+            await first.send([9707])
+            await second.send([9707])
+            await asyncio.sleep(0.1)  # both streams are open on the server
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await client.parse_stream("qwen3", [[9707]])
+            assert info.value.code() == Code.RESOURCE_EXHAUSTED
+            await first.finish()
+            assert [m async for m in first][-1].final.usage.completion_tokens == 1
+            third = await client.parse_stream("qwen3", [[9707]])
+            await second.finish()
+            assert [m async for m in second][-1].final.usage.completion_tokens == 1
+            return third
+
+    assert asyncio.run(run()).final.usage.completion_tokens == 1
+
+
+def test_refused_session_has_no_effect_on_counts(small_client):
+    for _ in range(5):
+        assert _code(lambda: small_client.parse_stream("nope", [[1]])) == Code.NOT_FOUND
+    assert small_client.parse_stream("qwen3", [[9707]]).usage.completion_tokens == 1
+
+
+def test_unknown_enum_values_are_invalid(small_client):
+    request = pb.ParseOnceRequest(open=open_message("qwen3"))
+    request.open.output = 99
+    assert _code(lambda: small_client.stub.ParseOnce(request)) == Code.INVALID_ARGUMENT
+    request = pb.ParseOnceRequest(open=open_message("qwen3"))
+    request.open.tool_choice.mode = 42
+    assert _code(lambda: small_client.stub.ParseOnce(request)) == Code.INVALID_ARGUMENT
