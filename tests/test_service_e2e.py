@@ -184,7 +184,6 @@ def test_options_reach_the_session(client, encode):
     assert stop_text.message.content == "Hi<|im_end|>"
 
 
-@pytest.mark.xfail(strict=True, reason="core: the last </tool_call> token is not counted in any event")
 def test_event_tokens_add_up_to_completion_length(client, encode):
     ids = encode(REASONING_AND_TWO_CALLS)
     result = client.parse_stream("qwen3", one_per_step(ids), tools=WEATHER_TOOLS, output="events")

@@ -6,6 +6,7 @@ share one vocabulary without importing protobuf.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +35,9 @@ class SessionOptions:
     include_reasoning: bool = True
     thinking: bool | None = None
     """Chat-template thinking switch; ``None`` means the model's default."""
+    chat_template_kwargs: Mapping[str, str] = field(default_factory=dict)
+    """Other chat-template switches as sent to the template. Parsing reads ``enable_thinking`` /
+    ``thinking`` (when ``thinking`` is unset); the rest do not change how output is parsed."""
     prompt_token_ids: tuple[int, ...] = ()
     """The prompt (or its tail): tells whether the prompt already opened or closed reasoning."""
     include_stop_text: bool = False

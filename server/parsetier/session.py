@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import tokenizers
+
 from parsetier.assembler import Assembler
 from parsetier.detokenizer import LiteralMarkers, TokenScanner
 from parsetier.engine.events import Event
@@ -48,21 +50,61 @@ class StepOutput:
     final: Final | None = None
 
 
-def start_state(grammar: BoundGrammar, options: SessionOptions, thinking_default: bool | None) -> str:
+PROMPT_TAIL = 256
+"""Prompt ids searched for multi-token prompt terminals (a generation prompt is short)."""
+
+
+def start_state(
+    grammar: BoundGrammar,
+    options: SessionOptions,
+    thinking_default: bool | None,
+    tokenizer: tokenizers.Tokenizer | None = None,
+) -> str:
     """Where the output begins: the prompt decides when it says (the last reasoning marker in it),
     else the request's thinking switch, else the format's initial state."""
     g = grammar.grammar
     if options.prompt_token_ids and g.prompt:
-        by_id = {grammar.ids_of(t): state for t, state in g.prompt.items()}
+        by_id = {tid: state for t, state in g.prompt.items() if (tid := grammar.ids_of(t)) is not None}
+        if tokenizer is not None and len(by_id) < len(g.prompt):
+            found = _prompt_text_state(grammar, tokenizer, options.prompt_token_ids)
+            if found is not None:
+                return found
         for tid in reversed(options.prompt_token_ids):
             if tid in by_id:
                 return by_id[tid]
-    thinking = options.thinking if options.thinking is not None else thinking_default
+    thinking = options.thinking if options.thinking is not None else _kwargs_thinking(options)
+    if thinking is None:
+        thinking = thinking_default
     if thinking is False and g.thinking_off:
         return g.thinking_off
     if thinking is True and g.thinking_on:
         return g.thinking_on
     return g.initial
+
+
+def _prompt_text_state(
+    grammar: BoundGrammar, tokenizer: tokenizers.Tokenizer, prompt_ids: Sequence[int]
+) -> str | None:
+    """Prompt terminals that span several tokens (Kimi K3's ``<|open|>response<|sep|>``) have no
+    single id to look for: the prompt's tail is detokenized into sentinel form, like output, and
+    the terminal that ends last in it decides."""
+    scanner = TokenScanner(tokenizer, grammar)
+    text = "".join(scanner.piece(tid) for tid in prompt_ids[-PROMPT_TAIL:])
+    best: tuple[int, int, str] | None = None
+    for terminal, state in grammar.grammar.prompt.items():
+        pattern = grammar.patterns[terminal]
+        at = text.rfind(pattern)
+        if at >= 0 and (best is None or (at + len(pattern), len(pattern)) > best[:2]):
+            best = (at + len(pattern), len(pattern), state)
+    return best[2] if best else None
+
+
+def _kwargs_thinking(options: SessionOptions) -> bool | None:
+    for key in ("enable_thinking", "thinking"):
+        value = options.chat_template_kwargs.get(key)
+        if value is not None:
+            return str(value).strip().lower() in ("true", "1", "yes", "on")
+    return None
 
 
 def _tool_schemas(options: SessionOptions) -> dict[str, dict[str, Any]]:
@@ -88,7 +130,8 @@ class Session:
         grammar = model.grammar
         self._scanner = TokenScanner(model.tokenizer, grammar, options.prompt_token_ids)
         self._literals = LiteralMarkers(grammar)
-        self._machine = Machine(grammar, start_state(grammar, options, model.spec.thinking), schemas)
+        start = start_state(grammar, options, model.spec.thinking, model.tokenizer)
+        self._machine = Machine(grammar, start, schemas)
         self._assembler = Assembler(options)
         self._token_text = grammar.token_text
         self._tokens = 0
@@ -109,12 +152,16 @@ class Session:
             events += feed(piece(tid), 1)
         return self._output(events)
 
-    def feed_text(self, text: str) -> StepOutput:
-        """Already-detokenized text. Marker texts count as markers only while no ids were fed."""
+    def feed_text(self, text: str, tokens: int = 0) -> StepOutput:
+        """Already-detokenized text (``tokens`` of output, for usage). Marker texts count as
+        markers only while no ids were fed."""
         self._check_open()
+        if tokens < 0:
+            raise InvalidInput("tokens must not be negative")
+        self._tokens += tokens
         if not self._ids_seen:
             text = self._literals.convert(text)
-        return self._output(self._machine.feed(text, 0))
+        return self._output(self._machine.feed(text, tokens))
 
     def finish(self, reason: str = "stop", matched_stop: int | str | None = None) -> StepOutput:
         """End of output: flush what was held back; return the last deltas and the final result."""

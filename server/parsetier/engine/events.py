@@ -22,6 +22,8 @@ class EventKind(Enum):
     TOOL_ARGUMENTS = "tool_arguments"
     """A fragment of the call's arguments as JSON text (``text``)."""
     TOOL_CALL_END = "tool_call_end"
+    END = "end"
+    """The output ended (always the last event); ``tokens`` carries any not yet attributed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ value of the current call; json: text is the call's arguments as one JSON value;
 a JSON object carrying the name and the arguments (``{"name": …, "arguments": …}``)."""
 
 ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
-DIALECTS = frozenset({"json", "gemma"})
+DIALECTS = frozenset({"json", "gemma", "python"})
+UNESCAPES = frozenset({"none", "xml"})
 
 SENTINEL_BASE = 0xF0000
 """Token-id terminals travel through the text as code points from Supplementary Private Use
@@ -55,6 +56,11 @@ class Transition:
     actions: tuple[str, ...] = ()
     keep: bool = False
     """The terminal's text is not consumed: the next state reads it again (Llama's bare ``{``)."""
+    follow: tuple[str, ...] = ()
+    """If set, the terminal counts only where, after optional whitespace, one of these terminals
+    (or, for ``"end"``, the end of the output) follows; elsewhere its text is the state's own text.
+    For closers that may also be data: ``</function>`` inside a parameter value is text unless the
+    call's structure goes on after it. The machine waits (holds back) only until it can tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +79,11 @@ class State:
     """On the first non-whitespace text that is not a terminal, move to this state (a state that
     only looks at how the output *starts*, like Llama's bare JSON call)."""
     dialect: str = "json"
-    """json states: ``json``, or ``gemma`` (Gemma 4's unquoted keys and ``<|"|>`` strings)."""
+    """json states: ``json``, or ``gemma`` (Gemma 4's unquoted keys and ``<|"|>`` strings); envelope
+    states: ``json``, or ``python`` (pythonic call lists ``[f(a=1), g()]``, Llama 4)."""
+    unescape: str = "none"
+    """capture states: ``xml`` decodes XML character references (``&amp;`` ``&quot;`` ``&#38;``…)
+    in the rule's groups, for names and keys written as attribute values (Kimi K3's ``key="q&amp;a"``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +178,9 @@ class BoundGrammar:
         sentinel_of_id = {used[text]: s for text, s in sentinel_of_text.items()}
         return cls(
             grammar=grammar,
-            vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+            # The id space, not the token count: a sparse vocabulary (the marker tokenizers keep
+            # their markers at the real models' ids) has ids far above its number of tokens.
+            vocab_size=max(tokenizer.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1),
             patterns=patterns,
             sentinel_of_id=sentinel_of_id,
             text_of_sentinel={s: text for text, s in sentinel_of_text.items()},
@@ -203,7 +215,8 @@ def _transition(where: str, spec: Any) -> Transition:
         bad = set(actions) - ACTIONS
         if bad:
             raise GrammarError(f"{where}: unknown action(s) {sorted(bad)}; known: {sorted(ACTIONS)}")
-        return Transition(str(spec["next"]), actions, bool(spec.get("keep", False)))
+        follow = tuple(str(t) for t in spec.get("follow", ()))
+        return Transition(str(spec["next"]), actions, bool(spec.get("keep", False)), follow)
     raise GrammarError(f"{where}: a transition is a state name or {{next = …, do = [...]}}")
 
 
@@ -230,6 +243,9 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             if tname not in terminals:
                 raise GrammarError(f"{where}: transition on unknown terminal {tname!r}")
             on[tname] = _transition(f"{where} on {tname!r}", tspec)
+            unknown = set(on[tname].follow) - set(terminals) - {"end"}
+            if unknown:
+                raise GrammarError(f"{where} on {tname!r}: follow names unknown terminals {sorted(unknown)}")
         done = _transition(f"{where} done", spec["done"]) if "done" in spec else None
         rules = []
         for i, rule in enumerate(spec.get("rules", ())):
@@ -244,6 +260,9 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
         dialect = str(spec.get("dialect", "json"))
         if dialect not in DIALECTS:
             raise GrammarError(f"{where}: dialect {dialect!r} is not one of {sorted(DIALECTS)}")
+        unescape = str(spec.get("unescape", "none"))
+        if unescape not in UNESCAPES:
+            raise GrammarError(f"{where}: unescape {unescape!r} is not one of {sorted(UNESCAPES)}")
         states[sname] = State(
             sname,
             kind,
@@ -253,6 +272,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             bool(spec.get("list", False)),
             spec.get("text_next"),
             dialect,
+            unescape=unescape,
         )
     grammar = Grammar(
         name=name,

@@ -12,7 +12,8 @@ to their argument reader first, and only the text after the JSON value ends goes
 a marker written inside a JSON string is never mistaken for one.
 
 Decisions depend only on the text seen so far, never on where deltas were split; what cannot be
-decided yet (a suffix that may become a terminal, trailing whitespace) is held back, and nothing
+decided yet (a suffix that may become a terminal, trailing whitespace, a terminal whose ``follow``
+condition the text after it does not settle yet) is held back, and nothing
 emitted is ever taken back. Per-call work is proportional to the new text.
 
 Whitespace policy: content and reasoning are trimmed at their edges: leading whitespace at the
@@ -23,18 +24,28 @@ block ends (it is dropped).
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from parsetier.engine.arguments import EnvelopeReader, GemmaArgsReader, JsonArgsReader, ParamWriter
+import regex
+
+from parsetier.engine.arguments import (
+    EnvelopeReader,
+    GemmaArgsReader,
+    JsonArgsReader,
+    ParamWriter,
+    PythonCallsReader,
+)
 from parsetier.engine.events import Event, EventKind
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
 from parsetier.engine.json_scan import COMPLETE, OPEN
 from parsetier.engine.lexer import TerminalSet
 
 _READERS = ("json", "envelope")
-_ReaderT = JsonArgsReader | EnvelopeReader | GemmaArgsReader
+_ReaderT = JsonArgsReader | EnvelopeReader | GemmaArgsReader | PythonCallsReader
+_ENVELOPES = (EnvelopeReader, PythonCallsReader)
 _CAPTURE_LIMIT = 4096
 
 _terminal_sets: dict[tuple[int, str], TerminalSet] = {}
@@ -46,6 +57,21 @@ def _terminal_set(bound: BoundGrammar, state: str) -> TerminalSet:
     if tset is None:
         tset = _terminal_sets[key] = TerminalSet(bound.state_patterns[state])
     return tset
+
+
+_follow_patterns: dict[tuple[int, tuple[str, ...]], regex.Pattern[str] | None] = {}
+
+
+def _follow_pattern(bound: BoundGrammar, follow: tuple[str, ...]) -> regex.Pattern[str] | None:
+    """``\\s*(?:t1|t2|…)`` over the bound patterns of a transition's ``follow`` terminals (None when
+    it lists only ``end``); matched partially, so a prefix of what may follow means "wait"."""
+    key = (id(bound), follow)
+    if key not in _follow_patterns:
+        pats = sorted((bound.patterns[t] for t in follow if t != "end"), key=len, reverse=True)
+        _follow_patterns[key] = (
+            regex.compile(r"\s*(?:" + "|".join(regex.escape(p) for p in pats) + ")") if pats else None
+        )
+    return _follow_patterns[key]
 
 
 class Machine:
@@ -84,6 +110,8 @@ class Machine:
         self._reasoning_started = False
         self._reasoning_ws = ""
         self._current_tool = ""
+        self._ending = False
+        """Set by ``finish``: nothing more will follow, so ``follow`` checks can decide on "end"."""
         self._enter(self._state, "", None)
 
     # ------------------------------------------------------------------ public
@@ -110,9 +138,13 @@ class Machine:
 
     def finish(self) -> list[Event]:
         """End of output: settle held-back text; an unterminated call stays unterminated."""
+        self._ending = True
         if self._hold:
             held, self._hold = self._hold, ""
-            self._text(held)
+            self._run(held)  # a terminal waiting on what follows it is decided now
+            if self._hold:
+                held, self._hold = self._hold, ""
+                self._text(held)
         state = self._state
         if state.kind == "reasoning":
             self._leave_reasoning()
@@ -120,6 +152,7 @@ class Machine:
             self._passthrough_if_no_call("")
         # An unfinished capture (name, header) is not shown; an open call is not completed.
         self._content_ws = ""
+        self._emit(EventKind.END)
         return self._take()
 
     # ------------------------------------------------------------------ core loop
@@ -153,13 +186,42 @@ class Machine:
                 return
             if match.start > pos:
                 self._text(buf[pos : match.start])
-            pos = match.end
             transition = state.on[self._bound.terminal_of_pattern[match.pattern]]
+            if transition.follow:
+                verdict = self._followed(transition, buf, match.end)
+                if verdict is None:  # cannot tell yet: wait, from the terminal on
+                    self._hold = buf[match.start :]
+                    return
+                if not verdict:  # not structural here: its text is the state's own text
+                    if state.text_next is not None:  # …and text moves a text_next state on
+                        pos = match.start
+                        self._fire(Transition(state.text_next), "", state)
+                        continue
+                    self._text(buf[match.start : match.end])
+                    pos = match.end
+                    continue
+            pos = match.end
             if transition.keep:
                 pos = match.start
                 self._fire(transition, "", state)
             else:
                 self._fire(transition, match.pattern, state)
+
+    def _followed(self, transition: Transition, buf: str, at: int) -> bool | None:
+        """Whether what follows ``buf[at:]`` makes a ``follow`` terminal structural: True, False,
+        or None while the text so far cannot tell (only whitespace, or a prefix of a terminal)."""
+        pattern = _follow_pattern(self._bound, transition.follow)
+        if pattern is not None:
+            m = pattern.match(buf, at, partial=True)
+            if m is None:
+                return False
+            if not m.partial:
+                return True
+        elif buf[at:].strip():
+            return False
+        if not self._ending:
+            return None
+        return "end" in transition.follow and not buf[at:].strip()
 
     def _text(self, text: str) -> None:
         kind = self._state.kind
@@ -174,9 +236,13 @@ class Machine:
         elif kind == "value":
             if self._params is not None:
                 self._params.value(self._restore(text))
-        elif kind == "envelope" and isinstance(self._reader, EnvelopeReader) and self._reader.calls == 0:
-            self._reader.raw.append(text)
-        # skip, finished json: dropped
+        elif kind == "envelope" and isinstance(self._reader, _ENVELOPES):
+            if self._reader.calls == 0:
+                self._reader.raw.append(text)
+            elif text.strip():
+                # Words after the call's JSON inside the block are the model's: no lost text.
+                self._visible(EventKind.CONTENT, text)
+        # skip, finished json: dropped (code fences, separators)
 
     # ------------------------------------------------------------------ transitions
     def _fire(self, transition: Transition, pattern: str, state: State) -> None:
@@ -192,6 +258,8 @@ class Machine:
                 m = rule.pattern.search(captured)
                 if m:
                     groups = {k: v for k, v in m.groupdict().items() if v is not None}
+                    if state.unescape == "xml":
+                        groups = {k: _xml_unescape(v) for k, v in groups.items()}
                     nxt = rule.next or nxt
                     actions = rule.actions
                     break
@@ -232,7 +300,11 @@ class Machine:
                 self._reader = JsonArgsReader(self._args)
         elif kind == "envelope":
             self._opening = pattern
-            self._reader = EnvelopeReader(state.allow_list, self._envelope_begin, self._args, self._call_end)
+            if state.dialect == "python":
+                self._reader = PythonCallsReader(self._envelope_begin, self._args, self._call_end)
+            else:
+                allow = state.allow_list
+                self._reader = EnvelopeReader(allow, self._envelope_begin, self._args, self._call_end)
         if kind not in _READERS:
             self._reader = None
 
@@ -278,13 +350,12 @@ class Machine:
     def _passthrough_if_no_call(self, closing: str) -> None:
         """An envelope that never produced a call: its text was the model's, show it as content."""
         reader = self._reader
-        if isinstance(reader, EnvelopeReader) and reader.calls == 0:
+        if isinstance(reader, _ENVELOPES) and reader.calls == 0:
             raw = self._opening + "".join(reader.raw) + closing
             reader.raw = []
             reader.calls = -1  # passed through once
             if raw:
-                self._content_started = True
-                self._emit_text(EventKind.CONTENT, self._restore(raw))
+                self._visible(EventKind.CONTENT, raw)
 
     # ------------------------------------------------------------------ text events
     def _visible(self, kind: EventKind, text: str) -> None:
@@ -359,6 +430,24 @@ def _forced_type(groups: Mapping[str, str]) -> str | None:
     if "type" in groups:
         return "string" if groups["type"] in ("string", "str") else "json"
     return None
+
+
+_XML_REF = re.compile(r"&(?:(amp|lt|gt|quot|apos)|#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6}));")
+_XML_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
+
+
+def _xml_unescape(text: str) -> str:
+    """XML's five named entities and numeric character references; anything else stays as written
+    (not ``html.unescape``, whose hundreds of HTML entities would rewrite text like ``&copy``)."""
+
+    def one(m: re.Match[str]) -> str:
+        named, dec, hexa = m.groups()
+        if named:
+            return _XML_NAMED[named]
+        code = int(dec) if dec else int(hexa, 16)
+        return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else m.group(0)
+
+    return _XML_REF.sub(one, text)
 
 
 def new_call_id() -> str:

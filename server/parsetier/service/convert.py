@@ -37,6 +37,7 @@ _EVENT_KINDS = {
     EventKind.TOOL_CALL_START: pb.EVENT_KIND_TOOL_CALL_START,
     EventKind.TOOL_ARGUMENTS: pb.EVENT_KIND_TOOL_ARGUMENTS,
     EventKind.TOOL_CALL_END: pb.EVENT_KIND_TOOL_CALL_END,
+    EventKind.END: pb.EVENT_KIND_END,
 }
 
 
@@ -131,6 +132,7 @@ def options_of(open_: pb.Open, vocab_size: int) -> SessionOptions:
         parallel_tool_calls=open_.parallel_tool_calls if open_.HasField("parallel_tool_calls") else True,
         include_reasoning=open_.include_reasoning if open_.HasField("include_reasoning") else True,
         thinking=open_.thinking if open_.HasField("thinking") else None,
+        chat_template_kwargs=dict(open_.chat_template_kwargs),
         prompt_token_ids=tuple(open_.prompt_token_ids),
         include_stop_text=open_.include_stop_text,
         complete_tool_calls=open_.complete_tool_calls,

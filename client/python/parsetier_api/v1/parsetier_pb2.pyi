@@ -40,6 +40,7 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_TOOL_CALL_START: _ClassVar[EventKind]
     EVENT_KIND_TOOL_ARGUMENTS: _ClassVar[EventKind]
     EVENT_KIND_TOOL_CALL_END: _ClassVar[EventKind]
+    EVENT_KIND_END: _ClassVar[EventKind]
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
 TOOL_CHOICE_MODE_NONE: ToolChoiceMode
@@ -62,6 +63,7 @@ EVENT_KIND_REASONING_END: EventKind
 EVENT_KIND_TOOL_CALL_START: EventKind
 EVENT_KIND_TOOL_ARGUMENTS: EventKind
 EVENT_KIND_TOOL_CALL_END: EventKind
+EVENT_KIND_END: EventKind
 
 class ClientMessage(_message.Message):
     __slots__ = ("open", "steps", "finish")
