@@ -57,7 +57,7 @@ class LiteralMarkers:
     __slots__ = ("_hold", "_sentinel_of", "_set")
 
     def __init__(self, bound: BoundGrammar) -> None:
-        self._sentinel_of = {text: s for s, text in bound.literal_of_sentinel.items()}
+        self._sentinel_of = {text: s for s, text in bound.text_of_sentinel.items()}
         self._set = TerminalSet(tuple(sorted(self._sentinel_of, key=len, reverse=True)))
         self._hold = ""
 

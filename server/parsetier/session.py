@@ -14,7 +14,7 @@ are the same (``parse`` is the one-call form). Work per call is proportional to 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,7 @@ class Session:
         self.model = model
         self.options = options
         self._vocab = model.vocab_size
+        self._known_ids = model.grammar.known_ids
         self._check_ids(options.prompt_token_ids, "prompt_token_ids")
         schemas = _tool_schemas(options)
         grammar = model.grammar
@@ -204,11 +205,16 @@ class Session:
         if self._finished:
             raise WrongState("the session has finished; no more input is accepted")
 
-    def _check_ids(self, ids: Iterable[int], what: str) -> None:
-        vocab = self._vocab
-        for tid in ids:
-            if not 0 <= tid < vocab:
-                raise InvalidInput(f"{what}: token id {tid} is outside the vocabulary (0..{vocab - 1})")
+    def _check_ids(self, ids: Sequence[int], what: str) -> None:
+        """Every id must be one the tokenizer knows; a bad delta is refused whole, before any of
+        it is parsed. Range checks run in C; sparse vocabularies (marker tokenizers) also check
+        membership."""
+        if not ids:
+            return
+        vocab, known = self._vocab, self._known_ids
+        if min(ids) < 0 or max(ids) >= vocab or (known is not None and not known.issuperset(ids)):
+            bad = next(t for t in ids if not 0 <= t < vocab or (known is not None and t not in known))
+            raise InvalidInput(f"{what}: token id {bad} is not in the vocabulary of {self.model.name!r}")
 
 
 def parse(

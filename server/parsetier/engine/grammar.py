@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import regex
 import tokenizers
+
+from parsetier.engine.lexer import TerminalSet
 
 STATE_KINDS = frozenset({"content", "reasoning", "skip", "capture", "value", "json", "envelope"})
 """content/reasoning: text is shown as such; skip: text is dropped; capture: text is collected
@@ -131,16 +134,21 @@ class BoundGrammar:
     sentinel_of_id: Mapping[int, str]
     """token id → sentinel, for every added token a terminal uses."""
     text_of_sentinel: Mapping[str, str]
-    """sentinel → the token's text, to put back when a sentinel ends up in visible output."""
-    literal_of_sentinel: Mapping[str, str]
-    """For text steps: a bound token's literal text, matched in raw text, becomes its sentinel."""
+    """sentinel → the token's text: put back when a sentinel ends up in visible output, and
+    matched literally in text steps to become the sentinel."""
     dropped_ids: frozenset[int]
     """Special tokens the format does not use: they never reach the output."""
     token_text: Mapping[int, str]
     """Text of every added token, for stop-token handling."""
     terminal_of_pattern: Mapping[str, str]
-    state_patterns: Mapping[str, tuple[str, ...]]
-    """state → the patterns its transitions listen for, longest first."""
+    terminal_sets: Mapping[str, TerminalSet]
+    """state → the lexer's compiled set of the terminals its transitions listen for."""
+    known_ids: frozenset[int] | None
+    """Every valid id when the id space has gaps (marker tokenizers), else None: all below
+    ``vocab_size`` are valid."""
+    follow_patterns: Mapping[tuple[str, ...], regex.Pattern[str] | None]
+    """A transition's ``follow`` list → ``\\s*(?:t1|t2|…)`` over their patterns, matched partially
+    (a prefix of what may follow means "wait"); None when the list names only ``end``."""
 
     @classmethod
     def build(cls, grammar: Grammar, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
@@ -170,25 +178,37 @@ class BoundGrammar:
                 other = terminal_of_pattern[pat]
                 raise GrammarError(f"{grammar.name}: terminals {other!r} and {name!r} coincide")
             terminal_of_pattern[pat] = name
-        state_patterns = {
-            sname: tuple(sorted((patterns[t] for t in state.on), key=len, reverse=True))
+        terminal_sets = {
+            sname: TerminalSet(tuple(sorted((patterns[t] for t in state.on), key=len, reverse=True)))
             for sname, state in grammar.states.items()
         }
+        follow_patterns = {
+            t.follow: _follow_pattern([patterns[name] for name in t.follow if name != "end"])
+            for state in grammar.states.values()
+            for t in state.on.values()
+            if t.follow
+        }
         special = {tid for tid, tok in added.items() if tok.special}
+        # The id space, not the token count: a sparse vocabulary (the marker tokenizers keep
+        # their markers at the real models' ids) has ids far above its number of tokens.
+        count = tokenizer.get_vocab_size(with_added_tokens=True)
+        vocab_size = max(count, max(added, default=-1) + 1)
+        known_ids = None
+        if vocab_size != count:
+            known_ids = frozenset(tokenizer.get_vocab(with_added_tokens=True).values())
         sentinel_of_id = {used[text]: s for text, s in sentinel_of_text.items()}
         return cls(
             grammar=grammar,
-            # The id space, not the token count: a sparse vocabulary (the marker tokenizers keep
-            # their markers at the real models' ids) has ids far above its number of tokens.
-            vocab_size=max(tokenizer.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1),
+            vocab_size=vocab_size,
             patterns=patterns,
             sentinel_of_id=sentinel_of_id,
             text_of_sentinel={s: text for text, s in sentinel_of_text.items()},
-            literal_of_sentinel={s: text for text, s in sentinel_of_text.items()},
             dropped_ids=frozenset(special - set(sentinel_of_id)),
             token_text={tid: tok.content for tid, tok in added.items()},
             terminal_of_pattern=terminal_of_pattern,
-            state_patterns=state_patterns,
+            terminal_sets=terminal_sets,
+            known_ids=known_ids,
+            follow_patterns=follow_patterns,
         )
 
     def ids_of(self, terminal: str) -> int | None:
@@ -199,6 +219,13 @@ class BoundGrammar:
                 if s == pattern:
                     return tid
         return None
+
+
+def _follow_pattern(patterns: list[str]) -> regex.Pattern[str] | None:
+    if not patterns:
+        return None
+    alternatives = "|".join(regex.escape(p) for p in sorted(patterns, key=len, reverse=True))
+    return regex.compile(r"\s*(?:" + alternatives + ")")
 
 
 def _looks_like_marker(text: str) -> bool:

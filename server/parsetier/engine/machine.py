@@ -29,8 +29,6 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-import regex
-
 from parsetier.engine.arguments import (
     EnvelopeReader,
     GemmaArgsReader,
@@ -41,38 +39,11 @@ from parsetier.engine.arguments import (
 from parsetier.engine.events import Event, EventKind
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
 from parsetier.engine.json_scan import COMPLETE, OPEN
-from parsetier.engine.lexer import TerminalSet
 
 _READERS = ("json", "envelope")
 _ReaderT = JsonArgsReader | EnvelopeReader | GemmaArgsReader | PythonCallsReader
 _ENVELOPES = (EnvelopeReader, PythonCallsReader)
 _CAPTURE_LIMIT = 4096
-
-_terminal_sets: dict[tuple[int, str], TerminalSet] = {}
-
-
-def _terminal_set(bound: BoundGrammar, state: str) -> TerminalSet:
-    key = (id(bound), state)
-    tset = _terminal_sets.get(key)
-    if tset is None:
-        tset = _terminal_sets[key] = TerminalSet(bound.state_patterns[state])
-    return tset
-
-
-_follow_patterns: dict[tuple[int, tuple[str, ...]], regex.Pattern[str] | None] = {}
-
-
-def _follow_pattern(bound: BoundGrammar, follow: tuple[str, ...]) -> regex.Pattern[str] | None:
-    """``\\s*(?:t1|t2|…)`` over the bound patterns of a transition's ``follow`` terminals (None when
-    it lists only ``end``); matched partially, so a prefix of what may follow means "wait"."""
-    key = (id(bound), follow)
-    if key not in _follow_patterns:
-        pats = sorted((bound.patterns[t] for t in follow if t != "end"), key=len, reverse=True)
-        _follow_patterns[key] = (
-            regex.compile(r"\s*(?:" + "|".join(regex.escape(p) for p in pats) + ")") if pats else None
-        )
-    return _follow_patterns[key]
-
 
 class Machine:
     """One request's parse state. ``feed`` text (sentinel form) → events; ``finish`` → last events."""
@@ -88,7 +59,7 @@ class Machine:
         self._tools = tools or {}
         self._trim_values = bound.grammar.value_trim == "newline"
         self._format_ids = bound.grammar.tool_call_id == "format"
-        self._tsets = {name: _terminal_set(bound, name) for name in self._states}
+        self._tsets = bound.terminal_sets
         self._state = self._states[start]
         self._hold = ""
         self._events: list[Event] = []
@@ -210,7 +181,7 @@ class Machine:
     def _followed(self, transition: Transition, buf: str, at: int) -> bool | None:
         """Whether what follows ``buf[at:]`` makes a ``follow`` terminal structural: True, False,
         or None while the text so far cannot tell (only whitespace, or a prefix of a terminal)."""
-        pattern = _follow_pattern(self._bound, transition.follow)
+        pattern = self._bound.follow_patterns[transition.follow]
         if pattern is not None:
             m = pattern.match(buf, at, partial=True)
             if m is None:

@@ -114,18 +114,11 @@ def tool_choice_of(choice: pb.ToolChoice, tools: tuple[Tool, ...]) -> str:
     return mode
 
 
-def check_token_ids(ids: Any, vocab_size: int, what: str) -> None:
-    """Range check here so the message names the field; the session checks again."""
-    if ids and max(ids) >= vocab_size:
-        bad = next(i for i in ids if i >= vocab_size)
-        raise invalid(f"{what} contains token id {bad}, outside the vocabulary (size {vocab_size})")
-
-
-def options_of(open_: pb.Open, vocab_size: int) -> SessionOptions:
+def options_of(open_: pb.Open) -> SessionOptions:
+    """Request options; token ids are validated by the session against its model's vocabulary."""
     if open_.output not in pb.OutputKind.values():
         raise invalid(f"unknown output kind {open_.output}")
     tools = tools_of(open_)
-    check_token_ids(open_.prompt_token_ids, vocab_size, "prompt_token_ids")
     return SessionOptions(
         tools=tools,
         tool_choice=tool_choice_of(open_.tool_choice, tools),

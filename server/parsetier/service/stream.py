@@ -60,7 +60,7 @@ class StreamSession:
         """Start the session (the servicer has looked the model up)."""
         if self.opened:
             raise out_of_order("the session is already open; Open may only come in the first message")
-        options = convert.options_of(open_, model.vocab_size)
+        options = convert.options_of(open_)
         self.want_deltas, self.want_events = convert.wants(open_.output, unary=False)
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = core.Session(model, options)
@@ -93,7 +93,6 @@ class StreamSession:
                 self.limits.check_text(self.record.text_bytes)
                 outputs.append(session.feed_text(run))
             else:
-                convert.check_token_ids(run, self.model.vocab_size, "steps")
                 self.record.tokens += len(run)
                 self.limits.check_tokens(self.record.tokens)
                 outputs.append(session.feed(run))
@@ -127,10 +126,9 @@ def parse_once(
     model: Model, request: pb.ParseOnceRequest, limits: Limits, record: SessionRecord
 ) -> pb.ParseOnceResponse:
     """The unary call: one session fed the whole output, then finished."""
-    options = convert.options_of(request.open, model.vocab_size)
+    options = convert.options_of(request.open)
     want_deltas, want_events = convert.wants(request.open.output, unary=True)
     ids = list(request.token_ids)
-    convert.check_token_ids(ids, model.vocab_size, "token_ids")
     record.tokens = len(ids)
     limits.check_tokens(len(ids) + len(options.prompt_token_ids))
     record.text_bytes = len(request.text.encode("utf-8")) if not ids else 0
