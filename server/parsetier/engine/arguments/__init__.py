@@ -1,0 +1,35 @@
+"""Argument styles: how a call's arguments become a stream of JSON text fragments.
+
+* ``ParamWriter`` — XML-style formats write one key and one raw-text value at a time
+  (Qwen3-Coder, GLM, MiniMax, DSML). String values stream as JSON string fragments as they are
+  generated; other schema types (integer, number, boolean, null, object, array) need the whole value
+  to be typed, so they are written once their closing marker arrives.
+* ``JsonArgsReader`` — the model writes the arguments as one JSON value (DeepSeek, Kimi, Harmony,
+  Mistral v11): it streams through verbatim, from its first bracket to the matching last one.
+* ``EnvelopeReader`` — the name travels inside the JSON (Hermes ``{"name": …, "arguments": …}``,
+  Llama, Mistral's older list form): the call starts once the name is known and the arguments
+  value begins; if the envelope never takes shape the raw text is handed back for passthrough.
+* ``GemmaArgsReader`` — Gemma 4's ``{key:<|"|>text<|"|>,n:1}`` notation, translated to JSON.
+* ``PythonCallsReader`` — pythonic call lists (Llama 4), Python literals translated to JSON.
+
+One module per style; this package only gathers them.
+"""
+
+from parsetier.engine.arguments.common import Emit, json_string_fragment
+from parsetier.engine.arguments.envelope import EnvelopeReader
+from parsetier.engine.arguments.gemma import GemmaArgsReader
+from parsetier.engine.arguments.json_args import JsonArgsReader
+from parsetier.engine.arguments.params import ParamWriter, schema_types, typed_value
+from parsetier.engine.arguments.python_calls import PythonCallsReader
+
+__all__ = [
+    "Emit",
+    "EnvelopeReader",
+    "GemmaArgsReader",
+    "JsonArgsReader",
+    "ParamWriter",
+    "PythonCallsReader",
+    "json_string_fragment",
+    "schema_types",
+    "typed_value",
+]

@@ -1,0 +1,100 @@
+"""Gemma 4's object notation → JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from parsetier.engine.arguments.common import SENTINEL, Emit, json_string_fragment
+from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
+
+JSON_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+
+
+class GemmaArgsReader:
+    """Gemma 4's object notation → JSON, streamed: ``{key:<|"|>text<|"|>,n:42,o:{…},l:[…]}``.
+
+    Keys are bare (they may hold spaces), strings are delimited by the ``<|"|>`` token (its
+    sentinel, ``quote``), scalars are bare JSON literals. String content streams as it arrives;
+    keys and scalars are short and wait for their delimiter. Inside a string every marker is text.
+    """
+
+    __slots__ = ("_emit", "_expect_key", "_pending", "_quote", "_stack", "emitted", "status")
+
+    def __init__(self, emit: Emit, quote: str) -> None:
+        self._emit = emit
+        self._quote = quote
+        self._stack: list[str] = []
+        self._pending = ""  # a key or scalar being read
+        self._expect_key = False
+        self.emitted = False
+        self.status = OPEN
+
+    def _out(self, text: str) -> None:
+        self.emitted = True
+        self._emit(text)
+
+    def feed(self, text: str, pos: int) -> int:
+        n = len(text)
+        quote = self._quote
+        while pos < n and self.status == OPEN:
+            if self._stack and self._stack[-1] == "str":
+                end = text.find(quote, pos)
+                chunk = text[pos : n if end < 0 else end]
+                if chunk:
+                    self._out(json_string_fragment(chunk))
+                if end < 0:
+                    return n
+                self._stack.pop()
+                self._out('"')
+                pos = end + 1
+                continue
+            c = text[pos]
+            if not self._stack:
+                if c.isspace():
+                    pos += 1
+                    continue
+                if c != "{":
+                    self.status = MALFORMED
+                    return pos
+            if c == quote and not self._pending.strip():
+                self._pending = ""
+                self._stack.append("str")
+                self._out('"')
+            elif c in "{[":
+                self._stack.append(c)
+                self._expect_key = c == "{"
+                self._pending = ""
+                self._out(c)
+            elif c in ",}]" or (c == ":" and self._expect_key):
+                self._settle(c)
+                if self.status != OPEN:
+                    return pos
+                if c in "}]":
+                    self._stack.pop()
+                    self._out(c)
+                    self._expect_key = False
+                    if not self._stack:
+                        self.status = COMPLETE
+                        return pos + 1
+                elif c == ",":
+                    self._out(",")
+                    self._expect_key = self._stack[-1] == "{"
+                else:
+                    self._expect_key = False
+            elif SENTINEL.match(c):
+                self.status = MALFORMED
+                return pos
+            else:
+                self._pending += c
+            pos += 1
+        return pos
+
+    def _settle(self, delimiter: str) -> None:
+        """A key (before ``:``) or a bare scalar (before ``,`` ``}`` ``]``) is complete."""
+        token = self._pending.strip()
+        self._pending = ""
+        if delimiter == ":":
+            self._out(json.dumps(token, ensure_ascii=False) + ":")
+        elif token:
+            self._out(token if JSON_SCALAR.fullmatch(token) else json.dumps(token, ensure_ascii=False))
