@@ -11,6 +11,7 @@ import grpc
 
 from parsetier.models import UnknownModel
 from parsetier.session import InvalidInput, SessionError, WrongState
+from parsetier.tokenizer_sources import TokenizerUnavailable
 
 
 class ServiceError(Exception):
@@ -40,6 +41,9 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         return exc.code, exc.message
     if isinstance(exc, UnknownModel):
         return grpc.StatusCode.NOT_FOUND, str(exc)
+    if isinstance(exc, TokenizerUnavailable):
+        # Configured but not installed here: the operator's to fix, not the caller's request.
+        return grpc.StatusCode.FAILED_PRECONDITION, f"model's tokenizer is not available: {exc}"
     if isinstance(exc, WrongState):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, InvalidInput | SessionError):

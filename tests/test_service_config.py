@@ -1,0 +1,57 @@
+"""A family added through a format file given to ``parsetier serve --config`` works end to end,
+with no Python; a configured model whose tokenizer is missing is listed as such and refused
+with a clear status, while the others keep serving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+import tokenizers
+
+from grpc_servers import ProcessServer
+from parsetier_client import Client
+from test_format_files import USER_FORMAT
+
+
+@pytest.fixture(scope="module")
+def configured_server(tmp_path_factory: pytest.TempPathFactory):
+    root: Path = tmp_path_factory.mktemp("config")
+    (root / "bracket_family.toml").write_text(USER_FORMAT, encoding="utf-8")
+    (root / "parsetier.toml").write_text(
+        'presets = false\nformat_files = ["bracket_family.toml"]\n'
+        '[[models]]\nname = "ghost"\nformat = "qwen3"\ntokenizer = "missing/tokenizer.json"\n',
+        encoding="utf-8",
+    )
+    with ProcessServer("--config", str(root / "parsetier.toml"), "--preload", "none") as server:
+        yield server
+
+
+def test_user_format_model_streams_through_the_service(
+    configured_server, qwen_tokenizer: tokenizers.Tokenizer
+):
+    text = '[[reason]] think [[/reason]]Answer.<tool_call>lookup|{"q": "a|b"}</tool_call>'
+    ids = qwen_tokenizer.encode(text, add_special_tokens=False).ids
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    with Client(configured_server.target, timeout=30) as client:
+        message, deltas = client.parse_stream("bracket-model", [[i] for i in ids], "stop", tools=tools)
+        models = {m.name: m for m in client.list_models()}
+    assert message.reasoning == "think"
+    assert message.content == "Answer."
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("lookup", '{"q": "a|b"}')]
+    assert len(deltas) > 3, "streamed, not delivered at the end"
+    assert sorted(models) == ["bracket-model", "ghost"]
+    assert models["bracket-model"].format == "bracket_family"
+    assert models["bracket-model"].tokenizer_available
+    assert not models["ghost"].tokenizer_available
+
+
+def test_missing_tokenizer_is_failed_precondition_and_others_still_serve(configured_server):
+    with Client(configured_server.target, timeout=30) as client:
+        with pytest.raises(grpc.RpcError) as err:
+            client.parse_once("ghost", [1, 2, 3])
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "tokenizer" in err.value.details()
+        message = client.parse_once("bracket-model", [9707]).final.message
+    assert message.content == "Hello"
