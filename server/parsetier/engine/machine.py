@@ -76,10 +76,8 @@ class Machine:
         self._args_emitted = False
         self._opening = ""
         # whitespace policy
-        self._content_started = False
-        self._content_ws = ""
-        self._reasoning_started = False
-        self._reasoning_ws = ""
+        self._content_edges = EdgeTrim()  # one for the whole message's content
+        self._reasoning_edges = EdgeTrim()  # reset for every reasoning block
         self._current_tool = ""
         self._ending = False
         """Set by ``finish``: nothing more will follow, so ``follow`` checks can decide on "end"."""
@@ -122,7 +120,7 @@ class Machine:
         elif state.kind == "envelope":
             self._passthrough_if_no_call("")
         # An unfinished capture (name, header) is not shown; an open call is not completed.
-        self._content_ws = ""
+        self._content_edges.end()
         self._emit(EventKind.END)
         return self._take()
 
@@ -262,7 +260,7 @@ class Machine:
             self._capture = []
             self._capture_len = 0
         elif kind == "reasoning" and previous_kind != "reasoning":
-            self._reasoning_started = False
+            self._reasoning_edges = EdgeTrim()
             self._emit(EventKind.REASONING_START)
         elif kind == "json":
             if state.dialect == "gemma":
@@ -330,41 +328,14 @@ class Machine:
 
     # ------------------------------------------------------------------ text events
     def _visible(self, kind: EventKind, text: str) -> None:
-        text = self._restore(text)
-        if kind is EventKind.CONTENT:
-            if not self._content_started:
-                text = text.lstrip()
-                if not text:
-                    return
-                self._content_started = True
-            body = text.rstrip()
-            if not body:
-                self._content_ws += text
-                return
-            out = self._content_ws + body
-            self._content_ws = text[len(body) :]
-        else:
-            if not self._reasoning_started:
-                text = text.lstrip()
-                if not text:
-                    return
-                self._reasoning_started = True
-            body = text.rstrip()
-            if not body:
-                self._reasoning_ws += text
-                return
-            out = self._reasoning_ws + body
-            self._reasoning_ws = text[len(body) :]
-        self._emit_text(kind, out)
+        edges = self._content_edges if kind is EventKind.CONTENT else self._reasoning_edges
+        out = edges.push(self._restore(text))
+        if out:
+            self._emit(kind, out)
 
     def _leave_reasoning(self) -> None:
-        self._reasoning_ws = ""
-        self._reasoning_started = False
+        self._reasoning_edges.end()
         self._emit(EventKind.REASONING_END)
-
-    def _emit_text(self, kind: EventKind, text: str) -> None:
-        if text:
-            self._emit(kind, text)
 
     def _restore(self, text: str) -> str:
         """Sentinels left in text that is shown (a marker where the format does not expect one)
@@ -384,6 +355,38 @@ class Machine:
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
         return events
+
+
+class EdgeTrim:
+    """The whitespace policy for one text stream: leading whitespace is dropped until the first
+    visible character; trailing whitespace is held until more text proves it inner (then it is
+    emitted verbatim) or the stream ends (then it is dropped). Holding is the only way to trim
+    the end of a stream without ever retracting what was sent."""
+
+    __slots__ = ("_held", "_started")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._held = ""
+
+    def push(self, text: str) -> str:
+        """Take ``text``; return what can be emitted now."""
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._held += text
+            return ""
+        out = self._held + body
+        self._held = text[len(body) :]
+        return out
+
+    def end(self) -> None:
+        """The stream ended: held whitespace was trailing."""
+        self._held = ""
 
 
 def _first_non_space(text: str, start: int, end: int) -> int:
