@@ -1,9 +1,26 @@
-"""Engine benchmark: what streaming parsing costs per token, and that the cost does not grow.
+"""Engine benchmark: what streaming parsing costs per token, per model family, and that it does not grow.
 
-Run:  PYTHONPATH=server python bench/engine_bench.py [--model qwen3 --model qwen3-coder] [--reps 5]
+Run:  PYTHONPATH=server python bench/engine_bench.py [--family NAME ...] [--full] [--reps 5] [--quick]
 
-For one model family it feeds a ~4,000-token mixed output (reasoning, content, three tool calls with
-long arguments) through a ``Session`` and prints:
+The default run (well under a minute and a half on two cores) prints two things:
+
+1. The **detailed report for qwen3**, the reference family (below).
+2. A **per-family table**: for every family with a preset, a ~4,200-token output written in that
+   family's real syntax (reasoning where the family has it, content, three tool calls with long
+   arguments), encoded with the preset's own tokenizer so markers are their special ids. Per family:
+   µs per token for detok and parse, and in total, at 1 and 8 tokens per delta; the last 500 tokens'
+   cost over the first 500's; and the total cost relative to qwen3's, measured in the same run, per
+   token and per character (marker tokenizers, used where no real vocabulary is on PyPI, spend one
+   token per byte, so per-token figures alone would flatter them). The table's last/first ratio
+   compares different text (reasoning prose first, call arguments last), so it moves by a few tens
+   of percent with the syntax; growth with length would put it far above that, and the detailed
+   report's 16K-argument rows isolate growth from content.
+
+``--family NAME`` (repeatable; ``--model`` is an alias) prints the detailed report for NAME and
+limits the table to NAME and qwen3; ``--full`` prints the detailed report for every family.
+``--check`` only builds and verifies the workloads.
+
+The detailed report for one family:
 
 * µs per token for **detok** (``TokenScanner.piece`` alone: ``DecodeStream`` + id classification)
   and **parse** (everything else: lexer, machine, argument streaming, assembler), at 1 and 8 tokens
@@ -15,10 +32,19 @@ long arguments) through a ``Session`` and prints:
   256, 1,024 and 4,096 tokens. Long replays are measured on every k-th step and scaled by k (each
   replay step is independent, so this is an unbiased estimate; the stride is printed).
 
-Families are added by writing a workload function (model name → output texts) and listing it in
-``WORKLOADS``; everything else (``bench_family``) takes a model name and output text.
+Every figure is a ratio against a baseline measured in the same run (replay vs session, last vs
+first, family vs qwen3) or a plain cost; nothing here passes or fails on an absolute threshold,
+because absolute CPU figures depend on the machine.
 
-Timings are CPU time (``time.process_time``) for whole runs and ``perf_counter_ns`` for single
+Workloads are verified before they are timed: each text must decode back from its ids exactly,
+contain marker tokens, and ``parse`` must give back the reasoning, content and calls it was rendered
+from. A marker that tokenized as plain text, or a renderer that drifted from the format, stops the
+run instead of silently timing a broken parse.
+
+Families are added by writing a renderer (``Parts`` → output text in the family's syntax) and listing
+a ``Family`` under its preset name in ``WORKLOADS``; everything else takes a model and a ``Workload``.
+
+Timings are CPU time (``time.process_time``) for whole runs and ``process_time_ns`` for single
 deltas; every figure is the median over ``--reps`` repetitions. Single-process, single-thread.
 """
 
@@ -33,6 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 try:
     import parsetier  # noqa: F401
@@ -40,9 +67,16 @@ except ImportError:  # running from a checkout without PYTHONPATH=server
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
 
 from parsetier.detokenizer import TokenScanner
-from parsetier.messages import SessionOptions, Tool
+from parsetier.messages import Message, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
-from parsetier.session import Session
+from parsetier.session import Session, parse
+from parsetier.tokenizer_sources import tokenizer_available
+
+BASELINE = "qwen3"
+"""The family every other one is compared with (per-token cost ratio, same run)."""
+
+_REGISTRY = ModelRegistry()
+"""One registry for the whole run, so each tokenizer is loaded and each grammar bound once."""
 
 # ---------------------------------------------------------------------------------------------- workloads
 _SENTENCE = (
@@ -83,6 +117,19 @@ def _code(rng: random.Random, chars: int) -> str:
     return "\n".join(lines)[:chars]
 
 
+Call = tuple[str, dict[str, Any]]
+"""A tool call as rendered: its name and its arguments as the JSON value the parse must give back."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What an output says, before a family's syntax is applied; also what ``parse`` must return."""
+
+    reasoning: str
+    content: str
+    calls: tuple[Call, ...]
+
+
 @dataclass(frozen=True)
 class Workload:
     """Output texts for one family, as the model writes them (markers included)."""
@@ -95,11 +142,30 @@ class Workload:
     """Where the short argument's value is written in ``arguments`` (character range)."""
     long_span: tuple[int, int]
     tools: tuple[Tool, ...] = ()
+    prompt: str = ""
+    """Tail of the generation prompt, as text. Families whose template opens (or closes) reasoning
+    in the prompt need its ids to start where a server would start them."""
+    expect_mixed: Parts | None = None
+    """What ``parse`` must give for ``mixed``; checked before anything is timed."""
+    expect_arguments: Parts | None = None
+
+    def options(self, model: Model) -> SessionOptions:
+        prompt = model.tokenizer.encode(self.prompt, add_special_tokens=False).ids if self.prompt else []
+        return SessionOptions(tools=self.tools, prompt_token_ids=tuple(prompt))
 
 
 def _span(text: str, written: str, after: int = 0) -> tuple[int, int]:
     at = text.index(written, after)
     return at, at + len(written)
+
+
+def _written_span(text: str, value: str, after: int = 0) -> tuple[int, int]:
+    """Where a string value is written in ``text``: raw (XML-style values), JSON-escaped, or as the
+    inside of a Python literal (pythonic calls), whichever the family's syntax used."""
+    for form in (value, json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1]):
+        if form in text[after:]:
+            return _span(text, form, after)
+    raise WorkloadError(f"argument value {value[:40]!r}… is not written in the text")
 
 
 def _hermes_call(name: str, args: dict[str, object]) -> str:
@@ -110,12 +176,10 @@ def qwen3_workload() -> Workload:
     rng = random.Random(7)
     reasoning = _prose(rng, 700)
     content = _prose(rng, 250)
-    calls = [
-        _hermes_call("write_file", {"path": "src/report.py", "content": _code(rng, 4200)}),
-        _hermes_call(
-            "search", {"query": _prose(rng, 120), "filters": {"year": [2023, 2024], "exact": False}}
-        ),
-        _hermes_call(
+    calls: list[Call] = [
+        ("write_file", {"path": "src/report.py", "content": _code(rng, 4200)}),
+        ("search", {"query": _prose(rng, 120), "filters": {"year": [2023, 2024], "exact": False}}),
+        (
             "update_rows",
             {
                 "rows": [
@@ -125,18 +189,24 @@ def qwen3_workload() -> Workload:
             },
         ),
     ]
-    mixed = f"<think>\n{reasoning}\n</think>\n\n{content}\n\n" + "\n".join(calls)
+    mixed = f"<think>\n{reasoning}\n</think>\n\n{content}\n\n" + "\n".join(_hermes_call(*c) for c in calls)
     short_value = _prose(rng, 40)[:100]
     long_value = _code(rng, 16_000)
-    arguments = (
-        "Writing both files.\n\n"
-        + _hermes_call("note", {"text": short_value})
-        + "\n"
-        + _hermes_call("write_file", {"path": "big.py", "content": long_value})
-    )
+    arg_calls: list[Call] = [
+        ("note", {"text": short_value}),
+        ("write_file", {"path": "big.py", "content": long_value}),
+    ]
+    arguments = "Writing both files.\n\n" + _hermes_call(*arg_calls[0]) + "\n" + _hermes_call(*arg_calls[1])
     short = _span(arguments, json.dumps(short_value, ensure_ascii=False)[1:-1])
     long = _span(arguments, json.dumps(long_value, ensure_ascii=False)[1:-1], short[1])
-    return Workload(mixed, arguments, short, long)
+    return Workload(
+        mixed,
+        arguments,
+        short,
+        long,
+        expect_mixed=Parts(reasoning, content, tuple(calls)),
+        expect_arguments=Parts("", "Writing both files.", tuple(arg_calls)),
+    )
 
 
 def _xml_call(name: str, params: dict[str, str]) -> str:
@@ -148,15 +218,21 @@ def qwen3_coder_workload() -> Workload:
     rng = random.Random(7)
     reasoning = _prose(rng, 1000)
     content = _prose(rng, 250)
-    rows = json.dumps([{"id": i, "amount": i * 3.5} for i in range(60)])
-    calls = [
-        _xml_call("write_file", {"path": "src/report.py", "content": _code(rng, 4200)}),
-        _xml_call("search", {"query": _prose(rng, 120), "limit": "20"}),
-        _xml_call("update_rows", {"rows": rows}),
+    rows = [{"id": i, "amount": i * 3.5} for i in range(60)]
+    calls: list[Call] = [
+        ("write_file", {"path": "src/report.py", "content": _code(rng, 4200)}),
+        ("search", {"query": _prose(rng, 120), "limit": 20}),
+        ("update_rows", {"rows": rows}),
     ]
-    mixed = f"<think>\n{reasoning}\n</think>\n\n{content}\n\n" + "\n".join(calls)
+    mixed = f"<think>\n{reasoning}\n</think>\n\n{content}\n\n" + "\n".join(
+        _xml_call(name, {k: _raw(v) for k, v in args.items()}) for name, args in calls
+    )
     short_value = _prose(rng, 40)[:100]
     long_value = _code(rng, 16_000)
+    arg_calls: list[Call] = [
+        ("note", {"text": short_value}),
+        ("write_file", {"path": "big.py", "content": long_value}),
+    ]
     arguments = (
         "Writing both files.\n\n"
         + _xml_call("note", {"text": short_value})
@@ -167,10 +243,348 @@ def qwen3_coder_workload() -> Workload:
     long = _span(arguments, long_value, short[1])
     schema = {"type": "object", "properties": {"limit": {"type": "integer"}, "rows": {"type": "array"}}}
     tools = (Tool("write_file"), Tool("search", schema), Tool("update_rows", schema), Tool("note"))
-    return Workload(mixed, arguments, short, long, tools)
+    return Workload(
+        mixed,
+        arguments,
+        short,
+        long,
+        tools,
+        expect_mixed=Parts(reasoning, content, tuple(calls)),
+        expect_arguments=Parts("", "Writing both files.", tuple(arg_calls)),
+    )
 
 
-WORKLOADS: dict[str, Callable[[], Workload]] = {"qwen3": qwen3_workload, "qwen3-coder": qwen3_coder_workload}
+# ---------------------------------------------------------------------------------------------- families
+# Every other family renders the same ``Parts`` (the qwen3 workload's mix: prose reasoning, prose
+# content, a 4K-char file, a prose query with typed extras, a 60-row array), scaled so the encoded
+# output is ~4,200 tokens in that family's own vocabulary. The renderers follow the format files'
+# header comments and the family tests (tests/test_family_*.py).
+
+TOOLS: tuple[Tool, ...] = tuple(
+    Tool(name, {"type": "object", "properties": props})
+    for name, props in {
+        "write_file": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "search": {"query": {"type": "string"}, "limit": {"type": "integer"}, "filters": {"type": "object"}},
+        "update_rows": {"rows": {"type": "array"}},
+        "note": {"text": {"type": "string"}},
+    }.items()
+)
+"""The workloads' tools. XML-style families type raw values by these schemas (``limit`` → 20)."""
+
+TARGET_TOKENS = 4_200
+"""Mixed-output length: ~4,000 tokens, and at least 4,096 so every family has the replay @4,096."""
+
+
+def _mixed_parts(scale: float, reasoning: bool) -> Parts:
+    """The mixed output's parts at ``scale`` (1.0 ≈ the qwen3 workload's sizes). A family without
+    reasoning writes the same prose as its answer, so the text/argument mix stays comparable."""
+    rng = random.Random(7)
+    think = _prose(rng, round(700 * scale)).strip()
+    content = _prose(rng, round(250 * scale)).strip()
+    calls: tuple[Call, ...] = (
+        ("write_file", {"path": "src/report.py", "content": _code(rng, round(4200 * scale)).strip()}),
+        (
+            "search",
+            {
+                "query": _prose(rng, round(120 * scale)).strip(),
+                "limit": 20,
+                "filters": {"year": [2023, 2024], "exact": False},
+            },
+        ),
+        (
+            "update_rows",
+            {
+                "rows": [
+                    {"id": i, "region": rng.choice(["EU", "US", "亚洲"]), "amount": i * 3.5}
+                    for i in range(round(60 * scale))
+                ]
+            },
+        ),
+    )
+    if not reasoning:
+        return Parts("", f"{think}\n\n{content}", calls)
+    return Parts(think, content, calls)
+
+
+def _argument_parts(reasoning: bool) -> Parts:
+    """One call with a ~100-char value, then one with a 16K-char value (the O(1)-per-delta check)."""
+    rng = random.Random(11)
+    short_value = _prose(rng, 40)[:100].strip()
+    long_value = _code(rng, 16_000).strip()
+    calls: tuple[Call, ...] = (
+        ("note", {"text": short_value}),
+        ("write_file", {"path": "big.py", "content": long_value}),
+    )
+    return Parts("Two files to write." if reasoning else "", "Writing both files.", calls)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _raw(value: Any) -> str:
+    """An XML-style parameter value: strings verbatim, anything else as JSON (``tojson``)."""
+    return value if isinstance(value, str) else _json(value)
+
+
+def _pyraw(value: Any) -> str:
+    """Seed-OSS renders non-strings with Jinja's ``string`` filter: Python literals."""
+    return value if isinstance(value, str) else repr(value)
+
+
+def _gemma(value: Any) -> str:
+    """Gemma 4 object notation: bare keys, ``<|"|>``-delimited raw strings, bare scalars."""
+    if isinstance(value, str):
+        return f'<|"|>{value}<|"|>'
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_gemma(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_gemma(v) for v in value) + "]"
+    return _json(value)
+
+
+def _k3_type(value: Any) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "object" if isinstance(value, dict) else "array"
+
+
+def render_qwen35(p: Parts) -> str:
+    calls = "\n".join(_xml_call(n, {k: _raw(v) for k, v in a.items()}) for n, a in p.calls)
+    return f"{p.reasoning}\n</think>\n\n{p.content}\n\n{calls}"
+
+
+def render_deepseek_r1(p: Parts) -> str:
+    calls = "\n".join(
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{_json(a)}\n```<｜tool▁call▁end｜>"
+        for n, a in p.calls
+    )
+    return f"<think>\n{p.reasoning}\n</think>\n\n{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
+
+
+def render_deepseek_v31(p: Parts) -> str:
+    # V3.1 calls tools in non-thinking mode (its template's default): no reasoning.
+    calls = "".join(
+        f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{_json(a)}<｜tool▁call▁end｜>" for n, a in p.calls
+    )
+    return f"{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
+
+
+def _render_dsml(wrapper: str) -> Callable[[Parts], str]:
+    """DSML (V3.2: ``function_calls``, V4: ``tool_calls``); thinking on, so the prompt opened
+    ``<think>`` and the output starts inside the reasoning."""
+
+    def param(key: str, value: Any) -> str:
+        string = isinstance(value, str)
+        attr = "true" if string else "false"
+        body = value if string else _json(value)
+        return f'<｜DSML｜parameter name="{key}" string="{attr}">{body}</｜DSML｜parameter>\n'
+
+    def render(p: Parts) -> str:
+        invokes = "".join(
+            f'<｜DSML｜invoke name="{n}">\n'
+            + "".join(param(k, v) for k, v in a.items())
+            + "</｜DSML｜invoke>\n"
+            for n, a in p.calls
+        )
+        calls = f"\n\n<｜DSML｜{wrapper}>\n{invokes}</｜DSML｜{wrapper}>"
+        return f"{p.reasoning}</think>{p.content}{calls}"
+
+    return render
+
+
+def render_glm47(p: Parts) -> str:
+    calls = "".join(
+        f"<tool_call>{n}"
+        + "".join(f"<arg_key>{k}</arg_key><arg_value>{_raw(v)}</arg_value>" for k, v in a.items())
+        + "</tool_call>"
+        for n, a in p.calls
+    )
+    return f"{p.reasoning}</think>{p.content}{calls}"
+
+
+def render_minimax(p: Parts) -> str:
+    invokes = "".join(
+        f'<invoke name="{n}">\n'
+        + "".join(f'<parameter name="{k}">{_raw(v)}</parameter>\n' for k, v in a.items())
+        + "</invoke>\n"
+        for n, a in p.calls
+    )
+    return f"{p.reasoning}\n</think>\n\n{p.content}\n<minimax:tool_call>\n{invokes}</minimax:tool_call>"
+
+
+def render_seed_oss(p: Parts) -> str:
+    calls = "".join(
+        f"\n<seed:tool_call>\n<function={n}>\n"
+        + "".join(f"<parameter={k}>{_pyraw(v)}</parameter>\n" for k, v in a.items())
+        + "</function>\n</seed:tool_call>"
+        for n, a in p.calls
+    )
+    return f"<seed:think>{p.reasoning}</seed:think>\n{p.content}\n{calls}"
+
+
+def render_kimi_k2(p: Parts) -> str:
+    calls = "".join(
+        f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{_json(a)}<|tool_call_end|>"
+        for i, (n, a) in enumerate(p.calls)
+    )
+    return f"{p.reasoning}</think>{p.content}<|tool_calls_section_begin|>{calls}<|tool_calls_section_end|>"
+
+
+def render_kimi_k3(p: Parts) -> str:
+    calls = "".join(
+        f'<|open|>call tool="{n}" index="{i}"<|sep|>'
+        + "".join(
+            f'<|open|>argument key="{k}" type="{_k3_type(v)}"<|sep|>{_raw(v)}<|close|>argument<|sep|>'
+            for k, v in a.items()
+        )
+        + "<|close|>call<|sep|>"
+        for i, (n, a) in enumerate(p.calls, 1)
+    )
+    return (
+        f"{p.reasoning}<|close|>think<|sep|><|open|>response<|sep|>{p.content}<|close|>response<|sep|>"
+        f"<|open|>tools<|sep|>{calls}<|close|>tools<|sep|><|close|>message<|sep|>"
+    )
+
+
+def render_gemma4(p: Parts) -> str:
+    calls = "".join(f"<|tool_call>call:{n}{_gemma(a)}<tool_call|>" for n, a in p.calls)
+    return f"<|channel>thought\n{p.reasoning}\n<channel|>{p.content}{calls}"
+
+
+def render_harmony(p: Parts) -> str:
+    # Consecutive call messages: what gpt-oss writes for parallel calls when <|call|> is not a stop.
+    header = "<|start|>assistant to=functions.{}<|channel|>commentary <|constrain|>json<|message|>"
+    calls = "".join(f"{header.format(n)}{_json(a)}<|call|>" for n, a in p.calls)
+    return (
+        f"<|channel|>analysis<|message|>{p.reasoning}<|end|>"
+        f"<|start|>assistant<|channel|>commentary<|message|>{p.content}<|end|>{calls}"
+    )
+
+
+def render_llama3(p: Parts) -> str:
+    calls = "; ".join(_json({"name": n, "parameters": a}) for n, a in p.calls)
+    return f"{p.content}<|python_tag|>{calls}"
+
+
+def render_llama4(p: Parts) -> str:
+    calls = ", ".join(f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})" for n, a in p.calls)
+    return f"{p.content}<|python_start|>[{calls}]<|python_end|>"
+
+
+def render_mistral_tekken(p: Parts) -> str:
+    calls = "".join(f"[TOOL_CALLS]{n}[ARGS]{_json(a)}" for n, a in p.calls)
+    return f"[THINK]{p.reasoning}[/THINK]{p.content}{calls}"
+
+
+def render_mistral_v3(p: Parts) -> str:
+    calls = ", ".join(_json({"name": n, "arguments": a}) for n, a in p.calls)
+    return f"{p.content}[TOOL_CALLS] [{calls}]"
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one family writes an output: a renderer, whether it reasons, the generation prompt's tail."""
+
+    render: Callable[[Parts], str]
+    reasoning: bool = True
+    prompt: str = ""
+
+    def workload(self, model: Model) -> Workload:
+        """Render the parts, scaled until the output is ~``TARGET_TOKENS`` in the model's vocabulary."""
+        scale = 1.0
+        for _ in range(4):
+            expect = _mixed_parts(scale, self.reasoning)
+            mixed = self.render(expect)
+            n = len(model.tokenizer.encode(mixed, add_special_tokens=False).ids)
+            if 4_096 <= n <= 4_600:
+                break
+            scale *= TARGET_TOKENS / n
+        expect_args = _argument_parts(self.reasoning)
+        arguments = self.render(expect_args)
+        short = _written_span(arguments, expect_args.calls[0][1]["text"])
+        long = _written_span(arguments, expect_args.calls[1][1]["content"], short[1])
+        return Workload(mixed, arguments, short, long, TOOLS, self.prompt, expect, expect_args)
+
+
+def _fixed(build: Callable[[], Workload]) -> Callable[[Model], Workload]:
+    """A hand-written workload that does not depend on the vocabulary (the Qwen3 originals)."""
+    return lambda _model: build()
+
+
+WORKLOADS: dict[str, Callable[[Model], Workload]] = {
+    "qwen3": _fixed(qwen3_workload),
+    "qwen3-coder": _fixed(qwen3_coder_workload),
+    "qwen3.5": Family(render_qwen35, prompt="<|im_start|>assistant\n<think>\n").workload,
+    "deepseek-r1": Family(render_deepseek_r1).workload,
+    "deepseek-v3.1": Family(render_deepseek_v31, reasoning=False).workload,
+    "deepseek-v3.2": Family(_render_dsml("function_calls"), prompt="<｜Assistant｜><think>").workload,
+    "deepseek-v4": Family(_render_dsml("tool_calls"), prompt="<｜Assistant｜><think>").workload,
+    "glm-4.7": Family(render_glm47, prompt="<|assistant|><think>").workload,
+    "minimax-m2": Family(render_minimax, prompt="]~b]ai\n<think>\n").workload,
+    "seed-oss": Family(render_seed_oss).workload,
+    "kimi-k2.6": Family(render_kimi_k2, prompt="<|im_assistant|>assistant<|im_middle|><think>").workload,
+    "kimi-k3": Family(
+        render_kimi_k3, prompt='<|open|>message role="assistant"<|sep|><|open|>think<|sep|>'
+    ).workload,
+    "gemma-4": Family(render_gemma4, prompt="<|turn>model\n").workload,
+    "gpt-oss": Family(render_harmony).workload,
+    "llama3": Family(render_llama3, reasoning=False).workload,
+    "llama4": Family(render_llama4, reasoning=False).workload,
+    "magistral-small": Family(render_mistral_tekken).workload,
+    "mistral-7b-v0.3": Family(render_mistral_v3, reasoning=False).workload,
+}
+"""Preset name → its workload. qwen3 first: it is the baseline of the per-family table."""
+
+
+class WorkloadError(Exception):
+    """A workload does not parse as rendered: timing it would measure a broken parse."""
+
+
+def _differences(got: Message, want: Parts) -> list[str]:
+    out = []
+    if got.reasoning.strip() != want.reasoning.strip():
+        out.append(f"reasoning {got.reasoning[:60]!r}… ≠ {want.reasoning[:60]!r}…")
+    if got.content.strip() != want.content.strip():
+        out.append(f"content {got.content[:60]!r}… ≠ {want.content[:60]!r}…")
+    names = [c.name for c in got.tool_calls]
+    if names != [n for n, _ in want.calls]:
+        out.append(f"calls {names} ≠ {[n for n, _ in want.calls]}")
+    else:
+        for call, (name, args) in zip(got.tool_calls, want.calls, strict=True):
+            try:
+                value = json.loads(call.arguments)
+            except ValueError:
+                value = f"invalid JSON {call.arguments[:60]!r}…"
+            if value != args:
+                out.append(f"{name} arguments {str(value)[:80]}… ≠ {str(args)[:80]}…")
+    return out
+
+
+def verify(model: Model, workload: Workload) -> None:
+    """Raise ``WorkloadError`` unless both texts round-trip through the tokenizer, carry marker ids,
+    and parse back into what they were rendered from."""
+    options = workload.options(model)
+    tok = model.tokenizer
+    for label, text, want in (
+        ("mixed", workload.mixed, workload.expect_mixed),
+        ("arguments", workload.arguments, workload.expect_arguments),
+    ):
+        ids = tok.encode(text, add_special_tokens=False).ids
+        problems = []
+        if tok.decode(ids, skip_special_tokens=False) != text:
+            problems.append("ids do not decode back to the text")
+        if not any(t in model.grammar.sentinel_of_id for t in ids):
+            problems.append("no marker came out as its special id")
+        if want is not None:
+            message, _, _ = parse(model, options, ids)
+            problems += _differences(message, want)
+        if problems:
+            raise WorkloadError(f"{model.name} {label}: " + "; ".join(problems))
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -203,7 +617,7 @@ def session_cpu(model: Model, options: SessionOptions, deltas: Sequence[Sequence
 
 
 def per_delta_ns(model: Model, options: SessionOptions, deltas: Sequence[Sequence[int]]) -> list[int]:
-    """Wall time of each ``feed`` call, in ns."""
+    """CPU time of each ``feed`` call, in ns."""
     session = Session(model, options)
     out = []
     clock = time.process_time_ns  # CPU time: robust to other load on the machine
@@ -241,6 +655,38 @@ def _token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tup
     return first, last + 1
 
 
+@dataclass(frozen=True)
+class Throughput:
+    """µs per token: the detokenizer alone, and whole sessions at each delta size."""
+
+    detok: float
+    total: dict[int, float]
+
+    def parse(self, size: int) -> float:
+        return self.total[size] - self.detok
+
+
+def throughput(model: Model, options: SessionOptions, ids: Sequence[int], reps: int) -> Throughput:
+    n = len(ids)
+    detok = _median(lambda: detok_cpu(model, ids), reps) / n * 1e6
+    total = {}
+    for size in (1, 8):
+        deltas = _groups(ids, size)
+        total[size] = _median(lambda d=deltas: session_cpu(model, options, d), reps) / n * 1e6
+    return Throughput(detok, total)
+
+
+def first_last(model: Model, options: SessionOptions, ids: Sequence[int], reps: int) -> tuple[float, float]:
+    """µs/token over the first 500 and the last 500 tokens, 1 token per delta (medians)."""
+
+    def once() -> tuple[float, float]:
+        times = per_delta_ns(model, options, _groups(ids, 1))
+        return sum(times[:500]) / 500 / 1e3, sum(times[-500:]) / 500 / 1e3
+
+    samples = [once() for _ in range(reps)]
+    return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
 # ---------------------------------------------------------------------------------------------- report
 @dataclass
 class Row:
@@ -249,35 +695,36 @@ class Row:
     note: str = ""
 
 
+def load(name: str) -> tuple[Model, Workload]:
+    """The preset's model and its verified workload."""
+    model = _REGISTRY.get(name)
+    workload = WORKLOADS[name](model)
+    verify(model, workload)
+    return model, workload
+
+
 def bench_family(model_name: str, workload: Workload, reps: int, quick: bool = False) -> list[Row]:
     """Every measurement for one model and its output texts."""
-    model = ModelRegistry().get(model_name)
+    model = _REGISTRY.get(model_name)
     tok = model.tokenizer
-    options = SessionOptions(tools=workload.tools)
+    options = workload.options(model)
     ids = tok.encode(workload.mixed, add_special_tokens=False).ids
     n = len(ids)
     rows: list[Row] = [Row("mixed output", f"{n} tokens", f"{len(workload.mixed)} chars")]
 
     # Throughput, detok vs parse.
-    detok = _median(lambda: detok_cpu(model, ids), reps) / n * 1e6
+    speed = throughput(model, options, ids, reps)
     for size in (1, 8):
-        deltas = _groups(ids, size)
-        total = _median(lambda d=deltas: session_cpu(model, options, d), reps) / n * 1e6
         rows.append(
             Row(
                 f"{size} token{'s' if size > 1 else ''}/delta",
-                f"detok {detok:6.2f}  parse {total - detok:6.2f}  total {total:6.2f} µs/token",
+                f"detok {speed.detok:6.2f}  parse {speed.parse(size):6.2f}  "
+                f"total {speed.total[size]:6.2f} µs/token",
             )
         )
 
     # First 500 vs last 500 tokens, 1 token per delta.
-    def first_last() -> tuple[float, float]:
-        times = per_delta_ns(model, options, _groups(ids, 1))
-        return sum(times[:500]) / 500 / 1e3, sum(times[-500:]) / 500 / 1e3
-
-    samples = [first_last() for _ in range(reps)]
-    first = statistics.median(s[0] for s in samples)
-    last = statistics.median(s[1] for s in samples)
+    first, last = first_last(model, options, ids, reps)
     rows.append(
         Row("first 500 vs last 500", f"{first:6.2f} vs {last:6.2f} µs/token", f"ratio {last / first:4.2f}")
     )
@@ -338,20 +785,127 @@ def bench_family(model_name: str, workload: Workload, reps: int, quick: bool = F
     return rows
 
 
+def print_report(name: str, workload: Workload, reps: int, quick: bool) -> None:
+    started = time.perf_counter()
+    rows = bench_family(name, workload, reps, quick)
+    print(f"\n== {name}  (python {sys.version.split()[0]}, median of {reps})")
+    width = max(len(r.label) for r in rows)
+    for r in rows:
+        print(f"  {r.label:<{width}}  {r.value}  {r.note}".rstrip())
+    print(f"  ({time.perf_counter() - started:.1f} s)")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One family's line in the per-family table."""
+
+    name: str
+    format: str
+    tokens: int
+    chars: int
+    speed: Throughput
+    first: float
+    last: float
+
+    @property
+    def us_per_char(self) -> float:
+        return self.speed.total[1] * self.tokens / self.chars
+
+
+def summarize(names: Sequence[str], reps: int) -> list[Summary]:
+    """One ``Summary`` per family, measured round-robin: each repetition times every family once,
+    so a burst of load on the machine is spread over all rows instead of hitting a few neighbours,
+    and the ratios to the baseline row stay meaningful. Same measurements as the detailed report's."""
+    runs = []
+    for name in names:
+        model, workload = load(name)
+        ids = model.tokenizer.encode(workload.mixed, add_special_tokens=False).ids
+        runs.append((name, model, workload, workload.options(model), ids))
+    samples: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in names}
+    for rep in range(reps):
+        # Each round starts one family later, so no family always runs first (right after the
+        # previous round's last) and a position effect lands on a different row every round.
+        start = rep % len(runs)
+        for name, model, _workload, options, ids in runs[start:] + runs[:start]:
+            n = len(ids)
+            detok = detok_cpu(model, ids) / n * 1e6
+            one, eight = (session_cpu(model, options, _groups(ids, size)) / n * 1e6 for size in (1, 8))
+            times = per_delta_ns(model, options, _groups(ids, 1))
+            first, last = sum(times[:500]) / 500 / 1e3, sum(times[-500:]) / 500 / 1e3
+            samples[name].append((detok, one, eight, first, last))
+    out = []
+    for name, model, workload, _options, ids in runs:
+        detok, one, eight, first, last = (statistics.median(col) for col in zip(*samples[name], strict=True))
+        speed = Throughput(detok, {1: one, 8: eight})
+        out.append(Summary(name, model.spec.format, len(ids), len(workload.mixed), speed, first, last))
+    return out
+
+
+def print_table(summaries: Sequence[Summary], reps: int) -> None:
+    """The per-family table; ratios are against the baseline family's row of the same run."""
+    base = next((s for s in summaries if s.name == BASELINE), None)
+    print(
+        f"\n== per family  (python {sys.version.split()[0]}, median of {reps}; µs/token, CPU; "
+        f"@1 / @8 = tokens per delta;\n   ×{BASELINE} = total @1 over {BASELINE}'s in this run, per token "
+        "and per character; last/first = last 500 tokens over the first 500, @1)"
+    )
+    head = (
+        f"  {'family':<16} {'format':<16} {'tokens':>6} {'ch/tok':>6}  {'detok':>6} {'parse@1':>7} "
+        f"{'total@1':>7} {'parse@8':>7} {'total@8':>7}  {'×' + BASELINE + '/tok':>10} "
+        f"{'×' + BASELINE + '/ch':>9}  {'last/first':>10}"
+    )
+    print(head)
+    print("  " + "-" * (len(head) - 2))
+    for s in summaries:
+        per_tok = f"{s.speed.total[1] / base.speed.total[1]:10.2f}" if base else f"{'—':>10}"
+        per_ch = f"{s.us_per_char / base.us_per_char:9.2f}" if base else f"{'—':>9}"
+        print(
+            f"  {s.name:<16} {s.format:<16} {s.tokens:>6} {s.chars / s.tokens:>6.2f}  {s.speed.detok:6.2f} "
+            f"{s.speed.parse(1):7.2f} {s.speed.total[1]:7.2f} {s.speed.parse(8):7.2f} {s.speed.total[8]:7.2f}"
+            f"  {per_tok} {per_ch}  {s.last / s.first:10.2f}"
+        )
+
+
+def _available(name: str) -> bool:
+    spec = next(s for s in _REGISTRY.specs() if s.name == name)
+    return tokenizer_available(spec.tokenizer)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", choices=sorted(WORKLOADS), help="default: qwen3")
+    parser.add_argument(
+        "--family",
+        "--model",
+        action="append",
+        choices=list(WORKLOADS),
+        metavar="NAME",
+        help=f"detailed report for this family (repeatable); one of: {', '.join(WORKLOADS)}",
+    )
+    parser.add_argument("--full", action="store_true", help="detailed report for every family")
     parser.add_argument("--reps", type=int, default=5, help="repetitions per figure (median)")
     parser.add_argument("--quick", action="store_true", help="fewer replay samples")
+    parser.add_argument("--check", action="store_true", help="only build and verify the workloads")
     args = parser.parse_args(argv)
-    for name in args.model or ["qwen3"]:
-        started = time.perf_counter()
-        rows = bench_family(name, WORKLOADS[name](), args.reps, args.quick)
-        print(f"\n== {name}  (python {sys.version.split()[0]}, median of {args.reps})")
-        width = max(len(r.label) for r in rows)
-        for r in rows:
-            print(f"  {r.label:<{width}}  {r.value}  {r.note}".rstrip())
-        print(f"  ({time.perf_counter() - started:.1f} s)")
+
+    started = time.perf_counter()
+    names = [n for n in WORKLOADS if _available(n)]
+    for missing in (n for n in WORKLOADS if n not in names):
+        print(f"  (skipping {missing}: its tokenizer is not installed)")
+    detailed = names if args.full else [n for n in args.family or [BASELINE] if n in names]
+    table = names if args.full or not args.family else [n for n in names if n in {BASELINE, *args.family}]
+
+    if args.check:
+        for name in table:
+            model, workload = load(name)
+            ids = model.tokenizer.encode(workload.mixed, add_special_tokens=False).ids
+            print(f"  {name:<16} ok: {len(ids)} tokens, {len(workload.mixed)} chars, 3 calls parse back")
+        return 0
+
+    for name in detailed:
+        print_report(name, load(name)[1], args.reps, args.quick)
+    summaries = summarize(table, args.reps)
+    print_table(summaries, args.reps)
+    print(f"\n  (total {time.perf_counter() - started:.1f} s)")
     return 0
 
 
