@@ -58,20 +58,15 @@ def start_state(
     grammar: BoundGrammar,
     options: SessionOptions,
     thinking_default: bool | None,
-    tokenizer: tokenizers.Tokenizer | None = None,
+    tokenizer: tokenizers.Tokenizer,
 ) -> str:
     """Where the output begins: the prompt decides when it says (the last reasoning marker in it),
     else the request's thinking switch, else the format's initial state."""
     g = grammar.grammar
     if options.prompt_token_ids and g.prompt:
-        by_id = {tid: state for t, state in g.prompt.items() if (tid := grammar.ids_of(t)) is not None}
-        if tokenizer is not None and len(by_id) < len(g.prompt):
-            found = _prompt_text_state(grammar, tokenizer, options.prompt_token_ids)
-            if found is not None:
-                return found
-        for tid in reversed(options.prompt_token_ids):
-            if tid in by_id:
-                return by_id[tid]
+        found = _prompt_text_state(grammar, tokenizer, options.prompt_token_ids)
+        if found is not None:
+            return found
     thinking = options.thinking if options.thinking is not None else _kwargs_thinking(options)
     if thinking is None:
         thinking = thinking_default
@@ -85,9 +80,9 @@ def start_state(
 def _prompt_text_state(
     grammar: BoundGrammar, tokenizer: tokenizers.Tokenizer, prompt_ids: Sequence[int]
 ) -> str | None:
-    """Prompt terminals that span several tokens (Kimi K3's ``<|open|>response<|sep|>``) have no
-    single id to look for: the prompt's tail is detokenized into sentinel form, like output, and
-    the terminal that ends last in it decides."""
+    """The prompt's tail is detokenized into sentinel form, like output, and the prompt terminal
+    that ends last in it decides: a marker token (``<think>``) and a marker spanning several
+    tokens (Kimi K3's ``<|open|>response<|sep|>``) are found the same way."""
     scanner = TokenScanner(tokenizer, grammar)
     text = "".join(scanner.piece(tid) for tid in prompt_ids[-PROMPT_TAIL:])
     best: tuple[int, int, str] | None = None
@@ -181,9 +176,14 @@ class Session:
         events += self._machine.finish()
         out = self._output(events)
         finish_reason: FinishReason = reason  # type: ignore[assignment]
-        if reason == "stop" and self._assembler.tool_call_count and self.options.tool_choice in (
-            "auto",
-            "required",
+        if (
+            reason == "stop"
+            and self._assembler.tool_call_count
+            and self.options.tool_choice
+            in (
+                "auto",
+                "required",
+            )
         ):
             finish_reason = "tool_calls"
         out.final = Final(

@@ -211,15 +211,6 @@ class BoundGrammar:
             follow_patterns=follow_patterns,
         )
 
-    def ids_of(self, terminal: str) -> int | None:
-        """The token id a single-token terminal is bound to, if any."""
-        pattern = self.patterns.get(terminal, "")
-        if len(pattern) == 1 and SENTINEL_RE.fullmatch(pattern):
-            for tid, s in self.sentinel_of_id.items():
-                if s == pattern:
-                    return tid
-        return None
-
 
 def _follow_pattern(patterns: list[str]) -> regex.Pattern[str] | None:
     if not patterns:
