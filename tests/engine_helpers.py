@@ -1,5 +1,13 @@
-"""Shared helpers for the session tests: the real Qwen3 models, token-id builders, and a streaming
-driver that accumulates OpenAI-style deltas the way a client does.
+"""Driving a session and reading what a client sees, for every engine test.
+
+* ``run`` / ``run_text`` feed deltas to a fresh ``Session`` and finish it; ``accumulate`` rebuilds
+  the message from the deltas the way an OpenAI client does; ``check_consistent`` and ``shape``
+  compare what came out; ``parse_shape`` / ``parsed`` give the one-call ``parse`` reference.
+* ``chunks`` / ``cut`` split ids into deltas; ``tools`` builds tool definitions.
+* The real Qwen3 models of the session tests, their marker ids, and ``enc`` (Qwen3 text to ids).
+
+Token ids for any model (``enc(model, text)``, ``plain``) and the split-invariance check every
+family test uses (``split_check``) are in ``family_support``.
 
 Model loading happens once per test process (the registry caches the bound grammar), so importing
 this module is cheap after the first time.
@@ -34,49 +42,22 @@ ENDOFTEXT = 151643
 MARKER_TEXTS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 """The Qwen3 markers that are single added tokens: ``enc`` turns them into their ids."""
 
-_ADDED = re.compile(
-    "|".join(
-        re.escape(t)
-        for t in sorted(
-            (t.content for t in TOKENIZER.get_added_tokens_decoder().values()), key=len, reverse=True
-        )
-    )
-)
-
 CALL_ID = re.compile(r"chatcmpl-tool-[0-9a-f]{24}")
+
+Shape = tuple[str, str, tuple[tuple[str, str], ...]]
+"""A message without its random call ids: (content, reasoning, ((name, arguments), …))."""
 
 
 def enc(text: str) -> list[int]:
-    """Token ids as the model emits them: added-token texts become their special ids."""
+    """Qwen3 token ids as the model emits them: added-token texts become their special ids."""
     return TOKENIZER.encode(text, add_special_tokens=False).ids
 
 
-def plain(text: str) -> list[int]:
-    """Token ids for ``text`` with every added-token text spelled as ordinary text tokens
-    (a marker look-alike): each marker is split after its first character and encoded in pieces."""
-    ids: list[int] = []
-    pos = 0
-    for m in _ADDED.finditer(text):
-        if m.start() > pos:
-            ids += enc(text[pos : m.start()])
-        ids += enc(m.group(0)[:1]) + enc(m.group(0)[1:])
-        pos = m.end()
-    if pos < len(text):
-        ids += enc(text[pos:])
-    assert TOKENIZER.decode(ids, skip_special_tokens=False) == text
-    return ids
-
-
-def tools(*specs: tuple[str, dict[str, Any]] | str) -> tuple[Tool, ...]:
-    """Tool definitions: a bare name (no schema) or ``(name, properties)``."""
-    out = []
-    for spec in specs:
-        if isinstance(spec, str):
-            out.append(Tool(spec, {"type": "object", "properties": {}}))
-        else:
-            name, props = spec
-            out.append(Tool(name, {"type": "object", "properties": props}))
-    return tuple(out)
+def tools(*specs: tuple[str, dict[str, Any]] | str, **named: dict[str, Any]) -> tuple[Tool, ...]:
+    """Tool definitions: a bare name (no properties), ``(name, properties)``, or ``name=properties``;
+    ``tools("f", ("g", {"a": {"type": "integer"}}), h={})``."""
+    pairs = [(spec, {}) if isinstance(spec, str) else spec for spec in specs] + list(named.items())
+    return tuple(Tool(name, {"type": "object", "properties": props}) for name, props in pairs)
 
 
 # ---------------------------------------------------------------------------------------------- splits
@@ -172,26 +153,36 @@ def accumulate(deltas: Sequence[Delta]) -> Message:
     )
 
 
-def shape(message: Message) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+def shape(message: Message) -> Shape:
     """A message without its random call ids, for comparing different sessions."""
     return message.content, message.reasoning, tuple((c.name, c.arguments) for c in message.tool_calls)
 
 
-def check_consistent(streamed: Streamed) -> None:
-    """Deltas concatenate to the session's final message, ids included; ids look right."""
+def check_consistent(streamed: Streamed, written_ids: bool = False) -> None:
+    """Deltas concatenate to the session's final message, ids included; ids are unique and look
+    like the ones the service makes up, unless the model writes its own (``written_ids``, Kimi K2)."""
     assert streamed.message == streamed.final.message
     ids = [c.id for c in streamed.final.message.tool_calls]
     assert len(set(ids)) == len(ids)
-    for call_id in ids:
-        assert CALL_ID.fullmatch(call_id), call_id
+    if not written_ids:
+        for call_id in ids:
+            assert CALL_ID.fullmatch(call_id), call_id
 
 
 def parse_shape(
     model: Model, ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
-) -> tuple[tuple[str, str, tuple[tuple[str, str], ...]], Final]:
+) -> tuple[Shape, Final]:
+    """The one-call ``parse`` (the reference every split is compared with) and its final result."""
     message, final, deltas = parse(model, options or SessionOptions(), list(ids), reason)
     assert accumulate(deltas) == message
     return shape(message), final
+
+
+def parsed(
+    model: Model, ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
+) -> Shape:
+    """``parse_shape`` without the final result: what the one-call ``parse`` makes of ``ids``."""
+    return parse_shape(model, ids, options, reason)[0]
 
 
 def calls_json(message: Message) -> list[tuple[str, Any]]:

@@ -1,22 +1,38 @@
-"""Checks shared by the XML-style family tests (GLM, MiniMax-M2, Seed-OSS, Qwen3 XML).
+"""What every model-family test shares: token ids for any model, and the split-invariance check.
 
-``split_check`` is the core assertion of every family test: the one-call ``parse`` is the reference,
-and every chunking (one token per delta, seeded random groups, the whole output at once) must give
-the same deltas-accumulated message and the same final message, as a streaming client would see it.
+* ``enc(model, text)``: ids as the model emits them (marker texts become their ids);
+  ``plain(model, text)``: the same text with every marker spelled as ordinary tokens (a look-alike);
+  ``prompted(model, prompt, …)``: options whose ``prompt_token_ids`` are the ids of ``prompt``.
+* ``split_check``: the core assertion of every family test. The one-call ``parse`` is the
+  reference, and every chunking (``groupings``: one token per delta, the whole output at once, a
+  few fixed sizes, seeded random groups) must give the same deltas-accumulated message and the
+  same final message, as a streaming client would see it.
+* ``arguments_before``: the argument text a client holds part-way through, to show streaming.
+
+The session driver these build on (``run``, ``accumulate``, ``shape``, ``parsed``, ``tools``, the
+``Shape`` type) is in ``engine_helpers``.
 """
 
 from __future__ import annotations
 
+import functools
 import random
+import re
 from collections.abc import Sequence
 from typing import Any
 
-from engine_helpers import accumulate, check_consistent, run, shape
-from parsetier.messages import SessionOptions, Tool
-from parsetier.models import Model
-from parsetier.session import parse
+import tokenizers
 
-Shape = tuple[str, str, tuple[tuple[str, str], ...]]
+from engine_helpers import Shape, check_consistent, chunks, parse_shape, run, shape
+from parsetier.messages import Message, SessionOptions
+from parsetier.models import Model
+
+FIXED_SIZES = ((2,), (3, 1), (8,), (5, 2, 7))
+"""Regular chunkings every split check runs besides the seeded random ones (sizes are cycled)."""
+SEEDS = 12
+RANDOM_SIZES = (8, 40, 2, 3)
+"""Bounds of the seeded random group sizes: up to 40 ids at once matters for the one-byte-per-token
+vocabularies (Kimi, Gemma 4, Seed-OSS, Llama 4), whose outputs are long."""
 
 
 def enc(model: Model, text: str) -> list[int]:
@@ -26,65 +42,81 @@ def enc(model: Model, text: str) -> list[int]:
     return ids
 
 
+@functools.cache
+def _non_special_added(tokenizer: tokenizers.Tokenizer) -> re.Pattern[str] | None:
+    """The added tokens ``encode_special_tokens`` does not cover (Qwen's ``<think>``), longest first."""
+    added = tokenizer.get_added_tokens_decoder().values()
+    texts = sorted((t.content for t in added if not t.special), key=len, reverse=True)
+    return re.compile("|".join(re.escape(t) for t in texts)) if texts else None
+
+
 def plain(model: Model, text: str) -> list[int]:
-    """Ids of ``text`` with every added-token text spelled as ordinary tokens (a look-alike)."""
+    """Ids of ``text`` with every added-token text spelled as ordinary tokens (a marker look-alike).
+
+    Special tokens are spelled by the tokenizer's own switch (``encode_special_tokens``), which also
+    suits SentencePiece vocabularies (Mistral v3); added tokens that are not special ignore that
+    switch, so each of those is cut after its first character and the pieces encoded on their own.
+    """
     tok = model.tokenizer
-    added = sorted((t.content for t in tok.get_added_tokens_decoder().values()), key=len, reverse=True)
-    ids: list[int] = []
+    pattern = _non_special_added(tok)
+    pieces: list[str] = []
     pos = 0
-    while pos < len(text):
-        hit = min(
-            ((text.find(a, pos), a) for a in added if text.find(a, pos) >= 0),
-            default=(-1, ""),
-            key=lambda x: x[0],
-        )
-        if hit[0] < 0:
-            ids += tok.encode(text[pos:], add_special_tokens=False).ids
-            break
-        start, marker = hit
-        if start > pos:
-            ids += tok.encode(text[pos:start], add_special_tokens=False).ids
-        ids += tok.encode(marker[:1], add_special_tokens=False).ids
-        ids += tok.encode(marker[1:], add_special_tokens=False).ids
-        pos = start + len(marker)
+    for m in pattern.finditer(text) if pattern else ():
+        pieces += [text[pos : m.start()], m.group(0)[:1], m.group(0)[1:]]
+        pos = m.end()
+    pieces.append(text[pos:])
+    tok.encode_special_tokens = True
+    try:
+        ids = [i for piece in pieces if piece for i in tok.encode(piece, add_special_tokens=False).ids]
+    finally:
+        tok.encode_special_tokens = False
     assert tok.decode(ids, skip_special_tokens=False) == text
     assert not set(ids) & set(model.grammar.sentinel_of_id)
     return ids
 
 
-def tools(**specs: dict[str, Any]) -> tuple[Tool, ...]:
-    """``tools(f={"a": {"type": "integer"}})``: tools by name with their properties."""
-    return tuple(Tool(name, {"type": "object", "properties": props}) for name, props in specs.items())
+def prompted(model: Model, prompt: str = "", **options: Any) -> SessionOptions:
+    """Session options whose generation prompt is ``prompt`` (its ids, markers included)."""
+    return SessionOptions(prompt_token_ids=tuple(enc(model, prompt)) if prompt else (), **options)
 
 
-def groupings(ids: Sequence[int], seeds: int = 6) -> list[list[list[int]]]:
-    """One token per delta, the whole output in one delta, and seeded random groups of 1..8."""
-    out = [[[i] for i in ids], [list(ids)]]
-    for seed in range(seeds):
+def groupings(ids: Sequence[int]) -> list[list[list[int]]]:
+    """One token per delta, the whole output in one delta, the ``FIXED_SIZES``, and for every one
+    of ``SEEDS`` seeds, random groups of 1..n ids for every n in ``RANDOM_SIZES``."""
+    out = [[[i] for i in ids], [list(ids)], *(list(chunks(ids, sizes)) for sizes in FIXED_SIZES)]
+    for seed in range(SEEDS):
         rng = random.Random(seed)
-        groups, pos = [], 0
-        while pos < len(ids):
-            n = rng.randint(1, 8)
-            groups.append(list(ids[pos : pos + n]))
-            pos += n
-        out.append(groups)
+        for most in RANDOM_SIZES:
+            groups, pos = [], 0
+            while pos < len(ids):
+                n = rng.randint(1, most)
+                groups.append(list(ids[pos : pos + n]))
+                pos += n
+            out.append(groups)
     return out
+
+
+def call_ids(message: Message) -> list[str]:
+    """The ids of the message's calls, in order."""
+    return [c.id for c in message.tool_calls]
 
 
 def split_check(
     model: Model, ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
 ) -> Shape:
-    """The parse of ``ids``, asserted identical under every grouping (deltas and final message)."""
-    options = options or SessionOptions()
-    message, final, deltas = parse(model, options, list(ids), reason)
-    assert accumulate(deltas) == message
-    want = shape(message)
+    """The parse of ``ids``, asserted identical under every grouping (deltas and final message:
+    content, reasoning, calls, finish reason, usage). Call ids the model writes itself (Kimi K2)
+    must be the same in every grouping too."""
+    want, final = parse_shape(model, ids, options, reason)
+    written_ids = model.grammar.grammar.tool_call_id == "format"
     for groups in groupings(ids):
         streamed = run(model, groups, options, reason)
-        check_consistent(streamed)
+        check_consistent(streamed, written_ids)
         assert shape(streamed.message) == want, groups
         assert streamed.final.finish_reason == final.finish_reason
         assert streamed.final.usage == final.usage
+        if written_ids:
+            assert call_ids(streamed.final.message) == call_ids(final.message), groups
     return want
 
 

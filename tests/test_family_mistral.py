@@ -7,20 +7,13 @@ control ids, ``plain`` spells them as ordinary tokens. Every test asserts exact 
 from __future__ import annotations
 
 import json
-import random
-from collections.abc import Sequence
 
 import pytest
 
-from engine_helpers import check_consistent, chunks, parse_shape, run, shape, tools
+from engine_helpers import Shape, check_consistent, parse_shape, parsed, run, shape, tools
+from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import Model, ModelRegistry
-from parsetier.tokenizer_sources import tokenizer_available
-
-if not (tokenizer_available("mistral-tekken") and tokenizer_available("mistral-v3")):
-    pytest.skip(
-        "Mistral tokenizers not installed (pip install mistral-common==1.13.1)", allow_module_level=True
-    )
 
 _REGISTRY = ModelRegistry()
 V3: Model = _REGISTRY.get("mistral-7b-v0.3")
@@ -28,46 +21,6 @@ V11: Model = _REGISTRY.get("mistral-small-3.2")
 V13: Model = _REGISTRY.get("magistral-small")
 TOOL_CALLS, ARGS, CALL_ID, THINK, THINK_END, EOS = 9, 32, 33, 34, 35, 2
 V3_TOOL_CALLS = 5
-Shape = tuple[str, str, tuple[tuple[str, str], ...]]
-
-
-def enc(model: Model, text: str) -> list[int]:
-    """Ids as the model emits them: control-token texts become their ids."""
-    return model.tokenizer.encode(text, add_special_tokens=False).ids
-
-
-def plain(model: Model, text: str) -> list[int]:
-    """Ids for ``text`` with every control-token text spelled as ordinary tokens (a look-alike)."""
-    tok = model.tokenizer
-    tok.encode_special_tokens = True
-    try:
-        ids = tok.encode(text, add_special_tokens=False).ids
-    finally:
-        tok.encode_special_tokens = False
-    assert tok.decode(ids, skip_special_tokens=False).lstrip() == text.lstrip()
-    assert not set(ids) & set(model.grammar.sentinel_of_id)
-    return ids
-
-
-def parsed(
-    model: Model, ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
-) -> Shape:
-    return parse_shape(model, ids, options, reason)[0]
-
-
-def assert_split_invariant(
-    model: Model, ids: Sequence[int], options: SessionOptions | None = None, reason: str = "stop"
-) -> None:
-    """Token-by-token and seeded random chunkings give the deltas and final message of ``parse``."""
-    want = parsed(model, ids, options, reason)
-    groupings = [[list(ids)], [[i] for i in ids]]
-    for seed in range(12):
-        rnd = random.Random(seed)
-        groupings.append(list(chunks(ids, [rnd.randint(1, 6) for _ in range(64)])))
-    for groups in groupings:
-        streamed = run(model, groups, options, reason)
-        check_consistent(streamed)
-        assert shape(streamed.message) == want
 
 
 # ============================================================================ v3: JSON array
@@ -100,15 +53,13 @@ V3_CASES: list[tuple[str, str, Shape]] = [
 @pytest.mark.parametrize(("text", "want"), [(t, w) for _, t, w in V3_CASES], ids=[c[0] for c in V3_CASES])
 def test_v3(text: str, want: Shape) -> None:
     ids = enc(V3, text)
-    assert parsed(V3, ids) == want
-    assert_split_invariant(V3, ids)
+    assert split_check(V3, ids) == want
 
 
 def test_v3_lookalikes_inside_strings() -> None:
     args = '{"content": "[TOOL_CALLS] [{\\"name\\": \\"x\\"}] and ]}"}'
     ids = [V3_TOOL_CALLS, *plain(V3, '[{"name": "write_file", "arguments": ' + args + "}]")]
-    assert parsed(V3, ids) == ("", "", (("write_file", args),))
-    assert_split_invariant(V3, ids)
+    assert split_check(V3, ids) == ("", "", (("write_file", args),))
 
 
 # ============================================================================ v11 / v13
@@ -161,8 +112,7 @@ V11_CASES: list[tuple[str, str, Shape]] = [
 @pytest.mark.parametrize(("text", "want"), [(t, w) for _, t, w in V11_CASES], ids=[c[0] for c in V11_CASES])
 def test_v11(text: str, want: Shape) -> None:
     ids = enc(V11, text)
-    assert parsed(V11, ids) == want
-    assert_split_invariant(V11, ids)
+    assert split_check(V11, ids) == want
 
 
 THINK_CASES: list[tuple[str, str, Shape]] = [
@@ -192,8 +142,7 @@ THINK_CASES: list[tuple[str, str, Shape]] = [
 )
 def test_v13_reasoning(text: str, want: Shape) -> None:
     ids = enc(V13, text)
-    assert parsed(V13, ids) == want
-    assert_split_invariant(V13, ids)
+    assert split_check(V13, ids) == want
 
 
 def test_marker_lookalikes_in_reasoning_and_arguments() -> None:
@@ -208,16 +157,14 @@ def test_marker_lookalikes_in_reasoning_and_arguments() -> None:
         *enc(V13, "[TOOL_CALLS]write_file[ARGS]"),
         *plain(V13, args),
     ]
-    assert parsed(V13, ids) == ("", reasoning, (("write_file", args),))
-    assert_split_invariant(V13, ids)
+    assert split_check(V13, ids) == ("", reasoning, (("write_file", args),))
 
 
 def test_control_tokens_inside_a_json_string_are_string_content() -> None:
     args = '{"s": "a[TOOL_CALLS]b[ARGS]c"}'
     ids = enc(V11, "[TOOL_CALLS]f[ARGS]" + args)
     assert ids.count(TOOL_CALLS) == 2
-    assert parsed(V11, ids) == ("", "", (("f", args),))
-    assert_split_invariant(V11, ids)
+    assert split_check(V11, ids) == ("", "", (("f", args),))
 
 
 def test_typed_values_and_finish_reason() -> None:
@@ -241,8 +188,7 @@ def test_truncated_in_arguments() -> None:
         (("write_file", '{"path": "/tmp/b.sh", "content": "rm'),),
     )
     complete = SessionOptions(complete_tool_calls=True)
-    assert parsed(V13, ids, complete, "length") == ("", "Write the script.", ())
-    assert_split_invariant(V13, ids, complete, "length")
+    assert split_check(V13, ids, complete, "length") == ("", "Write the script.", ())
 
 
 def test_truncated_after_the_marker_or_in_reasoning() -> None:
@@ -256,8 +202,7 @@ def test_truncated_after_the_marker_or_in_reasoning() -> None:
 def test_v3_truncated_inside_the_array_keeps_complete_calls() -> None:
     ids = enc(V3, '[TOOL_CALLS] [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": ')
     complete = SessionOptions(complete_tool_calls=True)
-    assert parsed(V3, ids, complete, "length") == ("", "", (("a", "{}"),))
-    assert_split_invariant(V3, ids, complete, "length")
+    assert split_check(V3, ids, complete, "length") == ("", "", (("a", "{}"),))
 
 
 # ============================================================================ reasoning toggles
@@ -266,11 +211,7 @@ def test_prompt_that_opens_think_starts_in_reasoning() -> None:
     opened = SessionOptions(prompt_token_ids=(*enc(V13, "[INST]hi[/INST]"), THINK))
     assert parsed(V13, output, opened) == ("Answer.", "still thinking", ())
     # A system prompt that spells out [THINK]…[/THINK] (Magistral's) does not open reasoning.
-    system = SessionOptions(
-        prompt_token_ids=tuple(
-            enc(V13, "[SYSTEM_PROMPT]Use [THINK]x[/THINK].[/SYSTEM_PROMPT][INST]hi[/INST]")
-        )
-    )
+    system = prompted(V13, "[SYSTEM_PROMPT]Use [THINK]x[/THINK].[/SYSTEM_PROMPT][INST]hi[/INST]")
     assert parsed(V13, enc(V13, "[THINK]r[/THINK]Answer."), system) == ("Answer.", "r", ())
     assert parsed(V13, enc(V13, "<think>r</think>Answer."), system) == ("Answer.", "r", ())
 

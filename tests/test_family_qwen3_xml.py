@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from family_support import arguments_before, enc, plain, split_check, tools
+from engine_helpers import tools
+from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.engine.arguments import ParamWriter
 from parsetier.engine.grammar import GrammarError, grammar_from_dict
 from parsetier.messages import SessionOptions
 from parsetier.models import ModelRegistry
-from parsetier.tokenizer_sources import tokenizer_available
-
-if not all(tokenizer_available(k) for k in ("qwen3", "qwen3.5")):
-    pytest.skip("Qwen tokenizers not installed", allow_module_level=True)
 
 _REGISTRY = ModelRegistry()
 CODER = _REGISTRY.get("qwen3-coder")
@@ -41,12 +38,8 @@ TOOLS = tools(
     get_time={},
 )
 OPTS = SessionOptions(tools=TOOLS)
-THINK_PROMPT = SessionOptions(
-    tools=TOOLS, prompt_token_ids=tuple(enc(Q35, "<|im_start|>assistant\n<think>\n"))
-)
-NO_THINK_PROMPT = SessionOptions(
-    tools=TOOLS, prompt_token_ids=tuple(enc(Q35, "<|im_start|>assistant\n<think>\n\n</think>\n\n"))
-)
+THINK_PROMPT = prompted(Q35, "<|im_start|>assistant\n<think>\n", tools=TOOLS)
+NO_THINK_PROMPT = prompted(Q35, "<|im_start|>assistant\n<think>\n\n</think>\n\n", tools=TOOLS)
 
 
 def call(name: str, *kv: tuple[str, str]) -> str:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from family_support import arguments_before, enc, plain, split_check, tools
+from engine_helpers import tools
+from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import ModelRegistry
 from parsetier.tokenizer_sources import SEED_OSS_MARKERS
@@ -101,12 +102,10 @@ def test_thinking_budget_reflections_stay_in_the_reasoning() -> None:
 
 
 def test_reasoning_toggles_from_the_prompt() -> None:
-    budget0 = SessionOptions(
-        prompt_token_ids=tuple(enc(SEED, "<seed:bos>assistant\n<seed:think><seed:cot_budget_reflect>"))
-    )
+    budget0 = prompted(SEED, "<seed:bos>assistant\n<seed:think><seed:cot_budget_reflect>")
     ids = enc(SEED, "Budget is 0, answer directly.</seed:cot_budget_reflect>\n</seed:think>Hi.")
     assert split_check(SEED, ids, budget0) == ("Hi.", "Budget is 0, answer directly.", ())
-    off = SessionOptions(prompt_token_ids=tuple(enc(SEED, "<seed:bos>assistant\n<seed:think></seed:think>")))
+    off = prompted(SEED, "<seed:bos>assistant\n<seed:think></seed:think>")
     assert split_check(SEED, enc(SEED, "Hi."), off) == ("Hi.", "", ())
 
 

@@ -28,16 +28,15 @@ from engine_helpers import (
     accumulate,
     calls_json,
     check_consistent,
-    chunks,
     cut,
     enc,
     parse_shape,
-    plain,
     run,
     run_text,
     shape,
     tools,
 )
+from family_support import plain, split_check
 from parsetier.engine.events import EventKind
 from parsetier.messages import Delta, SessionOptions, ToolCallDelta, Usage
 from parsetier.session import InvalidInput, Session, WrongState, parse
@@ -65,19 +64,6 @@ def one_by_one(ids: list[int]) -> list[list[int]]:
 
 
 # ================================================================================ split invariance
-def assert_split_invariant(
-    ids: list[int], options: SessionOptions | None = None, reason: str = "stop"
-) -> None:
-    """One id per delta, all at once and a few fixed groupings give the same message as ``parse``."""
-    expected, final = parse_shape(QWEN3, ids, options, reason)
-    for sizes in ([1], [len(ids) or 1], [2], [3, 1], [8], [5, 2, 7]):
-        streamed = run(QWEN3, list(chunks(ids, sizes)), options, reason)
-        check_consistent(streamed)
-        assert shape(streamed.message) == expected, sizes
-        assert streamed.final.finish_reason == final.finish_reason
-        assert streamed.final.usage == final.usage
-
-
 @PROPERTY
 @given(msg=hermes_messages(), cuts=st.lists(st.integers(0, 10_000), max_size=12), eos=st.booleans())
 def test_generated_messages_any_split(msg: Generated, cuts: list[int], eos: bool) -> None:
@@ -159,7 +145,7 @@ def test_one_token_per_delta_exact_deltas() -> None:
         Delta(content="."),
         Delta(tool_calls=(ToolCallDelta(0, "{}", "ID", "get_time"),)),
     ]
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_start_and_end_markers_in_the_same_delta() -> None:
@@ -174,7 +160,7 @@ def test_start_and_end_markers_in_the_same_delta() -> None:
         ],
         [],
     ]
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_several_complete_calls_in_one_delta() -> None:
@@ -187,7 +173,7 @@ def test_several_complete_calls_in_one_delta() -> None:
     ]
     check_consistent(streamed)
     assert streamed.final.finish_reason == "tool_calls"
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_marker_tokens_inside_json_strings_stay_in_the_string() -> None:
@@ -199,7 +185,7 @@ def test_marker_tokens_inside_json_strings_stay_in_the_string() -> None:
     assert calls_json(message) == [("run", args)]
     assert message.tool_calls[0].arguments == json.dumps(args)
     assert message.content == ""
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_marker_lookalikes_in_prose_and_json_stay_text() -> None:
@@ -207,17 +193,16 @@ def test_marker_lookalikes_in_prose_and_json_stay_text() -> None:
     prose = "Use <tool_call> and </think> here; <think>not reasoning</think>."
     ids = (
         enc("<think>\n")
-        + plain("I saw </think> in the docs.")
+        + plain(QWEN3, "I saw </think> in the docs.")
         + enc("\n</think>\n\n")
-        + plain(prose)
+        + plain(QWEN3, prose)
         + enc("\n\n<tool_call>\n")
-        + plain('{"name": "f", "arguments": {"s": "</tool_call><tool_call>"}}')
+        + plain(QWEN3, '{"name": "f", "arguments": {"s": "</tool_call><tool_call>"}}')
         + enc("\n</tool_call>")
     )
     assert ids.count(CALL_OPEN) == 1 and ids.count(THINK_CLOSE) == 1
     expected = (prose, "I saw </think> in the docs.", (("f", '{"s": "</tool_call><tool_call>"}'),))
-    assert parse_shape(QWEN3, ids)[0] == expected
-    assert_split_invariant(ids)
+    assert split_check(QWEN3, ids) == expected
 
 
 def test_lookalike_split_over_deltas_is_not_held_forever() -> None:
@@ -226,7 +211,7 @@ def test_lookalike_split_over_deltas_is_not_held_forever() -> None:
     streamed = run(QWEN3, [enc("a <tool"), enc("_call> b")])
     assert streamed.per_feed[0] == [Delta(content="a <tool")]
     assert streamed.message.content == "a <tool_call> b"
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_multibyte_characters_split_across_tokens_and_deltas() -> None:
@@ -252,21 +237,19 @@ def test_unicode_arguments_split_mid_character() -> None:
     streamed = run(QWEN3, one_by_one(ids))
     assert all("\ufffd" not in t.arguments for d in streamed.deltas for t in d.tool_calls)
     assert streamed.message.tool_calls[0].arguments == json.dumps(args, ensure_ascii=False)
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_empty_arguments() -> None:
     ids = enc('<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>')
-    assert parse_shape(QWEN3, ids)[0] == ("", "", (("now", "{}"),))
-    assert_split_invariant(ids)
+    assert split_check(QWEN3, ids) == ("", "", (("now", "{}"),))
 
 
 def test_nested_objects_and_arrays() -> None:
     args = {"a": {"b": [1, {"c": [None, True, -2.5e-3]}], "d": {}}, "e": [[], [[]]], "f": "}]"}
     text = '<tool_call>\n{"name": "deep", "arguments": ' + json.dumps(args) + "}\n</tool_call>"
     ids = enc(text)
-    assert parse_shape(QWEN3, ids)[0] == ("", "", (("deep", json.dumps(args)),))
-    assert_split_invariant(ids)
+    assert split_check(QWEN3, ids) == ("", "", (("deep", json.dumps(args)),))
 
 
 def test_arguments_as_double_encoded_string_are_unwrapped() -> None:
@@ -277,15 +260,13 @@ def test_arguments_as_double_encoded_string_are_unwrapped() -> None:
 def test_arguments_before_name_and_parameters_key() -> None:
     ids = enc('<tool_call>\n{"arguments": {"a": [1]}, "name": "f"}\n</tool_call>\n')
     ids += enc('<tool_call>\n{"name": "g", "parameters": {"b": 2}}\n</tool_call>')
-    assert parse_shape(QWEN3, ids)[0] == ("", "", (("f", '{"a": [1]}'), ("g", '{"b": 2}')))
-    assert_split_invariant(ids)
+    assert split_check(QWEN3, ids) == ("", "", (("f", '{"a": [1]}'), ("g", '{"b": 2}')))
 
 
 def test_reasoning_then_call_without_content() -> None:
     ids = enc("<think>\nNeed the weather.\n</think>\n\n" + WEATHER)
     expected = ("", "Need the weather.", (("get_weather", '{"city": "Paris", "days": 3}'),))
-    assert parse_shape(QWEN3, ids)[0] == expected
-    assert_split_invariant(ids)
+    assert split_check(QWEN3, ids) == expected
 
 
 def test_call_without_reasoning() -> None:
@@ -293,7 +274,7 @@ def test_call_without_reasoning() -> None:
     shape_, final = parse_shape(QWEN3, ids)
     assert shape_ == ("", "", (("get_weather", '{"city": "Paris", "days": 3}'),))
     assert final.usage.reasoning_tokens == 0
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_content_after_call_is_content() -> None:
@@ -330,7 +311,7 @@ def test_thinking_disabled_by_the_prompt() -> None:
     shape_, final = parse_shape(QWEN3, ids, opts)
     assert shape_ == ("It is sunny.", "", ())
     assert final.usage.reasoning_tokens == 0
-    assert_split_invariant(ids, opts)
+    split_check(QWEN3, ids, opts)
 
 
 def test_think_close_already_in_the_prompt() -> None:
@@ -349,7 +330,7 @@ def test_prompt_ending_in_think_open_starts_in_reasoning() -> None:
     assert final.usage.reasoning_tokens == len(enc("Thinking hard.\n</think>"))
     streamed = run(QWEN3, one_by_one(ids), opts)
     assert streamed.events[0].kind is EventKind.REASONING_START
-    assert_split_invariant(ids, opts)
+    split_check(QWEN3, ids, opts)
 
 
 def test_qwen3_has_no_thinking_switch() -> None:
@@ -378,7 +359,7 @@ def test_length_mid_reasoning_ends_the_reasoning() -> None:
     assert streamed.final.usage.reasoning_tokens == len(ids) - 1
     assert [e.kind for e in streamed.events].count(EventKind.REASONING_END) == 1
     assert [e.kind for e in streamed.events[-2:]] == [EventKind.REASONING_END, EventKind.END]
-    assert_split_invariant(ids, reason="length")
+    split_check(QWEN3, ids, reason="length")
 
 
 def test_length_mid_call_keeps_the_call_as_streamed() -> None:
@@ -387,7 +368,7 @@ def test_length_mid_call_keeps_the_call_as_streamed() -> None:
     assert shape(streamed.message) == ("Sure.", "", (("write", '{"path": "a.txt", "text": "hel'),))
     assert streamed.final.finish_reason == "length"
     assert EventKind.TOOL_CALL_END not in [e.kind for e in streamed.events]
-    assert_split_invariant(ids, reason="length")
+    split_check(QWEN3, ids, reason="length")
 
 
 def test_length_mid_call_with_complete_tool_calls_drops_it() -> None:
@@ -418,7 +399,7 @@ def test_invalid_json_envelope_is_passed_through_as_content() -> None:
     shape_, final = parse_shape(QWEN3, ids)
     assert shape_ == ("<tool_call>not valid json</tool_call>", "", ())
     assert final.finish_reason == "stop"
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
 
 
 def test_passthrough_keeps_the_surrounding_whitespace_in_place() -> None:
@@ -457,8 +438,7 @@ def test_several_objects_in_one_block_are_several_calls() -> None:
     b = '{"name": "get_time", "arguments": {}}'
     for body in (f"[{a}, {b}]", f"{a}\n{b}"):
         ids = enc(f"<tool_call>\n{body}\n</tool_call>")
-        assert parse_shape(QWEN3, ids)[0] == expected, body
-        assert_split_invariant(ids)
+        assert split_check(QWEN3, ids) == expected, body
 
 
 def test_text_after_the_envelope_inside_the_block_is_not_lost() -> None:
@@ -475,7 +455,7 @@ def test_malformed_arguments_after_the_call_started_keep_what_was_streamed() -> 
     # What follows the break inside the block is the model's text: it is shown, never lost.
     assert shape_ == ("<oops> }}", "", (("f", '{"a": 1 '), ("get_time", "{}")))
     assert final.finish_reason == "tool_calls"
-    assert_split_invariant(ids)
+    split_check(QWEN3, ids)
     # complete_tool_calls validates: the broken call is dropped, the next one keeps index 0.
     opts = SessionOptions(complete_tool_calls=True)
     assert parse_shape(QWEN3, ids, opts)[0] == ("<oops> }}", "", (("get_time", "{}"),))
@@ -561,7 +541,7 @@ def test_parallel_tool_calls_false_keeps_only_the_first() -> None:
         "",
         (("get_weather", '{"city": "Paris", "days": 3}'),),
     )
-    assert_split_invariant(ids, opts)
+    split_check(QWEN3, ids, opts)
     # With complete_tool_calls the first *valid* call is the one kept.
     bad = '<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call>\n'
     opts = SessionOptions(parallel_tool_calls=False, complete_tool_calls=True)
@@ -630,8 +610,7 @@ def test_other_special_tokens_are_dropped() -> None:
 # ================================================================================ whitespace
 def test_whitespace_edges_are_trimmed_and_inner_whitespace_kept() -> None:
     ids = enc("<think>\n\n  two  lines\n\n here \n\n</think>\n\n  Hello  \n\n world \n ")
-    assert parse_shape(QWEN3, ids)[0] == ("Hello  \n\n world", "two  lines\n\n here", ())
-    assert_split_invariant(ids)
+    assert split_check(QWEN3, ids) == ("Hello  \n\n world", "two  lines\n\n here", ())
 
 
 def test_trailing_whitespace_is_held_until_proven_inner() -> None:

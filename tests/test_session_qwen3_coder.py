@@ -13,18 +13,18 @@ from hypothesis import strategies as st
 
 from engine_helpers import (
     CALL_CLOSE,
+    QWEN3,
     QWEN3_CODER,
     accumulate,
     check_consistent,
-    chunks,
     cut,
     enc,
     parse_shape,
-    plain,
     run,
     shape,
     tools,
 )
+from family_support import plain, split_check
 from parsetier.engine.events import EventKind
 from parsetier.messages import SessionOptions
 from parsetier.session import InvalidInput, Session, WrongState
@@ -57,17 +57,6 @@ def call(params: list[tuple[str, str]], name: str = "f") -> str:
 def arguments(ids: list[int], options: SessionOptions = TOOLS, reason: str = "stop") -> list[tuple[str, str]]:
     shape_, _ = parse_shape(QWEN3_CODER, ids, options, reason)
     return list(shape_[2])
-
-
-def assert_split_invariant(ids: list[int], options: SessionOptions = TOOLS, reason: str = "stop") -> None:
-    expected, final = parse_shape(QWEN3_CODER, ids, options, reason)
-    for sizes in ([1], [len(ids) or 1], [2], [3, 1], [8]):
-        streamed = run(QWEN3_CODER, list(chunks(ids, sizes)), options, reason)
-        check_consistent(streamed)
-        assert shape(streamed.message) == expected, sizes
-        assert streamed.final == type(streamed.final)(
-            final.finish_reason, final.usage, streamed.final.message
-        )
 
 
 # ================================================================================ generated
@@ -138,7 +127,7 @@ def test_values_typed_by_schema() -> None:
     )
     # A type union that admits strings ("e": integer or string) streams the value as a string.
     assert arguments(ids) == [("f", expected)]
-    assert_split_invariant(ids)
+    split_check(QWEN3_CODER, ids, TOOLS)
 
 
 def test_values_invalid_for_their_type_become_strings() -> None:
@@ -163,20 +152,24 @@ def test_unknown_parameter_and_unknown_tool_are_strings() -> None:
 def test_string_values_keep_inner_whitespace_and_trim_one_newline() -> None:
     ids = enc(call([("s", "  spaced  "), ("t", "\nline1\n\nline2\n"), ("v", "")]))
     assert arguments(ids) == [("f", '{"s": "  spaced  ", "t": "\\nline1\\n\\nline2\\n", "v": ""}')]
-    assert_split_invariant(ids)
+    split_check(QWEN3_CODER, ids, TOOLS)
 
 
 def test_string_values_with_quotes_backslashes_and_unicode() -> None:
     value = 'say "hi" \\ path C:\\tmp\tend 你好 🎉 𝄞'
     ids = enc(call([("s", value)]))
     assert arguments(ids) == [("f", json.dumps({"s": value}, ensure_ascii=False))]
-    assert_split_invariant(ids)
+    split_check(QWEN3_CODER, ids, TOOLS)
 
 
 def test_marker_texts_inside_values() -> None:
     """Special ids that are not terminals of the value state are text; look-alikes are text."""
     ids = enc(call([("s", "<tool_call> and <think>x</think>")]))
-    ids += enc(call([("s", "a")], "g")[: -len("</tool_call>")]) + plain("</tool_call>") + enc("</tool_call>")
+    ids += (
+        enc(call([("s", "a")], "g")[: -len("</tool_call>")])
+        + plain(QWEN3, "</tool_call>")
+        + enc("</tool_call>")
+    )
     assert arguments(ids) == [("f", '{"s": "<tool_call> and <think>x</think>"}'), ("g", '{"s": "a"}')]
     # A partial closing tag in a value is value text once the next character rules it out.
     assert arguments(enc(call([("s", "a</param b </function")]))) == [("f", '{"s": "a</param b </function"}')]
@@ -185,7 +178,7 @@ def test_marker_texts_inside_values() -> None:
 def test_function_name_and_no_parameters() -> None:
     ids = enc("<tool_call>\n<function=get_time>\n</function>\n</tool_call>")
     assert arguments(ids) == [("get_time", "{}")]
-    assert_split_invariant(ids)
+    split_check(QWEN3_CODER, ids, TOOLS)
 
 
 # ================================================================================ streaming
@@ -220,7 +213,7 @@ def test_reasoning_content_and_two_calls() -> None:
     assert shape_ == ("Calling.", "hmm", (("f", '{"s": "x"}'), ("g", '{"s": "y"}')))
     assert final.finish_reason == "tool_calls"
     assert final.usage.reasoning_tokens == len(enc("\nhmm\n</think>"))
-    assert_split_invariant(ids)
+    split_check(QWEN3_CODER, ids, TOOLS)
 
 
 def test_two_functions_in_one_tool_call_block() -> None:
@@ -228,7 +221,7 @@ def test_two_functions_in_one_tool_call_block() -> None:
     text += "<function=g>\n<parameter=s>\ny\n</parameter>\n</function>\n</tool_call>"
     ids = enc(text)
     assert arguments(ids) == [("f", '{"s": "x"}'), ("g", '{"s": "y"}')]
-    assert_split_invariant(ids)
+    split_check(QWEN3_CODER, ids, TOOLS)
 
 
 def test_missing_closing_tags_are_implied_by_outer_ones() -> None:
@@ -246,7 +239,7 @@ def test_closing_tags_inside_a_value_are_text_unless_the_structure_goes_on() -> 
     value = "Close with </parameter> and </function> then go"
     ids = enc(call([("s", value)]))
     assert arguments(ids) == [("f", json.dumps({"s": value}))]
-    assert_split_invariant(ids)
+    split_check(QWEN3_CODER, ids, TOOLS)
 
 
 def test_bare_function_opener_at_a_line_start_starts_a_call() -> None:
@@ -276,7 +269,7 @@ def test_length_mid_string_value_keeps_what_streamed() -> None:
     assert shape(streamed.message) == ("", "", (("f", '{"s": "abc def'),))
     assert streamed.final.finish_reason == "length"
     assert EventKind.TOOL_CALL_END not in [e.kind for e in streamed.events]
-    assert_split_invariant(ids, reason="length")
+    split_check(QWEN3_CODER, ids, TOOLS, reason="length")
 
 
 def test_length_mid_typed_value_stops_after_the_key() -> None:
@@ -337,8 +330,7 @@ def test_tool_choice_and_parallel() -> None:
 def test_prompt_opened_reasoning() -> None:
     opts = SessionOptions(tools=TOOLS.tools, prompt_token_ids=tuple(enc("<|im_start|>assistant\n<think>\n")))
     ids = enc("plan\n</think>\n\n" + call([("i", "3")]))
-    assert parse_shape(QWEN3_CODER, ids, opts)[0] == ("", "plan", (("f", '{"i": 3}'),))
-    assert_split_invariant(ids, opts)
+    assert split_check(QWEN3_CODER, ids, opts) == ("", "plan", (("f", '{"i": 3}'),))
 
 
 def test_thinking_switch_when_the_prompt_does_not_say() -> None:
