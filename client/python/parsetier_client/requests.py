@@ -114,6 +114,26 @@ def finish_message(reason: str = "stop", matched_stop: int | str | None = None) 
     return message
 
 
+def parse_once_request(
+    model: str,
+    token_ids: Iterable[int] = (),
+    finish_reason: str = "stop",
+    *,
+    text: str = "",
+    matched_stop: int | str | None = None,
+    tools: Iterable[Mapping[str, Any]] | str | None = None,
+    **options: Any,
+) -> pb.ParseOnceRequest:
+    """The unary request; it asks for the final result only unless ``output`` says otherwise."""
+    options.setdefault("output", "final")
+    return pb.ParseOnceRequest(
+        open=open_message(model, tools=tools, **options),
+        token_ids=list(token_ids),
+        text=text,
+        finish=finish_message(finish_reason, matched_stop),
+    )
+
+
 def session_messages(
     open_: pb.Open,
     steps: Iterable[StepLike],

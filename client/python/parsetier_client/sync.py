@@ -15,7 +15,14 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
-from parsetier_client.requests import StepLike, finish_message, open_message, session_messages, step_message
+from parsetier_client.requests import (
+    StepLike,
+    finish_message,
+    open_message,
+    parse_once_request,
+    session_messages,
+    step_message,
+)
 from parsetier_client.result import ParseResult, collect
 
 _CLOSE = object()
@@ -122,12 +129,8 @@ class Client:
         **options: Any,
     ) -> pb.ParseOnceResponse:
         """The unary call: the whole output in, ``ParseOnceResponse`` (``.final``) out."""
-        options.setdefault("output", "final")
-        request = pb.ParseOnceRequest(
-            open=open_message(model, tools=tools, **options),
-            token_ids=list(token_ids),
-            text=text,
-            finish=finish_message(finish_reason, matched_stop),
+        request = parse_once_request(
+            model, token_ids, finish_reason, text=text, matched_stop=matched_stop, tools=tools, **options
         )
         return self.stub.ParseOnce(request, timeout=self.timeout)
 
