@@ -1,0 +1,119 @@
+"""The Go client (client/go) against the real server: the contract is language-neutral.
+
+`go test` runs the Go package's tests with PARSETIER_SERVER pointing at a `parsetier serve`
+subprocess on loopback. Go is required, not optional: without it these tests fail with a message
+saying so. The first run downloads the Go modules (and the pinned protoc plugins), hence the
+generous time bound.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpc_servers import ROOT, ProcessServer
+
+GO_DIR = ROOT / "client" / "go"
+TIMEOUT = 300  # seconds, per go command; module downloads happen on the first run
+
+
+def go_binary() -> str:
+    """The `go` command; its absence fails the test (not a skip: CI must run these)."""
+    path = shutil.which("go")
+    if path is None:
+        pytest.fail(
+            "the Go toolchain (`go`, >= 1.25) is not on PATH; the Go client tests need it "
+            "(install Go from https://go.dev/dl/ and put its bin directory on PATH)",
+            pytrace=False,
+        )
+    return path
+
+
+def run_go(argv: list[str], cwd: Path = GO_DIR, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run a go command with a time bound, killing its whole process group (the test binary
+    included) if it overruns; returns the exit code and the combined output."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env or dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"`{' '.join(argv)}` took over {TIMEOUT} s:\n{output}", pytrace=False)
+    return proc.returncode, output
+
+
+def test_go_client_against_real_server():
+    go = go_binary()
+    with ProcessServer("--preload", "qwen3") as server:
+        env = dict(os.environ, PARSETIER_SERVER=server.target)
+        argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "./..."]
+        code, output = run_go(argv, env=env)
+        assert code == 0, f"go test failed (exit {code}):\n{output}"
+        assert "--- SKIP" not in output, f"Go tests skipped instead of running:\n{output}"
+        for name in (
+            "TestSessionOneTokenPerMessage",
+            "TestSessionSeveralStepsPerMessage",
+            "TestParseStreamEqualsParseOnce",
+            "TestErrors",
+            "TestOptions",
+        ):
+            assert f"--- PASS: {name}" in output, f"{name} did not run:\n{output}"
+        # The sessions were the Go client's, on this server: its five runSession sessions ended OK.
+        deadline = time.monotonic() + 10
+        while True:
+            ends = [
+                r
+                for r in list(server.logs)
+                if r.get("msg") == "session_end" and r.get("request_id") == "go-client-test"
+            ]
+            if len(ends) >= 5 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert len(ends) == 5, f"expected 5 session_end lines from the Go client: {server.logs}"
+    assert all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in ends), ends
+
+
+def test_go_client_is_vetted_and_formatted():
+    go = go_binary()
+    code, output = run_go([go, "vet", "./..."])
+    assert code == 0, f"go vet:\n{output}"
+    goroot = subprocess.run([go, "env", "GOROOT"], capture_output=True, text=True, check=True).stdout.strip()
+    code, output = run_go([str(Path(goroot) / "bin" / "gofmt"), "-l", "."])
+    assert code == 0 and output == "", f"gofmt -l lists unformatted files:\n{output}"
+
+
+# The protoc version grpcio-tools bundles is recorded in the header; the plugins' are pinned.
+_PROTOC_LINE = re.compile(r"^// (\t|- )protoc\s+v\S+$", re.MULTILINE)
+
+
+def test_go_generated_code_is_up_to_date(tmp_path):
+    go_binary()
+    env = dict(os.environ, PYTHON=sys.executable)
+    code, output = run_go(["bash", str(GO_DIR / "generate.sh"), str(tmp_path)], env=env)
+    assert code == 0, f"generate.sh failed:\n{output}"
+    fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    committed = sorted(p.relative_to(GO_DIR) for p in (GO_DIR / "parsetierpb").rglob("*") if p.is_file())
+    assert fresh == committed, "run client/go/generate.sh"
+    stale = [
+        str(name)
+        for name in fresh
+        if _PROTOC_LINE.sub("", (tmp_path / name).read_text(encoding="utf-8"))
+        != _PROTOC_LINE.sub("", (GO_DIR / name).read_text(encoding="utf-8"))
+    ]
+    assert not stale, f"generated Go code is stale, run client/go/generate.sh: {stale}"
