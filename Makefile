@@ -53,6 +53,7 @@ lint: $(TEST_STAMP)
 ## proto: regenerate client/python/parsetier_api from protos/ (grpcio-tools)
 proto: $(TEST_STAMP)
 	$(PY) tools/gen_proto.py
+	PYTHON=$(abspath $(PY)) client/go/generate.sh
 
 ## conformance: replay the canitoolcall suite through a live server; rewrite docs/conformance.md
 conformance: $(TEST_STAMP)
