@@ -47,9 +47,16 @@ class ServerHandle:
         SERVER_LOG.info("draining", extra={"fields": {"open_sessions": open_sessions, "grace_s": grace}})
         clean = await self.servicer.gate.wait_idle(grace)
         cut = self.servicer.gate.active  # counted before stop(): cancelled sessions leave the gate
-        await self.server.stop(0)
+        # Idle: a short grace lets HTTP/2 finish its shutdown handshake (GOAWAY, PING) with proxies
+        # such as nginx, which otherwise reset the last stream after its final reply. Not idle: the
+        # grace is spent, cut the stragglers now.
+        await self.server.stop(STOP_GRACE if clean else 0)
         SERVER_LOG.info("stopped", extra={"fields": {"clean": clean, "cut_sessions": cut}})
         return clean
+
+
+STOP_GRACE = 2.0
+"""Seconds ``drain`` gives the transport to close cleanly once no session is left."""
 
 
 async def build_server(
