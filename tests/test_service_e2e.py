@@ -143,6 +143,19 @@ def test_text_steps_for_stacks_that_detokenize(client):
     assert result.message.content == "Hello there."
     once = client.parse_once("qwen3", text=text)
     assert message_key(once.final.message) == message_key(result.message)
+    assert result.usage.completion_tokens == 0, "text alone says nothing about tokens"
+
+
+def test_text_steps_count_their_tokens_when_told(client):
+    """``Step.text_tokens`` lets a stack that detokenizes itself still get exact usage: one step
+    per token gives the same usage as the ids would."""
+    steps = [pb.Step(text="<think>", text_tokens=1), pb.Step(text="\nHmm.\n", text_tokens=3)]
+    steps += [pb.Step(text="</think>", text_tokens=1), pb.Step(text="\n\nHello there.", text_tokens=3)]
+    result = client.parse_stream("qwen3", steps)
+    assert (result.message.reasoning, result.message.content) == ("Hmm.", "Hello there.")
+    assert (result.usage.completion_tokens, result.usage.reasoning_tokens) == (8, 4)
+    once = client.parse_once("qwen3", text="plain answer", text_tokens=2)
+    assert once.final.usage.completion_tokens == 2
 
 
 def test_whole_session_in_one_client_message(client, encode):

@@ -689,8 +689,11 @@ type Step struct {
 	TokenIds []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	// Already-detokenized text, for stacks that detokenize themselves. Used only when `token_ids`
 	// is empty: when both are set the ids are parsed (markers are recognised by id, which text
-	// cannot express) and `text` is ignored. Text-only steps do not count towards `Usage`.
-	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// cannot express) and `text` is ignored.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// How many output tokens a text-only step stands for, so that `Usage` counts them (ids count
+	// themselves). Ignored when `token_ids` is set.
+	TextTokens    uint32 `protobuf:"varint,3,opt,name=text_tokens,json=textTokens,proto3" json:"text_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -737,6 +740,13 @@ func (x *Step) GetText() string {
 		return x.Text
 	}
 	return ""
+}
+
+func (x *Step) GetTextTokens() uint32 {
+	if x != nil {
+		return x.TextTokens
+	}
+	return 0
 }
 
 // The end of the output.
@@ -1399,7 +1409,9 @@ type ParseOnceRequest struct {
 	// Already-detokenized output, used only when `token_ids` is empty.
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
 	// How the output ended. Unset means STOP.
-	Finish        *Finish `protobuf:"bytes,4,opt,name=finish,proto3" json:"finish,omitempty"`
+	Finish *Finish `protobuf:"bytes,4,opt,name=finish,proto3" json:"finish,omitempty"`
+	// How many output tokens `text` stands for, for `Usage`. Ignored when `token_ids` is set.
+	TextTokens    uint32 `protobuf:"varint,5,opt,name=text_tokens,json=textTokens,proto3" json:"text_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1460,6 +1472,13 @@ func (x *ParseOnceRequest) GetFinish() *Finish {
 		return x.Finish
 	}
 	return nil
+}
+
+func (x *ParseOnceRequest) GetTextTokens() uint32 {
+	if x != nil {
+		return x.TextTokens
+	}
+	return 0
 }
 
 // The parsed output.
@@ -1796,10 +1815,12 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"ToolChoice\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1c.parsetier.v1.ToolChoiceModeH\x00R\x04mode\x12%\n" +
 	"\rfunction_name\x18\x02 \x01(\tH\x00R\ffunctionNameB\b\n" +
-	"\x06choice\";\n" +
+	"\x06choice\"\\\n" +
 	"\x04Step\x12\x1f\n" +
 	"\ttoken_ids\x18\x01 \x03(\rB\x02\x10\x01R\btokenIds\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"\x95\x01\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x1f\n" +
+	"\vtext_tokens\x18\x03 \x01(\rR\n" +
+	"textTokens\"\x95\x01\n" +
 	"\x06Finish\x122\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1a.parsetier.v1.FinishReasonR\x06reason\x12$\n" +
 	"\rstop_token_id\x18\x02 \x01(\rH\x00R\vstopTokenId\x12!\n" +
@@ -1844,12 +1865,14 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\x9d\x01\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xbe\x01\n" +
 	"\x10ParseOnceRequest\x12&\n" +
 	"\x04open\x18\x01 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12\x1f\n" +
 	"\ttoken_ids\x18\x02 \x03(\rB\x02\x10\x01R\btokenIds\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12,\n" +
-	"\x06finish\x18\x04 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\x98\x01\n" +
+	"\x06finish\x18\x04 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\x12\x1f\n" +
+	"\vtext_tokens\x18\x05 \x01(\rR\n" +
+	"textTokens\"\x98\x01\n" +
 	"\x11ParseOnceResponse\x12)\n" +
 	"\x05final\x18\x01 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x12+\n" +
 	"\x06deltas\x18\x02 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +

@@ -166,12 +166,20 @@ class AsyncClient:
         finish_reason: str = "stop",
         *,
         text: str = "",
+        text_tokens: int = 0,
         matched_stop: int | str | None = None,
         tools: Iterable[Mapping[str, Any]] | str | None = None,
         **options: Any,
     ) -> pb.ParseOnceResponse:
         request = parse_once_request(
-            model, token_ids, finish_reason, text=text, matched_stop=matched_stop, tools=tools, **options
+            model,
+            token_ids,
+            finish_reason,
+            text=text,
+            text_tokens=text_tokens,
+            matched_stop=matched_stop,
+            tools=tools,
+            **options,
         )
         return await self.stub.ParseOnce(request, timeout=self.timeout)
 

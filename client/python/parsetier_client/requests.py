@@ -12,8 +12,8 @@ from typing import Any
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 
-StepLike = Sequence[int] | str
-"""One decode step: its token ids, or already-detokenized text."""
+StepLike = Sequence[int] | str | pb.Step
+"""One decode step: its token ids, already-detokenized text, or a ``pb.Step``."""
 
 OUTPUT_KINDS = {
     "deltas": pb.OUTPUT_KIND_DELTAS,
@@ -100,6 +100,9 @@ def open_message(
 
 
 def step_message(step: StepLike) -> pb.Step:
+    """Token ids, text, or a ready ``pb.Step`` (e.g. text with ``text_tokens`` for usage)."""
+    if isinstance(step, pb.Step):
+        return step
     if isinstance(step, str):
         return pb.Step(text=step)
     return pb.Step(token_ids=step)
@@ -120,6 +123,7 @@ def parse_once_request(
     finish_reason: str = "stop",
     *,
     text: str = "",
+    text_tokens: int = 0,
     matched_stop: int | str | None = None,
     tools: Iterable[Mapping[str, Any]] | str | None = None,
     **options: Any,
@@ -130,6 +134,7 @@ def parse_once_request(
         open=open_message(model, tools=tools, **options),
         token_ids=list(token_ids),
         text=text,
+        text_tokens=text_tokens,
         finish=finish_message(finish_reason, matched_stop),
     )
 

@@ -23,18 +23,18 @@ from parsetier.service.logs import SessionRecord
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 
-def step_runs(steps: Sequence[pb.Step]) -> Iterator[list[int] | str]:
-    """Group steps into feed calls: runs of id steps become one id list; text-only steps stay
-    separate strings. A step with ids ignores its text (see ``Step.text``)."""
+def step_runs(steps: Sequence[pb.Step]) -> Iterator[list[int] | pb.Step]:
+    """Group steps into feed calls: runs of id steps become one id list; a text-only step stays
+    a step of its own. A step with ids ignores its text (see ``Step.text``)."""
     ids: list[int] = []
     for step in steps:
         if step.token_ids:
             ids.extend(step.token_ids)
-        elif step.text:
+        elif step.text or step.text_tokens:
             if ids:
                 yield ids
                 ids = []
-            yield step.text
+            yield step
     if ids:
         yield ids
 
@@ -88,10 +88,12 @@ class StreamSession:
         assert session is not None and self.model is not None
         outputs: list[core.StepOutput] = []
         for run in step_runs(message.steps):
-            if isinstance(run, str):
-                self.record.text_bytes += len(run.encode("utf-8"))
+            if isinstance(run, pb.Step):
+                self.record.text_bytes += len(run.text.encode("utf-8"))
                 self.limits.check_text(self.record.text_bytes)
-                outputs.append(session.feed_text(run))
+                self.record.tokens += run.text_tokens
+                self.limits.check_tokens(self.record.tokens)
+                outputs.append(session.feed_text(run.text, run.text_tokens))
             else:
                 self.record.tokens += len(run)
                 self.limits.check_tokens(self.record.tokens)
@@ -138,8 +140,9 @@ def parse_once(
     outputs = []
     if ids:
         outputs.append(session.feed(ids))
-    elif request.text:
-        outputs.append(session.feed_text(request.text))
+    elif request.text or request.text_tokens:
+        record.tokens = request.text_tokens
+        outputs.append(session.feed_text(request.text, request.text_tokens))
     outputs.append(session.finish(reason, matched_stop=matched))
     response = pb.ParseOnceResponse()
     for out in outputs:

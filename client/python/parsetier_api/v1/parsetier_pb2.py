@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n parsetier_api/v1/parsetier.proto\x12\x0cparsetier.v1\"z\n\rClientMessage\x12 \n\x04open\x18\x01 \x01(\x0b\x32\x12.parsetier.v1.Open\x12!\n\x05steps\x18\x02 \x03(\x0b\x32\x12.parsetier.v1.Step\x12$\n\x06\x66inish\x18\x03 \x01(\x0b\x32\x14.parsetier.v1.Finish\"\xa4\x04\n\x04Open\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12!\n\x05tools\x18\x03 \x03(\x0b\x32\x12.parsetier.v1.Tool\x12\x12\n\ntools_json\x18\x04 \x01(\t\x12-\n\x0btool_choice\x18\x05 \x01(\x0b\x32\x18.parsetier.v1.ToolChoice\x12 \n\x13parallel_tool_calls\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x1e\n\x11include_reasoning\x18\x07 \x01(\x08H\x01\x88\x01\x01\x12\x15\n\x08thinking\x18\x08 \x01(\x08H\x02\x88\x01\x01\x12H\n\x14\x63hat_template_kwargs\x18\t \x03(\x0b\x32*.parsetier.v1.Open.ChatTemplateKwargsEntry\x12\x18\n\x10prompt_token_ids\x18\n \x03(\r\x12(\n\x06output\x18\x0b \x01(\x0e\x32\x18.parsetier.v1.OutputKind\x12\x19\n\x11include_stop_text\x18\x0c \x01(\x08\x12\x1b\n\x13\x63omplete_tool_calls\x18\r \x01(\x08\x1a\x39\n\x17\x43hatTemplateKwargsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x16\n\x14_parallel_tool_callsB\x14\n\x12_include_reasoningB\x0b\n\t_thinking\"B\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"]\n\nToolChoice\x12,\n\x04mode\x18\x01 \x01(\x0e\x32\x1c.parsetier.v1.ToolChoiceModeH\x00\x12\x17\n\rfunction_name\x18\x02 \x01(\tH\x00\x42\x08\n\x06\x63hoice\"+\n\x04Step\x12\x15\n\ttoken_ids\x18\x01 \x03(\rB\x02\x10\x01\x12\x0c\n\x04text\x18\x02 \x01(\t\"t\n\x06\x46inish\x12*\n\x06reason\x18\x01 \x01(\x0e\x32\x1a.parsetier.v1.FinishReason\x12\x17\n\rstop_token_id\x18\x02 \x01(\rH\x00\x12\x15\n\x0bstop_string\x18\x03 \x01(\tH\x00\x42\x0e\n\x0cmatched_stop\"\xa8\x01\n\rServerMessage\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x17\n\x0f\x63lient_messages\x18\x02 \x01(\x04\x12#\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x13.parsetier.v1.Delta\x12#\n\x06\x65vents\x18\x04 \x03(\x0b\x32\x13.parsetier.v1.Event\x12\"\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x13.parsetier.v1.Final\"\\\n\x05\x44\x65lta\x12\x11\n\treasoning\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12/\n\ntool_calls\x18\x03 \x03(\x0b\x32\x1b.parsetier.v1.ToolCallDelta\"K\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\r\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\targuments\x18\x04 \x01(\t\"q\n\x05\x45vent\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.parsetier.v1.EventKind\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x12\n\ntool_index\x18\x03 \x01(\x05\x12\x0e\n\x06tokens\x18\x04 \x01(\r\x12\x0f\n\x07\x63\x61ll_id\x18\x05 \x01(\t\"\x8f\x01\n\x05\x46inal\x12\x31\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x1a.parsetier.v1.FinishReason\x12\"\n\x05usage\x18\x02 \x01(\x0b\x32\x13.parsetier.v1.Usage\x12/\n\x07message\x18\x03 \x01(\x0b\x32\x1e.parsetier.v1.AssistantMessage\"<\n\x05Usage\x12\x19\n\x11\x63ompletion_tokens\x18\x01 \x01(\r\x12\x18\n\x10reasoning_tokens\x18\x02 \x01(\r\"b\n\x10\x41ssistantMessage\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x11\n\treasoning\x18\x02 \x01(\t\x12*\n\ntool_calls\x18\x03 \x03(\x0b\x32\x16.parsetier.v1.ToolCall\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"\x7f\n\x10ParseOnceRequest\x12 \n\x04open\x18\x01 \x01(\x0b\x32\x12.parsetier.v1.Open\x12\x15\n\ttoken_ids\x18\x02 \x03(\rB\x02\x10\x01\x12\x0c\n\x04text\x18\x03 \x01(\t\x12$\n\x06\x66inish\x18\x04 \x01(\x0b\x32\x14.parsetier.v1.Finish\"\x81\x01\n\x11ParseOnceResponse\x12\"\n\x05\x66inal\x18\x01 \x01(\x0b\x32\x13.parsetier.v1.Final\x12#\n\x06\x64\x65ltas\x18\x02 \x03(\x0b\x32\x13.parsetier.v1.Delta\x12#\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x13.parsetier.v1.Event\"\x13\n\x11ListModelsRequest\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.parsetier.v1.ModelInfo\"\xa0\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x02 \x01(\t\x12\x11\n\ttokenizer\x18\x03 \x01(\t\x12\x1b\n\x13tokenizer_available\x18\x04 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12\x30\n\x0c\x63\x61pabilities\x18\x06 \x01(\x0b\x32\x1a.parsetier.v1.Capabilities\"5\n\x0c\x43\x61pabilities\x12\x11\n\treasoning\x18\x01 \x01(\x08\x12\x12\n\ntool_calls\x18\x02 \x01(\x08*\x87\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*\x98\x01\n\nOutputKind\x12\x1b\n\x17OUTPUT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12OUTPUT_KIND_DELTAS\x10\x01\x12\x16\n\x12OUTPUT_KIND_EVENTS\x10\x02\x12!\n\x1dOUTPUT_KIND_DELTAS_AND_EVENTS\x10\x03\x12\x1a\n\x16OUTPUT_KIND_FINAL_ONLY\x10\x04*\x96\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x04*\x88\x02\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45VENT_KIND_CONTENT\x10\x01\x12\x1e\n\x1a\x45VENT_KIND_REASONING_START\x10\x02\x12\x18\n\x14\x45VENT_KIND_REASONING\x10\x03\x12\x1c\n\x18\x45VENT_KIND_REASONING_END\x10\x04\x12\x1e\n\x1a\x45VENT_KIND_TOOL_CALL_START\x10\x05\x12\x1d\n\x19\x45VENT_KIND_TOOL_ARGUMENTS\x10\x06\x12\x1c\n\x18\x45VENT_KIND_TOOL_CALL_END\x10\x07\x12\x12\n\x0e\x45VENT_KIND_END\x10\x08\x32\xee\x01\n\x06Parser\x12\x45\n\x05Parse\x12\x1b.parsetier.v1.ClientMessage\x1a\x1b.parsetier.v1.ServerMessage(\x01\x30\x01\x12L\n\tParseOnce\x12\x1e.parsetier.v1.ParseOnceRequest\x1a\x1f.parsetier.v1.ParseOnceResponse\x12O\n\nListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n parsetier_api/v1/parsetier.proto\x12\x0cparsetier.v1\"z\n\rClientMessage\x12 \n\x04open\x18\x01 \x01(\x0b\x32\x12.parsetier.v1.Open\x12!\n\x05steps\x18\x02 \x03(\x0b\x32\x12.parsetier.v1.Step\x12$\n\x06\x66inish\x18\x03 \x01(\x0b\x32\x14.parsetier.v1.Finish\"\xa4\x04\n\x04Open\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12!\n\x05tools\x18\x03 \x03(\x0b\x32\x12.parsetier.v1.Tool\x12\x12\n\ntools_json\x18\x04 \x01(\t\x12-\n\x0btool_choice\x18\x05 \x01(\x0b\x32\x18.parsetier.v1.ToolChoice\x12 \n\x13parallel_tool_calls\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x1e\n\x11include_reasoning\x18\x07 \x01(\x08H\x01\x88\x01\x01\x12\x15\n\x08thinking\x18\x08 \x01(\x08H\x02\x88\x01\x01\x12H\n\x14\x63hat_template_kwargs\x18\t \x03(\x0b\x32*.parsetier.v1.Open.ChatTemplateKwargsEntry\x12\x18\n\x10prompt_token_ids\x18\n \x03(\r\x12(\n\x06output\x18\x0b \x01(\x0e\x32\x18.parsetier.v1.OutputKind\x12\x19\n\x11include_stop_text\x18\x0c \x01(\x08\x12\x1b\n\x13\x63omplete_tool_calls\x18\r \x01(\x08\x1a\x39\n\x17\x43hatTemplateKwargsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x16\n\x14_parallel_tool_callsB\x14\n\x12_include_reasoningB\x0b\n\t_thinking\"B\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"]\n\nToolChoice\x12,\n\x04mode\x18\x01 \x01(\x0e\x32\x1c.parsetier.v1.ToolChoiceModeH\x00\x12\x17\n\rfunction_name\x18\x02 \x01(\tH\x00\x42\x08\n\x06\x63hoice\"@\n\x04Step\x12\x15\n\ttoken_ids\x18\x01 \x03(\rB\x02\x10\x01\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0btext_tokens\x18\x03 \x01(\r\"t\n\x06\x46inish\x12*\n\x06reason\x18\x01 \x01(\x0e\x32\x1a.parsetier.v1.FinishReason\x12\x17\n\rstop_token_id\x18\x02 \x01(\rH\x00\x12\x15\n\x0bstop_string\x18\x03 \x01(\tH\x00\x42\x0e\n\x0cmatched_stop\"\xa8\x01\n\rServerMessage\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x17\n\x0f\x63lient_messages\x18\x02 \x01(\x04\x12#\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32\x13.parsetier.v1.Delta\x12#\n\x06\x65vents\x18\x04 \x03(\x0b\x32\x13.parsetier.v1.Event\x12\"\n\x05\x66inal\x18\x05 \x01(\x0b\x32\x13.parsetier.v1.Final\"\\\n\x05\x44\x65lta\x12\x11\n\treasoning\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12/\n\ntool_calls\x18\x03 \x03(\x0b\x32\x1b.parsetier.v1.ToolCallDelta\"K\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\r\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\targuments\x18\x04 \x01(\t\"q\n\x05\x45vent\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.parsetier.v1.EventKind\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x12\n\ntool_index\x18\x03 \x01(\x05\x12\x0e\n\x06tokens\x18\x04 \x01(\r\x12\x0f\n\x07\x63\x61ll_id\x18\x05 \x01(\t\"\x8f\x01\n\x05\x46inal\x12\x31\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x1a.parsetier.v1.FinishReason\x12\"\n\x05usage\x18\x02 \x01(\x0b\x32\x13.parsetier.v1.Usage\x12/\n\x07message\x18\x03 \x01(\x0b\x32\x1e.parsetier.v1.AssistantMessage\"<\n\x05Usage\x12\x19\n\x11\x63ompletion_tokens\x18\x01 \x01(\r\x12\x18\n\x10reasoning_tokens\x18\x02 \x01(\r\"b\n\x10\x41ssistantMessage\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x11\n\treasoning\x18\x02 \x01(\t\x12*\n\ntool_calls\x18\x03 \x03(\x0b\x32\x16.parsetier.v1.ToolCall\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"\x94\x01\n\x10ParseOnceRequest\x12 \n\x04open\x18\x01 \x01(\x0b\x32\x12.parsetier.v1.Open\x12\x15\n\ttoken_ids\x18\x02 \x03(\rB\x02\x10\x01\x12\x0c\n\x04text\x18\x03 \x01(\t\x12$\n\x06\x66inish\x18\x04 \x01(\x0b\x32\x14.parsetier.v1.Finish\x12\x13\n\x0btext_tokens\x18\x05 \x01(\r\"\x81\x01\n\x11ParseOnceResponse\x12\"\n\x05\x66inal\x18\x01 \x01(\x0b\x32\x13.parsetier.v1.Final\x12#\n\x06\x64\x65ltas\x18\x02 \x03(\x0b\x32\x13.parsetier.v1.Delta\x12#\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x13.parsetier.v1.Event\"\x13\n\x11ListModelsRequest\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.parsetier.v1.ModelInfo\"\xa0\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x02 \x01(\t\x12\x11\n\ttokenizer\x18\x03 \x01(\t\x12\x1b\n\x13tokenizer_available\x18\x04 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12\x30\n\x0c\x63\x61pabilities\x18\x06 \x01(\x0b\x32\x1a.parsetier.v1.Capabilities\"5\n\x0c\x43\x61pabilities\x12\x11\n\treasoning\x18\x01 \x01(\x08\x12\x12\n\ntool_calls\x18\x02 \x01(\x08*\x87\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*\x98\x01\n\nOutputKind\x12\x1b\n\x17OUTPUT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12OUTPUT_KIND_DELTAS\x10\x01\x12\x16\n\x12OUTPUT_KIND_EVENTS\x10\x02\x12!\n\x1dOUTPUT_KIND_DELTAS_AND_EVENTS\x10\x03\x12\x1a\n\x16OUTPUT_KIND_FINAL_ONLY\x10\x04*\x96\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x04*\x88\x02\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45VENT_KIND_CONTENT\x10\x01\x12\x1e\n\x1a\x45VENT_KIND_REASONING_START\x10\x02\x12\x18\n\x14\x45VENT_KIND_REASONING\x10\x03\x12\x1c\n\x18\x45VENT_KIND_REASONING_END\x10\x04\x12\x1e\n\x1a\x45VENT_KIND_TOOL_CALL_START\x10\x05\x12\x1d\n\x19\x45VENT_KIND_TOOL_ARGUMENTS\x10\x06\x12\x1c\n\x18\x45VENT_KIND_TOOL_CALL_END\x10\x07\x12\x12\n\x0e\x45VENT_KIND_END\x10\x08\x32\xee\x01\n\x06Parser\x12\x45\n\x05Parse\x12\x1b.parsetier.v1.ClientMessage\x1a\x1b.parsetier.v1.ServerMessage(\x01\x30\x01\x12L\n\tParseOnce\x12\x1e.parsetier.v1.ParseOnceRequest\x1a\x1f.parsetier.v1.ParseOnceResponse\x12O\n\nListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,14 +37,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STEP'].fields_by_name['token_ids']._serialized_options = b'\020\001'
   _globals['_PARSEONCEREQUEST'].fields_by_name['token_ids']._loaded_options = None
   _globals['_PARSEONCEREQUEST'].fields_by_name['token_ids']._serialized_options = b'\020\001'
-  _globals['_TOOLCHOICEMODE']._serialized_start=2437
-  _globals['_TOOLCHOICEMODE']._serialized_end=2572
-  _globals['_OUTPUTKIND']._serialized_start=2575
-  _globals['_OUTPUTKIND']._serialized_end=2727
-  _globals['_FINISHREASON']._serialized_start=2730
-  _globals['_FINISHREASON']._serialized_end=2880
-  _globals['_EVENTKIND']._serialized_start=2883
-  _globals['_EVENTKIND']._serialized_end=3147
+  _globals['_TOOLCHOICEMODE']._serialized_start=2480
+  _globals['_TOOLCHOICEMODE']._serialized_end=2615
+  _globals['_OUTPUTKIND']._serialized_start=2618
+  _globals['_OUTPUTKIND']._serialized_end=2770
+  _globals['_FINISHREASON']._serialized_start=2773
+  _globals['_FINISHREASON']._serialized_end=2923
+  _globals['_EVENTKIND']._serialized_start=2926
+  _globals['_EVENTKIND']._serialized_end=3190
   _globals['_CLIENTMESSAGE']._serialized_start=50
   _globals['_CLIENTMESSAGE']._serialized_end=172
   _globals['_OPEN']._serialized_start=175
@@ -56,37 +56,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLCHOICE']._serialized_start=793
   _globals['_TOOLCHOICE']._serialized_end=886
   _globals['_STEP']._serialized_start=888
-  _globals['_STEP']._serialized_end=931
-  _globals['_FINISH']._serialized_start=933
-  _globals['_FINISH']._serialized_end=1049
-  _globals['_SERVERMESSAGE']._serialized_start=1052
-  _globals['_SERVERMESSAGE']._serialized_end=1220
-  _globals['_DELTA']._serialized_start=1222
-  _globals['_DELTA']._serialized_end=1314
-  _globals['_TOOLCALLDELTA']._serialized_start=1316
-  _globals['_TOOLCALLDELTA']._serialized_end=1391
-  _globals['_EVENT']._serialized_start=1393
-  _globals['_EVENT']._serialized_end=1506
-  _globals['_FINAL']._serialized_start=1509
-  _globals['_FINAL']._serialized_end=1652
-  _globals['_USAGE']._serialized_start=1654
-  _globals['_USAGE']._serialized_end=1714
-  _globals['_ASSISTANTMESSAGE']._serialized_start=1716
-  _globals['_ASSISTANTMESSAGE']._serialized_end=1814
-  _globals['_TOOLCALL']._serialized_start=1816
-  _globals['_TOOLCALL']._serialized_end=1871
-  _globals['_PARSEONCEREQUEST']._serialized_start=1873
-  _globals['_PARSEONCEREQUEST']._serialized_end=2000
-  _globals['_PARSEONCERESPONSE']._serialized_start=2003
-  _globals['_PARSEONCERESPONSE']._serialized_end=2132
-  _globals['_LISTMODELSREQUEST']._serialized_start=2134
-  _globals['_LISTMODELSREQUEST']._serialized_end=2153
-  _globals['_LISTMODELSRESPONSE']._serialized_start=2155
-  _globals['_LISTMODELSRESPONSE']._serialized_end=2216
-  _globals['_MODELINFO']._serialized_start=2219
-  _globals['_MODELINFO']._serialized_end=2379
-  _globals['_CAPABILITIES']._serialized_start=2381
-  _globals['_CAPABILITIES']._serialized_end=2434
-  _globals['_PARSER']._serialized_start=3150
-  _globals['_PARSER']._serialized_end=3388
+  _globals['_STEP']._serialized_end=952
+  _globals['_FINISH']._serialized_start=954
+  _globals['_FINISH']._serialized_end=1070
+  _globals['_SERVERMESSAGE']._serialized_start=1073
+  _globals['_SERVERMESSAGE']._serialized_end=1241
+  _globals['_DELTA']._serialized_start=1243
+  _globals['_DELTA']._serialized_end=1335
+  _globals['_TOOLCALLDELTA']._serialized_start=1337
+  _globals['_TOOLCALLDELTA']._serialized_end=1412
+  _globals['_EVENT']._serialized_start=1414
+  _globals['_EVENT']._serialized_end=1527
+  _globals['_FINAL']._serialized_start=1530
+  _globals['_FINAL']._serialized_end=1673
+  _globals['_USAGE']._serialized_start=1675
+  _globals['_USAGE']._serialized_end=1735
+  _globals['_ASSISTANTMESSAGE']._serialized_start=1737
+  _globals['_ASSISTANTMESSAGE']._serialized_end=1835
+  _globals['_TOOLCALL']._serialized_start=1837
+  _globals['_TOOLCALL']._serialized_end=1892
+  _globals['_PARSEONCEREQUEST']._serialized_start=1895
+  _globals['_PARSEONCEREQUEST']._serialized_end=2043
+  _globals['_PARSEONCERESPONSE']._serialized_start=2046
+  _globals['_PARSEONCERESPONSE']._serialized_end=2175
+  _globals['_LISTMODELSREQUEST']._serialized_start=2177
+  _globals['_LISTMODELSREQUEST']._serialized_end=2196
+  _globals['_LISTMODELSRESPONSE']._serialized_start=2198
+  _globals['_LISTMODELSRESPONSE']._serialized_end=2259
+  _globals['_MODELINFO']._serialized_start=2262
+  _globals['_MODELINFO']._serialized_end=2422
+  _globals['_CAPABILITIES']._serialized_start=2424
+  _globals['_CAPABILITIES']._serialized_end=2477
+  _globals['_PARSER']._serialized_start=3193
+  _globals['_PARSER']._serialized_end=3431
 # @@protoc_insertion_point(module_scope)

@@ -131,12 +131,14 @@ class ToolChoice(_message.Message):
     def __init__(self, mode: _Optional[_Union[ToolChoiceMode, str]] = ..., function_name: _Optional[str] = ...) -> None: ...
 
 class Step(_message.Message):
-    __slots__ = ("token_ids", "text")
+    __slots__ = ("token_ids", "text", "text_tokens")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
+    text_tokens: int
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., text_tokens: _Optional[int] = ...) -> None: ...
 
 class Finish(_message.Message):
     __slots__ = ("reason", "stop_token_id", "stop_string")
@@ -237,16 +239,18 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class ParseOnceRequest(_message.Message):
-    __slots__ = ("open", "token_ids", "text", "finish")
+    __slots__ = ("open", "token_ids", "text", "finish", "text_tokens")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
+    TEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     open: Open
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     finish: Finish
-    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ...) -> None: ...
+    text_tokens: int
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., text_tokens: _Optional[int] = ...) -> None: ...
 
 class ParseOnceResponse(_message.Message):
     __slots__ = ("final", "deltas", "events")
