@@ -52,12 +52,12 @@ lint: $(TEST_STAMP)
 
 ## proto: regenerate client/python/parsetier_api from protos/ (grpcio-tools)
 proto: $(TEST_STAMP)
-	$(PY) tools/gen_proto.py
+	$(PY) client/python/generate.py
 	PYTHON=$(abspath $(PY)) client/go/generate.sh
 
 ## conformance: replay the canitoolcall suite through a live server; rewrite docs/conformance.md
 conformance: $(TEST_STAMP)
-	$(PY) tools/conformance.py --write docs/conformance.md
+	$(PY) tests/conformance/generate_report.py --write docs/conformance.md
 
 ## bench: run every bench/*.py
 bench: $(TEST_STAMP)

@@ -25,10 +25,10 @@ def _normalized(path: Path) -> str:
 
 
 def test_generated_code_is_up_to_date(tmp_path):
-    import grpc_tools  # noqa: F401  (tools/gen_proto.py runs it: a missing grpcio-tools fails here, by name)
+    import grpc_tools  # noqa: F401  (client/python/generate.py runs it: a missing grpcio-tools fails here, by name)
 
     subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gen_proto.py"), "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "client" / "python" / "generate.py"), "--out", str(tmp_path)],
         check=True,
         capture_output=True,
         env=subprocess_env(),

@@ -37,7 +37,7 @@ from conformance.run import (
 )
 
 NOTES_PATH = Path(__file__).with_name("notes.toml")
-COMMAND = "python tools/conformance.py --write docs/conformance.md"
+COMMAND = "python tests/conformance/generate_report.py --write docs/conformance.md"
 
 ENGINE_SNAPSHOT: tuple[tuple[str, int, int, int], ...] = (
     ("vLLM", 268, 86, 469),

@@ -1,1 +1,1 @@
-"""Generated from protos/ by `make proto` (tools/gen_proto.py). Do not edit."""
+"""Generated from protos/ by `make proto` (client/python/generate.py). Do not edit."""

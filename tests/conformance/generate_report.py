@@ -1,8 +1,8 @@
 """Replay the canitoolcall suite through a parsetier gRPC server and write ``docs/conformance.md``.
 
-    python tools/conformance.py --write docs/conformance.md       # starts its own server on loopback
-    python tools/conformance.py --server localhost:50051          # a running server; report to stdout
-    python tools/conformance.py --family glm --mode complete      # a quick look at one family
+    python tests/conformance/generate_report.py --write docs/conformance.md  # own server on loopback
+    python tests/conformance/generate_report.py --server localhost:50051     # a running server, to stdout
+    python tests/conformance/generate_report.py --family glm --mode complete # a quick look at one family
 
 Anyone can run it from a checkout (it puts ``server``, ``client/python`` and ``tests`` on the path
 itself); it needs the test extra (``canitoolcall``) and, for every family, the tokenizers extra.
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 for _path in (ROOT / "tests", ROOT / "client" / "python", ROOT / "server"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))

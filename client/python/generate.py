@@ -7,7 +7,7 @@ mapped to the virtual path ``parsetier_api/v1`` and protoc writes ``parsetier_ap
 with imports to match. ``tests/test_proto_generated.py`` runs this script into a temporary
 directory and compares, so stale generated code fails CI.
 
-Usage: ``python tools/gen_proto.py [--out DIR]`` (default: ``client/python``).
+Usage: ``python client/python/generate.py [--out DIR]`` (default: ``client/python``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "protos" / "parsetier" / "v1"
 PACKAGE = "parsetier_api"
 VIRTUAL_DIR = f"{PACKAGE}/v1"
-INIT_TEXT = '"""Generated from protos/ by `make proto` (tools/gen_proto.py). Do not edit."""\n'
+INIT_TEXT = '"""Generated from protos/ by `make proto` (client/python/generate.py). Do not edit."""\n'
 
 
 def generate(out: Path) -> list[Path]:
