@@ -176,15 +176,8 @@ class Session:
         events += self._machine.finish()
         out = self._output(events)
         finish_reason: FinishReason = reason  # type: ignore[assignment]
-        if (
-            reason == "stop"
-            and self._assembler.tool_call_count
-            and self.options.tool_choice
-            in (
-                "auto",
-                "required",
-            )
-        ):
+        named = self.options.tool_choice not in ("auto", "none", "required")  # a forced function
+        if reason == "stop" and self._assembler.tool_call_count and not named:
             finish_reason = "tool_calls"
         out.final = Final(
             finish_reason,

@@ -84,18 +84,6 @@ class Machine:
         self._enter(self._state, "", None)
 
     # ------------------------------------------------------------------ public
-    @property
-    def state(self) -> str:
-        return self._state.name
-
-    @property
-    def in_reasoning(self) -> bool:
-        return self._state.kind == "reasoning"
-
-    @property
-    def call_open(self) -> bool:
-        return self._call_open
-
     def feed(self, text: str, tokens: int = 0) -> list[Event]:
         """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens."""
         self._tokens += tokens

@@ -57,9 +57,7 @@ class StreamSession:
         return self.session is not None
 
     def open(self, model: Model, open_: pb.Open) -> None:
-        """Start the session (the servicer has looked the model up)."""
-        if self.opened:
-            raise out_of_order("the session is already open; Open may only come in the first message")
+        """Start the session (the servicer has looked the model up and ``check_order``ed it)."""
         options = convert.options_of(open_)
         self.want_deltas, self.want_events = convert.wants(open_.output, unary=False)
         self.limits.check_tokens(len(options.prompt_token_ids))
@@ -106,14 +104,7 @@ class StreamSession:
 
     def _reply(self, outputs: list[core.StepOutput]) -> pb.ServerMessage | None:
         reply = pb.ServerMessage(client_messages=self.record.client_messages)
-        for out in outputs:
-            if self.want_deltas and out.deltas:
-                reply.deltas.extend(convert.delta_to_pb(d) for d in out.deltas)
-            if self.want_events and out.events:
-                reply.events.extend(convert.event_to_pb(e) for e in out.events)
-            if out.final is not None:
-                reply.final.CopyFrom(convert.final_to_pb(out.final))
-                self.record.finish_reason = out.final.finish_reason
+        _fill(reply, outputs, self.want_deltas, self.want_events, self.record)
         if not reply.deltas and not reply.events and not reply.HasField("final"):
             return None
         self._sequence += 1
@@ -131,8 +122,8 @@ def parse_once(
     options = convert.options_of(request.open)
     want_deltas, want_events = convert.wants(request.open.output, unary=True)
     ids = list(request.token_ids)
-    record.tokens = len(ids)
-    limits.check_tokens(len(ids) + len(options.prompt_token_ids))
+    record.tokens = len(ids) or request.text_tokens
+    limits.check_tokens(record.tokens + len(options.prompt_token_ids))
     record.text_bytes = len(request.text.encode("utf-8")) if not ids else 0
     limits.check_text(record.text_bytes)
     reason, matched = convert.finish_of(request.finish)
@@ -141,18 +132,29 @@ def parse_once(
     if ids:
         outputs.append(session.feed(ids))
     elif request.text or request.text_tokens:
-        record.tokens = request.text_tokens
         outputs.append(session.feed_text(request.text, request.text_tokens))
     outputs.append(session.finish(reason, matched_stop=matched))
     response = pb.ParseOnceResponse()
-    for out in outputs:
-        if want_deltas:
-            response.deltas.extend(convert.delta_to_pb(d) for d in out.deltas)
-        if want_events:
-            response.events.extend(convert.event_to_pb(e) for e in out.events)
-        if out.final is not None:
-            response.final.CopyFrom(convert.final_to_pb(out.final))
-            record.finish_reason = out.final.finish_reason
+    _fill(response, outputs, want_deltas, want_events, record)
     record.deltas = len(response.deltas)
     record.events = len(response.events)
     return response
+
+
+def _fill(
+    target: pb.ServerMessage | pb.ParseOnceResponse,
+    outputs: list[core.StepOutput],
+    want_deltas: bool,
+    want_events: bool,
+    record: SessionRecord,
+) -> None:
+    """Put the outputs' deltas, events (as asked) and final result into a reply; both reply types
+    name these fields alike."""
+    for out in outputs:
+        if want_deltas:
+            target.deltas.extend(convert.delta_to_pb(d) for d in out.deltas)
+        if want_events:
+            target.events.extend(convert.event_to_pb(e) for e in out.events)
+        if out.final is not None:
+            target.final.CopyFrom(convert.final_to_pb(out.final))
+            record.finish_reason = out.final.finish_reason

@@ -182,10 +182,6 @@ class EnvelopeReader:
                 return raw
         return raw
 
-    @property
-    def in_call(self) -> bool:
-        """A call has begun and its object has not closed yet."""
-        return self._phase in ("args", "tail") and self.calls > 0
 
 
 def _unescape(json_string_body: str) -> str:

@@ -93,10 +93,6 @@ class ParamWriter:
         self._held_newline = False
         self._maybe_null: str | None = None
 
-    @property
-    def started(self) -> bool:
-        return not self._first
-
     def begin(self, key: str, forced: str | None = None) -> None:
         """Start a value; ``forced`` is a type the markup states (``string`` or ``json``)."""
         if self._in_value:
