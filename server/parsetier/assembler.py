@@ -41,16 +41,16 @@ class Assembler:
         """engine tool index → call being received (only calls that will be delivered)."""
 
     def add(self, events: Iterable[Event]) -> list[Delta]:
-        out: list[Delta] = []
+        out = _DeltaRuns()
         for ev in events:
             kind = ev.kind
             if kind is EventKind.CONTENT:
                 self._content.append(ev.text)
-                _push(out, Delta(content=ev.text))
+                out.text("content", ev.text)
             elif kind is EventKind.REASONING:
                 if self._show_reasoning:
                     self._reasoning.append(ev.text)
-                    _push(out, Delta(reasoning=ev.text))
+                    out.text("reasoning", ev.text)
             elif kind is EventKind.TOOL_CALL_START:
                 self._start(ev, out)
             elif kind is EventKind.TOOL_ARGUMENTS:
@@ -58,12 +58,12 @@ class Assembler:
                 if call is not None:
                     call.arguments.append(ev.text)
                     if not self._buffer_calls:
-                        _push(out, Delta(tool_calls=(ToolCallDelta(call.delivered_index, ev.text),)))
+                        out.arguments(call.delivered_index, ev.text)
             elif kind is EventKind.TOOL_CALL_END:
                 self._end(ev, out)
-        return out
+        return out.deltas()
 
-    def _start(self, ev: Event, out: list[Delta]) -> None:
+    def _start(self, ev: Event, out: _DeltaRuns) -> None:
         if not self._calls_enabled:
             return
         planned = len(self._delivered) + (len(self._open) if self._buffer_calls else 0)
@@ -73,9 +73,9 @@ class Assembler:
         self._open[ev.tool_index] = call
         if not self._buffer_calls:
             self._delivered.append(call)
-            _push(out, Delta(tool_calls=(ToolCallDelta(call.delivered_index, "", call.id, call.name),)))
+            out.call(call.delivered_index, call.id, call.name, "")
 
-    def _end(self, ev: Event, out: list[Delta]) -> None:
+    def _end(self, ev: Event, out: _DeltaRuns) -> None:
         call = self._open.pop(ev.tool_index, None)
         if call is None or not self._buffer_calls:
             return
@@ -88,7 +88,7 @@ class Assembler:
             return
         call.delivered_index = len(self._delivered)
         self._delivered.append(call)
-        _push(out, Delta(tool_calls=(ToolCallDelta(call.delivered_index, arguments, call.id, call.name),)))
+        out.call(call.delivered_index, call.id, call.name, arguments)
 
     @property
     def tool_call_count(self) -> int:
@@ -99,21 +99,59 @@ class Assembler:
         return Message("".join(self._content), "".join(self._reasoning), calls)
 
 
-def _push(out: list[Delta], delta: Delta) -> None:
-    """Append, merging with the previous delta when both carry only the same kind of text or
-    fragments of the same call, so one feed yields few, ordered deltas."""
-    if out:
-        last = out[-1]
-        if delta.content and last.content and not last.tool_calls and not last.reasoning:
-            out[-1] = Delta(content=last.content + delta.content)
+class _DeltaRuns:
+    """One feed's deltas, merged into runs: consecutive pieces of the same text kind, or of the
+    same call's arguments, become one delta, so a feed yields few, ordered deltas.
+
+    Pieces are collected in a list and joined once per run; concatenating them one by one made a
+    feed's cost grow with the square of its size (one message of 256k ids took seconds)."""
+
+    __slots__ = ("_done", "_head", "_kind", "_pieces")
+
+    def __init__(self) -> None:
+        self._done: list[Delta] = []
+        self._kind: str | int | None = None
+        """The open run: "content", "reasoning", a call's delivered index, or None."""
+        self._head: ToolCallDelta | None = None
+        """The open call run's first fragment (it carries the id and name when the call starts)."""
+        self._pieces: list[str] = []
+
+    def text(self, kind: str, text: str) -> None:
+        if not text:
+            return  # an empty piece never starts or splits a run
+        if self._kind != kind:
+            self._close()
+            self._kind = kind
+        self._pieces.append(text)
+
+    def arguments(self, index: int, text: str) -> None:
+        """A fragment of an open call's arguments: joins the run of that call's fragments."""
+        if self._kind != index:
+            self._close()
+            self._kind, self._head = index, ToolCallDelta(index, "")
+        self._pieces.append(text)
+
+    def call(self, index: int, call_id: str, name: str, arguments: str) -> None:
+        """A call's first delta (id and name): always starts a run of its own."""
+        self._close()
+        self._kind, self._head = index, ToolCallDelta(index, "", call_id, name)
+        self._pieces.append(arguments)
+
+    def _close(self) -> None:
+        kind = self._kind
+        if kind is None:
             return
-        if delta.reasoning and last.reasoning and not last.tool_calls and not last.content:
-            out[-1] = Delta(reasoning=last.reasoning + delta.reasoning)
-            return
-        if delta.tool_calls and last.tool_calls and not last.content and not last.reasoning:
-            prev, new = last.tool_calls[-1], delta.tool_calls[0]
-            if prev.index == new.index and new.id is None:
-                merged = ToolCallDelta(prev.index, prev.arguments + new.arguments, prev.id, prev.name)
-                out[-1] = Delta(tool_calls=(*last.tool_calls[:-1], merged))
-                return
-    out.append(delta)
+        text = "".join(self._pieces)
+        if kind == "content":
+            self._done.append(Delta(content=text))
+        elif kind == "reasoning":
+            self._done.append(Delta(reasoning=text))
+        else:
+            head = self._head
+            assert head is not None
+            self._done.append(Delta(tool_calls=(ToolCallDelta(head.index, text, head.id, head.name),)))
+        self._kind, self._head, self._pieces = None, None, []
+
+    def deltas(self) -> list[Delta]:
+        self._close()
+        return self._done
