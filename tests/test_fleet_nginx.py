@@ -610,15 +610,15 @@ def test_a_session_may_stream_more_than_the_message_limit(fleet: Fleet):
     """nginx's client_max_body_size caps a stream's whole request body, which for a session is its
     whole output. The deploy file lifts it; a session sending 4.7 MiB (more than the 4 MiB message
     limit) in 8 KiB messages goes through."""
-    padding = pb.ClientMessage(steps=[pb.Step()] * 4096)  # empty steps are no-ops: 8 KiB of pure volume
+    padding = pb.ParseRequest(steps=[pb.Step()] * 4096)  # empty steps are no-ops: 8 KiB of pure volume
     count = 600
 
     async def main():
         async with connect(fleet.nginx.target) as client:
             messages = [
-                pb.ClientMessage(open=open_message("qwen3", request_id="long")),
+                pb.ParseRequest(open=open_message("qwen3", request_id="long")),
                 *([padding] * count),
-                pb.ClientMessage(steps=[pb.Step(token_ids=[9707])], finish=finish_message("stop")),
+                pb.ParseRequest(steps=[pb.Step(token_ids=[9707])], finish=finish_message("stop")),
             ]
             return [m async for m in client.parse(messages)]
 

@@ -160,7 +160,7 @@ def test_text_steps_count_their_tokens_when_told(client):
 
 def test_whole_session_in_one_client_message(client, encode):
     ids = encode(REASONING_AND_TWO_CALLS)
-    message = pb.ClientMessage(
+    message = pb.ParseRequest(
         open=open_message("qwen3", tools=WEATHER_TOOLS),
         steps=[pb.Step(token_ids=ids[i : i + 3]) for i in range(0, len(ids), 3)],
         finish=finish_message("stop"),

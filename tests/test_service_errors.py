@@ -16,21 +16,21 @@ from service_samples import EXPECTED_CALLS, REASONING_AND_TWO_CALLS, WEATHER_TOO
 Code = grpc.StatusCode
 
 
-def _open(**kwargs) -> pb.ClientMessage:
+def _open(**kwargs) -> pb.ParseRequest:
     kwargs.setdefault("tools", WEATHER_TOOLS)
-    return pb.ClientMessage(open=open_message("qwen3", **kwargs))
+    return pb.ParseRequest(open=open_message("qwen3", **kwargs))
 
 
-def _steps(*ids: int) -> pb.ClientMessage:
-    return pb.ClientMessage(steps=[pb.Step(token_ids=[i]) for i in ids])
+def _steps(*ids: int) -> pb.ParseRequest:
+    return pb.ParseRequest(steps=[pb.Step(token_ids=[i]) for i in ids])
 
 
-FINISH = pb.ClientMessage(finish=finish_message("stop"))
+FINISH = pb.ParseRequest(finish=finish_message("stop"))
 
 # name -> (client messages of the bad stream, expected code, a word the status message must contain)
 STREAM_CASES = {
     "unknown model": (
-        [pb.ClientMessage(open=open_message("no-such-model"))],
+        [pb.ParseRequest(open=open_message("no-such-model"))],
         Code.NOT_FOUND,
         "no-such-model",
     ),
@@ -54,17 +54,17 @@ STREAM_CASES = {
         "999999",
     ),
     "malformed tool parameters JSON": (
-        [pb.ClientMessage(open=pb.Open(model="qwen3", tools=[pb.Tool(name="f", parameters_json="{nope")]))],
+        [pb.ParseRequest(open=pb.Open(model="qwen3", tools=[pb.Tool(name="f", parameters_json="{nope")]))],
         Code.INVALID_ARGUMENT,
         "parameters_json",
     ),
     "tool parameters not an object": (
-        [pb.ClientMessage(open=pb.Open(model="qwen3", tools=[pb.Tool(name="f", parameters_json="[1]")]))],
+        [pb.ParseRequest(open=pb.Open(model="qwen3", tools=[pb.Tool(name="f", parameters_json="[1]")]))],
         Code.INVALID_ARGUMENT,
         "object",
     ),
     "malformed tools_json": (
-        [pb.ClientMessage(open=pb.Open(model="qwen3", tools_json='[{"type": "function", "function": '))],
+        [pb.ParseRequest(open=pb.Open(model="qwen3", tools_json='[{"type": "function", "function": '))],
         Code.INVALID_ARGUMENT,
         "tools_json",
     ),
@@ -84,14 +84,14 @@ STREAM_CASES = {
         "duplicate",
     ),
     "finish reason tool_calls": (
-        [_open(), pb.ClientMessage(finish=pb.Finish(reason=pb.FINISH_REASON_TOOL_CALLS))],
+        [_open(), pb.ParseRequest(finish=pb.Finish(reason=pb.FINISH_REASON_TOOL_CALLS))],
         Code.INVALID_ARGUMENT,
         "TOOL_CALLS",
     ),
 }
 
 
-async def _bad_stream(client: AsyncClient, messages: list[pb.ClientMessage]) -> grpc.aio.AioRpcError:
+async def _bad_stream(client: AsyncClient, messages: list[pb.ParseRequest]) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         async for _ in client.parse(messages):
             pass

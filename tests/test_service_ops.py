@@ -15,7 +15,7 @@ from grpc_servers import ProcessServer
 from parsetier_client import AsyncClient, Client
 from service_samples import EXPECTED_CALLS, REASONING_AND_TWO_CALLS, WEATHER_TOOLS, join
 
-SERVICE = "parsetier.v1.Parser"
+SERVICE = "parsetier.v1.ParserService"
 
 
 def _health(target: str, service: str = "") -> int:

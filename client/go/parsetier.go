@@ -8,7 +8,7 @@
 // carries the Final result. ParseStream does all of that in one call, and ParseOnce parses a
 // whole output with the unary RPC.
 //
-// The functions take the generated parsetierpb.ParserClient interface rather than a concrete
+// The functions take the generated parsetierpb.ParserServiceClient interface rather than a concrete
 // client, so callers that build their own *grpc.ClientConn (TLS, interceptors, load
 // balancing) or a fake for tests need nothing else from this package; Dial is only a
 // convenience for the plaintext loopback or sidecar case. Everything the contract offers stays
@@ -29,9 +29,9 @@ import (
 )
 
 // Client is a connection to one parsetier server. It embeds the generated stub, so it is a
-// parsetierpb.ParserClient and every RPC (ListModels included) is a method on it.
+// parsetierpb.ParserServiceClient and every RPC (ListModels included) is a method on it.
 type Client struct {
-	pb.ParserClient
+	pb.ParserServiceClient
 	conn *grpc.ClientConn
 }
 
@@ -45,7 +45,7 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{ParserClient: pb.NewParserClient(conn), conn: conn}, nil
+	return &Client{ParserServiceClient: pb.NewParserServiceClient(conn), conn: conn}, nil
 }
 
 // Close closes the connection; sessions still open on it fail.
@@ -158,7 +158,7 @@ func WithCompleteToolCalls() OpenOption { return func(o *pb.Open) { o.CompleteTo
 // that produced output, so waiting for a reply after every Send can block forever, and a
 // sender that never receives eventually stalls on flow control.
 type Session struct {
-	stream grpc.BidiStreamingClient[pb.ClientMessage, pb.ServerMessage]
+	stream grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
 	cancel context.CancelFunc
 	final  *pb.Final
 }
@@ -167,7 +167,7 @@ type Session struct {
 // waits until the server has accepted the Open (it sends response headers then), so an
 // unknown model (codes.NotFound) or bad options (codes.InvalidArgument) fail here instead of
 // at some later Recv. Call Close when done with the session.
-func Open(ctx context.Context, client pb.ParserClient, model string, opts ...OpenOption) (*Session, error) {
+func Open(ctx context.Context, client pb.ParserServiceClient, model string, opts ...OpenOption) (*Session, error) {
 	open := &pb.Open{Model: model}
 	for _, opt := range opts {
 		opt(open)
@@ -179,7 +179,7 @@ func Open(ctx context.Context, client pb.ParserClient, model string, opts ...Ope
 		return nil, err
 	}
 	// An io.EOF from Send means the stream already ended; Header and Recv below say why.
-	if err := stream.Send(&pb.ClientMessage{Open: open}); err != nil && !errors.Is(err, io.EOF) {
+	if err := stream.Send(&pb.ParseRequest{Open: open}); err != nil && !errors.Is(err, io.EOF) {
 		cancel()
 		return nil, err
 	}
@@ -206,7 +206,7 @@ func Open(ctx context.Context, client pb.ParserClient, model string, opts ...Ope
 //
 // As with gRPC-Go streams, io.EOF means the server has ended the stream; Recv returns why.
 func (s *Session) Send(steps ...[]uint32) error {
-	msg := &pb.ClientMessage{Steps: make([]*pb.Step, len(steps))}
+	msg := &pb.ParseRequest{Steps: make([]*pb.Step, len(steps))}
 	for i, ids := range steps {
 		msg.Steps[i] = &pb.Step{TokenIds: ids}
 	}
@@ -217,7 +217,7 @@ func (s *Session) Send(steps ...[]uint32) error {
 // (Stop when zero), matchedStop what stopped generation. The server answers with the
 // message that carries the Final result.
 func (s *Session) Finish(reason pb.FinishReason, matchedStop MatchedStop) error {
-	err := s.stream.Send(&pb.ClientMessage{Finish: Finish{Reason: reason, Matched: matchedStop}.message()})
+	err := s.stream.Send(&pb.ParseRequest{Finish: Finish{Reason: reason, Matched: matchedStop}.message()})
 	if err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func (s *Session) Finish(reason pb.FinishReason, matchedStop MatchedStop) error 
 // WithOutput), plus Final on the last one. After the last message it returns io.EOF; any
 // other error is the gRPC status that ended the session (see docs/service.md), for example
 // codes.InvalidArgument for a token id outside the model's vocabulary.
-func (s *Session) Recv() (*pb.ServerMessage, error) {
+func (s *Session) Recv() (*pb.ParseResponse, error) {
 	msg, err := s.stream.Recv()
 	if err != nil {
 		return nil, err
@@ -252,7 +252,7 @@ func (s *Session) Close() { s.cancel() }
 // message (as a live decode loop would) while receiving concurrently, finishes, and returns
 // the Final result and every delta in order. It exists for replaying recorded outputs and
 // for tests; a serving stack that generates tokens live uses a Session.
-func ParseStream(ctx context.Context, client pb.ParserClient, model string, steps [][]uint32,
+func ParseStream(ctx context.Context, client pb.ParserServiceClient, model string, steps [][]uint32,
 	finish Finish, opts ...OpenOption) (*pb.Final, []*pb.Delta, error) {
 	s, err := Open(ctx, client, model, opts...)
 	if err != nil {
@@ -291,7 +291,7 @@ func ParseStream(ctx context.Context, client pb.ParserClient, model string, step
 
 // ParseOnce parses a whole output with the unary RPC: the same result as a session fed every
 // token at once. The response holds only Final unless WithOutput asks for deltas or events.
-func ParseOnce(ctx context.Context, client pb.ParserClient, model string, tokenIDs []uint32,
+func ParseOnce(ctx context.Context, client pb.ParserServiceClient, model string, tokenIDs []uint32,
 	finish Finish, opts ...OpenOption) (*pb.ParseOnceResponse, error) {
 	open := &pb.Open{Model: model}
 	for _, opt := range opts {

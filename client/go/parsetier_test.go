@@ -156,7 +156,7 @@ func checkFinal(t *testing.T, final *pb.Final) {
 
 // runSession streams the output through a Session, steps batched perMessage to a message,
 // receiving on another goroutine as a serving stack would, and returns every server message.
-func runSession(t *testing.T, client *parsetier.Client, perMessage int) []*pb.ServerMessage {
+func runSession(t *testing.T, client *parsetier.Client, perMessage int) []*pb.ParseResponse {
 	t.Helper()
 	session, err := parsetier.Open(testContext(t), client, "qwen3",
 		parsetier.WithToolsJSON(weatherTools), parsetier.WithRequestID("go-client-test"))
@@ -166,7 +166,7 @@ func runSession(t *testing.T, client *parsetier.Client, perMessage int) []*pb.Se
 	defer session.Close()
 
 	type received struct {
-		messages []*pb.ServerMessage
+		messages []*pb.ParseResponse
 		err      error
 	}
 	done := make(chan received, 1)
@@ -224,7 +224,7 @@ func runSession(t *testing.T, client *parsetier.Client, perMessage int) []*pb.Se
 	return r.messages
 }
 
-func deltasOf(messages []*pb.ServerMessage) []*pb.Delta {
+func deltasOf(messages []*pb.ParseResponse) []*pb.Delta {
 	var deltas []*pb.Delta
 	for _, msg := range messages {
 		deltas = append(deltas, msg.GetDeltas()...)

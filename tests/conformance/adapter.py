@@ -309,7 +309,7 @@ class ParsetierAdapter(Adapter):
         open_ = open_message(case.preset, **self._open_options(case, tools, label))
         messages = session_messages(open_, [list(c) for c in chunks], finish_message(case.finish_reason), 1)
         acc = StreamAccumulator()
-        replies: list[pb.ServerMessage] = []
+        replies: list[pb.ParseResponse] = []
 
         async def consume() -> None:
             async for reply in self.connection.client.parse(messages):
@@ -329,7 +329,7 @@ class ParsetierAdapter(Adapter):
         return result
 
     def _check_stream(
-        self, case: support.Case, label: str, replies: list[pb.ServerMessage], joined: ParseResult
+        self, case: support.Case, label: str, replies: list[pb.ParseResponse], joined: ParseResult
     ) -> None:
         """Record where the stream contradicts itself: the contract says ``Final.message`` is
         everything the deltas carried, joined, and sequence numbers have no gaps."""

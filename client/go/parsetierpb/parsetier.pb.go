@@ -295,7 +295,7 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 // One message of a `Parse` stream. Its parts apply in field order — `open`, then every step in
 // `steps`, then `finish` — so a client may batch: a single message can open the session, carry
 // the whole output and finish it. The usual shape is one message per part.
-type ClientMessage struct {
+type ParseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session's parameters. Required in the first message of the stream and forbidden in
 	// every later one (FAILED_PRECONDITION).
@@ -304,27 +304,27 @@ type ClientMessage struct {
 	// batches its sends); the result is the same as sending each step in its own message.
 	// Steps before `open` or after `finish` are FAILED_PRECONDITION.
 	Steps []*Step `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
-	// Ends the output. After the server has answered it with the final `ServerMessage`, the client
+	// Ends the output. After the server has answered it with the final `ParseResponse`, the client
 	// should close its side; any further client message is FAILED_PRECONDITION.
 	Finish        *Finish `protobuf:"bytes,3,opt,name=finish,proto3" json:"finish,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ClientMessage) Reset() {
-	*x = ClientMessage{}
+func (x *ParseRequest) Reset() {
+	*x = ParseRequest{}
 	mi := &file_parsetier_v1_parsetier_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ClientMessage) String() string {
+func (x *ParseRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ClientMessage) ProtoMessage() {}
+func (*ParseRequest) ProtoMessage() {}
 
-func (x *ClientMessage) ProtoReflect() protoreflect.Message {
+func (x *ParseRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_parsetier_v1_parsetier_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -336,26 +336,26 @@ func (x *ClientMessage) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ClientMessage.ProtoReflect.Descriptor instead.
-func (*ClientMessage) Descriptor() ([]byte, []int) {
+// Deprecated: Use ParseRequest.ProtoReflect.Descriptor instead.
+func (*ParseRequest) Descriptor() ([]byte, []int) {
 	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *ClientMessage) GetOpen() *Open {
+func (x *ParseRequest) GetOpen() *Open {
 	if x != nil {
 		return x.Open
 	}
 	return nil
 }
 
-func (x *ClientMessage) GetSteps() []*Step {
+func (x *ParseRequest) GetSteps() []*Step {
 	if x != nil {
 		return x.Steps
 	}
 	return nil
 }
 
-func (x *ClientMessage) GetFinish() *Finish {
+func (x *ParseRequest) GetFinish() *Finish {
 	if x != nil {
 		return x.Finish
 	}
@@ -849,7 +849,7 @@ func (*Finish_StopString) isFinish_MatchedStop() {}
 // One answer of a `Parse` stream. The server sends one per client message that produced output
 // (nothing for a message whose tokens only advanced the parser, e.g. half a marker), and always
 // one for the message that carried `finish`.
-type ServerMessage struct {
+type ParseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1, 2, 3, ... within the stream; a gap would mean a lost message.
 	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
@@ -866,20 +866,20 @@ type ServerMessage struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ServerMessage) Reset() {
-	*x = ServerMessage{}
+func (x *ParseResponse) Reset() {
+	*x = ParseResponse{}
 	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ServerMessage) String() string {
+func (x *ParseResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ServerMessage) ProtoMessage() {}
+func (*ParseResponse) ProtoMessage() {}
 
-func (x *ServerMessage) ProtoReflect() protoreflect.Message {
+func (x *ParseResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -891,40 +891,40 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
-func (*ServerMessage) Descriptor() ([]byte, []int) {
+// Deprecated: Use ParseResponse.ProtoReflect.Descriptor instead.
+func (*ParseResponse) Descriptor() ([]byte, []int) {
 	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
 }
 
-func (x *ServerMessage) GetSequence() uint64 {
+func (x *ParseResponse) GetSequence() uint64 {
 	if x != nil {
 		return x.Sequence
 	}
 	return 0
 }
 
-func (x *ServerMessage) GetClientMessages() uint64 {
+func (x *ParseResponse) GetClientMessages() uint64 {
 	if x != nil {
 		return x.ClientMessages
 	}
 	return 0
 }
 
-func (x *ServerMessage) GetDeltas() []*Delta {
+func (x *ParseResponse) GetDeltas() []*Delta {
 	if x != nil {
 		return x.Deltas
 	}
 	return nil
 }
 
-func (x *ServerMessage) GetEvents() []*Event {
+func (x *ParseResponse) GetEvents() []*Event {
 	if x != nil {
 		return x.Events
 	}
 	return nil
 }
 
-func (x *ServerMessage) GetFinal() *Final {
+func (x *ParseResponse) GetFinal() *Final {
 	if x != nil {
 		return x.Final
 	}
@@ -1778,8 +1778,8 @@ var File_parsetier_v1_parsetier_proto protoreflect.FileDescriptor
 
 const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\n" +
-	"\x1cparsetier/v1/parsetier.proto\x12\fparsetier.v1\"\x8f\x01\n" +
-	"\rClientMessage\x12&\n" +
+	"\x1cparsetier/v1/parsetier.proto\x12\fparsetier.v1\"\x8e\x01\n" +
+	"\fParseRequest\x12&\n" +
 	"\x04open\x18\x01 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12(\n" +
 	"\x05steps\x18\x02 \x03(\v2\x12.parsetier.v1.StepR\x05steps\x12,\n" +
 	"\x06finish\x18\x03 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\xdf\x05\n" +
@@ -1827,7 +1827,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\vstop_string\x18\x03 \x01(\tH\x00R\n" +
 	"stopStringB\x0e\n" +
 	"\fmatched_stop\"\xd9\x01\n" +
-	"\rServerMessage\x12\x1a\n" +
+	"\rParseResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12'\n" +
 	"\x0fclient_messages\x18\x02 \x01(\x04R\x0eclientMessages\x12+\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
@@ -1918,12 +1918,13 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x1aEVENT_KIND_TOOL_CALL_START\x10\x05\x12\x1d\n" +
 	"\x19EVENT_KIND_TOOL_ARGUMENTS\x10\x06\x12\x1c\n" +
 	"\x18EVENT_KIND_TOOL_CALL_END\x10\a\x12\x12\n" +
-	"\x0eEVENT_KIND_END\x10\b2\xee\x01\n" +
-	"\x06Parser\x12E\n" +
-	"\x05Parse\x12\x1b.parsetier.v1.ClientMessage\x1a\x1b.parsetier.v1.ServerMessage(\x010\x01\x12L\n" +
+	"\x0eEVENT_KIND_END\x10\b2\xf4\x01\n" +
+	"\rParserService\x12D\n" +
+	"\x05Parse\x12\x1a.parsetier.v1.ParseRequest\x1a\x1b.parsetier.v1.ParseResponse(\x010\x01\x12L\n" +
 	"\tParseOnce\x12\x1e.parsetier.v1.ParseOnceRequest\x1a\x1f.parsetier.v1.ParseOnceResponse\x12O\n" +
 	"\n" +
-	"ListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponseb\x06proto3"
+	"ListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponseB\x8d\x01\n" +
+	"\x10dev.parsetier.v1B\x0eParsetierProtoP\x01Z@github.com/parsetier/parsetier/client/go/parsetierpb;parsetierpb\xf8\x01\x01\xa2\x02\x03PTX\xaa\x02\fParsetier.V1\xca\x02\fParsetier\\V1b\x06proto3"
 
 var (
 	file_parsetier_v1_parsetier_proto_rawDescOnce sync.Once
@@ -1944,13 +1945,13 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(OutputKind)(0),            // 1: parsetier.v1.OutputKind
 	(FinishReason)(0),          // 2: parsetier.v1.FinishReason
 	(EventKind)(0),             // 3: parsetier.v1.EventKind
-	(*ClientMessage)(nil),      // 4: parsetier.v1.ClientMessage
+	(*ParseRequest)(nil),       // 4: parsetier.v1.ParseRequest
 	(*Open)(nil),               // 5: parsetier.v1.Open
 	(*Tool)(nil),               // 6: parsetier.v1.Tool
 	(*ToolChoice)(nil),         // 7: parsetier.v1.ToolChoice
 	(*Step)(nil),               // 8: parsetier.v1.Step
 	(*Finish)(nil),             // 9: parsetier.v1.Finish
-	(*ServerMessage)(nil),      // 10: parsetier.v1.ServerMessage
+	(*ParseResponse)(nil),      // 10: parsetier.v1.ParseResponse
 	(*Delta)(nil),              // 11: parsetier.v1.Delta
 	(*ToolCallDelta)(nil),      // 12: parsetier.v1.ToolCallDelta
 	(*Event)(nil),              // 13: parsetier.v1.Event
@@ -1967,18 +1968,18 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	nil,                        // 24: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
-	5,  // 0: parsetier.v1.ClientMessage.open:type_name -> parsetier.v1.Open
-	8,  // 1: parsetier.v1.ClientMessage.steps:type_name -> parsetier.v1.Step
-	9,  // 2: parsetier.v1.ClientMessage.finish:type_name -> parsetier.v1.Finish
+	5,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
+	8,  // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
+	9,  // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
 	6,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
 	7,  // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
 	24, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
 	0,  // 7: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
 	2,  // 8: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	11, // 9: parsetier.v1.ServerMessage.deltas:type_name -> parsetier.v1.Delta
-	13, // 10: parsetier.v1.ServerMessage.events:type_name -> parsetier.v1.Event
-	14, // 11: parsetier.v1.ServerMessage.final:type_name -> parsetier.v1.Final
+	11, // 9: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	13, // 10: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	14, // 11: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
 	12, // 12: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
 	3,  // 13: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
 	2,  // 14: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
@@ -1992,12 +1993,12 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	13, // 22: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
 	22, // 23: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
 	23, // 24: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	4,  // 25: parsetier.v1.Parser.Parse:input_type -> parsetier.v1.ClientMessage
-	18, // 26: parsetier.v1.Parser.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	20, // 27: parsetier.v1.Parser.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	10, // 28: parsetier.v1.Parser.Parse:output_type -> parsetier.v1.ServerMessage
-	19, // 29: parsetier.v1.Parser.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	21, // 30: parsetier.v1.Parser.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	4,  // 25: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	18, // 26: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	20, // 27: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	10, // 28: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	19, // 29: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	21, // 30: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
 	28, // [28:31] is the sub-list for method output_type
 	25, // [25:28] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name

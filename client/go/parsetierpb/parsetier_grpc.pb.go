@@ -32,22 +32,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Parser_Parse_FullMethodName      = "/parsetier.v1.Parser/Parse"
-	Parser_ParseOnce_FullMethodName  = "/parsetier.v1.Parser/ParseOnce"
-	Parser_ListModels_FullMethodName = "/parsetier.v1.Parser/ListModels"
+	ParserService_Parse_FullMethodName      = "/parsetier.v1.ParserService/Parse"
+	ParserService_ParseOnce_FullMethodName  = "/parsetier.v1.ParserService/ParseOnce"
+	ParserService_ListModels_FullMethodName = "/parsetier.v1.ParserService/ListModels"
 )
 
-// ParserClient is the client API for Parser service.
+// ParserServiceClient is the client API for ParserService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // The parse service.
-type ParserClient interface {
+type ParserServiceClient interface {
 	// One request session. The client sends an `Open` first, then decode steps as the model
 	// produces them, then a `Finish`; the server answers every client message that produced output
-	// with one `ServerMessage`, and the last server message carries the `Final` result.
+	// with one `ParseResponse`, and the last server message carries the `Final` result.
 	// Errors end the stream with a gRPC status (see docs/service.md); they never affect other streams.
-	Parse(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ClientMessage, ServerMessage], error)
+	Parse(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ParseRequest, ParseResponse], error)
 	// Whole output in, assembled message out: the same result as a `Parse` stream fed all the
 	// tokens at once.
 	ParseOnce(ctx context.Context, in *ParseOnceRequest, opts ...grpc.CallOption) (*ParseOnceResponse, error)
@@ -55,166 +55,166 @@ type ParserClient interface {
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
 }
 
-type parserClient struct {
+type parserServiceClient struct {
 	cc grpc.ClientConnInterface
 }
 
-func NewParserClient(cc grpc.ClientConnInterface) ParserClient {
-	return &parserClient{cc}
+func NewParserServiceClient(cc grpc.ClientConnInterface) ParserServiceClient {
+	return &parserServiceClient{cc}
 }
 
-func (c *parserClient) Parse(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ClientMessage, ServerMessage], error) {
+func (c *parserServiceClient) Parse(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ParseRequest, ParseResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Parser_ServiceDesc.Streams[0], Parser_Parse_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ParserService_ServiceDesc.Streams[0], ParserService_Parse_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ClientMessage, ServerMessage]{ClientStream: stream}
+	x := &grpc.GenericClientStream[ParseRequest, ParseResponse]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Parser_ParseClient = grpc.BidiStreamingClient[ClientMessage, ServerMessage]
+type ParserService_ParseClient = grpc.BidiStreamingClient[ParseRequest, ParseResponse]
 
-func (c *parserClient) ParseOnce(ctx context.Context, in *ParseOnceRequest, opts ...grpc.CallOption) (*ParseOnceResponse, error) {
+func (c *parserServiceClient) ParseOnce(ctx context.Context, in *ParseOnceRequest, opts ...grpc.CallOption) (*ParseOnceResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ParseOnceResponse)
-	err := c.cc.Invoke(ctx, Parser_ParseOnce_FullMethodName, in, out, cOpts...)
+	err := c.cc.Invoke(ctx, ParserService_ParseOnce_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (c *parserClient) ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error) {
+func (c *parserServiceClient) ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListModelsResponse)
-	err := c.cc.Invoke(ctx, Parser_ListModels_FullMethodName, in, out, cOpts...)
+	err := c.cc.Invoke(ctx, ParserService_ListModels_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// ParserServer is the server API for Parser service.
-// All implementations must embed UnimplementedParserServer
+// ParserServiceServer is the server API for ParserService service.
+// All implementations must embed UnimplementedParserServiceServer
 // for forward compatibility.
 //
 // The parse service.
-type ParserServer interface {
+type ParserServiceServer interface {
 	// One request session. The client sends an `Open` first, then decode steps as the model
 	// produces them, then a `Finish`; the server answers every client message that produced output
-	// with one `ServerMessage`, and the last server message carries the `Final` result.
+	// with one `ParseResponse`, and the last server message carries the `Final` result.
 	// Errors end the stream with a gRPC status (see docs/service.md); they never affect other streams.
-	Parse(grpc.BidiStreamingServer[ClientMessage, ServerMessage]) error
+	Parse(grpc.BidiStreamingServer[ParseRequest, ParseResponse]) error
 	// Whole output in, assembled message out: the same result as a `Parse` stream fed all the
 	// tokens at once.
 	ParseOnce(context.Context, *ParseOnceRequest) (*ParseOnceResponse, error)
 	// The models this server parses for, with their formats, tokenizers and capabilities.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
-	mustEmbedUnimplementedParserServer()
+	mustEmbedUnimplementedParserServiceServer()
 }
 
-// UnimplementedParserServer must be embedded to have
+// UnimplementedParserServiceServer must be embedded to have
 // forward compatible implementations.
 //
 // NOTE: this should be embedded by value instead of pointer to avoid a nil
 // pointer dereference when methods are called.
-type UnimplementedParserServer struct{}
+type UnimplementedParserServiceServer struct{}
 
-func (UnimplementedParserServer) Parse(grpc.BidiStreamingServer[ClientMessage, ServerMessage]) error {
+func (UnimplementedParserServiceServer) Parse(grpc.BidiStreamingServer[ParseRequest, ParseResponse]) error {
 	return status.Error(codes.Unimplemented, "method Parse not implemented")
 }
-func (UnimplementedParserServer) ParseOnce(context.Context, *ParseOnceRequest) (*ParseOnceResponse, error) {
+func (UnimplementedParserServiceServer) ParseOnce(context.Context, *ParseOnceRequest) (*ParseOnceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ParseOnce not implemented")
 }
-func (UnimplementedParserServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
+func (UnimplementedParserServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
 }
-func (UnimplementedParserServer) mustEmbedUnimplementedParserServer() {}
-func (UnimplementedParserServer) testEmbeddedByValue()                {}
+func (UnimplementedParserServiceServer) mustEmbedUnimplementedParserServiceServer() {}
+func (UnimplementedParserServiceServer) testEmbeddedByValue()                       {}
 
-// UnsafeParserServer may be embedded to opt out of forward compatibility for this service.
-// Use of this interface is not recommended, as added methods to ParserServer will
+// UnsafeParserServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ParserServiceServer will
 // result in compilation errors.
-type UnsafeParserServer interface {
-	mustEmbedUnimplementedParserServer()
+type UnsafeParserServiceServer interface {
+	mustEmbedUnimplementedParserServiceServer()
 }
 
-func RegisterParserServer(s grpc.ServiceRegistrar, srv ParserServer) {
-	// If the following call panics, it indicates UnimplementedParserServer was
+func RegisterParserServiceServer(s grpc.ServiceRegistrar, srv ParserServiceServer) {
+	// If the following call panics, it indicates UnimplementedParserServiceServer was
 	// embedded by pointer and is nil.  This will cause panics if an
 	// unimplemented method is ever invoked, so we test this at initialization
 	// time to prevent it from happening at runtime later due to I/O.
 	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
 		t.testEmbeddedByValue()
 	}
-	s.RegisterService(&Parser_ServiceDesc, srv)
+	s.RegisterService(&ParserService_ServiceDesc, srv)
 }
 
-func _Parser_Parse_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(ParserServer).Parse(&grpc.GenericServerStream[ClientMessage, ServerMessage]{ServerStream: stream})
+func _ParserService_Parse_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ParserServiceServer).Parse(&grpc.GenericServerStream[ParseRequest, ParseResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Parser_ParseServer = grpc.BidiStreamingServer[ClientMessage, ServerMessage]
+type ParserService_ParseServer = grpc.BidiStreamingServer[ParseRequest, ParseResponse]
 
-func _Parser_ParseOnce_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+func _ParserService_ParseOnce_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ParseOnceRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(ParserServer).ParseOnce(ctx, in)
+		return srv.(ParserServiceServer).ParseOnce(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Parser_ParseOnce_FullMethodName,
+		FullMethod: ParserService_ParseOnce_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ParserServer).ParseOnce(ctx, req.(*ParseOnceRequest))
+		return srv.(ParserServiceServer).ParseOnce(ctx, req.(*ParseOnceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Parser_ListModels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+func _ParserService_ListModels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListModelsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(ParserServer).ListModels(ctx, in)
+		return srv.(ParserServiceServer).ListModels(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Parser_ListModels_FullMethodName,
+		FullMethod: ParserService_ListModels_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ParserServer).ListModels(ctx, req.(*ListModelsRequest))
+		return srv.(ParserServiceServer).ListModels(ctx, req.(*ListModelsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
 
-// Parser_ServiceDesc is the grpc.ServiceDesc for Parser service.
+// ParserService_ServiceDesc is the grpc.ServiceDesc for ParserService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
-var Parser_ServiceDesc = grpc.ServiceDesc{
-	ServiceName: "parsetier.v1.Parser",
-	HandlerType: (*ParserServer)(nil),
+var ParserService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "parsetier.v1.ParserService",
+	HandlerType: (*ParserServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
 			MethodName: "ParseOnce",
-			Handler:    _Parser_ParseOnce_Handler,
+			Handler:    _ParserService_ParseOnce_Handler,
 		},
 		{
 			MethodName: "ListModels",
-			Handler:    _Parser_ListModels_Handler,
+			Handler:    _ParserService_ListModels_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Parse",
-			Handler:       _Parser_Parse_Handler,
+			Handler:       _ParserService_Parse_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -31,7 +31,7 @@ async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError
     )
 
 
-async def _write(call: grpc.aio.StreamStreamCall, message: pb.ClientMessage) -> None:
+async def _write(call: grpc.aio.StreamStreamCall, message: pb.ParseRequest) -> None:
     """Write, or raise the status the server already ended the call with."""
     try:
         await call.write(message)
@@ -50,7 +50,7 @@ async def _await_admission(call: grpc.aio.StreamStreamCall) -> None:
         raise await _status_error(call)
 
 
-async def _write_all(call: grpc.aio.StreamStreamCall, messages: Iterable[pb.ClientMessage]) -> None:
+async def _write_all(call: grpc.aio.StreamStreamCall, messages: Iterable[pb.ParseRequest]) -> None:
     """Send a whole session. If the server ends the call early (an error), stop quietly: the
     reading side raises that status, which is the meaningful error."""
     try:
@@ -73,14 +73,14 @@ class AsyncParseStream:
 
     async def send(self, *steps: StepLike) -> None:
         """Send one or more decode steps (token-id lists or text) in one message."""
-        await _write(self._call, pb.ClientMessage(steps=[step_message(s) for s in steps]))
+        await _write(self._call, pb.ParseRequest(steps=[step_message(s) for s in steps]))
 
     async def finish(
         self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side."""
         await self._call.write(
-            pb.ClientMessage(
+            pb.ParseRequest(
                 steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
             )
         )
@@ -89,7 +89,7 @@ class AsyncParseStream:
     def cancel(self) -> None:
         self._call.cancel()
 
-    async def __aiter__(self) -> AsyncIterator[pb.ServerMessage]:
+    async def __aiter__(self) -> AsyncIterator[pb.ParseResponse]:
         async for message in self._call:
             if message.HasField("final"):
                 self.final = message.final
@@ -108,7 +108,7 @@ class AsyncClient:
         self, target: str, *, channel: grpc.aio.Channel | None = None, timeout: float | None = None
     ) -> None:
         self.channel = channel or grpc.aio.insecure_channel(target)
-        self.stub = pb_grpc.ParserStub(self.channel)
+        self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
 
     async def __aenter__(self) -> AsyncClient:
@@ -125,7 +125,7 @@ class AsyncClient:
         (raises ``grpc.aio.AioRpcError`` with the server's status when it did not).
         ``options`` as for ``requests.open_message``."""
         call = self.stub.Parse(timeout=self.timeout)
-        await _write(call, pb.ClientMessage(open=open_message(model, **options)))
+        await _write(call, pb.ParseRequest(open=open_message(model, **options)))
         await _await_admission(call)
         return AsyncParseStream(call)
 
@@ -146,7 +146,7 @@ class AsyncClient:
         messages = session_messages(open_, steps, finish, steps_per_message)
         return collect([message async for message in self.parse(messages)])
 
-    async def parse(self, messages: Iterable[pb.ClientMessage]) -> AsyncIterator[pb.ServerMessage]:
+    async def parse(self, messages: Iterable[pb.ParseRequest]) -> AsyncIterator[pb.ParseResponse]:
         """The raw stream: any client messages in, server messages out."""
         # Written by a task of our own rather than handed to grpc as a request iterator, so the
         # writes can wait for the server's admission (see ``_await_admission``).

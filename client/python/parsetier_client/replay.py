@@ -56,10 +56,10 @@ def _steps_of(line: dict[str, Any]) -> list[pb.Step]:
     return []
 
 
-def client_messages(args: argparse.Namespace, stdin: TextIO) -> Iterator[pb.ClientMessage]:
+def client_messages(args: argparse.Namespace, stdin: TextIO) -> Iterator[pb.ParseRequest]:
     """Open, then one message per input line; the finish rides on the line that names it."""
     tools = args.tools.read_text(encoding="utf-8") if args.tools else None
-    yield pb.ClientMessage(
+    yield pb.ParseRequest(
         open=open_message(
             args.model,
             tools=tools,
@@ -82,13 +82,13 @@ def client_messages(args: argparse.Namespace, stdin: TextIO) -> Iterator[pb.Clie
         except json.JSONDecodeError as exc:
             # Raised on gRPC's request thread, which cancels the call; ``run`` reports it.
             raise InputError(f"stdin line {number} is not JSON: {exc}") from None
-        message = pb.ClientMessage(steps=_steps_of(line))
+        message = pb.ParseRequest(steps=_steps_of(line))
         if "finish_reason" in line:
             message.finish.CopyFrom(finish_message(line["finish_reason"], line.get("matched_stop")))
             yield message
             return
         yield message
-    yield pb.ClientMessage(finish=finish_message("stop"))
+    yield pb.ParseRequest(finish=finish_message("stop"))
 
 
 def _emit(stdout: TextIO, obj: dict[str, Any]) -> None:
@@ -99,7 +99,7 @@ def _emit(stdout: TextIO, obj: dict[str, Any]) -> None:
 def run(args: argparse.Namespace, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> int:
     errors: list[InputError] = []
 
-    def requests() -> Iterator[pb.ClientMessage]:
+    def requests() -> Iterator[pb.ParseRequest]:
         try:
             yield from client_messages(args, stdin)
         except InputError as exc:

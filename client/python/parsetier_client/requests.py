@@ -144,14 +144,14 @@ def session_messages(
     steps: Iterable[StepLike],
     finish: pb.Finish,
     steps_per_message: int = 1,
-) -> Iterable[pb.ClientMessage]:
+) -> Iterable[pb.ParseRequest]:
     """A whole session as client messages: Open, the steps (``steps_per_message`` per message),
     then Finish in the last message."""
-    yield pb.ClientMessage(open=open_)
+    yield pb.ParseRequest(open=open_)
     batch: list[pb.Step] = []
     for step in steps:
         batch.append(step_message(step))
         if len(batch) >= steps_per_message:
-            yield pb.ClientMessage(steps=batch)
+            yield pb.ParseRequest(steps=batch)
             batch = []
-    yield pb.ClientMessage(steps=batch, finish=finish)
+    yield pb.ParseRequest(steps=batch, finish=finish)

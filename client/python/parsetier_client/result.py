@@ -21,10 +21,10 @@ class ParseResult(tuple):
 
     final: pb.Final
     events: list[pb.Event]
-    messages: list[pb.ServerMessage]
+    messages: list[pb.ParseResponse]
 
     def __new__(
-        cls, final: pb.Final, deltas: list[pb.Delta], events: list[pb.Event], messages: list[pb.ServerMessage]
+        cls, final: pb.Final, deltas: list[pb.Delta], events: list[pb.Event], messages: list[pb.ParseResponse]
     ) -> ParseResult:
         result = super().__new__(cls, (final.message, deltas))
         result.final = final
@@ -49,7 +49,7 @@ class ParseResult(tuple):
         return self.final.usage
 
 
-def collect(messages: list[pb.ServerMessage]) -> ParseResult:
+def collect(messages: list[pb.ParseResponse]) -> ParseResult:
     """Join a stream's server messages into a ``ParseResult``."""
     deltas = [d for m in messages for d in m.deltas]
     events = [e for m in messages for e in m.events]

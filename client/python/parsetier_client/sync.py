@@ -31,26 +31,26 @@ _CLOSE = object()
 class ParseStream:
     """One live session: ``send`` steps as they are generated, ``finish``, iterate the replies.
 
-    Iterating yields ``ServerMessage``s (``deltas()`` flattens them to deltas); after the
+    Iterating yields ``ParseResponse``s (``deltas()`` flattens them to deltas); after the
     iteration ends, ``final`` holds the outcome. Errors raise ``grpc.RpcError`` from the iteration.
     """
 
-    def __init__(self, stub: pb_grpc.ParserStub, open_: pb.Open, timeout: float | None = None) -> None:
+    def __init__(self, stub: pb_grpc.ParserServiceStub, open_: pb.Open, timeout: float | None = None) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._queue.put(pb.ClientMessage(open=open_))
+        self._queue.put(pb.ParseRequest(open=open_))
         self._call = stub.Parse(iter(self._queue.get, _CLOSE), timeout=timeout)
         self.final: pb.Final | None = None
 
     def send(self, *steps: StepLike) -> None:
         """Send one or more decode steps (token-id lists or text) in one message."""
-        self._queue.put(pb.ClientMessage(steps=[step_message(s) for s in steps]))
+        self._queue.put(pb.ParseRequest(steps=[step_message(s) for s in steps]))
 
     def finish(
         self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side."""
         self._queue.put(
-            pb.ClientMessage(
+            pb.ParseRequest(
                 steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
             )
         )
@@ -60,7 +60,7 @@ class ParseStream:
         self._call.cancel()
         self._queue.put(_CLOSE)
 
-    def __iter__(self) -> Iterator[pb.ServerMessage]:
+    def __iter__(self) -> Iterator[pb.ParseResponse]:
         for message in self._call:
             if message.HasField("final"):
                 self.final = message.final
@@ -78,7 +78,7 @@ class Client:
         self, target: str, *, channel: grpc.Channel | None = None, timeout: float | None = None
     ) -> None:
         self.channel = channel or grpc.insecure_channel(target)
-        self.stub = pb_grpc.ParserStub(self.channel)
+        self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
 
     def __enter__(self) -> Client:
@@ -94,7 +94,7 @@ class Client:
         """Start a streaming session; ``options`` are ``requests.open_message``'s keywords."""
         return ParseStream(self.stub, open_message(model, **options), timeout=self.timeout)
 
-    def parse(self, messages: Iterable[pb.ClientMessage]) -> Iterator[pb.ServerMessage]:
+    def parse(self, messages: Iterable[pb.ParseRequest]) -> Iterator[pb.ParseResponse]:
         """The raw stream: any client messages in (pulled lazily), server messages out."""
         return iter(self.stub.Parse(iter(messages), timeout=self.timeout))
 

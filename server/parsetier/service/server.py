@@ -25,7 +25,7 @@ from parsetier.service.servicer import ParserServicer
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Parser"].full_name
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ParserService"].full_name
 
 
 @dataclass(slots=True)
@@ -71,7 +71,7 @@ async def build_server(
         ]
     )
     servicer = ParserServicer(registry, limits)
-    pb_grpc.add_ParserServicer_to_server(servicer, server)
+    pb_grpc.add_ParserServiceServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

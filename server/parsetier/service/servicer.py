@@ -1,4 +1,4 @@
-"""The ``parsetier.v1.Parser`` servicer: reads client messages, hands them to ``StreamSession``,
+"""The ``parsetier.v1.ParserService`` servicer: reads client messages, hands them to ``StreamSession``,
 writes the replies, and turns every failure into the status code the contract names.
 
 Each stream is one asyncio task with its own session object; an exception in one stream ends
@@ -42,7 +42,7 @@ def _failure(exc: BaseException, record: SessionRecord) -> Status:
     return status
 
 
-class ParserServicer(pb_grpc.ParserServicer):
+class ParserServicer(pb_grpc.ParserServiceServicer):
     def __init__(self, registry: ModelRegistry, limits: Limits) -> None:
         self.registry = registry
         self.limits = limits
@@ -51,7 +51,7 @@ class ParserServicer(pb_grpc.ParserServicer):
     # --- Parse -----------------------------------------------------------------------------
 
     async def Parse(
-        self, request_iterator: AsyncIterator[pb.ClientMessage], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[pb.ParseRequest], context: grpc.aio.ServicerContext
     ) -> None:
         record = SessionRecord(rpc="Parse")
         status = await self._guarded(record, self._run_stream(record, context))

@@ -7,7 +7,7 @@ loads the model, calls ``apply`` and writes what it returns.
 Batching: the token ids of consecutive id steps in one client message are concatenated into one
 ``Session.feed`` call — parsing is split-invariant, so this gives the same output as feeding them
 one by one, at a fraction of the per-call cost — and everything a client message produced goes
-back in one ``ServerMessage``.
+back in one ``ParseResponse``.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class StreamSession:
         self.session = core.Session(model, options)
         self.model = model
 
-    def check_order(self, message: pb.ClientMessage) -> None:
+    def check_order(self, message: pb.ParseRequest) -> None:
         """Protocol-order errors, checked before anything in the message is applied."""
         has_data = bool(message.steps) or message.HasField("finish")
         if self.finished and (has_data or message.HasField("open")):
@@ -74,7 +74,7 @@ class StreamSession:
         if not self.opened and not message.HasField("open") and has_data:
             raise out_of_order("the stream must start with Open before steps or Finish")
 
-    def apply(self, message: pb.ClientMessage) -> pb.ServerMessage | None:
+    def apply(self, message: pb.ParseRequest) -> pb.ParseResponse | None:
         """Feed the message's steps and finish; the reply, or None when nothing came out.
 
         ``open`` must already have been applied when the message carries one; the servicer
@@ -102,8 +102,8 @@ class StreamSession:
             self.finished = True
         return self._reply(outputs)
 
-    def _reply(self, outputs: list[core.StepOutput]) -> pb.ServerMessage | None:
-        reply = pb.ServerMessage(client_messages=self.record.client_messages)
+    def _reply(self, outputs: list[core.StepOutput]) -> pb.ParseResponse | None:
+        reply = pb.ParseResponse(client_messages=self.record.client_messages)
         _fill(reply, outputs, self.want_deltas, self.want_events, self.record)
         if not reply.deltas and not reply.events and not reply.HasField("final"):
             return None
@@ -142,7 +142,7 @@ def parse_once(
 
 
 def _fill(
-    target: pb.ServerMessage | pb.ParseOnceResponse,
+    target: pb.ParseResponse | pb.ParseOnceResponse,
     outputs: list[core.StepOutput],
     want_deltas: bool,
     want_events: bool,

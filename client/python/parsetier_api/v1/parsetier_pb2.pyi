@@ -65,7 +65,7 @@ EVENT_KIND_TOOL_ARGUMENTS: EventKind
 EVENT_KIND_TOOL_CALL_END: EventKind
 EVENT_KIND_END: EventKind
 
-class ClientMessage(_message.Message):
+class ParseRequest(_message.Message):
     __slots__ = ("open", "steps", "finish")
     OPEN_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
@@ -150,7 +150,7 @@ class Finish(_message.Message):
     stop_string: str
     def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ...) -> None: ...
 
-class ServerMessage(_message.Message):
+class ParseResponse(_message.Message):
     __slots__ = ("sequence", "client_messages", "deltas", "events", "final")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]

@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class ParserStub:
+class ParserServiceStub:
     """The parse service.
     """
 
@@ -36,30 +36,30 @@ class ParserStub:
             channel: A grpc.Channel.
         """
         self.Parse = channel.stream_stream(
-                '/parsetier.v1.Parser/Parse',
-                request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ClientMessage.SerializeToString,
-                response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ServerMessage.FromString,
+                '/parsetier.v1.ParserService/Parse',
+                request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseRequest.SerializeToString,
+                response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseResponse.FromString,
                 _registered_method=True)
         self.ParseOnce = channel.unary_unary(
-                '/parsetier.v1.Parser/ParseOnce',
+                '/parsetier.v1.ParserService/ParseOnce',
                 request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseOnceRequest.SerializeToString,
                 response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseOnceResponse.FromString,
                 _registered_method=True)
         self.ListModels = channel.unary_unary(
-                '/parsetier.v1.Parser/ListModels',
+                '/parsetier.v1.ParserService/ListModels',
                 request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
 
 
-class ParserServicer:
+class ParserServiceServicer:
     """The parse service.
     """
 
     def Parse(self, request_iterator, context):
         """One request session. The client sends an `Open` first, then decode steps as the model
         produces them, then a `Finish`; the server answers every client message that produced output
-        with one `ServerMessage`, and the last server message carries the `Final` result.
+        with one `ParseResponse`, and the last server message carries the `Final` result.
         Errors end the stream with a gRPC status (see docs/service.md); they never affect other streams.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -82,12 +82,12 @@ class ParserServicer:
         raise NotImplementedError('Method not implemented!')
 
 
-def add_ParserServicer_to_server(servicer, server):
+def add_ParserServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Parse': grpc.stream_stream_rpc_method_handler(
                     servicer.Parse,
-                    request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ClientMessage.FromString,
-                    response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ServerMessage.SerializeToString,
+                    request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseRequest.FromString,
+                    response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseResponse.SerializeToString,
             ),
             'ParseOnce': grpc.unary_unary_rpc_method_handler(
                     servicer.ParseOnce,
@@ -101,13 +101,13 @@ def add_ParserServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'parsetier.v1.Parser', rpc_method_handlers)
+            'parsetier.v1.ParserService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('parsetier.v1.Parser', rpc_method_handlers)
+    server.add_registered_method_handlers('parsetier.v1.ParserService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
-class Parser:
+class ParserService:
     """The parse service.
     """
 
@@ -125,9 +125,9 @@ class Parser:
         return grpc.experimental.stream_stream(
             request_iterator,
             target,
-            '/parsetier.v1.Parser/Parse',
-            parsetier__api_dot_v1_dot_parsetier__pb2.ClientMessage.SerializeToString,
-            parsetier__api_dot_v1_dot_parsetier__pb2.ServerMessage.FromString,
+            '/parsetier.v1.ParserService/Parse',
+            parsetier__api_dot_v1_dot_parsetier__pb2.ParseRequest.SerializeToString,
+            parsetier__api_dot_v1_dot_parsetier__pb2.ParseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -152,7 +152,7 @@ class Parser:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/parsetier.v1.Parser/ParseOnce',
+            '/parsetier.v1.ParserService/ParseOnce',
             parsetier__api_dot_v1_dot_parsetier__pb2.ParseOnceRequest.SerializeToString,
             parsetier__api_dot_v1_dot_parsetier__pb2.ParseOnceResponse.FromString,
             options,
@@ -179,7 +179,7 @@ class Parser:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/parsetier.v1.Parser/ListModels',
+            '/parsetier.v1.ParserService/ListModels',
             parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsRequest.SerializeToString,
             parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsResponse.FromString,
             options,
