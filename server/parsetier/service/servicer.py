@@ -3,17 +3,20 @@ writes the replies, and turns every failure into the status code the contract na
 
 Each stream is one asyncio task with its own session object; an exception in one stream ends
 that stream only. Parsing runs inline on the event loop: a step costs microseconds to
-milliseconds, less than a thread hop. ParseOnce on a large output moves to a worker thread so it
-cannot stall the other streams.
+milliseconds, less than a thread hop. A large message (a Parse message or a ParseOnce request of
+``OFF_LOOP_BYTES`` or more) is parsed in a worker thread, so it cannot stall the other streams; the
+stream awaits it before reading its next message, so a session's messages still apply in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from parsetier.models import Model, ModelRegistry
 from parsetier.service.errors import ServiceError, status_for
@@ -23,12 +26,15 @@ from parsetier.service.stream import StreamSession, parse_once
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
-PARSE_ONCE_THREAD_TOKENS = 8192
-"""ParseOnce inputs at least this long are parsed in a worker thread."""
+OFF_LOOP_BYTES = 32 * 1024
+"""Client messages at least this large (about 8k token ids) are parsed in a worker thread: a
+thread hop costs tens of microseconds, such a message milliseconds to seconds. The GIL is
+handed back to the event loop every few milliseconds, so the other streams keep moving."""
 REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused stream waits for the client's first message before the status is sent."""
 
 Status = tuple[grpc.StatusCode, str]
+T = TypeVar("T")
 
 
 def _failure(exc: BaseException, record: SessionRecord) -> Status:
@@ -40,6 +46,13 @@ def _failure(exc: BaseException, record: SessionRecord) -> Status:
         )
         status = (grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
     return status
+
+
+async def _off_loop_if_large(message: Message, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``, in a worker thread when ``message`` is large enough to stall the loop."""
+    if message.ByteSize() >= OFF_LOOP_BYTES:
+        return await asyncio.to_thread(work, *args)
+    return work(*args)
 
 
 class ParserServicer(pb_grpc.ParserServiceServicer):
@@ -96,7 +109,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 # Headers go out only once the Open is accepted: a client may wait for them
                 # before sending steps, so errors in the Open never race its next writes.
                 await context.send_initial_metadata(())
-            reply = stream.apply(message)
+            reply = await _off_loop_if_large(message, stream.apply, message)
             if reply is not None:
                 await context.write(reply)
 
@@ -110,10 +123,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
 
         async def run() -> None:
             model = await self._model(request.open.model)
-            if len(request.token_ids) >= PARSE_ONCE_THREAD_TOKENS:
-                result.append(await asyncio.to_thread(parse_once, model, request, self.limits, record))
-            else:
-                result.append(parse_once(model, request, self.limits, record))
+            result.append(await _off_loop_if_large(request, parse_once, model, request, self.limits, record))
 
         status = await self._guarded(record, run())
         if status is not None:
