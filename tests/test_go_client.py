@@ -1,7 +1,8 @@
 """The Go client (client/go) against the real server: the contract is language-neutral.
 
-`go test` runs the Go package's tests with PARSETIER_SERVER pointing at a `parsetier serve`
-subprocess on loopback. Go is required, not optional: without it these tests fail with a message
+`go test` runs the Go package's tests and examples with PARSETIER_SERVER pointing at a
+`parsetier serve` subprocess on loopback (without the variable, the Go tests start a server
+themselves). Go is required, not optional: without it these tests fail with a message
 saying so. The first run downloads the Go modules (and the pinned protoc plugins), hence the
 generous time bound.
 """
@@ -72,6 +73,14 @@ def test_go_client_against_real_server():
             "TestParseStreamEqualsParseOnce",
             "TestErrors",
             "TestOptions",
+            "TestNewClientNeedsCredentials",
+            "TestDefaultKeepaliveWithinServerPolicy",
+            "TestDeltasIterator",
+            "TestIteratorsEndWithTheStatus",
+            "TestContextCancelsSession",
+            "ExampleClient_Open",
+            "ExampleClient_ParseOnce",
+            "ExampleClient_ParseStream",
         ):
             assert f"--- PASS: {name}" in output, f"{name} did not run:\n{output}"
         # The sessions were the Go client's, on this server: its five runSession sessions ended OK.

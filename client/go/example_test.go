@@ -2,80 +2,103 @@ package parsetier_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log"
+	"os"
+	"strings"
 
 	parsetier "github.com/parsetier/parsetier/client/go"
 )
 
-// A decode loop streams each step as the model produces it and receives on another goroutine,
-// since the server answers only the steps that produced output.
-func ExampleOpen() {
-	client, err := parsetier.Dial("127.0.0.1:50051")
+// The model's output in these examples: Qwen3 token ids for
+// "<think>\nNeed weather.\n</think>\n\nChecking both cities.\n<tool_call>...".
+var recordedOutput = qwen3Output
+
+// A decode loop streams each step as the model produces it and ranges over the deltas on
+// another goroutine, since the server answers only the steps that produced output.
+func ExampleClient_Open() {
+	// PARSETIER_SERVER is host:port, e.g. "127.0.0.1:50051"; plaintext suits a loopback hop.
+	client, err := parsetier.NewClient(os.Getenv("PARSETIER_SERVER"), parsetier.WithInsecure())
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
 
-	session, err := parsetier.Open(context.Background(), client, "qwen3",
-		parsetier.WithToolsJSON(`[{"type": "function", "function": {"name": "get_weather"}}]`))
+	session, err := client.Open(context.Background(), "qwen3", parsetier.WithToolsJSON(
+		`[{"type": "function", "function": {"name": "get_weather"}}]`))
 	if err != nil {
 		log.Fatal(err) // e.g. codes.NotFound for an unknown model
 	}
 	defer session.Close()
 
-	done := make(chan error, 1)
 	go func() {
-		for {
-			msg, err := session.Recv()
-			if err != nil {
-				done <- err
-				return
-			}
-			for _, d := range msg.GetDeltas() {
-				fmt.Print(d.GetReasoning(), d.GetContent())
-				for _, call := range d.GetToolCalls() {
-					fmt.Print(call.GetIndex(), call.GetName(), call.GetArguments())
-				}
+		for _, id := range recordedOutput { // one decode step per token
+			if session.Send([]uint32{id}) != nil {
+				return // io.EOF: the server ended the stream; the iterator reports why
 			}
 		}
+		_ = session.Finish(parsetier.Stop, parsetier.StopToken(151645))
 	}()
 
-	for _, step := range [][]uint32{{151667}, {198}, {23657, 9104}} { // the model's decode steps
-		if err := session.Send(step); err != nil {
-			break // io.EOF: the server ended the stream; Recv reports why
+	var reasoning, content strings.Builder
+	for delta, err := range session.Deltas() {
+		if err != nil {
+			log.Fatal(err)
 		}
-	}
-	_ = session.Finish(parsetier.Stop, parsetier.StopToken(151645))
-
-	if err := <-done; !errors.Is(err, io.EOF) {
-		log.Fatal(err)
+		reasoning.WriteString(delta.GetReasoning())
+		content.WriteString(delta.GetContent())
 	}
 	final := session.Final()
-	fmt.Println(final.GetFinishReason(), final.GetUsage(), final.GetMessage())
+	fmt.Printf("reasoning %q\ncontent %q\n", reasoning.String(), content.String())
+	fmt.Println(final.GetFinishReason(), len(final.GetMessage().GetToolCalls()), "calls")
+	// Output:
+	// reasoning "Need weather."
+	// content "Checking both cities."
+	// FINISH_REASON_TOOL_CALLS 2 calls
 }
 
-// Replaying a recorded output, or parsing a whole one at once.
-func ExampleParseStream() {
-	client, err := parsetier.Dial("127.0.0.1:50051")
+// Parsing a whole recorded output at once, with the unary RPC.
+func ExampleClient_ParseOnce() {
+	client, err := parsetier.NewClient(os.Getenv("PARSETIER_SERVER"), parsetier.WithInsecure())
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	ctx := context.Background()
+
 	stop := parsetier.Finish{Reason: parsetier.Stop, Matched: parsetier.StopToken(151645)}
-
-	final, deltas, err := parsetier.ParseStream(ctx, client, "qwen3", [][]uint32{{151667}, {198}}, stop)
+	once, err := client.ParseOnce(context.Background(), "qwen3", recordedOutput, stop,
+		parsetier.WithToolsJSON(`[{"type": "function", "function": {"name": "get_weather"}}]`))
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(len(deltas), final.GetMessage())
+	for _, call := range once.GetFinal().GetMessage().GetToolCalls() {
+		fmt.Println(call.GetName(), call.GetArguments())
+	}
+	fmt.Println(once.GetFinal().GetUsage().GetCompletionTokens(), "tokens")
+	// Output:
+	// get_weather {"city": "Paris"}
+	// get_weather {"city": "Tokyo"}
+	// 51 tokens
+}
 
-	once, err := parsetier.ParseOnce(ctx, client, "qwen3", []uint32{151667, 198}, stop)
+// Replaying a recorded output as a stream in one call.
+func ExampleClient_ParseStream() {
+	client, err := parsetier.NewClient(os.Getenv("PARSETIER_SERVER"), parsetier.WithInsecure())
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(once.GetFinal().GetMessage())
+	defer client.Close()
+
+	steps := make([][]uint32, len(recordedOutput))
+	for i, id := range recordedOutput {
+		steps[i] = []uint32{id}
+	}
+	stop := parsetier.Finish{Reason: parsetier.Stop, Matched: parsetier.StopToken(151645)}
+	final, deltas, err := client.ParseStream(context.Background(), "qwen3", steps, stop)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(deltas) > 1, final.GetMessage().GetContent())
+	// Output:
+	// true Checking both cities.
 }

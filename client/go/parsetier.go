@@ -1,301 +1,145 @@
-// Package parsetier is a small Go client for the parsetier parse service
+// Package parsetier is a Go client for the parsetier parse service
 // (protos/parsetier/v1/parsetier.proto, package parsetier.v1).
 //
 // A serving stack streams the token ids its model generates and gets back OpenAI-style
 // reasoning, content and tool-call deltas. One bidirectional Parse stream is one request
-// session: Open it with the model and request options, Send each decode step as it is produced,
-// Finish with why generation stopped, and Recv the server's messages, the last of which
-// carries the Final result. ParseStream does all of that in one call, and ParseOnce parses a
+// session: Client.Open starts it with the model and request options, Session.Send carries each
+// decode step as it is produced, Session.Finish says why generation stopped, and Session.Recv
+// (or the Session.Deltas iterator) reads the server's messages, the last of which carries the
+// Final result. Client.ParseStream does all of that in one call, and Client.ParseOnce parses a
 // whole output with the unary RPC.
 //
-// The functions take the generated parsetierpb.ParserServiceClient interface rather than a concrete
-// client, so callers that build their own *grpc.ClientConn (TLS, interceptors, load
-// balancing) or a fake for tests need nothing else from this package; Dial is only a
-// convenience for the plaintext loopback or sidecar case. Everything the contract offers stays
-// reachable through the generated types in parsetierpb.
+// A Client is made with NewClient, which asks for transport security explicitly (WithTLS,
+// WithTransportCredentials, or WithInsecure for a loopback or sidecar hop), or with FromConn
+// around a connection the caller already has. Everything the contract offers stays reachable
+// through the generated types in parsetierpb and Client.Stub.
 package parsetier
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
-	"io"
+	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/keepalive"
 
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
 
-// Client is a connection to one parsetier server. It embeds the generated stub, so it is a
-// parsetierpb.ParserServiceClient and every RPC (ListModels included) is a method on it.
+// Client is a connection to one parsetier server (or one balanced target). It is safe for
+// concurrent use: open as many sessions on it as you like.
 type Client struct {
-	pb.ParserServiceClient
-	conn *grpc.ClientConn
+	stub pb.ParserServiceClient
+	conn *grpc.ClientConn // nil when FromConn was given the caller's connection
 }
 
-// Dial connects to a server at target ("host:port"). Without options the connection is
-// plaintext, because parsetier is meant to run next to the serving stack (loopback or a
-// sidecar); pass grpc.WithTransportCredentials to override that. The connection is made
-// lazily, on the first RPC, as grpc.NewClient does.
-func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
-	conn, err := grpc.NewClient(target, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Client{ParserServiceClient: pb.NewParserServiceClient(conn), conn: conn}, nil
+// ClientOption configures NewClient.
+type ClientOption func(*clientConfig)
+
+type clientConfig struct {
+	creds     credentials.TransportCredentials
+	keepalive keepalive.ClientParameters
+	grpcOpts  []grpc.DialOption
 }
 
-// Close closes the connection; sessions still open on it fail.
-func (c *Client) Close() error { return c.conn.Close() }
+// ErrNoCredentials is NewClient's answer when no option chose the transport security.
+var ErrNoCredentials = errors.New("parsetier: no transport credentials: " +
+	"pass WithTLS or WithTransportCredentials, or WithInsecure for a plaintext loopback or sidecar hop")
 
-// Finish reasons a client may send. ToolCalls is output-only (the server turns Stop into it
-// when tool calls were made), so it is not offered here.
-const (
-	Stop   = pb.FinishReason_FINISH_REASON_STOP
-	Length = pb.FinishReason_FINISH_REASON_LENGTH
-	Abort  = pb.FinishReason_FINISH_REASON_ABORT
-)
-
-// MatchedStop is what stopped generation: a stop token (StopToken), a stop string
-// (StopString), or nothing (NoStop, the zero value). It is a value type rather than a
-// *uint32 because token id 0 is a real token and "nothing matched" must stay expressible.
-type MatchedStop struct {
-	kind  stopKind
-	token uint32
-	text  string
+// WithInsecure makes the connection plaintext, which suits parsetier next to the serving stack
+// (loopback, a sidecar, a private network behind a TLS-terminating proxy).
+func WithInsecure() ClientOption {
+	return func(c *clientConfig) { c.creds = insecure.NewCredentials() }
 }
 
-type stopKind uint8
-
-const (
-	noStop stopKind = iota
-	stopToken
-	stopString
-)
-
-// NoStop says no stop token or string matched (a length limit, an abort, or an end the
-// caller cannot name).
-var NoStop = MatchedStop{kind: noStop}
-
-// StopToken says generation stopped on the stop token id (e.g. Qwen3's <|im_end|>, 151645),
-// whether or not that token was also sent as part of the last step.
-func StopToken(id uint32) MatchedStop { return MatchedStop{kind: stopToken, token: id} }
-
-// StopString says generation stopped because the stop string s matched.
-func StopString(s string) MatchedStop { return MatchedStop{kind: stopString, text: s} }
-
-// Finish is how an output ended, for ParseStream and ParseOnce. The zero value is a Stop with
-// nothing matched, the server's default.
-type Finish struct {
-	Reason  pb.FinishReason
-	Matched MatchedStop
+// WithTLS makes the connection TLS with cfg (nil: the system roots, the target's host name).
+// Put a client certificate in cfg.Certificates for mutual TLS.
+func WithTLS(cfg *tls.Config) ClientOption {
+	return func(c *clientConfig) { c.creds = credentials.NewTLS(cfg) }
 }
 
-func (f Finish) message() *pb.Finish {
-	m := &pb.Finish{Reason: f.Reason}
-	switch f.Matched.kind {
-	case stopToken:
-		m.MatchedStop = &pb.Finish_StopTokenId{StopTokenId: f.Matched.token}
-	case stopString:
-		m.MatchedStop = &pb.Finish_StopString{StopString: f.Matched.text}
-	}
-	return m
+// WithTransportCredentials uses creds as the connection's transport security.
+func WithTransportCredentials(creds credentials.TransportCredentials) ClientOption {
+	return func(c *clientConfig) { c.creds = creds }
 }
 
-// OpenOption sets a field of the session's Open message. It is a plain function so that a
-// caller can set any Open field the helpers below do not cover.
-type OpenOption func(*pb.Open)
-
-// WithToolsJSON offers tools as the OpenAI request's "tools" array, verbatim JSON text, which
-// suits stacks that forward a chat-completions request without decoding it.
-func WithToolsJSON(tools string) OpenOption { return func(o *pb.Open) { o.ToolsJson = tools } }
-
-// WithToolChoice sets OpenAI's tool_choice: "auto", "none", "required", or the name of the one
-// function the model must call.
-func WithToolChoice(choice string) OpenOption {
-	return func(o *pb.Open) {
-		if mode, ok := toolChoiceModes[choice]; ok {
-			o.ToolChoice = &pb.ToolChoice{Choice: &pb.ToolChoice_Mode{Mode: mode}}
-		} else {
-			o.ToolChoice = &pb.ToolChoice{Choice: &pb.ToolChoice_FunctionName{FunctionName: choice}}
-		}
-	}
+// WithKeepalive replaces DefaultKeepalive. Pings more frequent than the server permits get the
+// connection closed with GOAWAY (too_many_pings), so change it together with the server's policy.
+func WithKeepalive(params keepalive.ClientParameters) ClientOption {
+	return func(c *clientConfig) { c.keepalive = params }
 }
 
-var toolChoiceModes = map[string]pb.ToolChoiceMode{
-	"auto":     pb.ToolChoiceMode_TOOL_CHOICE_MODE_AUTO,
-	"none":     pb.ToolChoiceMode_TOOL_CHOICE_MODE_NONE,
-	"required": pb.ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED,
+// WithDialOptions passes grpc.DialOptions through (interceptors, a service config for
+// round_robin, per-RPC credentials...). They apply after this package's own, so they win.
+func WithDialOptions(opts ...grpc.DialOption) ClientOption {
+	return func(c *clientConfig) { c.grpcOpts = append(c.grpcOpts, opts...) }
 }
 
-// WithThinking tells the parser whether the prompt was rendered with the chat template's
-// thinking switch on, which decides whether the output starts inside reasoning.
-func WithThinking(on bool) OpenOption { return func(o *pb.Open) { o.Thinking = &on } }
-
-// WithPromptTokenIDs passes the prompt's token ids (its tail is enough), from which the parser
-// sees whether the prompt already opened or closed reasoning.
-func WithPromptTokenIDs(ids []uint32) OpenOption {
-	return func(o *pb.Open) { o.PromptTokenIds = ids }
+// DefaultKeepalive is the client keepalive NewClient uses. It matches what the server permits:
+// parsetier runs gRPC core's default ping policy, which accepts a ping at most every 5 minutes
+// while no data flows and none on a connection without calls, and closes the connection after
+// repeated violations. So the client pings after 5 idle minutes, only while a session is open,
+// and gives the server 20 s to answer before it treats the connection as dead.
+func DefaultKeepalive() keepalive.ClientParameters {
+	return keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second, PermitWithoutStream: false}
 }
 
-// WithRequestID tags the session with the caller's request id; it only appears in server logs.
-func WithRequestID(id string) OpenOption { return func(o *pb.Open) { o.RequestId = id } }
-
-// WithOutput chooses what the server sends while the session runs (deltas by default; events,
-// both, or nothing until the final result).
-func WithOutput(kind pb.OutputKind) OpenOption { return func(o *pb.Open) { o.Output = kind } }
-
-// WithCompleteToolCalls delivers each tool call as one delta once it is complete and its
-// arguments are validated, instead of streaming argument fragments.
-func WithCompleteToolCalls() OpenOption { return func(o *pb.Open) { o.CompleteToolCalls = true } }
-
-// Session is one request session: one Parse stream. As with any gRPC-Go stream, one goroutine
-// may Send/Finish while another calls Recv, but neither side may be used from two goroutines
-// at once. Recv from its own goroutine while sending: the server answers only the messages
-// that produced output, so waiting for a reply after every Send can block forever, and a
-// sender that never receives eventually stalls on flow control.
-type Session struct {
-	stream grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
-	cancel context.CancelFunc
-	final  *pb.Final
-}
-
-// Open starts a session for model. ctx bounds the whole session, not just this call. Open
-// waits until the server has accepted the Open (it sends response headers then), so an
-// unknown model (codes.NotFound) or bad options (codes.InvalidArgument) fail here instead of
-// at some later Recv. Call Close when done with the session.
-func Open(ctx context.Context, client pb.ParserServiceClient, model string, opts ...OpenOption) (*Session, error) {
-	open := &pb.Open{Model: model}
+// NewClient returns a client for target ("host:port", or any gRPC target such as
+// "dns:///parsetier.internal:50051"). One option must choose the transport security; without
+// one it returns ErrNoCredentials. The connection is made lazily, on the first RPC.
+func NewClient(target string, opts ...ClientOption) (*Client, error) {
+	cfg := clientConfig{keepalive: DefaultKeepalive()}
 	for _, opt := range opts {
-		opt(open)
+		opt(&cfg)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	stream, err := client.Parse(ctx)
-	if err != nil {
-		cancel()
-		return nil, err
+	if cfg.creds == nil {
+		return nil, ErrNoCredentials
 	}
-	// An io.EOF from Send means the stream already ended; Header and Recv below say why.
-	if err := stream.Send(&pb.ParseRequest{Open: open}); err != nil && !errors.Is(err, io.EOF) {
-		cancel()
-		return nil, err
-	}
-	header, err := stream.Header()
-	if err == nil && header == nil {
-		// The stream ended without headers: the server refused the Open. gRPC-Go reports the
-		// status from Recv, not from Header.
-		_, err = stream.Recv()
-		if errors.Is(err, io.EOF) {
-			err = status.Error(codes.Internal, "parsetier: stream ended before the server accepted Open")
-		}
-	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	return &Session{stream: stream, cancel: cancel}, nil
-}
-
-// Send sends decode steps, each a slice of the token ids one forward pass produced, in one
-// message. Several steps per message give the same result as one message each (batching only
-// saves messages); no steps at all is a keep-alive against the server's idle timeout. It does
-// not take a context: the session's context, given to Open, governs every send.
-//
-// As with gRPC-Go streams, io.EOF means the server has ended the stream; Recv returns why.
-func (s *Session) Send(steps ...[]uint32) error {
-	msg := &pb.ParseRequest{Steps: make([]*pb.Step, len(steps))}
-	for i, ids := range steps {
-		msg.Steps[i] = &pb.Step{TokenIds: ids}
-	}
-	return s.stream.Send(msg)
-}
-
-// Finish ends the output and closes the sending side: reason is Stop, Length or Abort
-// (Stop when zero), matchedStop what stopped generation. The server answers with the
-// message that carries the Final result.
-func (s *Session) Finish(reason pb.FinishReason, matchedStop MatchedStop) error {
-	err := s.stream.Send(&pb.ParseRequest{Finish: Finish{Reason: reason, Matched: matchedStop}.message()})
-	if err != nil {
-		return err
-	}
-	return s.stream.CloseSend()
-}
-
-// Recv returns the server's next message: its deltas (and events, if asked for with
-// WithOutput), plus Final on the last one. After the last message it returns io.EOF; any
-// other error is the gRPC status that ended the session (see docs/service.md), for example
-// codes.InvalidArgument for a token id outside the model's vocabulary.
-func (s *Session) Recv() (*pb.ParseResponse, error) {
-	msg, err := s.stream.Recv()
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(cfg.creds),
+		grpc.WithKeepaliveParams(cfg.keepalive),
+	}, cfg.grpcOpts...)
+	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, err
 	}
-	if msg.GetFinal() != nil {
-		s.final = msg.GetFinal()
-	}
-	return msg, nil
+	return &Client{stub: pb.NewParserServiceClient(conn), conn: conn}, nil
 }
 
-// Final is the session's outcome (finish reason, usage, the assembled message) once Recv has
-// returned it, else nil.
-func (s *Session) Final() *pb.Final { return s.final }
+// FromConn wraps a connection the caller made and keeps owning (Close leaves it open), or any
+// grpc.ClientConnInterface such as a test fake.
+func FromConn(conn grpc.ClientConnInterface) *Client {
+	return &Client{stub: pb.NewParserServiceClient(conn)}
+}
 
-// Close releases the session. It cancels the stream, so a session closed before its final
-// message ends with codes.Canceled on the server; after the final message it only frees
-// resources. It is safe to call more than once.
-func (s *Session) Close() { s.cancel() }
+// Close closes the connection NewClient made; sessions still open on it fail.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
 
-// ParseStream runs a whole session in one call: it opens it, sends each step in its own
-// message (as a live decode loop would) while receiving concurrently, finishes, and returns
-// the Final result and every delta in order. It exists for replaying recorded outputs and
-// for tests; a serving stack that generates tokens live uses a Session.
-func ParseStream(ctx context.Context, client pb.ParserServiceClient, model string, steps [][]uint32,
-	finish Finish, opts ...OpenOption) (*pb.Final, []*pb.Delta, error) {
-	s, err := Open(ctx, client, model, opts...)
+// Stub is the generated client, for calls this package does not wrap.
+func (c *Client) Stub() pb.ParserServiceClient { return c.stub }
+
+// ListModels returns the models the server parses for, sorted by name.
+func (c *Client) ListModels(ctx context.Context) ([]*pb.ModelInfo, error) {
+	resp, err := c.stub.ListModels(ctx, &pb.ListModelsRequest{})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	defer s.Close()
-	sent := make(chan error, 1) // buffered: the sender never outlives an early return
-	go func() {
-		for _, step := range steps {
-			if err := s.Send(step); err != nil {
-				sent <- err
-				return
-			}
-		}
-		sent <- s.Finish(finish.Reason, finish.Matched)
-	}()
-	var deltas []*pb.Delta
-	for {
-		msg, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, nil, err // the deferred Close unblocks the sender
-		}
-		deltas = append(deltas, msg.GetDeltas()...)
-	}
-	if err := <-sent; err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, err
-	}
-	if s.Final() == nil {
-		return nil, nil, status.Error(codes.Internal, "parsetier: stream ended without a final message")
-	}
-	return s.Final(), deltas, nil
+	return resp.GetModels(), nil
 }
 
 // ParseOnce parses a whole output with the unary RPC: the same result as a session fed every
 // token at once. The response holds only Final unless WithOutput asks for deltas or events.
-func ParseOnce(ctx context.Context, client pb.ParserServiceClient, model string, tokenIDs []uint32,
-	finish Finish, opts ...OpenOption) (*pb.ParseOnceResponse, error) {
-	open := &pb.Open{Model: model}
-	for _, opt := range opts {
-		opt(open)
-	}
-	return client.ParseOnce(ctx, &pb.ParseOnceRequest{Open: open, TokenIds: tokenIDs, Finish: finish.message()})
+func (c *Client) ParseOnce(ctx context.Context, model string, tokenIDs []uint32, finish Finish,
+	opts ...OpenOption) (*pb.ParseOnceResponse, error) {
+	return c.stub.ParseOnce(ctx, &pb.ParseOnceRequest{
+		Open: openMessage(model, opts), TokenIds: tokenIDs, Finish: finish.message(),
+	})
 }

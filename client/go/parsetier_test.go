@@ -1,8 +1,6 @@
 package parsetier_test
 
-// These tests talk to a real parsetier server: set PARSETIER_SERVER=host:port
-// (tests/test_go_client.py starts one and runs them). Without it they skip; with it set but the
-// server unreachable they fail, so a broken setup cannot pass as "skipped".
+// These tests talk to a real parsetier server, which TestMain (server_test.go) provides.
 
 import (
 	"context"
@@ -59,24 +57,21 @@ var (
 func connect(t *testing.T) *parsetier.Client {
 	t.Helper()
 	target := os.Getenv("PARSETIER_SERVER")
-	if target == "" {
-		t.Skip("PARSETIER_SERVER is not set (host:port of a running parsetier server)")
-	}
-	client, err := parsetier.Dial(target)
+	client, err := parsetier.NewClient(target, parsetier.WithInsecure())
 	if err != nil {
-		t.Fatalf("Dial(%q): %v", target, err)
+		t.Fatalf("NewClient(%q): %v", target, err)
 	}
 	t.Cleanup(func() { client.Close() })
-	resp, err := client.ListModels(testContext(t), &pb.ListModelsRequest{})
+	models, err := client.ListModels(testContext(t))
 	if err != nil {
-		t.Fatalf("PARSETIER_SERVER=%s is set but the server does not answer: %v", target, err)
+		t.Fatalf("the server at PARSETIER_SERVER=%s does not answer: %v", target, err)
 	}
-	for _, model := range resp.GetModels() {
+	for _, model := range models {
 		if model.GetName() == "qwen3" && model.GetTokenizerAvailable() {
 			return client
 		}
 	}
-	t.Fatalf("server %s has no usable qwen3 model: %v", target, resp.GetModels())
+	t.Fatalf("server %s has no usable qwen3 model: %v", target, models)
 	return nil
 }
 
@@ -158,7 +153,7 @@ func checkFinal(t *testing.T, final *pb.Final) {
 // receiving on another goroutine as a serving stack would, and returns every server message.
 func runSession(t *testing.T, client *parsetier.Client, perMessage int) []*pb.ParseResponse {
 	t.Helper()
-	session, err := parsetier.Open(testContext(t), client, "qwen3",
+	session, err := client.Open(testContext(t), "qwen3",
 		parsetier.WithToolsJSON(weatherTools), parsetier.WithRequestID("go-client-test"))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -197,6 +192,9 @@ func runSession(t *testing.T, client *parsetier.Client, perMessage int) []*pb.Pa
 	r := <-done
 	if r.err != nil {
 		t.Fatalf("Recv: %v", r.err)
+	}
+	if err := session.Close(); err != nil {
+		t.Errorf("Close after the final message: %v", err)
 	}
 
 	// Contract: sequence counts 1, 2, 3...; only the last message carries Final; client_messages
@@ -287,7 +285,7 @@ func TestSessionSeveralStepsPerMessage(t *testing.T) {
 func TestParseStreamEqualsParseOnce(t *testing.T) {
 	client := connect(t)
 	ctx := testContext(t)
-	final, deltas, err := parsetier.ParseStream(ctx, client, "qwen3", onePerStep(qwen3Output), stopAtImEnd,
+	final, deltas, err := client.ParseStream(ctx, "qwen3", onePerStep(qwen3Output), stopAtImEnd,
 		parsetier.WithToolsJSON(weatherTools))
 	if err != nil {
 		t.Fatalf("ParseStream: %v", err)
@@ -297,7 +295,7 @@ func TestParseStreamEqualsParseOnce(t *testing.T) {
 		t.Errorf("joined deltas\n got %v\nwant %v", joined, final.GetMessage())
 	}
 
-	once, err := parsetier.ParseOnce(ctx, client, "qwen3", qwen3Output, stopAtImEnd,
+	once, err := client.ParseOnce(ctx, "qwen3", qwen3Output, stopAtImEnd,
 		parsetier.WithToolsJSON(weatherTools))
 	if err != nil {
 		t.Fatalf("ParseOnce: %v", err)
@@ -326,17 +324,17 @@ func TestErrors(t *testing.T) {
 	ctx := testContext(t)
 	const outOfVocabulary = 10_000_000
 
-	session, err := parsetier.Open(ctx, client, "no-such-model")
+	session, err := client.Open(ctx, "no-such-model")
 	if err == nil {
 		session.Close()
 	}
 	wantCode(t, "Open unknown model", err, codes.NotFound)
-	_, _, err = parsetier.ParseStream(ctx, client, "no-such-model", onePerStep(qwen3Output), stopAtImEnd)
+	_, _, err = client.ParseStream(ctx, "no-such-model", onePerStep(qwen3Output), stopAtImEnd)
 	wantCode(t, "ParseStream unknown model", err, codes.NotFound)
-	_, err = parsetier.ParseOnce(ctx, client, "no-such-model", qwen3Output, stopAtImEnd)
+	_, err = client.ParseOnce(ctx, "no-such-model", qwen3Output, stopAtImEnd)
 	wantCode(t, "ParseOnce unknown model", err, codes.NotFound)
 
-	session, err = parsetier.Open(ctx, client, "qwen3")
+	session, err = client.Open(ctx, "qwen3")
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -353,9 +351,9 @@ func TestErrors(t *testing.T) {
 	}
 
 	steps := append(onePerStep(qwen3Output[:5]), []uint32{outOfVocabulary})
-	_, _, err = parsetier.ParseStream(ctx, client, "qwen3", steps, stopAtImEnd)
+	_, _, err = client.ParseStream(ctx, "qwen3", steps, stopAtImEnd)
 	wantCode(t, "ParseStream out-of-vocabulary id", err, codes.InvalidArgument)
-	_, err = parsetier.ParseOnce(ctx, client, "qwen3", []uint32{outOfVocabulary}, stopAtImEnd)
+	_, err = client.ParseOnce(ctx, "qwen3", []uint32{outOfVocabulary}, stopAtImEnd)
 	wantCode(t, "ParseOnce out-of-vocabulary id", err, codes.InvalidArgument)
 }
 
@@ -366,7 +364,7 @@ func TestOptions(t *testing.T) {
 	tools := parsetier.WithToolsJSON(weatherTools)
 	stopString := parsetier.Finish{Matched: parsetier.StopString("Observation:")} // zero Reason: Stop
 
-	none, err := parsetier.ParseOnce(ctx, client, "qwen3", qwen3Output, stopString, tools,
+	none, err := client.ParseOnce(ctx, "qwen3", qwen3Output, stopString, tools,
 		parsetier.WithToolChoice("none"), parsetier.WithOutput(pb.OutputKind_OUTPUT_KIND_DELTAS))
 	if err != nil {
 		t.Fatalf("ParseOnce tool_choice none: %v", err)
@@ -384,7 +382,7 @@ func TestOptions(t *testing.T) {
 		t.Errorf("ParseOnce deltas join to %v, final is %v", joined, none.GetFinal().GetMessage())
 	}
 
-	named, err := parsetier.ParseOnce(ctx, client, "qwen3", qwen3Output, stopAtImEnd, tools,
+	named, err := client.ParseOnce(ctx, "qwen3", qwen3Output, stopAtImEnd, tools,
 		parsetier.WithToolChoice("get_weather"))
 	if err != nil {
 		t.Fatalf("ParseOnce tool_choice get_weather: %v", err)
@@ -397,7 +395,7 @@ func TestOptions(t *testing.T) {
 		t.Errorf("named tool_choice: message %v, want %v", got, wantMessage)
 	}
 
-	session, err := parsetier.Open(ctx, client, "qwen3", parsetier.WithToolChoice("required"))
+	session, err := client.Open(ctx, "qwen3", parsetier.WithToolChoice("required"))
 	if err == nil {
 		session.Close()
 	}

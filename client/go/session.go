@@ -1,0 +1,216 @@
+package parsetier
+
+import (
+	"context"
+	"errors"
+	"io"
+	"iter"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
+)
+
+// ErrClosedEarly is what Session.Close returns when it had to cancel a session that had not
+// ended yet, so that a deferred Close cannot hide an output that was never parsed to the end.
+// It carries codes.Canceled, as the server records the session.
+var ErrClosedEarly = status.Error(codes.Canceled, "parsetier: session closed before it ended")
+
+// Session is one request session: one Parse stream. As with any gRPC-Go stream, one goroutine
+// may Send/Finish while another receives (Recv, Messages or Deltas), but neither side may be
+// used from two goroutines at once; Close and Final may be called from anywhere. Receive on
+// its own goroutine while sending: the server answers only the messages that produced output,
+// so waiting for a reply after every Send can block forever, and a sender that never receives
+// eventually stalls on flow control.
+type Session struct {
+	stream grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	final *pb.Final
+	ended bool // Recv has returned io.EOF or the status that ended the stream
+}
+
+// Open starts a session for model. ctx bounds the whole session, not just this call. Open
+// waits until the server has accepted the Open (it sends response headers then), so an
+// unknown model (codes.NotFound) or bad options (codes.InvalidArgument) fail here instead of
+// at some later Recv. Close the session when done with it.
+func (c *Client) Open(ctx context.Context, model string, opts ...OpenOption) (*Session, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.stub.Parse(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	// An io.EOF from Send means the stream already ended; Header and Recv below say why.
+	if err := stream.Send(&pb.ParseRequest{Open: openMessage(model, opts)}); err != nil && !errors.Is(err, io.EOF) {
+		cancel()
+		return nil, err
+	}
+	header, err := stream.Header()
+	if err == nil && header == nil {
+		// The stream ended without headers: the server refused the Open. gRPC-Go reports the
+		// status from Recv, not from Header.
+		_, err = stream.Recv()
+		if errors.Is(err, io.EOF) {
+			err = status.Error(codes.Internal, "parsetier: stream ended before the server accepted Open")
+		}
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Session{stream: stream, cancel: cancel}, nil
+}
+
+// Send sends decode steps, each a slice of the token ids one forward pass produced, in one
+// message. Several steps per message give the same result as one message each (batching only
+// saves messages); no steps at all is a keep-alive against the server's idle timeout. It does
+// not take a context: the session's context, given to Open, governs every send.
+//
+// As with gRPC-Go streams, io.EOF means the server has ended the stream; Recv returns why.
+func (s *Session) Send(steps ...[]uint32) error {
+	msg := &pb.ParseRequest{Steps: make([]*pb.Step, len(steps))}
+	for i, ids := range steps {
+		msg.Steps[i] = &pb.Step{TokenIds: ids}
+	}
+	return s.stream.Send(msg)
+}
+
+// Finish ends the output and closes the sending side: reason is Stop, Length or Abort
+// (Stop when zero), matchedStop what stopped generation. The server answers with the
+// message that carries the Final result.
+func (s *Session) Finish(reason pb.FinishReason, matchedStop MatchedStop) error {
+	err := s.stream.Send(&pb.ParseRequest{Finish: Finish{Reason: reason, Matched: matchedStop}.message()})
+	if err != nil {
+		return err
+	}
+	return s.stream.CloseSend()
+}
+
+// Recv returns the server's next message: its deltas (and events, if asked for with
+// WithOutput), plus Final on the last one. After the last message it returns io.EOF; any
+// other error is the gRPC status that ended the session (see docs/service.md), for example
+// codes.InvalidArgument for a token id outside the model's vocabulary.
+func (s *Session) Recv() (*pb.ParseResponse, error) {
+	msg, err := s.stream.Recv()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.ended = true
+		return nil, err
+	}
+	if msg.GetFinal() != nil {
+		s.final = msg.GetFinal()
+	}
+	return msg, nil
+}
+
+// Messages iterates over the server's messages as Recv returns them. It stops after the final
+// message; a non-nil error is the status that ended the session, and the last thing yielded.
+func (s *Session) Messages() iter.Seq2[*pb.ParseResponse, error] {
+	return func(yield func(*pb.ParseResponse, error) bool) {
+		for {
+			msg, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(msg, nil) {
+				return
+			}
+		}
+	}
+}
+
+// Deltas iterates over the session's deltas in order, across the server's messages, until the
+// final message (then Final holds the outcome). A non-nil error is the status that ended the
+// session, and the last thing yielded:
+//
+//	for delta, err := range session.Deltas() {
+//		if err != nil { return err }
+//		emit(delta)
+//	}
+func (s *Session) Deltas() iter.Seq2[*pb.Delta, error] {
+	return func(yield func(*pb.Delta, error) bool) {
+		for msg, err := range s.Messages() {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, delta := range msg.GetDeltas() {
+				if !yield(delta, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Final is the session's outcome (finish reason, usage, the assembled message) once it has
+// been received, else nil.
+func (s *Session) Final() *pb.Final {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final
+}
+
+// Close releases the session; it is safe to call more than once and from any goroutine. It
+// returns nil once the session has ended: its final message was received, or Recv already
+// returned the status that ended it. Otherwise it cancels the stream (the server records
+// codes.Canceled) and returns ErrClosedEarly.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	ended := s.ended || s.final != nil
+	s.ended = true
+	s.mu.Unlock()
+	s.cancel()
+	if ended {
+		return nil
+	}
+	return ErrClosedEarly
+}
+
+// ParseStream runs a whole session in one call: it opens it, sends each step in its own
+// message (as a live decode loop would) while receiving concurrently, finishes, and returns
+// the Final result and every delta in order. It exists for replaying recorded outputs and
+// for tests; a serving stack that generates tokens live uses a Session.
+func (c *Client) ParseStream(ctx context.Context, model string, steps [][]uint32, finish Finish,
+	opts ...OpenOption) (*pb.Final, []*pb.Delta, error) {
+	s, err := c.Open(ctx, model, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every path below has received to the end or failed, where Close only frees the stream.
+	defer s.Close()
+	sent := make(chan error, 1) // buffered: the sender never outlives an early return
+	go func() {
+		for _, step := range steps {
+			if err := s.Send(step); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- s.Finish(finish.Reason, finish.Matched)
+	}()
+	var deltas []*pb.Delta
+	for delta, err := range s.Deltas() {
+		if err != nil {
+			return nil, nil, err // the deferred Close unblocks the sender
+		}
+		deltas = append(deltas, delta)
+	}
+	if err := <-sent; err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, err
+	}
+	if s.Final() == nil {
+		return nil, nil, status.Error(codes.Internal, "parsetier: stream ended without a final message")
+	}
+	return s.Final(), deltas, nil
+}
