@@ -45,7 +45,7 @@ MARKER_TEXTS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 CALL_ID = re.compile(r"chatcmpl-tool-[0-9a-f]{24}")
 
 Shape = tuple[str, str, tuple[tuple[str, str], ...]]
-"""A message without its random call ids: (content, reasoning, ((name, arguments), …))."""
+"""A message without its call ids: (content, reasoning, ((name, arguments), …))."""
 
 
 def enc(text: str) -> list[int]:
@@ -154,7 +154,7 @@ def accumulate(deltas: Sequence[Delta]) -> Message:
 
 
 def shape(message: Message) -> Shape:
-    """A message without its random call ids, for comparing different sessions."""
+    """A message without its call ids (they derive from each request), for comparing different sessions."""
     return message.content, message.reasoning, tuple((c.name, c.arguments) for c in message.tool_calls)
 
 

@@ -76,7 +76,7 @@ def join(deltas: Iterable[pb.Delta]) -> Joined:
 
 
 def message_key(message: pb.AssistantMessage) -> tuple:
-    """A message with tool-call ids left out (they are random per session)."""
+    """A message with tool-call ids left out (they derive from each request's id)."""
     return (
         message.reasoning,
         message.content,

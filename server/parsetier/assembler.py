@@ -2,9 +2,10 @@
 
 The assembler applies the request's choices that are about *delivery*, not parsing: whether
 reasoning is shown, ``tool_choice`` none (calls are dropped) and ``parallel_tool_calls`` false
-(only the first call is kept), tool call ids and indices (0, 1, 2… over the calls delivered), and
-``complete_tool_calls`` (a call is delivered in one delta when it ends, only if its arguments are
-a JSON object). The final message is exactly the concatenation of the deltas.
+(only the first call is kept), tool call ids (derived from the request, see ``call_ids``) and
+indices (0, 1, 2… over the calls delivered), and ``complete_tool_calls`` (a call is delivered in
+one delta when it ends, only if its arguments are a JSON object). The final message is exactly
+the concatenation of the deltas.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
+from parsetier.call_ids import id_maker
 from parsetier.engine.events import Event, EventKind
-from parsetier.engine.machine import new_call_id
 from parsetier.messages import Delta, Message, SessionOptions, ToolCall, ToolCallDelta
 
 
@@ -28,12 +29,13 @@ class _Call:
 
 
 class Assembler:
-    def __init__(self, options: SessionOptions, make_id: Callable[[], str] = new_call_id) -> None:
+    def __init__(self, options: SessionOptions, make_id: Callable[[int], str] | None = None) -> None:
         self._show_reasoning = options.include_reasoning
         self._calls_enabled = options.tool_choice != "none"
         self._max_calls = 1 if not options.parallel_tool_calls else None
         self._buffer_calls = options.complete_tool_calls
-        self._make_id = make_id
+        self._make_id = make_id or id_maker(options)
+        """call index (the engine's, among the calls the model wrote) → id; see ``call_ids``."""
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._delivered: list[_Call] = []
@@ -69,7 +71,7 @@ class Assembler:
         planned = len(self._delivered) + (len(self._open) if self._buffer_calls else 0)
         if self._max_calls is not None and planned >= self._max_calls:
             return
-        call = _Call(ev.call_id or self._make_id(), ev.text, len(self._delivered))
+        call = _Call(ev.call_id or self._make_id(ev.tool_index), ev.text, len(self._delivered))
         self._open[ev.tool_index] = call
         if not self._buffer_calls:
             self._delivered.append(call)

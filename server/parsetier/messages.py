@@ -45,6 +45,9 @@ class SessionOptions:
     complete_tool_calls: bool = False
     """Deliver each tool call in one delta once its closing marker arrives (validated),
     instead of streaming argument fragments as they are generated."""
+    request_id: str = ""
+    """The caller's id for the request. Tool call ids derive from it (else from the prompt), so the
+    same request gives the same ids on any backend (see ``parsetier.call_ids``)."""
 
 
 @dataclass(frozen=True, slots=True)

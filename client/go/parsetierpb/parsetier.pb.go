@@ -367,7 +367,9 @@ type Open struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Name of a model the server knows (see `ListModels`). Unknown names are NOT_FOUND.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// The caller's id for this request; it only appears in the server's logs.
+	// The caller's id for this request: it appears in the server's logs, and tool call ids derive
+	// from it (the same request id gives the same ids on any server; see docs/service.md). Give
+	// every request its own. Unset: the ids derive from `prompt_token_ids`.
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The tools offered to the model (OpenAI function tools). Use either `tools` or `tools_json`.
 	Tools []*Tool `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
@@ -1337,7 +1339,8 @@ func (x *AssistantMessage) GetToolCalls() []*ToolCall {
 // One complete tool call.
 type ToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The call's id (`chatcmpl-tool-…`, or the format's own).
+	// The call's id: the format's own (Kimi's `functions.name:0`), else `chatcmpl-tool-…` derived
+	// from the request (not random: stable across servers and retries).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The function name.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`

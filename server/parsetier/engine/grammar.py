@@ -106,8 +106,9 @@ class Grammar:
     """terminal name → start state, decided by the last of these terminals found in the prompt."""
     value_trim: str = "newline"
     """How parameter values are trimmed: ``newline`` drops one leading and one trailing newline."""
-    tool_call_id: str = "random"
-    """``random`` (``chatcmpl-tool-<hex>``) or ``format`` (the id the model wrote, e.g. Kimi's)."""
+    tool_call_id: str = "derived"
+    """``derived`` (``chatcmpl-tool-<hex>`` from the request, see ``parsetier.call_ids``) or
+    ``format`` (the id the model wrote, e.g. Kimi's)."""
     presets: tuple[Mapping[str, Any], ...] = ()
     """Models that speak this format: ``[[presets]]`` tables (name, tokenizer, description, thinking)."""
 
@@ -302,7 +303,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
         thinking_on=data.get("thinking_on"),
         prompt={str(k): str(v) for k, v in data.get("prompt", {}).items()},
         value_trim=str(data.get("value_trim", "newline")),
-        tool_call_id=str(data.get("tool_call_id", "random")),
+        tool_call_id=str(data.get("tool_call_id", "derived")),
         presets=tuple(data.get("presets", ())),
     )
     _check_references(grammar, source)
@@ -336,5 +337,5 @@ def _check_references(g: Grammar, source: str) -> None:
             need(r.next, f"state {s.name!r} rule")
     if g.value_trim not in ("newline", "none"):
         raise GrammarError(f"{source}: value_trim must be 'newline' or 'none'")
-    if g.tool_call_id not in ("random", "format"):
-        raise GrammarError(f"{source}: tool_call_id must be 'random' or 'format'")
+    if g.tool_call_id not in ("derived", "format"):
+        raise GrammarError(f"{source}: tool_call_id must be 'derived' or 'format'")

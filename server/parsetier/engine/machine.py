@@ -25,7 +25,6 @@ block ends (it is dropped).
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -410,8 +409,3 @@ def _xml_unescape(text: str) -> str:
         return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else m.group(0)
 
     return _XML_REF.sub(one, text)
-
-
-def new_call_id() -> str:
-    """OpenAI-style tool call id."""
-    return f"chatcmpl-tool-{secrets.token_hex(12)}"

@@ -129,6 +129,7 @@ def options_of(open_: pb.Open) -> SessionOptions:
         prompt_token_ids=tuple(open_.prompt_token_ids),
         include_stop_text=open_.include_stop_text,
         complete_tool_calls=open_.complete_tool_calls,
+        request_id=open_.request_id,
     )
 
 

@@ -1,0 +1,44 @@
+"""Tool call ids derived from the request, never drawn at random.
+
+A session's output must be byte-identical on any backend, so that a client that resumes a
+session elsewhere (or retries a request) sees the same ids it already streamed to its user. The
+rule, documented in docs/engine.md and docs/service.md:
+
+    id = "chatcmpl-tool-" + hex(BLAKE2b-96(key=ID_KEY, seed || 0x00 || decimal(call_index)))
+
+``seed`` is the request id when the caller gave one, else the prompt token ids (decimal,
+comma-separated) prefixed with ``prompt:``; ``call_index`` is the call's position among the
+calls the model wrote (0, 1, ...). Formats whose model writes its own ids (Kimi's
+``functions.name:0``) keep those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from parsetier.messages import SessionOptions
+
+ID_KEY = b"parsetier.v1.tool-call-id"
+ID_PREFIX = "chatcmpl-tool-"
+
+
+def call_id_seed(options: SessionOptions) -> str:
+    """What a session's ids derive from: the request id, else the prompt."""
+    if options.request_id:
+        return options.request_id
+    return "prompt:" + ",".join(map(str, options.prompt_token_ids))
+
+
+def id_maker(options: SessionOptions) -> Callable[[int], str]:
+    """The session's id function: call index → ``chatcmpl-tool-<24 hex>``."""
+    seeded = hashlib.blake2b(key=ID_KEY, digest_size=12)
+    seeded.update(call_id_seed(options).encode("utf-8"))
+    seeded.update(b"\x00")
+
+    def make(call_index: int) -> str:
+        digest = seeded.copy()
+        digest.update(str(call_index).encode("ascii"))
+        return ID_PREFIX + digest.hexdigest()
+
+    return make
