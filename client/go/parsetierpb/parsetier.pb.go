@@ -404,8 +404,19 @@ type Open struct {
 	// Deliver each tool call as one delta once its closing marker arrives and its arguments are
 	// validated, instead of streaming argument fragments as they are generated. Default false.
 	CompleteToolCalls bool `protobuf:"varint,13,opt,name=complete_tool_calls,json=completeToolCalls,proto3" json:"complete_tool_calls,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set to resume a session whose stream broke, on any server (see docs/service.md, "Resume").
+	// The client opens a new stream with the same `Open` plus this point, and re-sends every client
+	// message of the broken stream, framed as before: the server feeds the first
+	// `resume.client_messages` of them silently (the client already has their output) and answers
+	// the rest as usual, with `sequence` continuing after `resume.sequence`. A point that disagrees
+	// with the re-sent messages is FAILED_PRECONDITION. Unset: a new session.
+	Resume *ResumePoint `protobuf:"bytes,14,opt,name=resume,proto3" json:"resume,omitempty"`
+	// The client can resume this session elsewhere. A draining server then hands the session off at
+	// once, ending its stream with UNAVAILABLE and the trailing metadata `parsetier-handoff: resume`
+	// instead of waiting for it to finish. Default false: the session gets the drain's grace period.
+	Resumable     bool `protobuf:"varint,15,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Open) Reset() {
@@ -529,6 +540,75 @@ func (x *Open) GetCompleteToolCalls() bool {
 	return false
 }
 
+func (x *Open) GetResume() *ResumePoint {
+	if x != nil {
+		return x.Resume
+	}
+	return nil
+}
+
+func (x *Open) GetResumable() bool {
+	if x != nil {
+		return x.Resumable
+	}
+	return false
+}
+
+// Where a resumed session continues: what the client had received on the broken stream.
+type ResumePoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// `client_messages` of the last `ParseResponse` received (0 when none was).
+	ClientMessages uint64 `protobuf:"varint,1,opt,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
+	// `sequence` of that `ParseResponse` (0 when none was).
+	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePoint) Reset() {
+	*x = ResumePoint{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePoint) ProtoMessage() {}
+
+func (x *ResumePoint) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePoint.ProtoReflect.Descriptor instead.
+func (*ResumePoint) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResumePoint) GetClientMessages() uint64 {
+	if x != nil {
+		return x.ClientMessages
+	}
+	return 0
+}
+
+func (x *ResumePoint) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 // One OpenAI function tool.
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -546,7 +626,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +638,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +651,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{2}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Tool) GetName() string {
@@ -611,7 +691,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +703,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +716,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ToolChoice) GetChoice() isToolChoice_Choice {
@@ -702,7 +782,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +794,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +807,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Step) GetTokenIds() []uint32 {
@@ -770,7 +850,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +862,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +875,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Finish) GetReason() FinishReason {
@@ -870,7 +950,7 @@ type ParseResponse struct {
 
 func (x *ParseResponse) Reset() {
 	*x = ParseResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +962,7 @@ func (x *ParseResponse) String() string {
 func (*ParseResponse) ProtoMessage() {}
 
 func (x *ParseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +975,7 @@ func (x *ParseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseResponse.ProtoReflect.Descriptor instead.
 func (*ParseResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ParseResponse) GetSequence() uint64 {
@@ -948,7 +1028,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1040,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1053,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{7}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Delta) GetReasoning() string {
@@ -1014,7 +1094,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1106,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1119,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{8}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1090,7 +1170,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1182,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1195,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{9}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Event) GetKind() EventKind {
@@ -1168,7 +1248,7 @@ type Final struct {
 
 func (x *Final) Reset() {
 	*x = Final{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1260,7 @@ func (x *Final) String() string {
 func (*Final) ProtoMessage() {}
 
 func (x *Final) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1273,7 @@ func (x *Final) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Final.ProtoReflect.Descriptor instead.
 func (*Final) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Final) GetFinishReason() FinishReason {
@@ -1230,7 +1310,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1322,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1335,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Usage) GetCompletionTokens() uint32 {
@@ -1287,7 +1367,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1379,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1392,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AssistantMessage) GetContent() string {
@@ -1352,7 +1432,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1444,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1457,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1421,7 +1501,7 @@ type ParseOnceRequest struct {
 
 func (x *ParseOnceRequest) Reset() {
 	*x = ParseOnceRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1513,7 @@ func (x *ParseOnceRequest) String() string {
 func (*ParseOnceRequest) ProtoMessage() {}
 
 func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1526,7 @@ func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceRequest.ProtoReflect.Descriptor instead.
 func (*ParseOnceRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ParseOnceRequest) GetOpen() *Open {
@@ -1499,7 +1579,7 @@ type ParseOnceResponse struct {
 
 func (x *ParseOnceResponse) Reset() {
 	*x = ParseOnceResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1591,7 @@ func (x *ParseOnceResponse) String() string {
 func (*ParseOnceResponse) ProtoMessage() {}
 
 func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1604,7 @@ func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceResponse.ProtoReflect.Descriptor instead.
 func (*ParseOnceResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ParseOnceResponse) GetFinal() *Final {
@@ -1557,7 +1637,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1649,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1662,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
 }
 
 // The server's models.
@@ -1596,7 +1676,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1688,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1701,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -1652,7 +1732,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1744,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1757,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -1735,7 +1815,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1827,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1840,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Capabilities) GetReasoning() bool {
@@ -1785,7 +1865,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\fParseRequest\x12&\n" +
 	"\x04open\x18\x01 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12(\n" +
 	"\x05steps\x18\x02 \x03(\v2\x12.parsetier.v1.StepR\x05steps\x12,\n" +
-	"\x06finish\x18\x03 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\xdf\x05\n" +
+	"\x06finish\x18\x03 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\xb0\x06\n" +
 	"\x04Open\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -1803,13 +1883,18 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	" \x03(\rR\x0epromptTokenIds\x120\n" +
 	"\x06output\x18\v \x01(\x0e2\x18.parsetier.v1.OutputKindR\x06output\x12*\n" +
 	"\x11include_stop_text\x18\f \x01(\bR\x0fincludeStopText\x12.\n" +
-	"\x13complete_tool_calls\x18\r \x01(\bR\x11completeToolCalls\x1aE\n" +
+	"\x13complete_tool_calls\x18\r \x01(\bR\x11completeToolCalls\x121\n" +
+	"\x06resume\x18\x0e \x01(\v2\x19.parsetier.v1.ResumePointR\x06resume\x12\x1c\n" +
+	"\tresumable\x18\x0f \x01(\bR\tresumable\x1aE\n" +
 	"\x17ChatTemplateKwargsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
 	"\x14_parallel_tool_callsB\x14\n" +
 	"\x12_include_reasoningB\v\n" +
-	"\t_thinking\"e\n" +
+	"\t_thinking\"R\n" +
+	"\vResumePoint\x12'\n" +
+	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"e\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
@@ -1942,7 +2027,7 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 }
 
 var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(ToolChoiceMode)(0),        // 0: parsetier.v1.ToolChoiceMode
 	(OutputKind)(0),            // 1: parsetier.v1.OutputKind
@@ -1950,63 +2035,65 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(EventKind)(0),             // 3: parsetier.v1.EventKind
 	(*ParseRequest)(nil),       // 4: parsetier.v1.ParseRequest
 	(*Open)(nil),               // 5: parsetier.v1.Open
-	(*Tool)(nil),               // 6: parsetier.v1.Tool
-	(*ToolChoice)(nil),         // 7: parsetier.v1.ToolChoice
-	(*Step)(nil),               // 8: parsetier.v1.Step
-	(*Finish)(nil),             // 9: parsetier.v1.Finish
-	(*ParseResponse)(nil),      // 10: parsetier.v1.ParseResponse
-	(*Delta)(nil),              // 11: parsetier.v1.Delta
-	(*ToolCallDelta)(nil),      // 12: parsetier.v1.ToolCallDelta
-	(*Event)(nil),              // 13: parsetier.v1.Event
-	(*Final)(nil),              // 14: parsetier.v1.Final
-	(*Usage)(nil),              // 15: parsetier.v1.Usage
-	(*AssistantMessage)(nil),   // 16: parsetier.v1.AssistantMessage
-	(*ToolCall)(nil),           // 17: parsetier.v1.ToolCall
-	(*ParseOnceRequest)(nil),   // 18: parsetier.v1.ParseOnceRequest
-	(*ParseOnceResponse)(nil),  // 19: parsetier.v1.ParseOnceResponse
-	(*ListModelsRequest)(nil),  // 20: parsetier.v1.ListModelsRequest
-	(*ListModelsResponse)(nil), // 21: parsetier.v1.ListModelsResponse
-	(*ModelInfo)(nil),          // 22: parsetier.v1.ModelInfo
-	(*Capabilities)(nil),       // 23: parsetier.v1.Capabilities
-	nil,                        // 24: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(*ResumePoint)(nil),        // 6: parsetier.v1.ResumePoint
+	(*Tool)(nil),               // 7: parsetier.v1.Tool
+	(*ToolChoice)(nil),         // 8: parsetier.v1.ToolChoice
+	(*Step)(nil),               // 9: parsetier.v1.Step
+	(*Finish)(nil),             // 10: parsetier.v1.Finish
+	(*ParseResponse)(nil),      // 11: parsetier.v1.ParseResponse
+	(*Delta)(nil),              // 12: parsetier.v1.Delta
+	(*ToolCallDelta)(nil),      // 13: parsetier.v1.ToolCallDelta
+	(*Event)(nil),              // 14: parsetier.v1.Event
+	(*Final)(nil),              // 15: parsetier.v1.Final
+	(*Usage)(nil),              // 16: parsetier.v1.Usage
+	(*AssistantMessage)(nil),   // 17: parsetier.v1.AssistantMessage
+	(*ToolCall)(nil),           // 18: parsetier.v1.ToolCall
+	(*ParseOnceRequest)(nil),   // 19: parsetier.v1.ParseOnceRequest
+	(*ParseOnceResponse)(nil),  // 20: parsetier.v1.ParseOnceResponse
+	(*ListModelsRequest)(nil),  // 21: parsetier.v1.ListModelsRequest
+	(*ListModelsResponse)(nil), // 22: parsetier.v1.ListModelsResponse
+	(*ModelInfo)(nil),          // 23: parsetier.v1.ModelInfo
+	(*Capabilities)(nil),       // 24: parsetier.v1.Capabilities
+	nil,                        // 25: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	5,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
-	8,  // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
-	9,  // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
-	6,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
-	7,  // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	24, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	9,  // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
+	10, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
+	7,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
+	8,  // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
+	25, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
-	0,  // 7: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
-	2,  // 8: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	11, // 9: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	13, // 10: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	14, // 11: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	12, // 12: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	3,  // 13: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
-	2,  // 14: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	15, // 15: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	16, // 16: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	17, // 17: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	5,  // 18: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	9,  // 19: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	14, // 20: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	11, // 21: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	13, // 22: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	22, // 23: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	23, // 24: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	4,  // 25: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	18, // 26: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	20, // 27: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	10, // 28: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	19, // 29: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	21, // 30: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	28, // [28:31] is the sub-list for method output_type
-	25, // [25:28] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	6,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
+	0,  // 8: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
+	2,  // 9: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
+	12, // 10: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	14, // 11: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	15, // 12: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	13, // 13: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	3,  // 14: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
+	2,  // 15: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
+	16, // 16: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	17, // 17: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	18, // 18: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	5,  // 19: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	10, // 20: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	15, // 21: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	12, // 22: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	14, // 23: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	23, // 24: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	24, // 25: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	4,  // 26: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	19, // 27: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	21, // 28: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	11, // 29: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	20, // 30: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	22, // 31: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	29, // [29:32] is the sub-list for method output_type
+	26, // [26:29] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -2015,11 +2102,11 @@ func file_parsetier_v1_parsetier_proto_init() {
 		return
 	}
 	file_parsetier_v1_parsetier_proto_msgTypes[1].OneofWrappers = []any{}
-	file_parsetier_v1_parsetier_proto_msgTypes[3].OneofWrappers = []any{
+	file_parsetier_v1_parsetier_proto_msgTypes[4].OneofWrappers = []any{
 		(*ToolChoice_Mode)(nil),
 		(*ToolChoice_FunctionName)(nil),
 	}
-	file_parsetier_v1_parsetier_proto_msgTypes[5].OneofWrappers = []any{
+	file_parsetier_v1_parsetier_proto_msgTypes[6].OneofWrappers = []any{
 		(*Finish_StopTokenId)(nil),
 		(*Finish_StopString)(nil),
 	}
@@ -2029,7 +2116,7 @@ func file_parsetier_v1_parsetier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -76,7 +76,7 @@ class ParseRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
-    __slots__ = ("model", "request_id", "tools", "tools_json", "tool_choice", "parallel_tool_calls", "include_reasoning", "thinking", "chat_template_kwargs", "prompt_token_ids", "output", "include_stop_text", "complete_tool_calls")
+    __slots__ = ("model", "request_id", "tools", "tools_json", "tool_choice", "parallel_tool_calls", "include_reasoning", "thinking", "chat_template_kwargs", "prompt_token_ids", "output", "include_stop_text", "complete_tool_calls", "resume", "resumable")
     class ChatTemplateKwargsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +97,8 @@ class Open(_message.Message):
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_STOP_TEXT_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    RESUMABLE_FIELD_NUMBER: _ClassVar[int]
     model: str
     request_id: str
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
@@ -110,7 +112,17 @@ class Open(_message.Message):
     output: OutputKind
     include_stop_text: bool
     complete_tool_calls: bool
-    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tools_json: _Optional[str] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., include_reasoning: _Optional[bool] = ..., thinking: _Optional[bool] = ..., chat_template_kwargs: _Optional[_Mapping[str, str]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., output: _Optional[_Union[OutputKind, str]] = ..., include_stop_text: _Optional[bool] = ..., complete_tool_calls: _Optional[bool] = ...) -> None: ...
+    resume: ResumePoint
+    resumable: bool
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tools_json: _Optional[str] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., include_reasoning: _Optional[bool] = ..., thinking: _Optional[bool] = ..., chat_template_kwargs: _Optional[_Mapping[str, str]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., output: _Optional[_Union[OutputKind, str]] = ..., include_stop_text: _Optional[bool] = ..., complete_tool_calls: _Optional[bool] = ..., resume: _Optional[_Union[ResumePoint, _Mapping]] = ..., resumable: _Optional[bool] = ...) -> None: ...
+
+class ResumePoint(_message.Message):
+    __slots__ = ("client_messages", "sequence")
+    CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    client_messages: int
+    sequence: int
+    def __init__(self, client_messages: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class Tool(_message.Message):
     __slots__ = ("name", "description", "parameters_json")
