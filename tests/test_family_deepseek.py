@@ -414,3 +414,28 @@ def test_nameless_calls_are_not_started_and_json_less_calls_get_empty_arguments(
     d = DSML["deepseek-v4"]
     text = d.calls(d.invoke("", d.param("a", "x")), d.invoke("g"))
     assert split_check(V4, enc(V4, text)) == ("", "", (("g", "{}"),))
+
+
+@pytest.mark.parametrize("name", list(DSML))
+def test_dsml_parameter_closer_as_its_token_inside_a_value_is_value_text(name: str) -> None:
+    """The template writes values verbatim, so ``</｜DSML｜parameter>`` inside one is the real
+    token sequence: a value ends only where the call's structure goes on after the closer."""
+    m, d = model(name), DSML[name]
+    closer = f"</{d.tag('parameter')}>"
+    text_value = f"see {closer} inside"
+    json_value = json.dumps([f"see {closer} inside", "next"], ensure_ascii=False)
+    ids = enc(m, d.calls(d.invoke("echo", d.param("text", text_value), d.param("items", json_value, False))))
+    assert ids.count(m.tokenizer.token_to_id("｜DSML｜")) == 8 + 2  # two closers inside values
+    got = split_check(m, ids)
+    want = {"text": text_value, "items": [f"see {closer} inside", "next"]}
+    assert got[2][0][0] == "echo" and json.loads(got[2][0][1]) == want
+
+
+@pytest.mark.parametrize("name", list(DSML))
+def test_dsml_stop_before_the_closers_gives_valid_json(name: str) -> None:
+    m, d = model(name), DSML[name]
+    full = d.calls(d.invoke("echo", d.param("text", "hi"), d.param("n", "12", False)))
+    cut = full[: full.index("12") + 2]
+    for complete in (False, True):
+        got = split_check(m, enc(m, cut), SessionOptions(complete_tool_calls=complete))
+        assert got == ("", "", (("echo", '{"text": "hi", "n": 12}'),))

@@ -9,6 +9,8 @@ split invariance (``split_check``).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from engine_helpers import run, shape, tools
@@ -200,8 +202,8 @@ def test_truncation_inside_a_call(complete: bool) -> None:
     got = split_check(GLM47, cut, opts, reason="length")
     if complete:
         assert got == ("", "", ())  # an unfinished call is never delivered
-    else:  # streamed arguments stay as far as they came (documented default-mode policy)
-        assert got == ("", "", (("get_weather", '{"city": "Berlin", "unit": "celsius'),))
+    else:  # streamed arguments stay as far as they came, and the written JSON is closed
+        assert got == ("", "", (("get_weather", '{"city": "Berlin", "unit": "celsius"}'),))
 
 
 def test_truncated_reasoning_is_reasoning() -> None:
@@ -210,3 +212,68 @@ def test_truncated_reasoning_is_reasoning() -> None:
     assert (
         shape(run(GLM47, [ids], ON_47, "length").final.message)[1] == "The user wants the weather in Paris,"
     )
+
+
+# ============================================================ delimiters inside values, early stops
+GLM5_OFF = prompted(GLM5, "<|assistant|></think>", tools=TOOLS)
+
+
+def test_value_closer_inside_a_value_is_value_text() -> None:
+    """The chat template writes values verbatim, so ``</arg_value>`` inside one is the same token
+    as the real closer: a value ends only where ``<arg_key>``, ``</tool_call>`` or the end follows."""
+    text = (
+        "<tool_call>typed<arg_key>a</arg_key><arg_value>"
+        '["see </arg_value> inside", "next"]</arg_value>'
+        "<arg_key>s</arg_key><arg_value>see </arg_value> inside</arg_value></tool_call>"
+    )
+    ids = enc(GLM5, text)
+    closer = GLM5.tokenizer.token_to_id("</arg_value>")
+    assert ids.count(closer) == 4  # the inner closers are the very same token
+    want = '{"a": ["see </arg_value> inside", "next"], "s": "see </arg_value> inside"}'
+    assert split_check(GLM5, ids, GLM5_OFF) == ("", "", (("typed", want),))
+
+
+def test_closer_followed_by_whitespace_then_a_key_still_closes() -> None:
+    text = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
+    ids = enc(GLM45, text)
+    assert split_check(GLM45, ids, OPTS)[2] == (("get_weather", '{"city": "Paris"}'),)
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_stop_right_after_the_name_is_a_call_without_arguments(complete: bool) -> None:
+    eos = GLM5.tokenizer.token_to_id("<|user|>")
+    opts = prompted(GLM5, "<|assistant|></think>", tools=TOOLS, complete_tool_calls=complete)
+    ids = [*enc(GLM5, "<tool_call>cancel_file"), eos]
+    assert split_check(GLM5, ids, opts) == ("", "", (("cancel_file", "{}"),))
+    # an empty name is no call
+    assert split_check(GLM5, enc(GLM5, "Ok.<tool_call>"), opts) == ("Ok.", "", ())
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_stop_without_the_closer_gives_valid_json(complete: bool) -> None:
+    opts = prompted(GLM5, "<|assistant|></think>", tools=TOOLS, complete_tool_calls=complete)
+    cases = {
+        "<arg_key>n</arg_key><arg_value>65.471</arg_value><arg_key>z</arg_key><arg_value>null</arg_value>":
+            '{"n": 65.471, "z": null}',
+        "<arg_key>n</arg_key><arg_value>65.471</arg_value><arg_key>s</arg_key><arg_value>ab":
+            '{"n": 65.471, "s": "ab"}',
+        # the key was streamed when </arg_key> came; an absent value is empty text
+        "<arg_key>s</arg_key><arg_value>ab</arg_value><arg_key>i</arg_key>": '{"s": "ab", "i": ""}',
+        "<arg_key>i</arg_key>": '{"i": ""}',
+        "<arg_key>i": "{}",
+        "<arg_key>i</arg_key><arg_value>": '{"i": ""}',
+    }
+    for tail, want in cases.items():
+        ids = enc(GLM5, "<tool_call>typed" + tail)
+        got = split_check(GLM5, ids, opts)
+        assert got == ("", "", (("typed", want),)), tail
+        json.loads(got[2][0][1])
+
+
+def test_length_cut_closes_the_written_json_but_delivers_only_when_streaming() -> None:
+    ids = enc(GLM5, "<tool_call>typed<arg_key>i</arg_key><arg_value>12")
+    assert split_check(GLM5, ids, GLM5_OFF, reason="length") == ("", "", (("typed", '{"i": 12}'),))
+    complete = prompted(GLM5, "<|assistant|></think>", tools=TOOLS, complete_tool_calls=True)
+    assert split_check(GLM5, ids, complete, reason="length") == ("", "", ())
+    # a name cut by length is not known to be whole: no call
+    assert split_check(GLM5, enc(GLM5, "<tool_call>cancel_fi"), GLM5_OFF, reason="length") == ("", "", ())

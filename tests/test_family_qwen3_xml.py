@@ -222,3 +222,15 @@ def test_follow_must_name_terminals() -> None:
         grammar_from_dict(spec)
     spec["states"]["a"]["on"]["x"]["follow"] = ["x", "end"]
     assert grammar_from_dict(spec).states["a"].on["x"].follow == ("x", "end")
+
+
+@pytest.mark.parametrize(
+    "cut", ["<tool_call>", "<tool_call>\n", "<tool_call>\n<", "<tool_call>\n<function",
+            "<tool_call>\n<function=get"]
+)
+@pytest.mark.parametrize("reason", ["length", "stop"])
+def test_cut_inside_a_call_block_before_the_name_is_not_content(cut: str, reason: str) -> None:
+    """Markup inside a call block is never content; a call with no complete name is dropped."""
+    for m, opts in ((Q35, NO_THINK_PROMPT), (CODER, OPTS)):
+        ids = enc(m, "Let me check.\n\n" + cut)
+        assert split_check(m, ids, opts, reason=reason) == ("Let me check.", "", ())

@@ -379,9 +379,15 @@ def test_length_mid_call_with_complete_tool_calls_drops_it() -> None:
     assert streamed.final.finish_reason == "length"
 
 
-def test_length_before_the_envelope_names_a_call_passes_text_through() -> None:
-    ids = enc('<tool_call>\n{"name": "wri')
-    assert parse_shape(QWEN3, ids, reason="length")[0] == ('<tool_call>\n{"name": "wri', "", ())
+@pytest.mark.parametrize(
+    "cut", ['<tool_call>\n{"name": "wri', '<tool_call>\n{"name": "', "<tool_call>\n{", "<tool_call>"]
+)
+def test_length_before_the_envelope_names_a_call_drops_the_markup(cut: str) -> None:
+    """Markup inside a call block is never content: a call cut before its name is complete is
+    dropped (an envelope that is not JSON at all is still passed through, see below)."""
+    ids = enc("Sure.\n\n" + cut)
+    for reason in ("length", "stop"):
+        assert split_check(QWEN3, ids, reason=reason) == ("Sure.", "", ())
 
 
 def test_length_after_arguments_but_before_close_marker() -> None:

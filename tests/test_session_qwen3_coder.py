@@ -266,16 +266,17 @@ def test_call_opened_inside_unclosed_reasoning_ends_it() -> None:
 def test_length_mid_string_value_keeps_what_streamed() -> None:
     ids = enc("<tool_call>\n<function=f>\n<parameter=s>\nabc def")
     streamed = run(QWEN3_CODER, [[i] for i in ids], TOOLS, reason="length")
-    assert shape(streamed.message) == ("", "", (("f", '{"s": "abc def'),))
+    assert shape(streamed.message) == ("", "", (("f", '{"s": "abc def"}'),))
     assert streamed.final.finish_reason == "length"
     assert EventKind.TOOL_CALL_END not in [e.kind for e in streamed.events]
     split_check(QWEN3_CODER, ids, TOOLS, reason="length")
 
 
-def test_length_mid_typed_value_stops_after_the_key() -> None:
-    """A typed value needs its closing tag; cut off before it, the value is not written."""
+def test_length_mid_typed_value_is_written_as_far_as_it_came() -> None:
+    """A typed value needs its end to be typed; cut off, it is typed as far as it came and the
+    object is closed: the arguments the engine writes are always valid JSON."""
     ids = enc("<tool_call>\n<function=f>\n<parameter=i>\n12")
-    assert arguments(ids, reason="length") == [("f", '{"i": ')]
+    assert arguments(ids, reason="length") == [("f", '{"i": 12}')]
 
 
 def test_length_mid_call_with_complete_tool_calls_drops_it() -> None:

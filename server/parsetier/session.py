@@ -173,7 +173,7 @@ class Session:
                 stop_text = matched_stop
             if stop_text:
                 events += self._machine.feed(stop_text, 0)
-        events += self._machine.finish()
+        events += self._machine.finish(cut=reason != "stop")
         out = self._output(events)
         finish_reason: FinishReason = reason  # type: ignore[assignment]
         named = self.options.tool_choice not in ("auto", "none", "required")  # a forced function

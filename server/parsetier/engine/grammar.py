@@ -84,6 +84,10 @@ class State:
     dialect: str = "json"
     """json states: ``json``, or ``gemma`` (Gemma 4's unquoted keys and ``<|"|>`` strings); envelope
     states: ``json``, or ``python`` (pythonic call lists ``[f(a=1), g()]``, Llama 4)."""
+    end: Transition | None = None
+    """What the end of the output means here when the model stopped by itself (finish ``stop``):
+    GLM's ``<tool_call>NAME`` then the stop token is a call without arguments. Not used when the
+    output was cut (``length``/``abort``): a capture cut short is not known to be whole."""
     unescape: str = "none"
     """capture states: ``xml`` decodes XML character references (``&amp;`` ``&quot;`` ``&#38;``…)
     in the rule's groups, for names and keys written as attribute values (Kimi K3's ``key="q&amp;a"``)."""
@@ -266,6 +270,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             if unknown:
                 raise GrammarError(f"{where} on {tname!r}: follow names unknown terminals {sorted(unknown)}")
         done = _transition(f"{where} done", spec["done"]) if "done" in spec else None
+        end = _transition(f"{where} end", spec["end"]) if "end" in spec else None
         rules = []
         for i, rule in enumerate(spec.get("rules", ())):
             try:
@@ -291,6 +296,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             bool(spec.get("list", False)),
             spec.get("text_next"),
             dialect,
+            end=end,
             unescape=unescape,
         )
     grammar = Grammar(
@@ -333,6 +339,8 @@ def _check_references(g: Grammar, source: str) -> None:
             need(t.next, f"state {s.name!r} on {tname!r}")
         if s.done:
             need(s.done.next, f"state {s.name!r} done")
+        if s.end:
+            need(s.end.next, f"state {s.name!r} end")
         for r in s.rules:
             need(r.next, f"state {s.name!r} rule")
     if g.value_trim not in ("newline", "none"):

@@ -92,8 +92,10 @@ class Machine:
             self._run(text)
         return self._take()
 
-    def finish(self) -> list[Event]:
-        """End of output: settle held-back text; an unterminated call stays unterminated."""
+    def finish(self, cut: bool = False) -> list[Event]:
+        """End of output (``cut``: by ``length``/``abort``, not by the model): settle held-back
+        text, take the state's ``end`` transition when the model stopped by itself, and close the
+        JSON of a call whose arguments the engine writes (XML-style), so it is always valid."""
         self._ending = True
         if self._hold:
             held, self._hold = self._hold, ""
@@ -102,11 +104,22 @@ class Machine:
                 held, self._hold = self._hold, ""
                 self._text(held)
         state = self._state
+        if state.end is not None and not cut:
+            self._fire(state.end, "", state)
+            state = self._state
         if state.kind == "reasoning":
             self._leave_reasoning()
-        elif state.kind == "envelope":
+        elif state.kind == "envelope" and self._reader is not None and self._reader.status != OPEN:
             self._passthrough_if_no_call("")
-        # An unfinished capture (name, header) is not shown; an open call is not completed.
+        # An envelope still taking shape is a call cut before its name: markup, never content.
+        # An unfinished capture (name, header) is not shown.
+        if self._call_open and (self._params is not None or not self._args_emitted):
+            if not cut:
+                self._call_end()
+            elif self._params is not None:
+                self._params.close()
+            else:
+                self._args("{}")
         self._content_edges.end()
         self._emit(EventKind.END)
         return self._take()
@@ -177,7 +190,9 @@ class Machine:
             return False
         if not self._ending:
             return None
-        return "end" in transition.follow and not buf[at:].strip()
+        # At the end, a follow terminal cut short (``<tool_call>\n<funct``) still counts: markup
+        # inside a call block is never content.
+        return "end" in transition.follow
 
     def _text(self, text: str) -> None:
         kind = self._state.kind
