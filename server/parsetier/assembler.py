@@ -4,8 +4,9 @@ The assembler applies the request's choices that are about *delivery*, not parsi
 reasoning is shown, ``tool_choice`` none (calls are dropped) and ``parallel_tool_calls`` false
 (only the first call is kept), tool call ids (derived from the request, see ``call_ids``) and
 indices (0, 1, 2… over the calls delivered), and ``complete_tool_calls`` (a call is delivered in
-one delta when it ends, only if its arguments are a JSON object). The final message is exactly
-the concatenation of the deltas.
+one delta when it ends, only if its arguments are a JSON object), and the whitespace policy
+(``EdgeTrim``: events carry text untrimmed). The final message is exactly the concatenation of the
+deltas.
 """
 
 from __future__ import annotations
@@ -41,18 +42,25 @@ class Assembler:
         self._delivered: list[_Call] = []
         self._open: dict[int, _Call] = {}
         """engine tool index → call being received (only calls that will be delivered)."""
+        self._content_edges = EdgeTrim()  # one for the whole message's content
+        self._reasoning_edges = EdgeTrim()  # a new one for every reasoning block
 
     def add(self, events: Iterable[Event]) -> list[Delta]:
         out = _DeltaRuns()
         for ev in events:
             kind = ev.kind
             if kind is EventKind.CONTENT:
-                self._content.append(ev.text)
-                out.text("content", ev.text)
+                text = self._content_edges.push(ev.text)
+                if text:
+                    self._content.append(text)
+                    out.text("content", text)
             elif kind is EventKind.REASONING:
-                if self._show_reasoning:
-                    self._reasoning.append(ev.text)
-                    out.text("reasoning", ev.text)
+                text = self._reasoning_edges.push(ev.text)
+                if text and self._show_reasoning:
+                    self._reasoning.append(text)
+                    out.text("reasoning", text)
+            elif kind is EventKind.REASONING_START:
+                self._reasoning_edges = EdgeTrim()
             elif kind is EventKind.TOOL_CALL_START:
                 self._start(ev, out)
             elif kind is EventKind.TOOL_ARGUMENTS:
@@ -99,6 +107,34 @@ class Assembler:
     def message(self) -> Message:
         calls = tuple(ToolCall(c.id, c.name, "".join(c.arguments)) for c in self._delivered)
         return Message("".join(self._content), "".join(self._reasoning), calls)
+
+
+class EdgeTrim:
+    """The whitespace policy for one text stream: leading whitespace is dropped until the first
+    visible character; trailing whitespace is held until more text proves it inner (then it is
+    emitted verbatim) or the stream ends (then it is never sent). Holding is the only way to trim
+    the end of a stream without ever retracting what was sent."""
+
+    __slots__ = ("_held", "_started")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._held = ""
+
+    def push(self, text: str) -> str:
+        """Take ``text``; return what can be emitted now."""
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._held += text
+            return ""
+        out = self._held + body
+        self._held = text[len(body) :]
+        return out
 
 
 class _DeltaRuns:

@@ -12,37 +12,41 @@ to their argument reader first, and only the text after the JSON value ends goes
 a marker written inside a JSON string is never mistaken for one.
 
 Decisions depend only on the text seen so far, never on where deltas were split; what cannot be
-decided yet (a suffix that may become a terminal, trailing whitespace, a terminal whose ``follow``
-condition the text after it does not settle yet) is held back, and nothing
-emitted is ever taken back. Per-call work is proportional to the new text.
+decided yet (a suffix that may become a terminal, a terminal whose ``follow`` condition the text
+after it does not settle yet) is held back, and nothing emitted is ever taken back. Per-call work
+is proportional to the new text.
 
-Whitespace policy: content and reasoning are trimmed at their edges: leading whitespace at the
-start of the message's content and of each reasoning block is dropped, and trailing whitespace is
-held back until more text of the same kind proves it inner (it is then emitted verbatim) or the
-block ends (it is dropped).
+What a state's kind means is one table, ``_KINDS``: per kind, what its text does, what entering
+and leaving it does (leaving with no target is the end of output). Transition actions are a table
+too (``_ACTIONS``). Argument readers are reached only through ``ArgumentReader``.
+
+Events carry text as the model wrote it: whitespace is not trimmed here (that is a delivery
+choice, made in the assembler), and sentinels left in shown text become their tokens' text again
+in one place, where the event is made (``_emit_text``, ``_args``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from parsetier.engine.arguments import (
+    ArgumentReader,
     EnvelopeReader,
     GemmaArgsReader,
     JsonArgsReader,
     ParamWriter,
     PythonCallsReader,
+    json_string_fragment,
 )
 from parsetier.engine.events import Event, EventKind
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
 from parsetier.engine.json_scan import COMPLETE, OPEN
 
-_READERS = ("json", "envelope")
-_ReaderT = JsonArgsReader | EnvelopeReader | GemmaArgsReader | PythonCallsReader
-_ENVELOPES = (EnvelopeReader, PythonCallsReader)
 _CAPTURE_LIMIT = 4096
+
 
 class Machine:
     """One request's parse state. ``feed`` text (sentinel form) → events; ``finish`` → last events."""
@@ -60,6 +64,7 @@ class Machine:
         self._format_ids = bound.grammar.tool_call_id == "format"
         self._tsets = bound.terminal_sets
         self._state = self._states[start]
+        self._kind = _KINDS[self._state.kind]
         self._hold = ""
         self._events: list[Event] = []
         self._tokens = 0
@@ -71,16 +76,13 @@ class Machine:
         self._index = -1
         self._call_open = False
         self._params: ParamWriter | None = None
-        self._reader: _ReaderT | None = None
+        self._reader: ArgumentReader | None = None
         self._args_emitted = False
         self._opening = ""
-        # whitespace policy
-        self._content_edges = EdgeTrim()  # one for the whole message's content
-        self._reasoning_edges = EdgeTrim()  # reset for every reasoning block
         self._current_tool = ""
         self._ending = False
         """Set by ``finish``: nothing more will follow, so ``follow`` checks can decide on "end"."""
-        self._enter(self._state, "", None)
+        self._kind.enter(self, self._state, "", None)
 
     # ------------------------------------------------------------------ public
     def feed(self, text: str, tokens: int = 0) -> list[Event]:
@@ -102,17 +104,12 @@ class Machine:
             self._run(held)  # a terminal waiting on what follows it is decided now
             if self._hold:
                 held, self._hold = self._hold, ""
-                self._text(held)
+                self._kind.text(self, held)
         state = self._state
         if state.end is not None and not cut:
             self._fire(state.end, "", state)
-            state = self._state
-        if state.kind == "reasoning":
-            self._leave_reasoning()
-        elif state.kind == "envelope" and self._reader is not None and self._reader.status != OPEN:
-            self._passthrough_if_no_call("")
-        # An envelope still taking shape is a call cut before its name: markup, never content.
         # An unfinished capture (name, header) is not shown.
+        self._kind.leave(self, None, "")
         if self._call_open and (self._params is not None or not self._args_emitted):
             if not cut:
                 self._call_end()
@@ -120,7 +117,6 @@ class Machine:
                 self._params.close()
             else:
                 self._args("{}")
-        self._content_edges.end()
         self._emit(EventKind.END)
         return self._take()
 
@@ -132,7 +128,7 @@ class Machine:
         while pos < n:
             state = self._state
             reader = self._reader
-            if reader is not None and state.kind in _READERS and reader.status == OPEN:
+            if reader is not None and reader.status == OPEN:
                 pos = reader.feed(buf, pos)
                 if reader.status == COMPLETE and state.done is not None:
                     self._fire(state.done, "", self._state)
@@ -150,11 +146,11 @@ class Machine:
                     continue
             if match is None:
                 if hold > pos:
-                    self._text(buf[pos:hold])
+                    self._kind.text(self, buf[pos:hold])
                 self._hold = buf[hold:]
                 return
             if match.start > pos:
-                self._text(buf[pos : match.start])
+                self._kind.text(self, buf[pos : match.start])
             transition = state.on[self._bound.terminal_of_pattern[match.pattern]]
             if transition.follow:
                 verdict = self._followed(transition, buf, match.end)
@@ -166,7 +162,7 @@ class Machine:
                         pos = match.start
                         self._fire(Transition(state.text_next), "", state)
                         continue
-                    self._text(buf[match.start : match.end])
+                    self._kind.text(self, buf[match.start : match.end])
                     pos = match.end
                     continue
             pos = match.end
@@ -194,27 +190,6 @@ class Machine:
         # inside a call block is never content.
         return "end" in transition.follow
 
-    def _text(self, text: str) -> None:
-        kind = self._state.kind
-        if kind == "content":
-            self._visible(EventKind.CONTENT, text)
-        elif kind == "reasoning":
-            self._visible(EventKind.REASONING, text)
-        elif kind == "capture":
-            if self._capture_len < _CAPTURE_LIMIT:
-                self._capture.append(text)
-                self._capture_len += len(text)
-        elif kind == "value":
-            if self._params is not None:
-                self._params.value(self._restore(text))
-        elif kind == "envelope" and isinstance(self._reader, _ENVELOPES):
-            if self._reader.calls == 0:
-                self._reader.raw.append(text)
-            elif text.strip():
-                # Words after the call's JSON inside the block are the model's: no lost text.
-                self._visible(EventKind.CONTENT, text)
-        # skip, finished json: dropped (code fences, separators)
-
     # ------------------------------------------------------------------ transitions
     def _fire(self, transition: Transition, pattern: str, state: State) -> None:
         nxt, actions = transition.next, transition.actions
@@ -236,48 +211,14 @@ class Machine:
                     break
         target = self._states[nxt]
         if target is not state:
-            self._leave(state, target, pattern)
+            self._kind.leave(self, target, pattern)
         for action in actions:
-            if action == "call_begin":
-                self._call_begin(groups.get("name", captured).strip(), groups.get("id", captured.strip()))
-            elif action == "call_end":
-                self._call_end()
-            elif action == "param_begin":
-                self._param_begin(groups.get("key", captured).strip(), _forced_type(groups))
-            elif action == "param_end" and self._params is not None:
-                self._params.end()
+            _ACTIONS[action](self, groups, captured)
         if target is not state:
             self._state = target
-            self._enter(target, pattern, state.kind)
-
-    def _leave(self, state: State, target: State, pattern: str) -> None:
-        if state.kind == "reasoning" and target.kind != "reasoning":
-            self._leave_reasoning()
-        elif state.kind == "envelope":
-            self._passthrough_if_no_call(pattern)
-
-    def _enter(self, state: State, pattern: str, previous_kind: str | None) -> None:
-        kind = state.kind
-        if kind == "capture":
-            self._capture = []
-            self._capture_len = 0
-        elif kind == "reasoning" and previous_kind != "reasoning":
-            self._reasoning_edges = EdgeTrim()
-            self._emit(EventKind.REASONING_START)
-        elif kind == "json":
-            if state.dialect == "gemma":
-                self._reader = GemmaArgsReader(self._args, self._bound.patterns.get("quote", ""))
-            else:
-                self._reader = JsonArgsReader(self._args)
-        elif kind == "envelope":
-            self._opening = pattern
-            if state.dialect == "python":
-                self._reader = PythonCallsReader(self._envelope_begin, self._args, self._call_end)
-            else:
-                allow = state.allow_list
-                self._reader = EnvelopeReader(allow, self._envelope_begin, self._args, self._call_end)
-        if kind not in _READERS:
             self._reader = None
+            self._kind = _KINDS[target.kind]
+            self._kind.enter(self, target, pattern, state.kind)
 
     # ------------------------------------------------------------------ calls
     def _call_begin(self, name: str, format_id: str = "") -> None:
@@ -303,9 +244,15 @@ class Machine:
         self._params.begin(key, forced)
 
     def _args(self, fragment: str) -> None:
+        """A fragment of the arguments' JSON. A sentinel in it is inside a JSON string (outside
+        one, every reader ends the value), so it becomes its token's text JSON-escaped."""
         if self._call_open and fragment:
             self._args_emitted = True
-            self._emit(EventKind.TOOL_ARGUMENTS, self._restore(fragment))
+            if SENTINEL_RE.search(fragment) is not None:
+                table = self._bound.text_of_sentinel
+                escaped = lambda m: json_string_fragment(table.get(m.group(0), ""))  # noqa: E731
+                fragment = SENTINEL_RE.sub(escaped, fragment)
+            self._emit(EventKind.TOOL_ARGUMENTS, fragment)
 
     def _call_end(self) -> None:
         if not self._call_open:
@@ -319,38 +266,28 @@ class Machine:
         self._call_open = False
 
     def _passthrough_if_no_call(self, closing: str) -> None:
-        """An envelope that never produced a call: its text was the model's, show it as content."""
+        """A reader that never produced a call: its text was the model's, show it as content."""
         reader = self._reader
-        if isinstance(reader, _ENVELOPES) and reader.calls == 0:
-            raw = self._opening + "".join(reader.raw) + closing
-            reader.raw = []
-            reader.calls = -1  # passed through once
-            if raw:
-                self._visible(EventKind.CONTENT, raw)
+        raw = reader.unclaimed() if reader is not None else None
+        if raw is not None:
+            self._emit_text(EventKind.CONTENT, self._opening + raw + closing)
 
-    # ------------------------------------------------------------------ text events
-    def _visible(self, kind: EventKind, text: str) -> None:
-        edges = self._content_edges if kind is EventKind.CONTENT else self._reasoning_edges
-        out = edges.push(self._restore(text))
-        if out:
-            self._emit(kind, out)
-
-    def _leave_reasoning(self) -> None:
-        self._reasoning_edges.end()
-        self._emit(EventKind.REASONING_END)
+    # ------------------------------------------------------------------ events
+    def _emit_text(self, kind: EventKind, text: str) -> None:
+        """A content or reasoning event. Sentinels left in shown text (a marker where the format
+        does not expect one) become their token's text again: the model wrote it, so the client
+        sees it."""
+        if text:
+            self._emit(kind, self._restore(text))
 
     def _restore(self, text: str) -> str:
-        """Sentinels left in text that is shown (a marker where the format does not expect one)
-        become their token's text again: the model wrote it, so the client sees it."""
         if SENTINEL_RE.search(text) is None:
             return text
         table = self._bound.text_of_sentinel
         return SENTINEL_RE.sub(lambda m: table.get(m.group(0), ""), text)
 
     def _emit(self, kind: EventKind, text: str = "", call_id: str = "") -> None:
-        index = self._index if kind not in (EventKind.CONTENT, EventKind.REASONING) else -1
-        if kind in (EventKind.REASONING_START, EventKind.REASONING_END):
-            index = -1
+        index = self._index if kind in _CALL_EVENTS else -1
         self._events.append(Event(kind, text, index, self._tokens, call_id))
         self._tokens = 0
 
@@ -359,36 +296,127 @@ class Machine:
         return events
 
 
-class EdgeTrim:
-    """The whitespace policy for one text stream: leading whitespace is dropped until the first
-    visible character; trailing whitespace is held until more text proves it inner (then it is
-    emitted verbatim) or the stream ends (then it is dropped). Holding is the only way to trim
-    the end of a stream without ever retracting what was sent."""
+_CALL_EVENTS = frozenset(
+    {EventKind.TOOL_CALL_START, EventKind.TOOL_ARGUMENTS, EventKind.TOOL_CALL_END, EventKind.END}
+)
+"""Events that carry the current ``tool_index`` (text and reasoning brackets carry -1)."""
 
-    __slots__ = ("_held", "_started")
 
-    def __init__(self) -> None:
-        self._started = False
-        self._held = ""
+# ---------------------------------------------------------------------------------------------- kinds
+def _nothing(*_: Any) -> None:
+    return None
 
-    def push(self, text: str) -> str:
-        """Take ``text``; return what can be emitted now."""
-        if not self._started:
-            text = text.lstrip()
-            if not text:
-                return ""
-            self._started = True
-        body = text.rstrip()
-        if not body:
-            self._held += text
-            return ""
-        out = self._held + body
-        self._held = text[len(body) :]
-        return out
 
-    def end(self) -> None:
-        """The stream ended: held whitespace was trailing."""
-        self._held = ""
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """What one state kind does: with the state's text, on entering (``state``, the terminal's
+    pattern, the previous kind) and on leaving (the target state, None at the end of output; the
+    terminal's pattern)."""
+
+    text: Callable[[Machine, str], None] = _nothing
+    enter: Callable[[Machine, State, str, str | None], None] = _nothing
+    leave: Callable[[Machine, State | None, str], None] = _nothing
+
+
+def _content_text(m: Machine, text: str) -> None:
+    m._emit_text(EventKind.CONTENT, text)
+
+
+def _reasoning_text(m: Machine, text: str) -> None:
+    m._emit_text(EventKind.REASONING, text)
+
+
+def _reasoning_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
+    if previous != "reasoning":
+        m._emit(EventKind.REASONING_START)
+
+
+def _reasoning_leave(m: Machine, target: State | None, pattern: str) -> None:
+    if target is None or target.kind != "reasoning":
+        m._emit(EventKind.REASONING_END)
+
+
+def _capture_text(m: Machine, text: str) -> None:
+    if m._capture_len < _CAPTURE_LIMIT:
+        m._capture.append(text)
+        m._capture_len += len(text)
+
+
+def _capture_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
+    m._capture = []
+    m._capture_len = 0
+
+
+def _value_text(m: Machine, text: str) -> None:
+    if m._params is not None:
+        m._params.value(text)
+
+
+def _reader_text(m: Machine, text: str) -> None:
+    """Text of a reader's state that the reader did not take."""
+    if m._reader is not None:
+        m._emit_text(EventKind.CONTENT, m._reader.rest(text))
+
+
+def _json_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
+    if state.dialect == "gemma":
+        m._reader = GemmaArgsReader(m._args, m._bound.patterns.get("quote", ""))
+    else:
+        m._reader = JsonArgsReader(m._args)
+
+
+def _envelope_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
+    m._opening = pattern
+    if state.dialect == "python":
+        m._reader = PythonCallsReader(m._envelope_begin, m._args, m._call_end)
+    else:
+        m._reader = EnvelopeReader(state.allow_list, m._envelope_begin, m._args, m._call_end)
+
+
+def _envelope_leave(m: Machine, target: State | None, pattern: str) -> None:
+    if target is None and (m._reader is None or m._reader.status == OPEN):
+        return  # the output ends in an envelope still taking shape: a call cut before its name
+    m._passthrough_if_no_call(pattern)
+
+
+_KINDS: Mapping[str, _Kind] = {
+    "content": _Kind(text=_content_text),
+    "reasoning": _Kind(text=_reasoning_text, enter=_reasoning_enter, leave=_reasoning_leave),
+    "skip": _Kind(),  # dropped: code fences, separators, messages to other recipients
+    "capture": _Kind(text=_capture_text, enter=_capture_enter),
+    "value": _Kind(text=_value_text),
+    "json": _Kind(text=_reader_text, enter=_json_enter),
+    "envelope": _Kind(text=_reader_text, enter=_envelope_enter, leave=_envelope_leave),
+}
+"""Every state kind of ``grammar.STATE_KINDS``, and what it does."""
+
+
+# ---------------------------------------------------------------------------------------------- actions
+def _do_call_begin(m: Machine, groups: Mapping[str, str], captured: str) -> None:
+    m._call_begin(groups.get("name", captured).strip(), groups.get("id", captured.strip()))
+
+
+def _do_call_end(m: Machine, groups: Mapping[str, str], captured: str) -> None:
+    m._call_end()
+
+
+def _do_param_begin(m: Machine, groups: Mapping[str, str], captured: str) -> None:
+    m._param_begin(groups.get("key", captured).strip(), _forced_type(groups))
+
+
+def _do_param_end(m: Machine, groups: Mapping[str, str], captured: str) -> None:
+    if m._params is not None:
+        m._params.end()
+
+
+_ACTIONS: Mapping[str, Callable[[Machine, Mapping[str, str], str], None]] = {
+    "call_begin": _do_call_begin,
+    "call_end": _do_call_end,
+    "param_begin": _do_param_begin,
+    "param_end": _do_param_end,
+}
+"""Every action of ``grammar.ACTIONS``: what it does, given a capture rule's groups and the captured
+text."""
 
 
 def _first_non_space(text: str, start: int, end: int) -> int:
@@ -424,3 +452,4 @@ def _xml_unescape(text: str) -> str:
         return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else m.group(0)
 
     return _XML_REF.sub(one, text)
+

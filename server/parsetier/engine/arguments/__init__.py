@@ -12,10 +12,12 @@
 * ``GemmaArgsReader`` — Gemma 4's ``{key:<|"|>text<|"|>,n:1}`` notation, translated to JSON.
 * ``PythonCallsReader`` — pythonic call lists (Llama 4), Python literals translated to JSON.
 
-One module per style; this package only gathers them.
+Every reader speaks ``ArgumentReader`` (``common.py``): the machine feeds it, reads its ``status``,
+hands it the state's remaining text (``rest``) and asks once, on leaving, for text to pass through
+(``unclaimed``). One module per style; this package only gathers them.
 """
 
-from parsetier.engine.arguments.common import Emit, json_string_fragment
+from parsetier.engine.arguments.common import ArgumentReader, Emit, json_string_fragment
 from parsetier.engine.arguments.envelope import EnvelopeReader
 from parsetier.engine.arguments.gemma import GemmaArgsReader
 from parsetier.engine.arguments.json_args import JsonArgsReader
@@ -23,6 +25,7 @@ from parsetier.engine.arguments.params import ParamWriter, schema_types, typed_v
 from parsetier.engine.arguments.python_calls import PythonCallsReader
 
 __all__ = [
+    "ArgumentReader",
     "Emit",
     "EnvelopeReader",
     "GemmaArgsReader",

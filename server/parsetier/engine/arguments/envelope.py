@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import regex
 
-from parsetier.engine.arguments.common import SENTINEL, Emit
+from parsetier.engine.arguments.common import SENTINEL, CallsReader, Emit
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN, JsonValueScanner
 
 _HEAD = regex.compile(
@@ -25,7 +25,7 @@ _HEAD_LIMIT = 4096
 _STRUCTURE = {"list?": _LIST_OPEN, "head": _HEAD, "next": _LIST_NEXT, "name-after": _NAME_AFTER}
 
 
-class EnvelopeReader:
+class EnvelopeReader(CallsReader):
     """``{"name": N, "arguments": {...}}`` (or a list of them) → call start + streamed arguments.
 
     With ``allow_list`` several call objects may follow each other: inside ``[…]`` separated by

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import re
 
-from parsetier.engine.arguments.common import SENTINEL, Emit, json_string_fragment
+from parsetier.engine.arguments.common import SENTINEL, Emit, ValueReader, json_string_fragment
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
 
 JSON_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
 
 
-class GemmaArgsReader:
+class GemmaArgsReader(ValueReader):
     """Gemma 4's object notation → JSON, streamed: ``{key:<|"|>text<|"|>,n:42,o:{…},l:[…]}``.
 
     Keys are bare (they may hold spaces), strings are delimited by the ``<|"|>`` token (its

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from parsetier.engine.arguments.common import SENTINEL, Emit
+from parsetier.engine.arguments.common import SENTINEL, Emit, ValueReader
 from parsetier.engine.json_scan import MALFORMED, OPEN, JsonValueScanner
 
 
-class JsonArgsReader:
+class JsonArgsReader(ValueReader):
     """Streams one JSON value verbatim as the call's arguments, skipping any lead-in (fences)."""
 
     __slots__ = ("_emit", "_scanner", "emitted")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from parsetier.engine.arguments.common import PY_LITERALS, SENTINEL, Emit, json_string_fragment
+from parsetier.engine.arguments.common import (
+    PY_LITERALS,
+    SENTINEL,
+    CallsReader,
+    Emit,
+    json_string_fragment,
+)
 from parsetier.engine.arguments.gemma import JSON_SCALAR
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
 
@@ -40,7 +46,7 @@ def _py_scalar(token: str) -> str | None:
     return json.dumps(value)
 
 
-class PythonCallsReader:
+class PythonCallsReader(CallsReader):
     """Pythonic call lists → calls with JSON arguments, streamed: ``[f(a=1, b='x'), g()]``.
 
     Llama 4 (and other "pythonic" tool-call formats) write calls as Python: keyword arguments whose
