@@ -1,0 +1,278 @@
+"""From a bound format and a request's tool options to one constraint (``ir.Root``).
+
+The semantics follow OpenAI's tool options: ``auto`` free text with triggered calls;
+``required`` at least one call; a named function exactly one call of it; ``parallel_tool_calls``
+false stops after the first call; ``none`` no call markup at all. Strict tools have their schema
+enforced; other tools take any JSON object. With thinking on, the message starts with a
+reasoning block (or, when the prompt already opened it, with the rest of one and its closer).
+
+Policies (docs/constrained-decoding.md): the constraint writes the fullest spelling of each call
+(every wrapper opened and closed), parameters in schema order, and only whitespace where the
+parser skips text; string parameter values may not contain their own closer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Regex, Root, Seq, Star, Text, Ws
+from parsetier.constraints.shape import (
+    CallShape,
+    Encoding,
+    ReasoningShape,
+    Underivable,
+    call_shape,
+    fill_rule,
+    reasoning_shape,
+)
+from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar
+from parsetier.messages import Tool
+
+MODES = ("auto", "none", "required", "named")
+
+
+class InvalidTool(ValueError):
+    """A tool the format cannot write (its name or a key holds the format's own markup)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintRequest:
+    tools: tuple[Tool, ...] = ()
+    strict: frozenset[str] = frozenset()
+    """Names of the tools whose schema is enforced."""
+    mode: str = "auto"
+    function_name: str | None = None
+    parallel_tool_calls: bool = True
+    reasoning: str = "off"
+    """``off``, ``open`` (the message opens and closes a reasoning block) or ``inside`` (the prompt
+    already opened it: the message continues it and closes it)."""
+
+
+def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
+    """The constraint for ``request`` on ``bound``'s format; ``Underivable`` or ``InvalidTool``."""
+    g = bound.grammar
+    if request.mode not in MODES:
+        raise ValueError(f"unknown tool_choice mode {request.mode!r}")
+    lit = _Literals(bound)
+    prefix = _reasoning_prefix(lit, reasoning_shape(g), request.reasoning, g.name)
+    tools = request.tools
+    if request.mode == "named":
+        tools = tuple(t for t in tools if t.name == request.function_name)
+        if not tools:
+            raise InvalidTool(f"tool_choice names {request.function_name!r}, which is not among the tools")
+    if request.mode == "none" or not tools:
+        if request.mode in ("required", "named"):
+            raise InvalidTool(f"tool_choice {request.mode!r} needs at least one tool")
+        excludes = ()
+        if g.has_tool_calls:
+            try:
+                excludes = tuple(dict.fromkeys(lit.term(p[0]).text for p in call_shape(g).openers))
+            except Underivable:
+                excludes = ()
+        return Root(prefix, (), text_excludes=excludes)
+    shape = call_shape(g)
+    calls = tuple(call for tool in tools for call in _calls(lit, shape, tool, tool.name in request.strict, g))
+    return Root(
+        prefix,
+        calls,
+        at_least_one=request.mode in ("required", "named"),
+        stop_after_first=request.mode == "named" or not request.parallel_tool_calls,
+    )
+
+
+class _Literals:
+    """Terminal names → ``Lit`` values, split where added tokens stand (so Lark names them by id)."""
+
+    def __init__(self, bound: BoundGrammar) -> None:
+        self.bound = bound
+        self.id_of_sentinel = {s: tid for tid, s in bound.sentinel_of_id.items()}
+
+    def term(self, name: str) -> Lit:
+        pattern = self.bound.patterns[name]
+        pieces: list[tuple[str, int | None]] = []
+        last = 0
+        for m in SENTINEL_RE.finditer(pattern):
+            if m.start() > last:
+                pieces.append((pattern[last : m.start()], None))
+            s = m.group(0)
+            pieces.append((self.bound.text_of_sentinel[s], self.id_of_sentinel[s]))
+            last = m.end()
+        if last < len(pattern):
+            pieces.append((pattern[last:], None))
+        return Lit(tuple(pieces))
+
+    def path(self, names: Sequence[str]) -> list[Node]:
+        """Literals of a terminal path, with optional whitespace between them."""
+        out: list[Node] = []
+        for i, name in enumerate(names):
+            if i:
+                out.append(Ws())
+            out.append(self.term(name))
+        return out
+
+
+
+def _reasoning_prefix(lit: _Literals, shape: ReasoningShape | None, mode: str, fmt: str) -> tuple[Node, ...]:
+    if mode == "off" or shape is None:
+        if mode != "off":
+            raise Underivable(f"format {fmt!r} has no reasoning block")
+        return ()
+    close = lit.term(shape.close)
+    if mode == "inside":
+        return (Text(), close, Ws())
+    if shape.open is None:
+        raise Underivable(f"format {fmt!r}: only the prompt opens reasoning (use reasoning 'inside')")
+    return (lit.term(shape.open), Text(), close, Ws())
+
+
+def _calls(lit: _Literals, shape: CallShape, tool: Tool, strict: bool, g: Any) -> list[Call]:
+    schema = _arguments_schema(tool, strict)
+    out = []
+    for opener in shape.openers:
+        first, *rest = lit.path(opener)
+        items: list[Node] = list(rest)
+        if shape.style == "envelope":
+            envelope = {
+                "type": "object",
+                "properties": {"name": {"const": tool.name}, shape.arguments_key: schema},
+                "required": ["name", shape.arguments_key],
+                "additionalProperties": False,
+            }
+            items += [Ws(), Json(envelope), Ws()]
+            ends = shape.closers
+        else:
+            items += [_name(shape.name, tool.name, g.name)]
+            if shape.style == "json":
+                items += [
+                    lit.term(shape.name.end[0]),
+                    *_lits_after(lit, shape.after_name),
+                    Ws(),
+                    Json(schema),
+                    Ws(),
+                ]
+                ends = shape.closers
+            else:
+                params = _params(lit, shape, tool, schema, strict, g)
+                shared = shape.param is not None and shape.param.open == (shape.name.end,)
+                if not shared:
+                    items += [lit.term(shape.name.end[0]), Ws()]
+                if shared and not _has_params(schema, strict) and shape.empty_closers:
+                    ends = shape.empty_closers
+                else:
+                    items += [params]
+                    ends = shape.closers
+        content, end = _split_end(lit, items, ends)
+        out.append(Call((first,), Seq(tuple(content)), end))
+    return out
+
+
+def _lits_after(lit: _Literals, names: Sequence[str]) -> list[Node]:
+    return [x for name in names for x in (Ws(), lit.term(name))]
+
+
+def _split_end(
+    lit: _Literals, items: list[Node], ends: Sequence[Sequence[str]]
+) -> tuple[list[Node], tuple[tuple[Lit, ...], ...]]:
+    """Closer paths: all but their last literal go into the content (as alternatives), the last
+    literal is the tag's end, so that xgrammar's ``end`` stays a plain string."""
+    heads = {tuple(p[:-1]) for p in ends if p}
+    if any(heads):
+        alts = tuple(Seq((*lit.path(h), Ws())) for h in sorted(heads))
+        items = [*items, alts[0] if len(alts) == 1 else Alt(alts)]
+    tails = tuple(dict.fromkeys((lit.term(p[-1]),) for p in ends if p))
+    if not tails:  # the call ends with its JSON (Llama's bare envelopes)
+        tails = ((Lit((("", None),)),),)
+    return items, tails
+
+
+def _name(enc: Encoding | None, name: str, fmt: str) -> Node:
+    assert enc is not None
+    bad = SENTINEL_RE.search(name) or name != name.strip() or not name
+    if enc.rule is not None:
+        m = enc.rule.pattern.match(name)
+        if bad or not m or m.groupdict().get("name") != name:
+            raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r}")
+        return Regex(fill_rule(enc.rule, {"name": name}))
+    if bad or any(c in name for c in '<>"\n'):
+        raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r}")
+    return Lit(((name, None),))
+
+
+def _arguments_schema(tool: Tool, strict: bool) -> dict[str, Any]:
+    if not strict:
+        return {"type": "object"}
+    schema = dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
+    schema.setdefault("type", "object")
+    return schema
+
+
+def _has_params(schema: Mapping[str, Any], strict: bool) -> bool:
+    return not strict or bool(schema.get("properties"))
+
+
+def _params(
+    lit: _Literals, shape: CallShape, tool: Tool, schema: Mapping[str, Any], strict: bool, g: Any
+) -> Node:
+    p = shape.param
+    assert p is not None
+    closers = tuple(dict.fromkeys(lit.term(c).text for c in (*p.close, *p.value_ends)))
+    close = lit.term(p.close[0])
+    opens = [lit.path(o) for o in p.open]
+    key_end = lit.term(p.key.end[0])
+    value_open = [x for name in p.value_open for x in (lit.term(name),)]
+    newline = g.value_trim == "newline"
+
+    def block(key_node: Node, value: Node) -> Node:
+        open_alt: Node = Seq(tuple(opens[0])) if len(opens) == 1 else Alt(tuple(Seq(tuple(o)) for o in opens))
+        return Seq((open_alt, key_node, key_end, *value_open, value, close, Ws()))
+
+    if not strict:
+        key = _key(p.key, None, None, g.name)
+        return Star(block(key, Text(closers)))
+    props = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    items: list[Node] = []
+    for key_name, sub in props.items():
+        sub = sub if isinstance(sub, Mapping) else {}
+        value: Node
+        if _is_string(sub):
+            value = Text(closers)
+        else:
+            value = (
+                Seq((Opt(Lit((("\n", None),))), Json(dict(sub)), Opt(Lit((("\n", None),)))))
+                if newline
+                else Json(dict(sub))
+            )
+        node = block(_key(p.key, key_name, sub, g.name), value)
+        items.append(node if key_name in required else Opt(node))
+    return Seq(tuple(items))
+
+
+def _is_string(schema: Mapping[str, Any]) -> bool:
+    t = schema.get("type")
+    if t == "string" or (isinstance(t, list) and t == ["string"]):
+        return (
+            "enum" not in schema
+            and "const" not in schema
+            and "pattern" not in schema
+            and "format" not in schema
+        )
+    return False
+
+
+def _key(enc: Encoding, key: str | None, schema: Mapping[str, Any] | None, fmt: str) -> Node:
+    if key is None:
+        if enc.rule is None:
+            return Regex(r"[A-Za-z0-9_.\-]+")
+        return Regex(fill_rule(enc.rule, {}))
+    if SENTINEL_RE.search(key) or not key or key != key.strip() or re.search(r"[<>\"\n]", key):
+        raise InvalidTool(f"format {fmt!r} cannot write the parameter key {key!r}")
+    if enc.rule is None:
+        return Lit(((key, None),))
+    values = {"key": key}
+    if "string" in enc.rule.pattern.groupindex:
+        values["string"] = "true" if schema is not None and _is_string(schema) else "false"
+    return Regex(fill_rule(enc.rule, values))

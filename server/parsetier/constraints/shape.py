@@ -1,0 +1,404 @@
+"""A format's tool-call shape, read off its grammar: the walk that every constraint starts from.
+
+A format file is a state machine over terminals. Constrained decoding needs the same facts in
+another arrangement: which terminals open a call, how the name is written, how the arguments are
+written (one JSON value, a JSON envelope carrying the name, or one tagged block per parameter),
+and which terminals close the call again. ``call_shape`` finds them by walking the states from the
+answer (``content``) states, following the actions the grammar already declares (``call_begin``,
+``param_begin``, ``param_end``, ``call_end``). Nothing here is written per family: a user's format
+file gets a shape from the same walk, or an ``Underivable`` that says which part of the grammar
+the walk could not read.
+
+Where the grammar offers several spellings (DSML's ``function_calls`` / ``tool_calls`` wrappers,
+spaced and unspaced tags), every spelling is kept as an alternative: the parser reads all of
+them, so the constraint allows all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+
+from parsetier.engine.grammar import Grammar, Rule, State
+
+MAX_WALK = 4
+"""How many skip/wrapper states a path may cross between an answer state and a call's name."""
+
+
+class Underivable(ValueError):
+    """The grammar (or the request) cannot be turned into a constraint; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Encoding:
+    """How one captured item (a tool name or a parameter key) is written.
+
+    ``rule`` is the capture rule whose groups carry it, or None when the captured text itself,
+    stripped, is the item. ``end`` are the terminals that end the capture."""
+
+    rule: Rule | None
+    end: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ParamShape:
+    """One tagged parameter: ``open`` terminals, the key, ``key_end``, ``value_open`` terminals,
+    the raw value, one of ``close``."""
+
+    open: tuple[tuple[str, ...], ...]
+    key: Encoding
+    value_open: tuple[str, ...]
+    close: tuple[str, ...]
+    value_ends: tuple[str, ...] = ()
+    """Every terminal the value state listens for: a string value must not spell any of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallShape:
+    """Everything a constraint needs to know about one format's tool calls."""
+
+    style: str
+    """``envelope`` (a JSON object with the name and arguments), ``json`` (the arguments as one
+    JSON value after a written name) or ``params`` (one tagged block per parameter)."""
+    openers: tuple[tuple[str, ...], ...]
+    """Alternative terminal sequences from an answer state up to the name (or the envelope)."""
+    name: Encoding | None
+    """How the name is written (None for envelopes, where it is a JSON member)."""
+    after_name: tuple[str, ...]
+    """Terminals between the end of the name and the arguments (besides ``name.end``)."""
+    param: ParamShape | None
+    closers: tuple[tuple[str, ...], ...]
+    """Alternative terminal sequences from the end of the arguments back to an answer state."""
+    empty_closers: tuple[tuple[str, ...], ...]
+    """``params`` style: alternatives that end a call right after its name (no parameters)."""
+    arguments_key: str = "arguments"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningShape:
+    open: str | None
+    """The terminal that opens reasoning from the answer, or None (only a prompt opens it)."""
+    close: str
+    state: str
+
+
+def answer_states(g: Grammar) -> list[str]:
+    return [name for name, s in g.states.items() if s.kind == "content"]
+
+
+def reasoning_shape(g: Grammar) -> ReasoningShape | None:
+    """The reasoning block: the reasoning state the thinking switch (or the answer) enters, the
+    terminal that leaves it for the answer, and the answer's terminal into it (if any)."""
+    answers = set(answer_states(g))
+    candidates = [g.thinking_on] if g.thinking_on and g.states[g.thinking_on].kind == "reasoning" else []
+    candidates += [n for n, s in g.states.items() if s.kind == "reasoning" and n not in candidates]
+    for rname in candidates:
+        state = g.states[rname]
+        close = next((t for t, tr in state.on.items() if tr.next in answers and not tr.actions), None)
+        if close is None:
+            continue
+        open_ = next(
+            (t for a in answer_states(g) for t, tr in g.states[a].on.items() if tr.next == rname),
+            None,
+        )
+        return ReasoningShape(open_, close, rname)
+    return None
+
+
+def call_shape(g: Grammar) -> CallShape:
+    """Walk ``g`` for its tool-call shape, or raise ``Underivable`` naming what stops the walk."""
+    if not g.has_tool_calls:
+        raise Underivable(f"format {g.name!r} has no tool calls")
+    answers = set(answer_states(g))
+    found: dict[str, list[tuple[str, ...]]] = {}
+    for a in sorted(answers):
+        for term, tr in g.states[a].on.items():
+            target = g.states[tr.next]
+            # A kept opener (Llama's bare "{") is read again as the call itself: calls are
+            # generated with their marker, which the parser reads as well.
+            if target.kind in ("content", "reasoning") or tr.actions or tr.keep:
+                continue
+            for path, where in _walk_to_call(g, (term,), target, 0):
+                found.setdefault(where, [])
+                if path not in found[where]:
+                    found[where].append(path)
+    if not found:
+        raise Underivable(f"format {g.name!r}: no path from the answer reaches a call")
+    if len(found) > 1:
+        raise Underivable(f"format {g.name!r}: calls start in several states ({sorted(found)})")
+    where, openers = next(iter(found.items()))
+    state = g.states[where]
+    skip_terms = frozenset(t for path in openers for t in path)
+    if state.kind == "envelope":
+        shape = _envelope_shape(g, state, answers, skip_terms)
+    else:
+        shape = _named_shape(g, state, answers, skip_terms)
+    closing = {path[0] for path in shape.closers if path}
+    openers = [p for p in openers if not closing & set(p)]  # no path through another call
+    return replace(shape, openers=_fullest(openers), closers=_fullest(shape.closers))
+
+
+def _fullest(paths: list[tuple[str, ...]] | tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    """The spellings that open (or close) every wrapper the grammar has: the longest paths.
+
+    The parser forgives a missing wrapper (a Kimi call without its section, a DSML parameter
+    block closed by the wrapper's closer); the constraint writes the full form the models were
+    trained on, and keeps every full alternative (DSML's ``function_calls`` and ``tool_calls``)."""
+    if not paths:
+        return ()
+    longest = max(len(p) for p in paths)
+    return tuple(p for p in paths if len(p) == longest)
+
+
+def _walk_to_call(
+    g: Grammar, path: tuple[str, ...], state: State, depth: int, seen: frozenset[str] = frozenset()
+) -> Iterator[tuple[tuple[str, ...], str]]:
+    """Paths through wrapper (skip) states to the state where a call is named, each state once."""
+    if state.kind == "envelope":
+        if state.dialect != "json":
+            raise Underivable(f"format {g.name!r}: {state.dialect!r} call lists have no JSON-schema grammar")
+        yield path, state.name
+        return
+    if state.kind == "capture" and _begins_call(state):
+        yield path, state.name
+        return
+    if state.kind != "skip" or depth >= MAX_WALK:
+        return
+    for term, tr in state.on.items():
+        target = g.states[tr.next]
+        if target.kind in ("content", "reasoning") or tr.actions or target.name in seen | {state.name}:
+            continue
+        yield from _walk_to_call(
+            g, path if tr.keep else (*path, term), target, depth + 1, seen | {state.name}
+        )
+
+
+def _begins_call(state: State) -> bool:
+    return any("call_begin" in tr.actions for tr in state.on.values()) or any(
+        "call_begin" in r.actions for r in state.rules
+    )
+
+
+def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
+    closers = _closers(g, state, answers, skip)
+    return CallShape("envelope", (), None, (), None, closers, ())
+
+
+def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
+    rule = next((r for r in name_state.rules if "call_begin" in r.actions and r.next), None)
+    begins = {t: tr for t, tr in name_state.on.items() if "call_begin" in tr.actions}
+    if rule is not None:
+        # The rule decides the call (Kimi: functions.NAME:IDX), ended by any of the state's terminals.
+        ends = tuple(t for t, tr in name_state.on.items() if not tr.actions)
+        after = g.states[rule.next]
+        name = Encoding(rule, ends)
+        return _after_name(g, name, (), after, answers, (), skip)
+    if not begins:
+        raise Underivable(f"format {g.name!r}: state {name_state.name!r} names no call")
+    empty = tuple((t,) for t, tr in begins.items() if "call_end" in tr.actions)
+    main = {t: tr for t, tr in begins.items() if "call_end" not in tr.actions}
+    if not main:
+        raise Underivable(f"format {g.name!r}: calls in state {name_state.name!r} take no arguments")
+    nexts = {tr.next for tr in main.values()}
+    if len(nexts) != 1:
+        raise Underivable(f"format {g.name!r}: a call name leads to several states {sorted(nexts)}")
+    after = g.states[nexts.pop()]
+    return _after_name(g, Encoding(None, tuple(main)), (), after, answers, empty, skip)
+
+
+def _after_name(
+    g: Grammar,
+    name: Encoding,
+    after_name: tuple[str, ...],
+    state: State,
+    answers: set[str],
+    empty: tuple[tuple[str, ...], ...],
+    skip: frozenset[str],
+) -> CallShape:
+    if state.kind == "json":
+        if state.dialect != "json":
+            raise Underivable(f"format {g.name!r}: {state.dialect!r} arguments have no JSON-schema grammar")
+        return CallShape("json", (), name, after_name, None, _closers(g, state, answers, skip), empty)
+    if state.kind == "capture" and _begins_param(state):
+        # The name's end terminal is also the first parameter's opener (GLM: NAME<arg_key>…).
+        param, body = _param_shape(g, state, opened_by=name.end)
+        return _params_call(g, name, after_name, param, body, answers, empty, skip)
+    if state.kind == "skip":
+        paths = list(_walk_to_param(g, (), state, 0))
+        if not paths:
+            raise Underivable(f"format {g.name!r}: no parameter follows state {state.name!r}")
+        keys = {k for _, k in paths}
+        if len(keys) != 1:
+            raise Underivable(f"format {g.name!r}: parameters start in several states {sorted(keys)}")
+        key_state = g.states[keys.pop()]
+        param, body = _param_shape(g, key_state, opened_by=None, opens=tuple(p for p, _ in paths))
+        return _params_call(g, name, after_name, param, body, answers, empty, skip)
+    raise Underivable(f"format {g.name!r}: arguments in a {state.kind!r} state have no constraint form")
+
+
+def _params_call(
+    g: Grammar,
+    name: Encoding,
+    after_name: tuple[str, ...],
+    param: ParamShape,
+    body: State,
+    answers: set[str],
+    empty: tuple[tuple[str, ...], ...],
+    skip: frozenset[str],
+) -> CallShape:
+    # Every parameter opener must also be reachable from the body, so that parameters repeat.
+    again = {p for p, _ in _walk_to_param(g, (), body, 0)}
+    if not set(param.open) <= again and param.open != (name.end,):
+        raise Underivable(f"format {g.name!r}: parameters cannot follow one another from {body.name!r}")
+    return CallShape("params", (), name, after_name, param, _closers(g, body, answers, skip), empty)
+
+
+def _begins_param(state: State) -> bool:
+    return any("param_begin" in tr.actions for tr in state.on.values()) or any(
+        "param_begin" in r.actions for r in state.rules
+    )
+
+
+def _walk_to_param(
+    g: Grammar, path: tuple[str, ...], state: State, depth: int
+) -> Iterator[tuple[tuple[str, ...], str]]:
+    for term, tr in state.on.items():
+        target = g.states[tr.next]
+        if tr.actions:
+            continue
+        if target.kind == "capture" and _begins_param(target):
+            yield (*path, term), target.name
+        elif target.kind == "skip" and depth < MAX_WALK and target.name != state.name:
+            yield from _walk_to_param(g, (*path, term), target, depth + 1)
+
+
+def _param_shape(
+    g: Grammar,
+    key_state: State,
+    opened_by: tuple[str, ...] | None,
+    opens: tuple[tuple[str, ...], ...] = (),
+) -> tuple[ParamShape, State]:
+    rules = [r for r in key_state.rules if "param_begin" in r.actions and r.next]
+    begins = {t: tr for t, tr in key_state.on.items() if "param_begin" in tr.actions}
+    if not begins:
+        raise Underivable(f"format {g.name!r}: state {key_state.name!r} ends no parameter key")
+    nexts = {tr.next for tr in begins.values()} | {r.next for r in rules}
+    if len(nexts) != 1:
+        raise Underivable(f"format {g.name!r}: a parameter key leads to several states {sorted(nexts)}")
+    state = g.states[nexts.pop()]
+    value_open: tuple[str, ...] = ()
+    while state.kind == "skip":
+        steps = [(t, tr) for t, tr in state.on.items() if not tr.actions]
+        if len(steps) != 1:
+            raise Underivable(f"format {g.name!r}: state {state.name!r} has no single way to a value")
+        term, tr = steps[0]
+        value_open += (term,)
+        state = g.states[tr.next]
+    if state.kind != "value":
+        raise Underivable(f"format {g.name!r}: a parameter key leads to a {state.kind!r} state, not a value")
+    # A closer that at once opens the next key (Qwen3-Coder's "\n<parameter=") is a shortcut the
+    # parser forgives; the constraint writes each parameter's own closer.
+    closes = {
+        t: tr
+        for t, tr in state.on.items()
+        if tr.actions == ("param_end",) and not _begins_param(g.states[tr.next])
+    }
+    if not closes:
+        raise Underivable(f"format {g.name!r}: value state {state.name!r} has no closer")
+    bodies = {tr.next for tr in closes.values()}
+    if len(bodies) != 1:
+        raise Underivable(f"format {g.name!r}: parameter closers lead to several states {sorted(bodies)}")
+    body = g.states[bodies.pop()]
+    key_rule = _best_key_rule(rules)
+    open_ = (opened_by,) if opened_by else opens
+    shape = ParamShape(open_, Encoding(key_rule, tuple(begins)), value_open, tuple(closes), tuple(state.on))
+    return shape, body
+
+
+def _best_key_rule(rules: list[Rule]) -> Rule | None:
+    """The rule that states most about the value (DSML's ``string="true|false"``), if any."""
+    if not rules:
+        return None
+    return max(rules, key=lambda r: len(r.pattern.groupindex))
+
+
+def _closers(
+    g: Grammar, state: State, answers: set[str], skip: frozenset[str]
+) -> tuple[tuple[str, ...], ...]:
+    """Terminal paths that end the call in ``state`` and lead back to an answer state, without
+    opening another call on the way (``skip``: the openers' terminals)."""
+    out: list[tuple[str, ...]] = []
+    for term, tr in state.on.items():
+        if "call_end" not in tr.actions or term in skip:
+            continue
+        if tr.next in answers:
+            out.append((term,))
+            continue
+        for tail in _walk_to_answer(g, g.states[tr.next], answers, skip, 0):
+            out.append((term, *tail))
+    if state.kind == "envelope" and state.done is not None and state.done.next in answers:
+        out.append(())  # the call ends with its JSON (Llama's bare envelopes)
+    if not out:
+        raise Underivable(f"format {g.name!r}: nothing ends a call in state {state.name!r}")
+    return tuple(dict.fromkeys(out))
+
+
+def _walk_to_answer(
+    g: Grammar, state: State, answers: set[str], skip: frozenset[str], depth: int
+) -> Iterator[tuple[str, ...]]:
+    for term, tr in state.on.items():
+        if tr.actions or term in skip:
+            continue
+        if tr.next in answers:
+            yield (term,)
+        elif g.states[tr.next].kind == "skip" and depth < MAX_WALK and tr.next != state.name:
+            for tail in _walk_to_answer(g, g.states[tr.next], answers, skip, depth + 1):
+                yield (term, *tail)
+
+
+_GROUP = re.compile(r"\(\?P<(\w+)>")
+
+
+def fill_rule(rule: Rule, values: Mapping[str, str]) -> str:
+    """The rule's pattern as a plain regex, each named group in ``values`` replaced by that
+    literal text, other named groups made non-capturing, anchors and lazy marks dropped (the
+    constraint's regex dialects have no captures or laziness; the language is the same)."""
+    pattern = rule.pattern.pattern
+    out = []
+    i = 0
+    while i < len(pattern):
+        m = _GROUP.match(pattern, i)
+        if m and m.group(1) in values:
+            end = _group_end(pattern, m.end())
+            out.append(re.escape(values[m.group(1)]))
+            i = end
+            continue
+        if m:
+            out.append("(?:")
+            i = m.end()
+            continue
+        out.append(pattern[i])
+        i += 1
+    text = "".join(out)
+    text = text.removeprefix("^")
+    if text.endswith("$") and not text.endswith("\\$"):
+        text = text[:-1]
+    return re.sub(r"(?<!\\)([+*?}])\?", r"\1", text)
+
+
+def _group_end(pattern: str, i: int) -> int:
+    depth = 1
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise Underivable(f"unbalanced group in {pattern!r}")

@@ -1,0 +1,252 @@
+"""Constraints derived from the format files: they compile in llguidance, reject what they must,
+and what a random walk through them generates parses back into valid calls.
+
+The walks use llguidance's token masks over the real tokenizer, so special-token markers are
+produced by id exactly as a constrained engine would produce them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import cache
+
+import jsonschema
+import llguidance
+import pytest
+
+from parsetier import formats
+from parsetier.constraints.build import ConstraintRequest, InvalidTool, derive
+from parsetier.constraints.ir import to_lark, to_structural_tag
+from parsetier.constraints.shape import Underivable, call_shape
+from parsetier.messages import SessionOptions, Tool
+from parsetier.models import ModelRegistry
+from parsetier.session import parse
+
+WEATHER = Tool(
+    "get_weather",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+)
+CLOCK = Tool("get_time", {"type": "object", "properties": {}})
+TOOLS = (WEATHER, CLOCK)
+STRICT = frozenset({"get_weather", "get_time"})
+
+DERIVABLE = {
+    "qwen3": "qwen3",
+    "qwen3_coder": "qwen3-coder",
+    "glm": "glm-4.5",
+    "deepseek_v3": "deepseek-r1",
+    "deepseek_v31": "deepseek-v3.1",
+    "deepseek_dsml": "deepseek-v4",
+    "minimax_m2": "minimax-m2",
+    "mistral": "mistral-small-3.2",
+    "mistral_v3": "mistral-7b-v0.3",
+    "llama3_json": "llama3",
+    # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
+    "kimi_k2": None,
+    "seed_oss": None,
+}
+UNDERIVABLE = {"gemma4", "harmony", "kimi_k3", "llama4_pythonic"}
+WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1")
+"""Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
+
+REGISTRY = ModelRegistry.from_config(None)
+
+
+@cache
+def model(name: str):
+    return REGISTRY.get(name)
+
+
+@cache
+def ll_tokenizer(name: str) -> llguidance.LLTokenizer:
+    return llguidance.LLTokenizer(model(name).tokenizer.to_str())
+
+
+def request(mode: str = "auto", parallel: bool = True, reasoning: str = "off") -> ConstraintRequest:
+    name = "get_weather" if mode == "named" else None
+    return ConstraintRequest(TOOLS, STRICT, mode, name, parallel, reasoning)
+
+
+def test_every_format_is_derivable_or_says_why() -> None:
+    for name in formats.names():
+        g = formats.get(name)
+        if name in UNDERIVABLE:
+            with pytest.raises(Underivable) as info:
+                call_shape(g)
+            assert name in str(info.value)
+        else:
+            assert name in DERIVABLE, f"{name}: add it to DERIVABLE or UNDERIVABLE"
+            assert call_shape(g).openers
+
+
+@pytest.mark.parametrize("preset", sorted(p for p in DERIVABLE.values() if p))
+def test_every_mode_compiles_in_llguidance(preset: str) -> None:
+    bound = model(preset).grammar
+    for mode in ("auto", "none", "required", "named"):
+        for parallel in (True, False):
+            for reasoning in ("off", "open", "inside"):
+                try:
+                    root = derive(bound, request(mode, parallel, reasoning))
+                except Underivable as exc:
+                    assert reasoning != "off" and "reasoning" in str(exc)
+                    continue
+                lark = to_lark(root)
+                assert not llguidance.LLMatcher.validate_grammar(lark), lark
+                _check_structural_tag(to_structural_tag(root))
+
+
+TAG_FORMATS = {
+    "const_string": {"value"},
+    "json_schema": {"json_schema"},
+    "regex": {"pattern"},
+    "any_text": {"excludes"},
+    "sequence": {"elements"},
+    "or": {"elements"},
+    "optional": {"content"},
+    "star": {"content"},
+    "plus": {"content"},
+    "tag": {"begin", "content", "end"},
+    "triggered_tags": {"triggers", "tags", "at_least_one", "stop_after_first"},
+}
+
+
+def _check_structural_tag(tag: dict) -> None:
+    """The JSON has xgrammar's documented shape: known types with their fields, and every
+    triggered tag's begin starting with one of the triggers."""
+    assert tag["type"] == "structural_tag"
+    json.dumps(tag)
+
+    def walk(node: dict) -> None:
+        kind = node["type"]
+        assert kind in TAG_FORMATS, kind
+        assert set(node) - {"type"} == TAG_FORMATS[kind], node
+        if kind == "triggered_tags":
+            for t in node["tags"]:
+                assert t["type"] == "tag" and any(t["begin"].startswith(x) for x in node["triggers"])
+        for key in ("elements", "tags"):
+            for child in node.get(key, ()):
+                walk(child)
+        if "content" in node:
+            walk(node["content"])
+
+    walk(tag["format"])
+
+
+def _matcher(preset: str, root) -> llguidance.LLMatcher:
+    m = llguidance.LLMatcher(ll_tokenizer(preset), to_lark(root), log_level=0)
+    assert not m.is_error(), m.get_error()
+    return m
+
+
+def _accepts(preset: str, root, ids: list[int]) -> bool:
+    m = _matcher(preset, root)
+    return m.consume_tokens(ids) and m.is_accepting()
+
+
+def _enc(preset: str, text: str) -> list[int]:
+    return model(preset).tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_qwen3_rejects_what_it_must() -> None:
+    preset = "qwen3"
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    other = '<tool_call>\n{"name": "send_mail", "arguments": {}}\n</tool_call>'
+    bad_args = '<tool_call>\n{"name": "get_weather", "arguments": {"city": 3}}\n</tool_call>'
+    bound = model(preset).grammar
+    ids = _enc(preset, call)
+    assert _accepts(preset, derive(bound, request("auto")), _enc(preset, "Sure. ") + ids)
+    assert _accepts(preset, derive(bound, request("required")), ids)
+    assert not _accepts(preset, derive(bound, request("required")), _enc(preset, "No call."))
+    assert not _accepts(preset, derive(bound, request("auto")), _enc(preset, other))
+    assert not _accepts(preset, derive(bound, request("auto")), _enc(preset, bad_args))
+    assert not _accepts(preset, derive(bound, request("none")), ids)
+    assert not _accepts(
+        preset, derive(bound, request("auto", parallel=False)), ids + _enc(preset, "\n") + ids
+    )
+    assert _accepts(preset, derive(bound, request("auto")), ids + _enc(preset, "\n") + ids)
+    named = ConstraintRequest(TOOLS, STRICT, "named", "get_time", True, "off")
+    assert not _accepts(preset, derive(bound, named), ids)
+
+
+def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:
+    bad = Tool("get weather <now>", {"type": "object"})
+    with pytest.raises(InvalidTool):
+        derive(model("qwen3-coder").grammar, ConstraintRequest((bad,), frozenset(), "auto"))
+    with pytest.raises(InvalidTool):
+        derive(model("qwen3").grammar, ConstraintRequest(TOOLS, STRICT, "named", "nope"))
+
+
+def _walk(preset: str, root, rng: random.Random, limit: int = 800) -> list[int]:
+    """A random walk under the grammar's masks, biased to short tokens so structures close."""
+    m = _matcher(preset, root)
+    tok = model(preset).tokenizer
+    sequences = [
+        tok.encode(text, add_special_tokens=False).ids
+        for text in model(preset).grammar.grammar.terminals.values()
+    ]
+    markup = {tid for seq in sequences for tid in seq}
+    pool = sorted(
+        {tid for text, tid in tok.get_vocab(with_added_tokens=True).items() if len(text) == 1}
+        | set(tok.get_added_tokens_decoder())
+        | markup
+    )
+    ids: list[int] = []
+    for step in range(limit):
+        if m.is_stopped() or (m.is_accepting() and rng.random() < (0.3 if step < limit // 2 else 0.9)):
+            break
+        mask = m.compute_bitmask()
+        allowed = [t for t in pool if t < len(mask) * 8 and mask[t // 8] >> (t % 8) & 1]
+        if step > limit // 4 and rng.random() < 0.3:
+            # Late in the walk, steer towards the format's own markup, whole markers at a time.
+            fits = [seq for seq in sequences if seq and m.validate_tokens(seq) == len(seq)]
+            if fits:
+                seq = rng.choice(fits)
+                assert m.consume_tokens(seq), m.get_error()
+                ids += seq
+                continue
+        if not allowed:
+            allowed = [t for t in range(len(mask) * 8) if mask[t // 8] >> (t % 8) & 1][:2000]
+        forced = m.compute_ff_tokens()  # the tokens the grammar leaves no choice about
+        if forced:
+            assert m.consume_tokens(forced), m.get_error()
+            ids += forced
+            continue
+        choice = rng.choice(allowed)
+        if choice >= tok.get_vocab_size(with_added_tokens=True) or choice in _stop_ids(preset):
+            break
+        assert m.consume_token(choice), m.get_error()
+        ids.append(choice)
+    assert m.is_accepting(), f"walk did not finish: {tok.decode(ids, skip_special_tokens=False)!r}"
+    return ids
+
+
+@cache
+def _stop_ids(preset: str) -> frozenset[int]:
+    tok = model(preset).tokenizer
+    ends = ("<|im_end|>", "<|endoftext|>", "<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>")
+    return frozenset(tid for tid, t in tok.get_added_tokens_decoder().items() if t.content in ends)
+
+
+@pytest.mark.parametrize("preset", WALKED)
+@pytest.mark.parametrize("mode", ["required", "named"])
+def test_sampled_outputs_parse_into_valid_calls(preset: str, mode: str) -> None:
+    rng = random.Random(f"{preset}/{mode}")
+    bound = model(preset).grammar
+    root = derive(bound, request(mode, parallel=mode != "named"))
+    schemas = {t.name: t.parameters for t in TOOLS}
+    for _ in range(6):
+        ids = _walk(preset, root, rng)
+        options = SessionOptions(tools=TOOLS, thinking=False)
+        message, _, _ = parse(model(preset), options, ids)
+        calls = message.tool_calls
+        assert calls, (preset, model(preset).tokenizer.decode(ids, skip_special_tokens=False))
+        if mode == "named":
+            assert [c.name for c in calls] == ["get_weather"]
+        for call in calls:
+            jsonschema.validate(json.loads(call.arguments), schemas[call.name])
