@@ -11,6 +11,7 @@ import json
 import random
 from functools import cache
 
+import grpc
 import jsonschema
 import llguidance
 import pytest
@@ -22,6 +23,7 @@ from parsetier.constraints.shape import Underivable, call_shape
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import ModelRegistry
 from parsetier.session import parse
+from parsetier_api.v1 import parsetier_pb2 as pb
 
 WEATHER = Tool(
     "get_weather",
@@ -31,10 +33,10 @@ WEATHER = Tool(
         "required": ["city"],
         "additionalProperties": False,
     },
+    strict=True,
 )
-CLOCK = Tool("get_time", {"type": "object", "properties": {}})
+CLOCK = Tool("get_time", {"type": "object", "properties": {}}, strict=True)
 TOOLS = (WEATHER, CLOCK)
-STRICT = frozenset({"get_weather", "get_time"})
 
 DERIVABLE = {
     "qwen3": "qwen3",
@@ -70,7 +72,7 @@ def ll_tokenizer(name: str) -> llguidance.LLTokenizer:
 
 def request(mode: str = "auto", parallel: bool = True, reasoning: str = "off") -> ConstraintRequest:
     name = "get_weather" if mode == "named" else None
-    return ConstraintRequest(TOOLS, STRICT, mode, name, parallel, reasoning)
+    return ConstraintRequest(TOOLS, mode, name, parallel, reasoning)
 
 
 def test_every_format_is_derivable_or_says_why() -> None:
@@ -170,16 +172,16 @@ def test_qwen3_rejects_what_it_must() -> None:
         preset, derive(bound, request("auto", parallel=False)), ids + _enc(preset, "\n") + ids
     )
     assert _accepts(preset, derive(bound, request("auto")), ids + _enc(preset, "\n") + ids)
-    named = ConstraintRequest(TOOLS, STRICT, "named", "get_time", True, "off")
+    named = ConstraintRequest(TOOLS, "named", "get_time", True, "off")
     assert not _accepts(preset, derive(bound, named), ids)
 
 
 def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:
     bad = Tool("get weather <now>", {"type": "object"})
     with pytest.raises(InvalidTool):
-        derive(model("qwen3-coder").grammar, ConstraintRequest((bad,), frozenset(), "auto"))
+        derive(model("qwen3-coder").grammar, ConstraintRequest((bad,), "auto"))
     with pytest.raises(InvalidTool):
-        derive(model("qwen3").grammar, ConstraintRequest(TOOLS, STRICT, "named", "nope"))
+        derive(model("qwen3").grammar, ConstraintRequest(TOOLS, "named", "nope"))
 
 
 def _walk(preset: str, root, rng: random.Random, limit: int = 800) -> list[int]:
@@ -250,3 +252,60 @@ def test_sampled_outputs_parse_into_valid_calls(preset: str, mode: str) -> None:
             assert [c.name for c in calls] == ["get_weather"]
         for call in calls:
             jsonschema.validate(json.loads(call.arguments), schemas[call.name])
+
+
+# --- the RPC, through a real server ---------------------------------------------------------
+
+OPENAI_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "strict": True,
+            "parameters": WEATHER.parameters,
+        },
+    }
+]
+
+
+def test_build_constraint_through_the_server(client, encode) -> None:
+    response = client.build_constraint("qwen3", tools=OPENAI_TOOLS, tool_choice="required", thinking=False)
+    tag = json.loads(response.structural_tag_json)
+    _check_structural_tag(tag)
+    assert tag["format"]["at_least_one"] is True
+    assert list(response.triggers) == ["<tool_call>"]
+    assert response.reasoning == pb.CONSTRAINT_REASONING_NONE
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    m = llguidance.LLMatcher(ll_tokenizer("qwen3"), response.lark_grammar, log_level=0)
+    assert m.consume_tokens(encode(call)) and m.is_accepting()
+    anchors = {a.text: a.in_reasoning for a in response.message_start_anchors}
+    assert anchors == {"<think>": True, "</think>": False}
+
+
+def test_build_constraint_reads_the_prompt_and_the_thinking_switch(client, encode) -> None:
+    opened = client.build_constraint("qwen3", tools=OPENAI_TOOLS, prompt_token_ids=encode("<think>\n"))
+    assert opened.reasoning == pb.CONSTRAINT_REASONING_CONTINUED
+    thinking = client.build_constraint("qwen3", tools=OPENAI_TOOLS, thinking=True)
+    assert thinking.reasoning == pb.CONSTRAINT_REASONING_BLOCK
+    unsaid = client.build_constraint("qwen3", tools=OPENAI_TOOLS)
+    assert unsaid.reasoning == pb.CONSTRAINT_REASONING_OPTIONAL
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "code"),
+    [
+        ("gpt-oss", {"tools": OPENAI_TOOLS}, grpc.StatusCode.FAILED_PRECONDITION),
+        ("qwen3", {"tools": OPENAI_TOOLS, "tool_choice": "send_mail"}, grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            "qwen3-coder",
+            {"tools": [{"type": "function", "function": {"name": "a<b>", "parameters": {}}}]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        ("no-such-model", {}, grpc.StatusCode.NOT_FOUND),
+    ],
+)
+def test_build_constraint_errors(client, model: str, options: dict, code: grpc.StatusCode) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        client.build_constraint(model, **options)
+    assert info.value.code() == code, info.value.details()
+    assert info.value.details()

@@ -23,6 +23,8 @@ class Tool:
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    strict: bool = False
+    """Constrained decoding enforces ``parameters`` (OpenAI's ``function.strict``); parsing ignores it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,7 @@ def start_state(
         found = _prompt_text_state(grammar, tokenizer, options.prompt_token_ids)
         if found is not None:
             return found
-    thinking = options.thinking if options.thinking is not None else _kwargs_thinking(options)
+    thinking = options.thinking if options.thinking is not None else kwargs_thinking(options)
     if thinking is None:
         thinking = thinking_default
     if thinking is False and g.thinking_off:
@@ -94,7 +94,7 @@ def _prompt_text_state(
     return best[2] if best else None
 
 
-def _kwargs_thinking(options: SessionOptions) -> bool | None:
+def kwargs_thinking(options: SessionOptions) -> bool | None:
     for key in ("enable_thinking", "thinking"):
         value = options.chat_template_kwargs.get(key)
         if value is not None:

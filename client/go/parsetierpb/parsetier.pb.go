@@ -292,6 +292,68 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
 }
 
+// Where a constrained message starts with respect to reasoning.
+type ConstraintReasoning int32
+
+const (
+	// Not set.
+	ConstraintReasoning_CONSTRAINT_REASONING_UNSPECIFIED ConstraintReasoning = 0
+	// No reasoning block (thinking off, or the format has none).
+	ConstraintReasoning_CONSTRAINT_REASONING_NONE ConstraintReasoning = 1
+	// The message opens a reasoning block first and closes it.
+	ConstraintReasoning_CONSTRAINT_REASONING_BLOCK ConstraintReasoning = 2
+	// The prompt already opened reasoning: the message continues it, then closes it.
+	ConstraintReasoning_CONSTRAINT_REASONING_CONTINUED ConstraintReasoning = 3
+	// Neither the request nor the model's defaults say whether it thinks: the message may open
+	// and close one reasoning block first.
+	ConstraintReasoning_CONSTRAINT_REASONING_OPTIONAL ConstraintReasoning = 4
+)
+
+// Enum value maps for ConstraintReasoning.
+var (
+	ConstraintReasoning_name = map[int32]string{
+		0: "CONSTRAINT_REASONING_UNSPECIFIED",
+		1: "CONSTRAINT_REASONING_NONE",
+		2: "CONSTRAINT_REASONING_BLOCK",
+		3: "CONSTRAINT_REASONING_CONTINUED",
+		4: "CONSTRAINT_REASONING_OPTIONAL",
+	}
+	ConstraintReasoning_value = map[string]int32{
+		"CONSTRAINT_REASONING_UNSPECIFIED": 0,
+		"CONSTRAINT_REASONING_NONE":        1,
+		"CONSTRAINT_REASONING_BLOCK":       2,
+		"CONSTRAINT_REASONING_CONTINUED":   3,
+		"CONSTRAINT_REASONING_OPTIONAL":    4,
+	}
+)
+
+func (x ConstraintReasoning) Enum() *ConstraintReasoning {
+	p := new(ConstraintReasoning)
+	*p = x
+	return p
+}
+
+func (x ConstraintReasoning) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConstraintReasoning) Descriptor() protoreflect.EnumDescriptor {
+	return file_parsetier_v1_parsetier_proto_enumTypes[4].Descriptor()
+}
+
+func (ConstraintReasoning) Type() protoreflect.EnumType {
+	return &file_parsetier_v1_parsetier_proto_enumTypes[4]
+}
+
+func (x ConstraintReasoning) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConstraintReasoning.Descriptor instead.
+func (ConstraintReasoning) EnumDescriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
+}
+
 // One message of a `Parse` stream. Its parts apply in field order — `open`, then every step in
 // `steps`, then `finish` — so a client may batch: a single message can open the session, carry
 // the whole output and finish it. The usual shape is one message per part.
@@ -620,8 +682,12 @@ type Tool struct {
 	// Schemas type the values of formats whose arguments are raw text (XML-style tool calls).
 	// Malformed JSON, or JSON that is not an object, is INVALID_ARGUMENT.
 	ParametersJson string `protobuf:"bytes,3,opt,name=parameters_json,json=parametersJson,proto3" json:"parameters_json,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// OpenAI's `function.strict`: `BuildConstraint` enforces `parameters_json` on this tool's
+	// arguments; a non-strict tool takes any JSON object. Parsing ignores it. In `tools_json` the
+	// function object's own `"strict": true` means the same.
+	Strict        bool `protobuf:"varint,4,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Tool) Reset() {
@@ -673,6 +739,13 @@ func (x *Tool) GetParametersJson() string {
 		return x.ParametersJson
 	}
 	return ""
+}
+
+func (x *Tool) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
 }
 
 // Which tool calls the model may make.
@@ -1857,6 +1930,193 @@ func (x *Capabilities) GetToolCalls() bool {
 	return false
 }
 
+// A request's options, for its constraint.
+type BuildConstraintRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As for a stream: `model`, `tools` (with `strict`) or `tools_json`, `tool_choice`,
+	// `parallel_tool_calls`, `thinking`, `chat_template_kwargs`, and `prompt_token_ids` (the
+	// prompt's tail says whether it already opened reasoning). Output options are ignored.
+	Open          *Open `protobuf:"bytes,1,opt,name=open,proto3" json:"open,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildConstraintRequest) Reset() {
+	*x = BuildConstraintRequest{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildConstraintRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildConstraintRequest) ProtoMessage() {}
+
+func (x *BuildConstraintRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildConstraintRequest.ProtoReflect.Descriptor instead.
+func (*BuildConstraintRequest) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *BuildConstraintRequest) GetOpen() *Open {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+// The derived constraint, in two equivalent forms.
+type BuildConstraintResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// xgrammar's structural tag, as JSON: `{"type": "structural_tag", "format": {...}}`.
+	StructuralTagJson string `protobuf:"bytes,1,opt,name=structural_tag_json,json=structuralTagJson,proto3" json:"structural_tag_json,omitempty"`
+	// The same language as an llguidance Lark grammar. Markers that are special tokens are
+	// written by id (`<[151657]>`), so look-alike text never counts as a marker.
+	LarkGrammar string `protobuf:"bytes,2,opt,name=lark_grammar,json=larkGrammar,proto3" json:"lark_grammar,omitempty"`
+	// The texts that start a tool call (the structural tag's triggers).
+	Triggers []string `protobuf:"bytes,3,rep,name=triggers,proto3" json:"triggers,omitempty"`
+	// How the constrained message starts with respect to reasoning.
+	Reasoning ConstraintReasoning `protobuf:"varint,4,opt,name=reasoning,proto3,enum=parsetier.v1.ConstraintReasoning" json:"reasoning,omitempty"`
+	// The prompt-tail markers that decide where the message starts (the format's prompt table),
+	// for an engine that renders prompts itself and picks the constraint by how the prompt ends.
+	MessageStartAnchors []*MessageStartAnchor `protobuf:"bytes,5,rep,name=message_start_anchors,json=messageStartAnchors,proto3" json:"message_start_anchors,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *BuildConstraintResponse) Reset() {
+	*x = BuildConstraintResponse{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildConstraintResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildConstraintResponse) ProtoMessage() {}
+
+func (x *BuildConstraintResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildConstraintResponse.ProtoReflect.Descriptor instead.
+func (*BuildConstraintResponse) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BuildConstraintResponse) GetStructuralTagJson() string {
+	if x != nil {
+		return x.StructuralTagJson
+	}
+	return ""
+}
+
+func (x *BuildConstraintResponse) GetLarkGrammar() string {
+	if x != nil {
+		return x.LarkGrammar
+	}
+	return ""
+}
+
+func (x *BuildConstraintResponse) GetTriggers() []string {
+	if x != nil {
+		return x.Triggers
+	}
+	return nil
+}
+
+func (x *BuildConstraintResponse) GetReasoning() ConstraintReasoning {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ConstraintReasoning_CONSTRAINT_REASONING_UNSPECIFIED
+}
+
+func (x *BuildConstraintResponse) GetMessageStartAnchors() []*MessageStartAnchor {
+	if x != nil {
+		return x.MessageStartAnchors
+	}
+	return nil
+}
+
+// A marker that, at the end of a prompt, decides where the message starts.
+type MessageStartAnchor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The marker's text.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Whether a prompt ending with it starts the message inside reasoning.
+	InReasoning   bool `protobuf:"varint,2,opt,name=in_reasoning,json=inReasoning,proto3" json:"in_reasoning,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageStartAnchor) Reset() {
+	*x = MessageStartAnchor{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageStartAnchor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageStartAnchor) ProtoMessage() {}
+
+func (x *MessageStartAnchor) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageStartAnchor.ProtoReflect.Descriptor instead.
+func (*MessageStartAnchor) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *MessageStartAnchor) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *MessageStartAnchor) GetInReasoning() bool {
+	if x != nil {
+		return x.InReasoning
+	}
+	return false
+}
+
 var File_parsetier_v1_parsetier_proto protoreflect.FileDescriptor
 
 const file_parsetier_v1_parsetier_proto_rawDesc = "" +
@@ -1894,11 +2154,12 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\t_thinking\"R\n" +
 	"\vResumePoint\x12'\n" +
 	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequence\"e\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"}\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
-	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\"q\n" +
+	"\x0fparameters_json\x18\x03 \x01(\tR\x0eparametersJson\x12\x16\n" +
+	"\x06strict\x18\x04 \x01(\bR\x06strict\"q\n" +
 	"\n" +
 	"ToolChoice\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1c.parsetier.v1.ToolChoiceModeH\x00R\x04mode\x12%\n" +
@@ -1978,7 +2239,18 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\fCapabilities\x12\x1c\n" +
 	"\treasoning\x18\x01 \x01(\bR\treasoning\x12\x1d\n" +
 	"\n" +
-	"tool_calls\x18\x02 \x01(\bR\ttoolCalls*\x87\x01\n" +
+	"tool_calls\x18\x02 \x01(\bR\ttoolCalls\"@\n" +
+	"\x16BuildConstraintRequest\x12&\n" +
+	"\x04open\x18\x01 \x01(\v2\x12.parsetier.v1.OpenR\x04open\"\x9f\x02\n" +
+	"\x17BuildConstraintResponse\x12.\n" +
+	"\x13structural_tag_json\x18\x01 \x01(\tR\x11structuralTagJson\x12!\n" +
+	"\flark_grammar\x18\x02 \x01(\tR\vlarkGrammar\x12\x1a\n" +
+	"\btriggers\x18\x03 \x03(\tR\btriggers\x12?\n" +
+	"\treasoning\x18\x04 \x01(\x0e2!.parsetier.v1.ConstraintReasoningR\treasoning\x12T\n" +
+	"\x15message_start_anchors\x18\x05 \x03(\v2 .parsetier.v1.MessageStartAnchorR\x13messageStartAnchors\"K\n" +
+	"\x12MessageStartAnchor\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12!\n" +
+	"\fin_reasoning\x18\x02 \x01(\bR\vinReasoning*\x87\x01\n" +
 	"\x0eToolChoiceMode\x12 \n" +
 	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
@@ -2006,12 +2278,19 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x1aEVENT_KIND_TOOL_CALL_START\x10\x05\x12\x1d\n" +
 	"\x19EVENT_KIND_TOOL_ARGUMENTS\x10\x06\x12\x1c\n" +
 	"\x18EVENT_KIND_TOOL_CALL_END\x10\a\x12\x12\n" +
-	"\x0eEVENT_KIND_END\x10\b2\xf4\x01\n" +
+	"\x0eEVENT_KIND_END\x10\b*\xc1\x01\n" +
+	"\x13ConstraintReasoning\x12$\n" +
+	" CONSTRAINT_REASONING_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19CONSTRAINT_REASONING_NONE\x10\x01\x12\x1e\n" +
+	"\x1aCONSTRAINT_REASONING_BLOCK\x10\x02\x12\"\n" +
+	"\x1eCONSTRAINT_REASONING_CONTINUED\x10\x03\x12!\n" +
+	"\x1dCONSTRAINT_REASONING_OPTIONAL\x10\x042\xd4\x02\n" +
 	"\rParserService\x12D\n" +
 	"\x05Parse\x12\x1a.parsetier.v1.ParseRequest\x1a\x1b.parsetier.v1.ParseResponse(\x010\x01\x12L\n" +
 	"\tParseOnce\x12\x1e.parsetier.v1.ParseOnceRequest\x1a\x1f.parsetier.v1.ParseOnceResponse\x12O\n" +
 	"\n" +
-	"ListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponseB\x8d\x01\n" +
+	"ListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponse\x12^\n" +
+	"\x0fBuildConstraint\x12$.parsetier.v1.BuildConstraintRequest\x1a%.parsetier.v1.BuildConstraintResponseB\x8d\x01\n" +
 	"\x10dev.parsetier.v1B\x0eParsetierProtoP\x01Z@github.com/parsetier/parsetier/client/go/parsetierpb;parsetierpb\xf8\x01\x01\xa2\x02\x03PTX\xaa\x02\fParsetier.V1\xca\x02\fParsetier\\V1b\x06proto3"
 
 var (
@@ -2026,74 +2305,83 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 	return file_parsetier_v1_parsetier_proto_rawDescData
 }
 
-var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
-	(ToolChoiceMode)(0),        // 0: parsetier.v1.ToolChoiceMode
-	(OutputKind)(0),            // 1: parsetier.v1.OutputKind
-	(FinishReason)(0),          // 2: parsetier.v1.FinishReason
-	(EventKind)(0),             // 3: parsetier.v1.EventKind
-	(*ParseRequest)(nil),       // 4: parsetier.v1.ParseRequest
-	(*Open)(nil),               // 5: parsetier.v1.Open
-	(*ResumePoint)(nil),        // 6: parsetier.v1.ResumePoint
-	(*Tool)(nil),               // 7: parsetier.v1.Tool
-	(*ToolChoice)(nil),         // 8: parsetier.v1.ToolChoice
-	(*Step)(nil),               // 9: parsetier.v1.Step
-	(*Finish)(nil),             // 10: parsetier.v1.Finish
-	(*ParseResponse)(nil),      // 11: parsetier.v1.ParseResponse
-	(*Delta)(nil),              // 12: parsetier.v1.Delta
-	(*ToolCallDelta)(nil),      // 13: parsetier.v1.ToolCallDelta
-	(*Event)(nil),              // 14: parsetier.v1.Event
-	(*Final)(nil),              // 15: parsetier.v1.Final
-	(*Usage)(nil),              // 16: parsetier.v1.Usage
-	(*AssistantMessage)(nil),   // 17: parsetier.v1.AssistantMessage
-	(*ToolCall)(nil),           // 18: parsetier.v1.ToolCall
-	(*ParseOnceRequest)(nil),   // 19: parsetier.v1.ParseOnceRequest
-	(*ParseOnceResponse)(nil),  // 20: parsetier.v1.ParseOnceResponse
-	(*ListModelsRequest)(nil),  // 21: parsetier.v1.ListModelsRequest
-	(*ListModelsResponse)(nil), // 22: parsetier.v1.ListModelsResponse
-	(*ModelInfo)(nil),          // 23: parsetier.v1.ModelInfo
-	(*Capabilities)(nil),       // 24: parsetier.v1.Capabilities
-	nil,                        // 25: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(ToolChoiceMode)(0),             // 0: parsetier.v1.ToolChoiceMode
+	(OutputKind)(0),                 // 1: parsetier.v1.OutputKind
+	(FinishReason)(0),               // 2: parsetier.v1.FinishReason
+	(EventKind)(0),                  // 3: parsetier.v1.EventKind
+	(ConstraintReasoning)(0),        // 4: parsetier.v1.ConstraintReasoning
+	(*ParseRequest)(nil),            // 5: parsetier.v1.ParseRequest
+	(*Open)(nil),                    // 6: parsetier.v1.Open
+	(*ResumePoint)(nil),             // 7: parsetier.v1.ResumePoint
+	(*Tool)(nil),                    // 8: parsetier.v1.Tool
+	(*ToolChoice)(nil),              // 9: parsetier.v1.ToolChoice
+	(*Step)(nil),                    // 10: parsetier.v1.Step
+	(*Finish)(nil),                  // 11: parsetier.v1.Finish
+	(*ParseResponse)(nil),           // 12: parsetier.v1.ParseResponse
+	(*Delta)(nil),                   // 13: parsetier.v1.Delta
+	(*ToolCallDelta)(nil),           // 14: parsetier.v1.ToolCallDelta
+	(*Event)(nil),                   // 15: parsetier.v1.Event
+	(*Final)(nil),                   // 16: parsetier.v1.Final
+	(*Usage)(nil),                   // 17: parsetier.v1.Usage
+	(*AssistantMessage)(nil),        // 18: parsetier.v1.AssistantMessage
+	(*ToolCall)(nil),                // 19: parsetier.v1.ToolCall
+	(*ParseOnceRequest)(nil),        // 20: parsetier.v1.ParseOnceRequest
+	(*ParseOnceResponse)(nil),       // 21: parsetier.v1.ParseOnceResponse
+	(*ListModelsRequest)(nil),       // 22: parsetier.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 23: parsetier.v1.ListModelsResponse
+	(*ModelInfo)(nil),               // 24: parsetier.v1.ModelInfo
+	(*Capabilities)(nil),            // 25: parsetier.v1.Capabilities
+	(*BuildConstraintRequest)(nil),  // 26: parsetier.v1.BuildConstraintRequest
+	(*BuildConstraintResponse)(nil), // 27: parsetier.v1.BuildConstraintResponse
+	(*MessageStartAnchor)(nil),      // 28: parsetier.v1.MessageStartAnchor
+	nil,                             // 29: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
-	5,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
-	9,  // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
-	10, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
-	7,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
-	8,  // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	25, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	6,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
+	10, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
+	11, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
+	8,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
+	9,  // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
+	29, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
-	6,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
+	7,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
 	0,  // 8: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
 	2,  // 9: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	12, // 10: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	14, // 11: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	15, // 12: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	13, // 13: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	13, // 10: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	15, // 11: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	16, // 12: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	14, // 13: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
 	3,  // 14: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
 	2,  // 15: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	16, // 16: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	17, // 17: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	18, // 18: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	5,  // 19: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	10, // 20: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	15, // 21: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	12, // 22: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	14, // 23: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	23, // 24: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	24, // 25: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	4,  // 26: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	19, // 27: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	21, // 28: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	11, // 29: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	20, // 30: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	22, // 31: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	29, // [29:32] is the sub-list for method output_type
-	26, // [26:29] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	17, // 16: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	18, // 17: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	19, // 18: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	6,  // 19: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	11, // 20: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	16, // 21: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	13, // 22: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	15, // 23: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	24, // 24: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	25, // 25: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	6,  // 26: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	4,  // 27: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	28, // 28: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	5,  // 29: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	20, // 30: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	22, // 31: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	26, // 32: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	12, // 33: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	21, // 34: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	23, // 35: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	27, // 36: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	33, // [33:37] is the sub-list for method output_type
+	29, // [29:33] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -2115,8 +2403,8 @@ func file_parsetier_v1_parsetier_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   22,
+			NumEnums:      5,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

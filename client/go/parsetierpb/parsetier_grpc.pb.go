@@ -32,9 +32,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ParserService_Parse_FullMethodName      = "/parsetier.v1.ParserService/Parse"
-	ParserService_ParseOnce_FullMethodName  = "/parsetier.v1.ParserService/ParseOnce"
-	ParserService_ListModels_FullMethodName = "/parsetier.v1.ParserService/ListModels"
+	ParserService_Parse_FullMethodName           = "/parsetier.v1.ParserService/Parse"
+	ParserService_ParseOnce_FullMethodName       = "/parsetier.v1.ParserService/ParseOnce"
+	ParserService_ListModels_FullMethodName      = "/parsetier.v1.ParserService/ListModels"
+	ParserService_BuildConstraint_FullMethodName = "/parsetier.v1.ParserService/BuildConstraint"
 )
 
 // ParserServiceClient is the client API for ParserService service.
@@ -53,6 +54,12 @@ type ParserServiceClient interface {
 	ParseOnce(ctx context.Context, in *ParseOnceRequest, opts ...grpc.CallOption) (*ParseOnceResponse, error)
 	// The models this server parses for, with their formats, tokenizers and capabilities.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// The constraint an engine decodes a request's output under, derived from the same format
+	// file the parser reads (so the grammar never allows what the parser cannot read): an
+	// xgrammar structural tag and an equivalent llguidance Lark grammar. Formats or options that
+	// cannot be expressed are FAILED_PRECONDITION saying why; a tool the format cannot write (a
+	// name holding its markup) is INVALID_ARGUMENT. See docs/constrained-decoding.md.
+	BuildConstraint(ctx context.Context, in *BuildConstraintRequest, opts ...grpc.CallOption) (*BuildConstraintResponse, error)
 }
 
 type parserServiceClient struct {
@@ -96,6 +103,16 @@ func (c *parserServiceClient) ListModels(ctx context.Context, in *ListModelsRequ
 	return out, nil
 }
 
+func (c *parserServiceClient) BuildConstraint(ctx context.Context, in *BuildConstraintRequest, opts ...grpc.CallOption) (*BuildConstraintResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BuildConstraintResponse)
+	err := c.cc.Invoke(ctx, ParserService_BuildConstraint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParserServiceServer is the server API for ParserService service.
 // All implementations must embed UnimplementedParserServiceServer
 // for forward compatibility.
@@ -112,6 +129,12 @@ type ParserServiceServer interface {
 	ParseOnce(context.Context, *ParseOnceRequest) (*ParseOnceResponse, error)
 	// The models this server parses for, with their formats, tokenizers and capabilities.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// The constraint an engine decodes a request's output under, derived from the same format
+	// file the parser reads (so the grammar never allows what the parser cannot read): an
+	// xgrammar structural tag and an equivalent llguidance Lark grammar. Formats or options that
+	// cannot be expressed are FAILED_PRECONDITION saying why; a tool the format cannot write (a
+	// name holding its markup) is INVALID_ARGUMENT. See docs/constrained-decoding.md.
+	BuildConstraint(context.Context, *BuildConstraintRequest) (*BuildConstraintResponse, error)
 	mustEmbedUnimplementedParserServiceServer()
 }
 
@@ -130,6 +153,9 @@ func (UnimplementedParserServiceServer) ParseOnce(context.Context, *ParseOnceReq
 }
 func (UnimplementedParserServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedParserServiceServer) BuildConstraint(context.Context, *BuildConstraintRequest) (*BuildConstraintResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BuildConstraint not implemented")
 }
 func (UnimplementedParserServiceServer) mustEmbedUnimplementedParserServiceServer() {}
 func (UnimplementedParserServiceServer) testEmbeddedByValue()                       {}
@@ -195,6 +221,24 @@ func _ParserService_ListModels_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParserService_BuildConstraint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BuildConstraintRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParserServiceServer).BuildConstraint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParserService_BuildConstraint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParserServiceServer).BuildConstraint(ctx, req.(*BuildConstraintRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParserService_ServiceDesc is the grpc.ServiceDesc for ParserService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -209,6 +253,10 @@ var ParserService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _ParserService_ListModels_Handler,
+		},
+		{
+			MethodName: "BuildConstraint",
+			Handler:    _ParserService_BuildConstraint_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -41,6 +41,7 @@ def tool_message(tool: Mapping[str, Any]) -> pb.Tool:
         name=function["name"],
         description=function.get("description") or "",
         parameters_json=json.dumps(parameters) if parameters is not None else "",
+        strict=function.get("strict") is True,
     )
 
 

@@ -144,3 +144,10 @@ class Client:
 
     def list_models(self) -> list[pb.ModelInfo]:
         return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout).models)
+
+    def build_constraint(self, model: str, **options: Any) -> pb.BuildConstraintResponse:
+        """The decoding constraint for a request with these options (``tools``, ``tool_choice``,
+        ``parallel_tool_calls``, ``thinking``, ``prompt_token_ids``...; a tool's
+        ``"strict": True`` enforces its schema): ``.structural_tag_json``, ``.lark_grammar``."""
+        request = pb.BuildConstraintRequest(open=open_message(model, **options))
+        return self.stub.BuildConstraint(request, timeout=self.timeout)

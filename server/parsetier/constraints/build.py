@@ -41,14 +41,13 @@ class InvalidTool(ValueError):
 @dataclass(frozen=True, slots=True)
 class ConstraintRequest:
     tools: tuple[Tool, ...] = ()
-    strict: frozenset[str] = frozenset()
-    """Names of the tools whose schema is enforced."""
+    """The offered tools; a tool's ``strict`` says whether its schema is enforced."""
     mode: str = "auto"
     function_name: str | None = None
     parallel_tool_calls: bool = True
     reasoning: str = "off"
-    """``off``, ``open`` (the message opens and closes a reasoning block) or ``inside`` (the prompt
-    already opened it: the message continues it and closes it)."""
+    """``off``, ``open`` (the message opens and closes a reasoning block), ``optional`` (it may),
+    or ``inside`` (the prompt already opened it: the message continues it and closes it)."""
 
 
 def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
@@ -74,7 +73,7 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
                 excludes = ()
         return Root(prefix, (), text_excludes=excludes)
     shape = call_shape(g)
-    calls = tuple(call for tool in tools for call in _calls(lit, shape, tool, tool.name in request.strict, g))
+    calls = tuple(call for tool in tools for call in _calls(lit, shape, tool, tool.strict, g))
     return Root(
         prefix,
         calls,
@@ -125,7 +124,8 @@ def _reasoning_prefix(lit: _Literals, shape: ReasoningShape | None, mode: str, f
         return (Text(), close, Ws())
     if shape.open is None:
         raise Underivable(f"format {fmt!r}: only the prompt opens reasoning (use reasoning 'inside')")
-    return (lit.term(shape.open), Text(), close, Ws())
+    block = (lit.term(shape.open), Text(), close, Ws())
+    return (Opt(Seq(block)),) if mode == "optional" else block
 
 
 def _calls(lit: _Literals, shape: CallShape, tool: Tool, strict: bool, g: Any) -> list[Call]:

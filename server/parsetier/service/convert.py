@@ -75,7 +75,8 @@ def _tools_from_json(text: str) -> tuple[Tool, ...]:
         if not isinstance(parameters, dict):
             raise invalid(f"tools_json[{i}].parameters must be a JSON object")
         description = function.get("description") or ""
-        tools.append(Tool(name=name, parameters=parameters, description=str(description)))
+        strict = function.get("strict") is True
+        tools.append(Tool(name=name, parameters=parameters, description=str(description), strict=strict))
     return tuple(tools)
 
 
@@ -90,7 +91,9 @@ def tools_of(open_: pb.Open) -> tuple[Tool, ...]:
             if not tool.name:
                 raise invalid(f"tools[{i}] has no name")
             parameters = _json_object(tool.parameters_json, f"tools[{i}].parameters_json")
-            tools.append(Tool(name=tool.name, parameters=parameters, description=tool.description))
+            tools.append(
+                Tool(name=tool.name, parameters=parameters, description=tool.description, strict=tool.strict)
+            )
         tools = tuple(tools)
     names = [tool.name for tool in tools]
     if len(set(names)) != len(names):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import grpc
 
+from parsetier.constraints import InvalidTool, Underivable
 from parsetier.models import UnknownModel
 from parsetier.session import InvalidInput, SessionError, WrongState
 from parsetier.tokenizer_sources import TokenizerUnavailable
@@ -44,6 +45,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     if isinstance(exc, TokenizerUnavailable):
         # Configured but not installed here: the operator's to fix, not the caller's request.
         return grpc.StatusCode.FAILED_PRECONDITION, f"model's tokenizer is not available: {exc}"
+    if isinstance(exc, Underivable):
+        return grpc.StatusCode.FAILED_PRECONDITION, f"no constraint can be derived: {exc}"
+    if isinstance(exc, InvalidTool):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, WrongState):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, InvalidInput | SessionError):

@@ -19,6 +19,7 @@ import grpc
 from google.protobuf.message import Message
 
 from parsetier.models import Model, ModelRegistry
+from parsetier.service.constraint import build_constraint
 from parsetier.service.errors import ServiceError, status_for
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import SERVER_LOG, SessionRecord
@@ -148,6 +149,25 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 for info in self.registry.describe()
             ]
         )
+
+    # --- BuildConstraint -------------------------------------------------------------------
+
+    async def BuildConstraint(
+        self, request: pb.BuildConstraintRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BuildConstraintResponse:
+        record = SessionRecord(
+            rpc="BuildConstraint", model=request.open.model, request_id=request.open.request_id
+        )
+        result: list[pb.BuildConstraintResponse] = []
+
+        async def run() -> None:
+            model = await self._model(request.open.model)
+            result.append(build_constraint(model, request.open))
+
+        status = await self._guarded(record, run())
+        if status is not None:
+            await context.abort(*status)
+        return result[0]
 
     # --- shared ----------------------------------------------------------------------------
 

@@ -41,6 +41,14 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_TOOL_ARGUMENTS: _ClassVar[EventKind]
     EVENT_KIND_TOOL_CALL_END: _ClassVar[EventKind]
     EVENT_KIND_END: _ClassVar[EventKind]
+
+class ConstraintReasoning(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSTRAINT_REASONING_UNSPECIFIED: _ClassVar[ConstraintReasoning]
+    CONSTRAINT_REASONING_NONE: _ClassVar[ConstraintReasoning]
+    CONSTRAINT_REASONING_BLOCK: _ClassVar[ConstraintReasoning]
+    CONSTRAINT_REASONING_CONTINUED: _ClassVar[ConstraintReasoning]
+    CONSTRAINT_REASONING_OPTIONAL: _ClassVar[ConstraintReasoning]
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
 TOOL_CHOICE_MODE_NONE: ToolChoiceMode
@@ -64,6 +72,11 @@ EVENT_KIND_TOOL_CALL_START: EventKind
 EVENT_KIND_TOOL_ARGUMENTS: EventKind
 EVENT_KIND_TOOL_CALL_END: EventKind
 EVENT_KIND_END: EventKind
+CONSTRAINT_REASONING_UNSPECIFIED: ConstraintReasoning
+CONSTRAINT_REASONING_NONE: ConstraintReasoning
+CONSTRAINT_REASONING_BLOCK: ConstraintReasoning
+CONSTRAINT_REASONING_CONTINUED: ConstraintReasoning
+CONSTRAINT_REASONING_OPTIONAL: ConstraintReasoning
 
 class ParseRequest(_message.Message):
     __slots__ = ("open", "steps", "finish")
@@ -125,14 +138,16 @@ class ResumePoint(_message.Message):
     def __init__(self, client_messages: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class Tool(_message.Message):
-    __slots__ = ("name", "description", "parameters_json")
+    __slots__ = ("name", "description", "parameters_json", "strict")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     parameters_json: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
+    strict: bool
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...
 
 class ToolChoice(_message.Message):
     __slots__ = ("mode", "function_name")
@@ -307,3 +322,31 @@ class Capabilities(_message.Message):
     reasoning: bool
     tool_calls: bool
     def __init__(self, reasoning: _Optional[bool] = ..., tool_calls: _Optional[bool] = ...) -> None: ...
+
+class BuildConstraintRequest(_message.Message):
+    __slots__ = ("open",)
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    open: Open
+    def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ...) -> None: ...
+
+class BuildConstraintResponse(_message.Message):
+    __slots__ = ("structural_tag_json", "lark_grammar", "triggers", "reasoning", "message_start_anchors")
+    STRUCTURAL_TAG_JSON_FIELD_NUMBER: _ClassVar[int]
+    LARK_GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    TRIGGERS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_START_ANCHORS_FIELD_NUMBER: _ClassVar[int]
+    structural_tag_json: str
+    lark_grammar: str
+    triggers: _containers.RepeatedScalarFieldContainer[str]
+    reasoning: ConstraintReasoning
+    message_start_anchors: _containers.RepeatedCompositeFieldContainer[MessageStartAnchor]
+    def __init__(self, structural_tag_json: _Optional[str] = ..., lark_grammar: _Optional[str] = ..., triggers: _Optional[_Iterable[str]] = ..., reasoning: _Optional[_Union[ConstraintReasoning, str]] = ..., message_start_anchors: _Optional[_Iterable[_Union[MessageStartAnchor, _Mapping]]] = ...) -> None: ...
+
+class MessageStartAnchor(_message.Message):
+    __slots__ = ("text", "in_reasoning")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    IN_REASONING_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    in_reasoning: bool
+    def __init__(self, text: _Optional[str] = ..., in_reasoning: _Optional[bool] = ...) -> None: ...

@@ -50,6 +50,11 @@ class ParserServiceStub:
                 request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.BuildConstraint = channel.unary_unary(
+                '/parsetier.v1.ParserService/BuildConstraint',
+                request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintRequest.SerializeToString,
+                response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintResponse.FromString,
+                _registered_method=True)
 
 
 class ParserServiceServicer:
@@ -81,6 +86,17 @@ class ParserServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BuildConstraint(self, request, context):
+        """The constraint an engine decodes a request's output under, derived from the same format
+        file the parser reads (so the grammar never allows what the parser cannot read): an
+        xgrammar structural tag and an equivalent llguidance Lark grammar. Formats or options that
+        cannot be expressed are FAILED_PRECONDITION saying why; a tool the format cannot write (a
+        name holding its markup) is INVALID_ARGUMENT. See docs/constrained-decoding.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParserServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -98,6 +114,11 @@ def add_ParserServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsRequest.FromString,
                     response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'BuildConstraint': grpc.unary_unary_rpc_method_handler(
+                    servicer.BuildConstraint,
+                    request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintRequest.FromString,
+                    response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -182,6 +203,33 @@ class ParserService:
             '/parsetier.v1.ParserService/ListModels',
             parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsRequest.SerializeToString,
             parsetier__api_dot_v1_dot_parsetier__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BuildConstraint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parsetier.v1.ParserService/BuildConstraint',
+            parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintRequest.SerializeToString,
+            parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintResponse.FromString,
             options,
             channel_credentials,
             insecure,

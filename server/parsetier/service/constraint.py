@@ -1,0 +1,70 @@
+"""``BuildConstraint``: a request's options in, the constraint derived from its format out.
+
+The request is read exactly as a ``Parse`` stream's ``Open`` is (same tools, tool_choice and
+thinking rules, same prompt-tail reading), so the constraint is derived for the very start state
+the parser will start in.
+"""
+
+from __future__ import annotations
+
+import json
+
+from parsetier.constraints import ConstraintRequest, derive, to_lark, to_structural_tag
+from parsetier.constraints.shape import reasoning_shape
+from parsetier.messages import SessionOptions
+from parsetier.models import Model
+from parsetier.service import convert
+from parsetier.session import kwargs_thinking, start_state
+from parsetier_api.v1 import parsetier_pb2 as pb
+
+_REASONING = {
+    "off": pb.CONSTRAINT_REASONING_NONE,
+    "open": pb.CONSTRAINT_REASONING_BLOCK,
+    "optional": pb.CONSTRAINT_REASONING_OPTIONAL,
+    "inside": pb.CONSTRAINT_REASONING_CONTINUED,
+}
+
+
+def build_constraint(model: Model, open_: pb.Open) -> pb.BuildConstraintResponse:
+    options = convert.options_of(open_)
+    reasoning = reasoning_mode(model, options)
+    choice = options.tool_choice
+    named = choice not in ("auto", "none", "required")
+    request = ConstraintRequest(
+        tools=options.tools,
+        mode="named" if named else choice,
+        function_name=choice if named else None,
+        parallel_tool_calls=options.parallel_tool_calls,
+        reasoning=reasoning,
+    )
+    root = derive(model.grammar, request)
+    g = model.grammar.grammar
+    return pb.BuildConstraintResponse(
+        structural_tag_json=json.dumps(to_structural_tag(root), ensure_ascii=False),
+        lark_grammar=to_lark(root),
+        triggers=list(dict.fromkeys(call.trigger for call in root.calls)),
+        reasoning=_REASONING[reasoning],
+        message_start_anchors=[
+            pb.MessageStartAnchor(text=g.terminals[term], in_reasoning=g.states[state].kind == "reasoning")
+            for term, state in g.prompt.items()
+        ],
+    )
+
+
+def reasoning_mode(model: Model, options: SessionOptions) -> str:
+    """``inside`` when the output starts in reasoning (the prompt, or a template that opens it);
+    ``open`` when thinking is on and the model opens the block itself; ``optional`` when nothing
+    says whether it will; else ``off``."""
+    g = model.grammar.grammar
+    start = start_state(model.grammar, options, model.spec.thinking, model.tokenizer)
+    if g.states[start].kind == "reasoning":
+        return "inside"
+    shape = reasoning_shape(g)
+    if shape is None or shape.open is None:
+        return "off"
+    thinking = options.thinking if options.thinking is not None else kwargs_thinking(options)
+    if thinking is None:
+        thinking = model.spec.thinking
+    if thinking is None:
+        return "optional"
+    return "open" if thinking else "off"
