@@ -68,6 +68,48 @@ STREAM_CASES = {
         Code.INVALID_ARGUMENT,
         "tools_json",
     ),
+    "tools_json nested too deep": (
+        [pb.ParseRequest(open=pb.Open(model="qwen3", tools_json="[" * 5000))],
+        Code.INVALID_ARGUMENT,
+        "levels deep",
+    ),
+    "parameters_json nested too deep": (
+        [
+            pb.ParseRequest(
+                open=pb.Open(model="qwen3", tools=[pb.Tool(name="f", parameters_json='{"a":' * 5000)])
+            )
+        ],
+        Code.INVALID_ARGUMENT,
+        "levels deep",
+    ),
+    "parameters_json with a 5000-digit number": (
+        [
+            pb.ParseRequest(
+                open=pb.Open(
+                    model="qwen3", tools=[pb.Tool(name="f", parameters_json='{"x": ' + "9" * 5000 + "}")]
+                )
+            )
+        ],
+        Code.INVALID_ARGUMENT,
+        "digits",
+    ),
+    **{
+        f"tools_json parameters {literal}": (
+            [
+                pb.ParseRequest(
+                    open=pb.Open(model="qwen3", tools_json=f'[{{"name": "f", "parameters": {literal}}}]')
+                )
+            ],
+            Code.INVALID_ARGUMENT,
+            "tools_json[0].parameters must be a JSON object",
+        )
+        for literal in ("[]", '""', "0", "false", "null")
+    },
+    "parameters_json null": (
+        [pb.ParseRequest(open=pb.Open(model="qwen3", tools=[pb.Tool(name="f", parameters_json="null")]))],
+        Code.INVALID_ARGUMENT,
+        "tools[0].parameters_json must be a JSON object",
+    ),
     "tool_choice names an unknown function": (
         [_open(tool_choice="book_flight")],
         Code.INVALID_ARGUMENT,

@@ -11,10 +11,10 @@ deltas.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 
 from parsetier.call_ids import id_maker
+from parsetier.engine import json_bounds
 from parsetier.engine.events import Event, EventKind
 from parsetier.messages import Delta, Message, SessionOptions, ToolCall, ToolCallDelta
 
@@ -91,7 +91,8 @@ class Assembler:
             return
         arguments = "".join(call.arguments)
         try:
-            valid = isinstance(json.loads(arguments), dict)
+            # One level more than a value may nest: the arguments object around the values.
+            valid = isinstance(json_bounds.loads(arguments, json_bounds.MAX_DEPTH + 1), dict)
         except ValueError:
             valid = False
         if not valid:

@@ -6,12 +6,15 @@ ordinary characters are skipped with one regex search, so cost is per interestin
 Inside a string everything is string content, sentinels included: a model that writes
 ``</tool_call>`` inside an argument string emits the marker's token id there, and the call is
 still open. Outside strings, a sentinel (a marker token) or a character JSON cannot contain ends
-the value as malformed.
+the value as malformed, and so does nesting deeper than ``json_bounds.MAX_DEPTH`` (the arguments
+keep what streamed, under the malformed-call policy; nothing downstream ever recurses that deep).
 """
 
 from __future__ import annotations
 
 import re
+
+from parsetier.engine.json_bounds import MAX_DEPTH
 
 _IN_STRING = re.compile('["\\\\]')
 _OUTSIDE = re.compile('[{}\\[\\]"\U000f0000-\U000ffffd]|[^\\s0-9A-Za-z.,:+\\-]')
@@ -87,6 +90,9 @@ class JsonValueScanner:
                 return n
             c = m.group(0)
             if c in "{[":
+                if self._depth >= MAX_DEPTH:
+                    self.status = MALFORMED
+                    return m.start()
                 self._depth += 1
             elif c in "}]":
                 self._depth -= 1

@@ -3,9 +3,9 @@ raising ``ServiceError`` for requests the proto can express but the contract rej
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from parsetier.engine import json_bounds
 from parsetier.engine.events import Event, EventKind
 from parsetier.messages import Delta, Final, SessionOptions, Tool
 from parsetier.service.errors import invalid
@@ -41,24 +41,25 @@ _EVENT_KINDS = {
 }
 
 
-def _json_object(text: str, what: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
+def _parse_json(text: str, what: str) -> Any:
+    """A client's JSON, within the bounds every JSON the server reads is held to."""
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        return json_bounds.loads(text)
+    except ValueError as exc:
         raise invalid(f"{what} is not valid JSON: {exc}") from None
+
+
+def _parameters(value: Any, what: str) -> dict[str, Any]:
+    """A tool's parameters schema, however it arrived: it must be a JSON object."""
     if not isinstance(value, dict):
-        raise invalid(f"{what} must be a JSON object, got {type(value).__name__}")
+        got = "null" if value is None else type(value).__name__
+        raise invalid(f"{what} must be a JSON object, got {got}")
     return value
 
 
 def _tools_from_json(text: str) -> tuple[Tool, ...]:
     """The OpenAI request's ``tools`` array (function tools; bare function objects accepted too)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise invalid(f"tools_json is not valid JSON: {exc}") from None
+    value = _parse_json(text, "tools_json")
     if not isinstance(value, list):
         raise invalid("tools_json must be a JSON array of tools")
     tools = []
@@ -71,9 +72,8 @@ def _tools_from_json(text: str) -> tuple[Tool, ...]:
         name = function.get("name")
         if not isinstance(name, str) or not name:
             raise invalid(f"tools_json[{i}] has no function name")
-        parameters = function.get("parameters") or {}
-        if not isinstance(parameters, dict):
-            raise invalid(f"tools_json[{i}].parameters must be a JSON object")
+        parameters = function.get("parameters", {})
+        parameters = _parameters(parameters, f"tools_json[{i}].parameters")
         description = function.get("description") or ""
         strict = function.get("strict") is True
         tools.append(Tool(name=name, parameters=parameters, description=str(description), strict=strict))
@@ -90,7 +90,9 @@ def tools_of(open_: pb.Open) -> tuple[Tool, ...]:
         for i, tool in enumerate(open_.tools):
             if not tool.name:
                 raise invalid(f"tools[{i}] has no name")
-            parameters = _json_object(tool.parameters_json, f"tools[{i}].parameters_json")
+            what = f"tools[{i}].parameters_json"
+            text = tool.parameters_json
+            parameters = _parameters(_parse_json(text, what), what) if text.strip() else {}
             tools.append(
                 Tool(name=tool.name, parameters=parameters, description=tool.description, strict=tool.strict)
             )

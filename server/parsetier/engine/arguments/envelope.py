@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import regex
 
+from parsetier.engine import json_bounds
 from parsetier.engine.arguments.common import SENTINEL, CallsReader, Emit
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN, JsonValueScanner
 
@@ -176,7 +177,7 @@ class EnvelopeReader(CallsReader):
         if raw.lstrip().startswith('"'):
             try:
                 inner = json.loads(raw)
-                json.loads(inner)
+                json_bounds.loads(inner)
                 return inner
             except (ValueError, TypeError):
                 return raw

@@ -6,6 +6,7 @@ import json
 import re
 
 from parsetier.engine.arguments.common import SENTINEL, Emit, ValueReader, json_string_fragment
+from parsetier.engine.json_bounds import MAX_DEPTH
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
 
 JSON_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
@@ -62,6 +63,9 @@ class GemmaArgsReader(ValueReader):
                 self._stack.append("str")
                 self._out('"')
             elif c in "{[":
+                if len(self._stack) >= MAX_DEPTH:
+                    self.status = MALFORMED
+                    return pos
                 self._stack.append(c)
                 self._expect_key = c == "{"
                 self._pending = ""

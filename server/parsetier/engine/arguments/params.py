@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from parsetier.engine import json_bounds
 from parsetier.engine.arguments.common import PY_LITERALS, Emit, json_string_fragment
 
 
@@ -37,8 +38,8 @@ def typed_value(text: str, types: frozenset[str]) -> str:
     """
     value = text.strip()
     try:
-        parsed: Any = json.loads(value)
-    except ValueError:
+        parsed: Any = json_bounds.loads(value)
+    except ValueError:  # not JSON, or beyond the bounds (too deep, a huge number): a string
         parsed = PY_LITERALS.get(value, value)
         if parsed is value and types & {"object", "array"} and value[:1] in ("{", "["):
             parsed = _python_container(value)
@@ -52,6 +53,7 @@ def _python_container(value: str) -> Any:
     values with Jinja's ``string`` filter): the dict/list it denotes, else the text unchanged.
     Only for object/array parameters, so a string like ``123_456`` is never reinterpreted."""
     try:
+        json_bounds.check_depth(value)
         parsed = ast.literal_eval(value)
         if isinstance(parsed, dict | list):
             json.dumps(parsed)

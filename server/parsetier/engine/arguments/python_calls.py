@@ -13,6 +13,7 @@ from parsetier.engine.arguments.common import (
     json_string_fragment,
 )
 from parsetier.engine.arguments.gemma import JSON_SCALAR
+from parsetier.engine.json_bounds import MAX_DEPTH
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
 
 _PY_IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
@@ -227,7 +228,7 @@ class PythonCallsReader(CallsReader):
             self._phase, self._quote, self._quotes = "qopen", c, 1
             return True
         if c in "[{(":
-            if top == "{k" or not self._item():
+            if top == "{k" or len(stack) >= MAX_DEPTH or not self._item():
                 return self._fail()
             stack.append("{k" if c == "{" else c)
             self._out.append("[" if c == "(" else c)

@@ -1,0 +1,119 @@
+"""Hostile model outputs for every family: a real tool call of the family with one argument value
+replaced by a payload (deep nesting, huge numbers, marker soup, broken UTF-8).
+
+``samples()`` gives, per preset, a call the family writes (from the canitoolcall fixtures, or
+written here for the families the suite has no call fixture for) with ``VALUE`` where one argument
+value goes, and the request options that go with it. That argument's schema type is set to
+``array``, so readers that type raw values (XML-style parameters) parse the payload as JSON
+instead of streaming it as a string. ``ids(sample, payload)`` is the output as token ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from canitoolcall_support import case_for, fixtures, registry
+from parsetier.messages import SessionOptions, Tool
+from parsetier.models import Model
+
+VALUE = "\x00VALUE\x00"
+
+
+@dataclass(frozen=True)
+class CallSample:
+    preset: str
+    text: str
+    """The model's output with ``VALUE`` where the payload goes."""
+    options: SessionOptions
+    json_context: bool
+    """The value sits where JSON is written (``{"city": VALUE}``), not raw markup text."""
+
+    @property
+    def model(self) -> Model:
+        return registry().get(self.preset)
+
+
+def _typed_as_array(tools: Sequence[Tool], name: str, key: str) -> tuple[Tool, ...]:
+    out = []
+    for tool in tools:
+        if tool.name == name:
+            props = dict(tool.parameters.get("properties") or {})
+            props[key] = {"type": "array"}
+            tool = dataclasses.replace(tool, parameters={**tool.parameters, "properties": props})
+        out.append(tool)
+    return tuple(out)
+
+
+def _from_fixture(fixture) -> CallSample | None:
+    case = case_for(fixture)
+    calls = getattr(fixture.expected, "tool_calls", None) if fixture.expected else None
+    if case is None or not calls or fixture.truncated:
+        return None
+    raw = fixture.raw_output
+    for call in calls:
+        for key, value in (call.arguments or {}).items():
+            if not isinstance(value, str) or len(value) < 3:
+                continue
+            for written, json_context in ((json.dumps(value, ensure_ascii=False), True), (value, False)):
+                if raw.count(written) == 1:
+                    tools = _typed_as_array(case.options.tools, call.name, key)
+                    options = dataclasses.replace(case.options, tools=tools)
+                    return CallSample(case.preset, raw.replace(written, VALUE), options, json_context)
+    return None
+
+
+_WRITTEN = {
+    "minimax-m2": (
+        '</think>\n<minimax:tool_call>\n<invoke name="f">\n<parameter name="a">'
+        + VALUE
+        + "</parameter>\n</invoke>\n</minimax:tool_call>"
+    ),
+    "llama4": "[f(a=" + VALUE + ")]",
+    "gemma-4": "<|tool_call>call:f{a:" + VALUE + "}<tool_call|>",
+    "seed-oss": "\n<seed:tool_call>\n<function=f>\n<parameter=a>"
+    + VALUE
+    + "</parameter>\n</function>\n</seed:tool_call>",
+}
+"""Families without a call fixture in the suite, and those whose fixture call has no bare value
+(Llama 4's pythonic calls, Gemma 4): a call as their tests write it."""
+
+
+@functools.cache
+def samples() -> dict[str, CallSample]:
+    out: dict[str, CallSample] = {}
+    for fixture in fixtures():
+        sample = _from_fixture(fixture)
+        if sample is not None and sample.preset not in out:
+            out[sample.preset] = sample
+    tools = (Tool("f", {"type": "object", "properties": {"a": {"type": "array"}}}),)
+    for preset, text in _WRITTEN.items():
+        out[preset] = CallSample(preset, text, SessionOptions(tools=tools), False)
+    return out
+
+
+def ids(sample: CallSample, payload: str) -> list[int]:
+    text = sample.text.replace(VALUE, payload)
+    return sample.model.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def deep_array(depth: int) -> str:
+    return "[" * depth + "1" + "]" * depth
+
+
+def deep_object(depth: int) -> str:
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+PAYLOADS = {
+    "array 1000 deep": deep_array(1000),
+    "object 1000 deep": deep_object(1000),
+    "array 10000 deep, unclosed": "[" * 10_000,
+    "5000-digit integer": "9" * 5000,
+    "number overflowing to infinity": "1e99999",
+    "5000-digit integer in an array": "[" + "9" * 5000 + "]",
+}
+"""Argument values a prompt injection can make a model write."""
