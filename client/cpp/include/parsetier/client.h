@@ -1,0 +1,183 @@
+// parsetier C++ client: token ids in, OpenAI-style reasoning / content / tool-call deltas out.
+//
+// One Session is one Parse stream, so one request: Client::Open starts it, Session::Send carries
+// each decode step, Session::Finish says why generation stopped, and the replies come either
+// from Session::Next (pull, from any one thread) or through SessionCallbacks (push, on gRPC's
+// threads). Errors are parsetier::Error, which carries the gRPC status code the server sent.
+// Everything the contract offers stays reachable through the generated types (parsetier::v1).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "parsetier/v1/parsetier.grpc.pb.h"
+#include "parsetier/v1/parsetier.pb.h"
+
+namespace parsetier {
+
+// A failed call: the gRPC status code and message that ended it (see docs/service.md for what
+// each code means), for example NOT_FOUND for an unknown model or INVALID_ARGUMENT for a token
+// id outside the model's vocabulary.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const grpc::Status& status);
+  Error(grpc::StatusCode code, const std::string& message);
+
+  grpc::StatusCode code() const { return code_; }
+  // The server's message, without the "CODE: " prefix what() has.
+  const std::string& message() const { return message_; }
+
+ private:
+  grpc::StatusCode code_;
+  std::string message_;
+};
+
+// The canonical name of a status code ("NOT_FOUND", "INVALID_ARGUMENT", ...).
+const char* StatusCodeName(grpc::StatusCode code);
+
+// How a Client connects. Transport security is an explicit choice: set `credentials` to
+// InsecureCredentials() for a loopback or sidecar hop, or to TLS credentials; a Client without
+// credentials is an std::invalid_argument.
+struct ClientOptions {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Keepalive within the server's policy (gRPC core's default: at most one ping per 5 minutes
+  // without data, none without calls); more frequent pings get the connection closed with
+  // GOAWAY too_many_pings. Change them only together with the server.
+  std::chrono::milliseconds keepalive_time{std::chrono::minutes(5)};
+  std::chrono::milliseconds keepalive_timeout{std::chrono::seconds(20)};
+  // Any other channel arguments (load-balancing policy, message sizes, ...), applied last.
+  std::function<void(grpc::ChannelArguments&)> channel_arguments;
+};
+
+// Plaintext (loopback, sidecar, private network behind a TLS-terminating proxy).
+std::shared_ptr<grpc::ChannelCredentials> InsecureCredentials();
+// TLS with the given PEM roots (empty: the system roots); a client certificate chain and key
+// (PEM) make it mutual TLS.
+std::shared_ptr<grpc::ChannelCredentials> TlsCredentials(const std::string& root_certs_pem = "",
+                                                         const std::string& cert_chain_pem = "",
+                                                         const std::string& private_key_pem = "");
+
+// The session's Open message, as plain fields. `customize` may set any other Open field.
+struct OpenOptions {
+  std::string model;
+  std::string request_id;  // only appears in the server's logs
+  std::string tools_json;  // the OpenAI request's "tools" array, verbatim JSON
+  // OpenAI's tool_choice: "" (unset: auto), "auto", "none", "required", or a function's name.
+  std::string tool_choice;
+  std::optional<bool> thinking;             // the chat template's thinking switch
+  std::vector<uint32_t> prompt_token_ids;   // the prompt's tail
+  v1::OutputKind output = v1::OUTPUT_KIND_UNSPECIFIED;  // deltas unless set
+  bool complete_tool_calls = false;
+  // The whole session's (or unary call's) deadline; zero means none.
+  std::chrono::milliseconds timeout{0};
+  std::function<void(v1::Open&)> customize;
+
+  v1::Open ToProto() const;
+};
+
+// How the output ended. The default is STOP with nothing matched.
+struct FinishOptions {
+  v1::FinishReason reason = v1::FINISH_REASON_STOP;  // STOP, LENGTH or ABORT
+  std::optional<uint32_t> stop_token_id;             // e.g. Qwen3's <|im_end|> (151645)
+  std::optional<std::string> stop_string;
+
+  static FinishOptions StopToken(uint32_t id);
+  v1::Finish ToProto() const;
+};
+
+// One decode step: the token ids one forward pass produced.
+using Step = std::vector<uint32_t>;
+
+// Push delivery. Both run on gRPC's callback threads, one at a time and in order; they must not
+// block for long (a slow callback delays this session's reads, not other sessions').
+struct SessionCallbacks {
+  // Every server message, in order; the last one carries the Final result.
+  std::function<void(const v1::ParseResponse&)> on_message;
+  // Once, when the session has ended: OK after the final message, else the status that ended it.
+  std::function<void(const grpc::Status&)> on_done;
+};
+
+class SessionReactor;
+
+// One live request session. Send/Finish may be called from one thread while another calls Next;
+// Cancel, Final and Wait may be called from any thread. Destroying a session that has not ended
+// cancels it (the server records CANCELLED) and waits until gRPC is done with it.
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Sends one decode step in its own message. Returns false when the stream has already ended:
+  // Next or Wait then say why. Blocks while many earlier messages are still being written
+  // (flow control), so never call it from a callback.
+  bool Send(const Step& step);
+  // Sends several steps in one message: the same result as one message each, fewer messages.
+  // No steps at all is a keep-alive against the server's idle timeout.
+  bool SendSteps(const std::vector<Step>& steps);
+  // Ends the output and closes the sending side; the server answers with the final message.
+  bool Finish(const FinishOptions& finish = {});
+
+  // Pull delivery (sessions opened without callbacks): the next server message, blocking until
+  // it comes; std::nullopt after the final one. Throws Error with the status that ended the
+  // session otherwise.
+  std::optional<v1::ParseResponse> Next();
+
+  // Blocks until the session has ended and returns its status (OK after the final message).
+  grpc::Status Wait();
+  // Ends the session now; the server sees CANCELLED. Safe to call at any time, more than once.
+  void Cancel();
+  // The session's outcome once the final message has arrived.
+  std::optional<v1::Final> Final() const;
+
+ private:
+  friend class Client;
+  explicit Session(std::unique_ptr<SessionReactor> reactor);
+  std::unique_ptr<SessionReactor> reactor_;
+};
+
+// The result of a whole stream in one call.
+struct StreamResult {
+  v1::Final final;
+  std::vector<v1::Delta> deltas;
+};
+
+// A connection to one parsetier server (or one balanced target). Thread-safe: open as many
+// sessions on it as you like, from any threads.
+class Client {
+ public:
+  Client(const std::string& target, const ClientOptions& options);
+  explicit Client(std::shared_ptr<grpc::ChannelInterface> channel);
+
+  // Starts a session and waits until the server has accepted its Open, so an unknown model
+  // (NOT_FOUND) or bad options (INVALID_ARGUMENT) throw Error here rather than later.
+  std::unique_ptr<Session> Open(const OpenOptions& options, SessionCallbacks callbacks = {});
+
+  // The whole output with the unary RPC: the same result as a stream fed every token at once.
+  v1::ParseOnceResponse ParseOnce(const OpenOptions& options, const std::vector<uint32_t>& token_ids,
+                                  const FinishOptions& finish = {});
+
+  // A recorded output replayed as a stream, each step its own message, sent while receiving.
+  StreamResult ParseStream(const OpenOptions& options, const std::vector<Step>& steps,
+                           const FinishOptions& finish = {});
+
+  // The server's models, sorted by name.
+  std::vector<v1::ModelInfo> ListModels(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  // The generated stub, for calls this class does not wrap.
+  v1::ParserService::Stub& stub() { return *stub_; }
+
+ private:
+  std::shared_ptr<grpc::ChannelInterface> channel_;
+  std::unique_ptr<v1::ParserService::Stub> stub_;
+};
+
+}  // namespace parsetier

@@ -1,0 +1,168 @@
+// Client: the channel, the unary calls, and the plain option structs' mapping to the proto.
+#include <thread>
+
+#include "parsetier/client.h"
+
+namespace parsetier {
+
+namespace {
+
+std::string Describe(grpc::StatusCode code, const std::string& message) {
+  return std::string(StatusCodeName(code)) + ": " + message;
+}
+
+void Check(const grpc::Status& status) {
+  if (!status.ok()) throw Error(status);
+}
+
+void SetTimeout(grpc::ClientContext& context, std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+}  // namespace
+
+Error::Error(const grpc::Status& status) : Error(status.error_code(), status.error_message()) {}
+
+Error::Error(grpc::StatusCode code, const std::string& message)
+    : std::runtime_error(Describe(code, message)), code_(code), message_(message) {}
+
+const char* StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN_CODE";
+  }
+}
+
+std::shared_ptr<grpc::ChannelCredentials> InsecureCredentials() { return grpc::InsecureChannelCredentials(); }
+
+std::shared_ptr<grpc::ChannelCredentials> TlsCredentials(const std::string& root_certs_pem,
+                                                         const std::string& cert_chain_pem,
+                                                         const std::string& private_key_pem) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = root_certs_pem;
+  options.pem_cert_chain = cert_chain_pem;
+  options.pem_private_key = private_key_pem;
+  return grpc::SslCredentials(options);
+}
+
+v1::Open OpenOptions::ToProto() const {
+  v1::Open open;
+  open.set_model(model);
+  open.set_request_id(request_id);
+  open.set_tools_json(tools_json);
+  if (tool_choice == "auto") {
+    open.mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_AUTO);
+  } else if (tool_choice == "none") {
+    open.mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_NONE);
+  } else if (tool_choice == "required") {
+    open.mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_REQUIRED);
+  } else if (!tool_choice.empty()) {
+    open.mutable_tool_choice()->set_function_name(tool_choice);
+  }
+  if (thinking) open.set_thinking(*thinking);
+  open.mutable_prompt_token_ids()->Add(prompt_token_ids.begin(), prompt_token_ids.end());
+  open.set_output(output);
+  open.set_complete_tool_calls(complete_tool_calls);
+  if (customize) customize(open);
+  return open;
+}
+
+FinishOptions FinishOptions::StopToken(uint32_t id) {
+  FinishOptions finish;
+  finish.stop_token_id = id;
+  return finish;
+}
+
+v1::Finish FinishOptions::ToProto() const {
+  v1::Finish finish;
+  finish.set_reason(reason);
+  if (stop_token_id) finish.set_stop_token_id(*stop_token_id);
+  if (stop_string) finish.set_stop_string(*stop_string);
+  return finish;
+}
+
+namespace {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const ClientOptions& options) {
+  if (!options.credentials) {
+    throw std::invalid_argument(
+        "parsetier: ClientOptions.credentials is unset: use TlsCredentials(), or InsecureCredentials() "
+        "for a plaintext loopback or sidecar hop");
+  }
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepalive_time.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options.keepalive_timeout.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  if (options.channel_arguments) options.channel_arguments(args);
+  return grpc::CreateCustomChannel(target, options.credentials, args);
+}
+
+}  // namespace
+
+Client::Client(const std::string& target, const ClientOptions& options) : Client(MakeChannel(target, options)) {}
+
+Client::Client(std::shared_ptr<grpc::ChannelInterface> channel)
+    : channel_(std::move(channel)), stub_(v1::ParserService::NewStub(channel_)) {}
+
+v1::ParseOnceResponse Client::ParseOnce(const OpenOptions& options, const std::vector<uint32_t>& token_ids,
+                                        const FinishOptions& finish) {
+  v1::ParseOnceRequest request;
+  *request.mutable_open() = options.ToProto();
+  request.mutable_token_ids()->Add(token_ids.begin(), token_ids.end());
+  *request.mutable_finish() = finish.ToProto();
+  grpc::ClientContext context;
+  SetTimeout(context, options.timeout);
+  v1::ParseOnceResponse response;
+  Check(stub_->ParseOnce(&context, request, &response));
+  return response;
+}
+
+std::vector<v1::ModelInfo> Client::ListModels(std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  SetTimeout(context, timeout);
+  v1::ListModelsResponse response;
+  Check(stub_->ListModels(&context, v1::ListModelsRequest(), &response));
+  return {response.models().begin(), response.models().end()};
+}
+
+StreamResult Client::ParseStream(const OpenOptions& options, const std::vector<Step>& steps,
+                                 const FinishOptions& finish) {
+  std::unique_ptr<Session> session = Open(options);
+  std::thread sender([&] {
+    for (const Step& step : steps) {
+      if (!session->Send(step)) return;  // the stream ended: Next reports why
+    }
+    session->Finish(finish);
+  });
+  StreamResult result;
+  try {
+    while (std::optional<v1::ParseResponse> message = session->Next()) {
+      result.deltas.insert(result.deltas.end(), message->deltas().begin(), message->deltas().end());
+    }
+  } catch (...) {
+    session->Cancel();  // unblocks the sender
+    sender.join();
+    throw;
+  }
+  sender.join();
+  result.final = *session->Final();
+  return result;
+}
+
+}  // namespace parsetier

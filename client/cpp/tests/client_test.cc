@@ -1,0 +1,416 @@
+// The C++ client against a real parsetier server (PARSETIER_SERVER=host:port; the pytest
+// driver tests/test_cpp_client.py starts one). The same scenarios as the Go client's tests, an
+// error-code table, callbacks, cancellation and several concurrent sessions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "parsetier/client.h"
+
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+namespace v1 = parsetier::v1;
+
+// The real Qwen3 tokenizer's encoding of reasoning, an answer and two get_weather calls (the
+// Go client's tests use the same output).
+const std::vector<uint32_t> kOutput = {
+    151667, 198,   23657, 9104,  624,   151668, 271,   40129, 2176,   9720,  624,    151657, 198,
+    4913,   606,   788,   330,   455,   69364,  497,   330,   16370,  788,   5212,   8926,   788,
+    330,    59604, 95642, 151658, 198,  151657, 198,   4913,  606,    788,   330,    455,    69364,
+    497,    330,   16370, 788,   5212,  8926,   788,   330,   52854,  16032, 95642,  151658};
+constexpr uint32_t kImEnd = 151645;
+constexpr uint32_t kOutOfVocabulary = 10000000;
+const char* kTools =
+    R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
+    R"("properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+
+std::string ServerTarget() {
+  const char* target = std::getenv("PARSETIER_SERVER");
+  return target ? target : "";
+}
+
+parsetier::Client& SharedClient() {
+  static parsetier::Client client(ServerTarget(), {parsetier::InsecureCredentials()});
+  return client;
+}
+
+parsetier::OpenOptions Qwen3(const std::string& request_id = "") {
+  parsetier::OpenOptions open;
+  open.model = "qwen3";
+  open.tools_json = kTools;
+  open.request_id = request_id;
+  open.timeout = std::chrono::seconds(60);
+  return open;
+}
+
+std::vector<parsetier::Step> OnePerStep(const std::vector<uint32_t>& ids) {
+  std::vector<parsetier::Step> steps;
+  for (uint32_t id : ids) steps.push_back({id});
+  return steps;
+}
+
+v1::AssistantMessage WantMessage() {
+  v1::AssistantMessage message;
+  message.set_reasoning("Need weather.");
+  message.set_content("Checking both cities.");
+  for (const char* city : {"Paris", "Tokyo"}) {
+    v1::ToolCall* call = message.add_tool_calls();
+    call->set_name("get_weather");
+    call->set_arguments(std::string(R"({"city": ")") + city + R"("})");
+  }
+  return message;
+}
+
+v1::AssistantMessage WithoutIds(v1::AssistantMessage message) {
+  for (auto& call : *message.mutable_tool_calls()) call.clear_id();
+  return message;
+}
+
+// Rebuilds the message from deltas as a chat-completions client would, checking the fragment
+// rules: a call's id and name come once, on its first fragment; calls start in index order.
+v1::AssistantMessage JoinDeltas(const std::vector<v1::Delta>& deltas) {
+  v1::AssistantMessage joined;
+  for (const v1::Delta& delta : deltas) {
+    joined.mutable_reasoning()->append(delta.reasoning());
+    joined.mutable_content()->append(delta.content());
+    for (const v1::ToolCallDelta& fragment : delta.tool_calls()) {
+      int index = static_cast<int>(fragment.index());
+      if (index == joined.tool_calls_size()) {
+        EXPECT_FALSE(fragment.id().empty() || fragment.name().empty()) << "first fragment lacks id or name";
+        v1::ToolCall* call = joined.add_tool_calls();
+        call->set_id(fragment.id());
+        call->set_name(fragment.name());
+      } else {
+        EXPECT_LT(index, joined.tool_calls_size()) << "call started out of order";
+        EXPECT_TRUE(fragment.id().empty() && fragment.name().empty()) << "id or name repeated";
+        if (index > joined.tool_calls_size()) continue;
+      }
+      joined.mutable_tool_calls(index)->mutable_arguments()->append(fragment.arguments());
+    }
+  }
+  return joined;
+}
+
+std::vector<v1::Delta> DeltasOf(const std::vector<v1::ParseResponse>& messages) {
+  std::vector<v1::Delta> deltas;
+  for (const auto& message : messages) deltas.insert(deltas.end(), message.deltas().begin(), message.deltas().end());
+  return deltas;
+}
+
+void CheckFinal(const v1::Final& final) {
+  EXPECT_EQ(final.finish_reason(), v1::FINISH_REASON_TOOL_CALLS);
+  EXPECT_EQ(final.usage().completion_tokens(), kOutput.size());
+  EXPECT_EQ(final.usage().reasoning_tokens(), 5u);
+  EXPECT_TRUE(MessageDifferencer::Equals(WithoutIds(final.message()), WantMessage()))
+      << final.message().DebugString();
+  for (const auto& call : final.message().tool_calls()) {
+    EXPECT_EQ(call.id().rfind("chatcmpl-tool-", 0), 0u) << call.id();
+  }
+}
+
+// Streams the output through a Session, steps batched per_message to a message, sending on
+// one thread while this one pulls replies, and checks the stream's contract.
+std::vector<v1::ParseResponse> RunSession(size_t per_message, const std::string& request_id = "cpp-client-test") {
+  std::unique_ptr<parsetier::Session> session = SharedClient().Open(Qwen3(request_id));
+  size_t sent_messages = 0;
+  std::thread sender([&] {
+    for (size_t start = 0; start < kOutput.size(); start += per_message) {
+      std::vector<parsetier::Step> steps;
+      for (size_t i = start; i < std::min(start + per_message, kOutput.size()); ++i) steps.push_back({kOutput[i]});
+      EXPECT_TRUE(session->SendSteps(steps));
+      ++sent_messages;
+    }
+    EXPECT_TRUE(session->Finish(parsetier::FinishOptions::StopToken(kImEnd)));
+  });
+  std::vector<v1::ParseResponse> messages;
+  while (std::optional<v1::ParseResponse> message = session->Next()) messages.push_back(std::move(*message));
+  sender.join();
+  EXPECT_TRUE(session->Wait().ok());
+
+  // Sequence counts 1, 2, 3...; only the last message carries Final; client_messages never
+  // decreases and on the last message counts every message sent (open, steps, finish).
+  uint64_t last_client_messages = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    EXPECT_EQ(messages[i].sequence(), i + 1);
+    EXPECT_GE(messages[i].client_messages(), last_client_messages);
+    last_client_messages = messages[i].client_messages();
+    EXPECT_EQ(messages[i].has_final(), i + 1 == messages.size()) << "message " << i + 1;
+  }
+  EXPECT_EQ(last_client_messages, 1 + sent_messages + 1);
+  EXPECT_TRUE(session->Final().has_value());
+  return messages;
+}
+
+class LiveServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(ServerTarget().empty())
+        << "PARSETIER_SERVER is not set: run a server (`make serve`) and set it to its host:port, "
+           "or run tests/test_cpp_client.py, which starts one";
+  }
+};
+
+TEST_F(LiveServer, ListModelsHasQwen3) {
+  bool found = false;
+  for (const auto& model : SharedClient().ListModels()) {
+    found |= model.name() == "qwen3" && model.tokenizer_available();
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(LiveServer, SessionOneTokenPerMessage) {
+  std::vector<v1::ParseResponse> messages = RunSession(1);
+  ASSERT_FALSE(messages.empty());
+  const v1::Final& final = messages.back().final();
+  CheckFinal(final);
+  EXPECT_TRUE(MessageDifferencer::Equals(JoinDeltas(DeltasOf(messages)), final.message()));
+  // Streaming, not buffering: at most one server message per client message, and the first
+  // call's arguments arrive in several fragments.
+  EXPECT_LE(messages.size(), kOutput.size() + 1);
+  EXPECT_GE(messages.size(), 10u);
+  int fragments = 0;
+  for (const auto& delta : DeltasOf(messages)) {
+    for (const auto& fragment : delta.tool_calls()) fragments += fragment.index() == 0;
+  }
+  EXPECT_GE(fragments, 2);
+}
+
+TEST_F(LiveServer, SessionSeveralStepsPerMessage) {
+  v1::AssistantMessage one = WithoutIds(JoinDeltas(DeltasOf(RunSession(1))));
+  for (size_t per_message : {size_t{2}, size_t{5}, kOutput.size()}) {
+    std::vector<v1::ParseResponse> batched = RunSession(per_message);
+    CheckFinal(batched.back().final());
+    EXPECT_TRUE(MessageDifferencer::Equals(WithoutIds(JoinDeltas(DeltasOf(batched))), one)) << per_message;
+  }
+}
+
+TEST_F(LiveServer, ParseStreamEqualsParseOnce) {
+  parsetier::FinishOptions stop = parsetier::FinishOptions::StopToken(kImEnd);
+  parsetier::StreamResult stream = SharedClient().ParseStream(Qwen3(), OnePerStep(kOutput), stop);
+  CheckFinal(stream.final);
+  EXPECT_TRUE(MessageDifferencer::Equals(JoinDeltas(stream.deltas), stream.final.message()));
+
+  v1::ParseOnceResponse once = SharedClient().ParseOnce(Qwen3(), kOutput, stop);
+  CheckFinal(once.final());
+  EXPECT_EQ(once.deltas_size(), 0);
+  // Tool call ids derive from the request id (none here: the prompt, also none), so they agree.
+  EXPECT_TRUE(MessageDifferencer::Equals(once.final().message(), stream.final.message()));
+  EXPECT_TRUE(MessageDifferencer::Equals(once.final().usage(), stream.final.usage()));
+}
+
+TEST_F(LiveServer, Options) {
+  parsetier::OpenOptions none = Qwen3();
+  none.tool_choice = "none";
+  none.output = v1::OUTPUT_KIND_DELTAS;
+  parsetier::FinishOptions stop_string;
+  stop_string.stop_string = "Observation:";
+  v1::ParseOnceResponse response = SharedClient().ParseOnce(none, kOutput, stop_string);
+  EXPECT_EQ(response.final().message().tool_calls_size(), 0);
+  EXPECT_EQ(response.final().finish_reason(), v1::FINISH_REASON_STOP);
+  ASSERT_GT(response.deltas_size(), 0);
+  std::vector<v1::Delta> deltas(response.deltas().begin(), response.deltas().end());
+  EXPECT_TRUE(MessageDifferencer::Equals(JoinDeltas(deltas), response.final().message()));
+
+  parsetier::OpenOptions named = Qwen3();
+  named.tool_choice = "get_weather";  // a forced function: STOP stays STOP
+  response = SharedClient().ParseOnce(named, kOutput, parsetier::FinishOptions::StopToken(kImEnd));
+  EXPECT_EQ(response.final().finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_TRUE(MessageDifferencer::Equals(WithoutIds(response.final().message()), WantMessage()));
+}
+
+// Push delivery: every message reaches on_message in order, then on_done once with OK.
+TEST_F(LiveServer, Callbacks) {
+  std::vector<v1::ParseResponse> messages;  // only touched by the callbacks, one at a time
+  std::promise<grpc::Status> done;
+  parsetier::SessionCallbacks callbacks;
+  callbacks.on_message = [&](const v1::ParseResponse& message) { messages.push_back(message); };
+  callbacks.on_done = [&](const grpc::Status& status) { done.set_value(status); };
+  std::unique_ptr<parsetier::Session> session = SharedClient().Open(Qwen3(), callbacks);
+  for (uint32_t id : kOutput) ASSERT_TRUE(session->Send({id}));
+  ASSERT_TRUE(session->Finish(parsetier::FinishOptions::StopToken(kImEnd)));
+  grpc::Status status = done.get_future().get();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(session->Wait().ok());
+  ASSERT_FALSE(messages.empty());
+  CheckFinal(messages.back().final());
+  EXPECT_TRUE(MessageDifferencer::Equals(JoinDeltas(DeltasOf(messages)), messages.back().final().message()));
+  EXPECT_FALSE(session->Next().has_value());  // nothing queued for pull in callback mode
+}
+
+// Several sessions at once on one client, each from its own thread: every one gets its own,
+// complete result.
+TEST_F(LiveServer, ConcurrentSessions) {
+  constexpr int kSessions = 8;
+  std::vector<std::future<v1::Final>> results;
+  for (int i = 0; i < kSessions; ++i) {
+    results.push_back(std::async(std::launch::async, [i] {
+      std::vector<v1::ParseResponse> messages = RunSession(1 + i % 3, "cpp-concurrent-" + std::to_string(i));
+      return messages.back().final();
+    }));
+  }
+  std::set<std::string> ids;
+  for (auto& result : results) {
+    v1::Final final = result.get();
+    CheckFinal(final);
+    for (const auto& call : final.message().tool_calls()) ids.insert(call.id());
+  }
+  EXPECT_EQ(ids.size(), 2u * kSessions) << "tool call ids derive from each session's request id";
+}
+
+// Destroying or cancelling a session midway ends it with CANCELLED and never hangs.
+TEST_F(LiveServer, CancelAndDestroyMidway) {
+  std::unique_ptr<parsetier::Session> session = SharedClient().Open(Qwen3());
+  ASSERT_TRUE(session->Send({kOutput[0]}));
+  session->Cancel();
+  EXPECT_EQ(session->Wait().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_FALSE(session->Send({kOutput[1]}));
+  try {
+    while (session->Next()) {
+    }
+    ADD_FAILURE() << "Next after Cancel did not throw";
+  } catch (const parsetier::Error& error) {
+    EXPECT_EQ(error.code(), grpc::StatusCode::CANCELLED);
+  }
+  session->Cancel();  // again: harmless
+
+  for (int i = 0; i < 20; ++i) {  // destroyed with writes and reads in flight
+    std::unique_ptr<parsetier::Session> abandoned = SharedClient().Open(Qwen3());
+    for (size_t j = 0; j < 10; ++j) abandoned->Send({kOutput[j]});
+  }
+}
+
+// --- error codes --------------------------------------------------------------------------
+
+struct ErrorCase {
+  const char* name;
+  grpc::StatusCode want;
+  std::function<void()> call;  // throws parsetier::Error
+};
+
+std::vector<v1::ParseResponse> Drain(parsetier::Session& session) {
+  std::vector<v1::ParseResponse> messages;
+  while (std::optional<v1::ParseResponse> message = session.Next()) messages.push_back(*message);
+  return messages;
+}
+
+parsetier::OpenOptions Model(const std::string& name) {
+  parsetier::OpenOptions open;
+  open.model = name;
+  open.timeout = std::chrono::seconds(30);
+  return open;
+}
+
+std::vector<ErrorCase> ErrorCases() {
+  parsetier::Client& client = SharedClient();
+  parsetier::FinishOptions stop = parsetier::FinishOptions::StopToken(kImEnd);
+  return {
+      {"Open unknown model", grpc::StatusCode::NOT_FOUND, [&] { client.Open(Model("no-such-model")); }},
+      {"ParseStream unknown model", grpc::StatusCode::NOT_FOUND,
+       [&, stop] { client.ParseStream(Model("no-such-model"), OnePerStep(kOutput), stop); }},
+      {"ParseOnce unknown model", grpc::StatusCode::NOT_FOUND,
+       [&, stop] { client.ParseOnce(Model("no-such-model"), kOutput, stop); }},
+      {"Session out-of-vocabulary id", grpc::StatusCode::INVALID_ARGUMENT,
+       [&] {
+         auto session = client.Open(Model("qwen3"));
+         session->SendSteps(std::vector<parsetier::Step>{{kOutput[0], kOutput[1]}, {kOutOfVocabulary}});
+         Drain(*session);  // deltas of the valid ids may come first
+       }},
+      {"ParseStream out-of-vocabulary id", grpc::StatusCode::INVALID_ARGUMENT,
+       [&, stop] { client.ParseStream(Model("qwen3"), {{kOutput[0]}, {kOutOfVocabulary}}, stop); }},
+      {"ParseOnce out-of-vocabulary id", grpc::StatusCode::INVALID_ARGUMENT,
+       [&, stop] { client.ParseOnce(Model("qwen3"), {kOutOfVocabulary}, stop); }},
+      {"tool_choice required without tools", grpc::StatusCode::INVALID_ARGUMENT,
+       [&] {
+         parsetier::OpenOptions open = Model("qwen3");
+         open.tool_choice = "required";
+         client.Open(open);
+       }},
+      {"malformed tools_json", grpc::StatusCode::INVALID_ARGUMENT,
+       [&] {
+         parsetier::OpenOptions open = Model("qwen3");
+         open.tools_json = "[{";
+         client.Open(open);
+       }},
+      {"TOOL_CALLS as a finish reason", grpc::StatusCode::INVALID_ARGUMENT,
+       [&] {
+         auto session = client.Open(Model("qwen3"));
+         parsetier::FinishOptions finish;
+         finish.reason = v1::FINISH_REASON_TOOL_CALLS;
+         session->Finish(finish);
+         Drain(*session);
+       }},
+      {"a second Open on the stream (raw stub)", grpc::StatusCode::FAILED_PRECONDITION,
+       [&] {
+         grpc::ClientContext context;  // Session cannot send Open twice; the generated stub can
+         auto stream = client.stub().Parse(&context);
+         v1::ParseRequest open;
+         *open.mutable_open() = Model("qwen3").ToProto();
+         stream->Write(open);
+         stream->Write(open);
+         stream->WritesDone();
+         v1::ParseResponse ignored;
+         while (stream->Read(&ignored)) {
+         }
+         grpc::Status status = stream->Finish();
+         if (!status.ok()) throw parsetier::Error(status);
+       }},
+      {"too many steps in one message", grpc::StatusCode::RESOURCE_EXHAUSTED,
+       [&] {
+         auto session = client.Open(Model("qwen3"));
+         session->SendSteps(std::vector<parsetier::Step>(4097, parsetier::Step{kOutput[1]}));
+         Drain(*session);
+       }},
+      {"session deadline", grpc::StatusCode::DEADLINE_EXCEEDED,
+       [&] {
+         parsetier::OpenOptions open = Model("qwen3");
+         open.timeout = std::chrono::milliseconds(300);
+         auto session = client.Open(open);
+         Drain(*session);  // nothing sent after Open: the deadline passes
+       }},
+      {"server unreachable", grpc::StatusCode::UNAVAILABLE,
+       [] {
+         parsetier::Client nowhere("127.0.0.1:1", {parsetier::InsecureCredentials()});
+         nowhere.ListModels(std::chrono::seconds(5));
+       }},
+  };
+}
+
+TEST_F(LiveServer, ErrorCodes) {
+  for (const ErrorCase& test : ErrorCases()) {
+    try {
+      test.call();
+      ADD_FAILURE() << test.name << ": no error, want " << parsetier::StatusCodeName(test.want);
+    } catch (const parsetier::Error& error) {
+      EXPECT_EQ(error.code(), test.want) << test.name << ": " << error.what();
+      EXPECT_FALSE(error.message().empty()) << test.name;
+      EXPECT_EQ(std::string(error.what()).rfind(parsetier::StatusCodeName(test.want), 0), 0u) << error.what();
+    }
+  }
+}
+
+TEST_F(LiveServer, ErrorNamesTheBadId) {
+  auto session = SharedClient().Open(Model("qwen3"));
+  session->Send({kOutOfVocabulary});
+  try {
+    Drain(*session);
+    ADD_FAILURE() << "no error";
+  } catch (const parsetier::Error& error) {
+    EXPECT_NE(error.message().find("10000000"), std::string::npos) << error.message();
+  }
+}
+
+TEST(ClientOptions, CredentialsAreRequired) {
+  EXPECT_THROW(parsetier::Client("127.0.0.1:1", parsetier::ClientOptions{}), std::invalid_argument);
+}
+
+}  // namespace

@@ -1,0 +1,117 @@
+"""The C++ client (client/cpp) built with CMake on the system's gRPC and run against a real server.
+
+The library, its GoogleTest suite and the example program are built into build/cpp (kept between
+runs, so only the first build is slow), then `ctest` runs them with PARSETIER_SERVER pointing at a
+`parsetier serve` subprocess on loopback. The toolchain (cmake, a C++17 compiler, libgrpc++-dev,
+protobuf-compiler-grpc, libgtest-dev) is required, not optional: `.ci/run` installs it on Debian,
+and without it these tests fail saying what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from grpc_servers import ROOT, ProcessServer
+
+SOURCE_DIR = ROOT / "client" / "cpp"
+BUILD_DIR = ROOT / "build" / "cpp"
+BUILD_TIMEOUT = 1200  # seconds; a first build on two busy cores takes a few minutes
+TEST_TIMEOUT = 300
+TOOLS = ("cmake", "c++", "protoc", "grpc_cpp_plugin")
+APT_PACKAGES = "cmake g++ libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libgtest-dev"
+
+
+def require_toolchain() -> None:
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(
+            f"the C++ client tests need {', '.join(missing)} on PATH; on Debian/Ubuntu: "
+            f"apt-get install {APT_PACKAGES} (.ci/run does this)",
+            pytrace=False,
+        )
+
+
+def run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run a command with a time bound, killing its process group if it overruns."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env or dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"`{' '.join(argv)}` took over {timeout} s:\n{output}", pytrace=False)
+    return proc.returncode, output
+
+
+@pytest.fixture(scope="module")
+def cpp_build() -> None:
+    require_toolchain()
+    code, output = run(["cmake", "-S", str(SOURCE_DIR), "-B", str(BUILD_DIR)], BUILD_TIMEOUT)
+    assert code == 0, f"cmake configure failed:\n{output}"
+    code, output = run(["cmake", "--build", str(BUILD_DIR), "-j2"], BUILD_TIMEOUT)
+    assert code == 0, f"C++ build failed:\n{output}"
+
+
+def session_ends(server: ProcessServer, request_id: str, count: int) -> list[dict]:
+    """The server's session_end lines for ``request_id`` or ``request_id-<n>``."""
+    deadline = time.monotonic() + 10
+    while True:
+        ends = [
+            r
+            for r in list(server.logs)
+            if r.get("msg") == "session_end"
+            and (r.get("request_id") == request_id or str(r.get("request_id")).startswith(request_id + "-"))
+        ]
+        if len(ends) >= count or time.monotonic() > deadline:
+            return ends
+        time.sleep(0.05)
+
+
+def test_cpp_client_against_real_server(cpp_build):
+    with ProcessServer("--preload", "qwen3") as server:
+        env = dict(os.environ, PARSETIER_SERVER=server.target)
+        code, output = run(
+            ["ctest", "--test-dir", str(BUILD_DIR), "--output-on-failure", "-j2", "--timeout", "120"],
+            TEST_TIMEOUT,
+            env=env,
+        )
+        assert code == 0, f"ctest failed (exit {code}):\n{output}"
+        for name in (
+            "LiveServer.ListModelsHasQwen3",
+            "LiveServer.SessionOneTokenPerMessage",
+            "LiveServer.SessionSeveralStepsPerMessage",
+            "LiveServer.ParseStreamEqualsParseOnce",
+            "LiveServer.Options",
+            "LiveServer.Callbacks",
+            "LiveServer.ConcurrentSessions",
+            "LiveServer.CancelAndDestroyMidway",
+            "LiveServer.ErrorCodes",
+            "LiveServer.ErrorNamesTheBadId",
+            "ClientOptions.CredentialsAreRequired",
+            "parsetier_stream_example",
+        ):
+            passed = re.search(rf"Test +#\d+: {re.escape(name)} \.* +Passed", output)
+            assert passed, f"{name} did not run and pass:\n{output}"
+        assert "100% tests passed" in output, output
+        # The sessions were the C++ client's, on this server, and ended as the server saw them.
+        sequential = session_ends(server, "cpp-client-test", 5)
+        concurrent = session_ends(server, "cpp-concurrent", 8)
+        example = session_ends(server, "cpp-example", 1)
+    for ends, count in ((sequential, 5), (concurrent, 8), (example, 1)):
+        assert len(ends) == count, f"expected {count} session_end lines: {ends}"
+        assert all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in ends), ends
