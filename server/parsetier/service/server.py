@@ -19,11 +19,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from parsetier.models import ModelRegistry
+from parsetier.service.decoding import add_servicer
 from parsetier.service.limits import Limits
 from parsetier.service.logs import SERVER_LOG
 from parsetier.service.servicer import ParserServicer
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ParserService"].full_name
 
@@ -71,7 +71,7 @@ async def build_server(
         ]
     )
     servicer = ParserServicer(registry, limits)
-    pb_grpc.add_ParserServiceServicer_to_server(servicer, server)
+    add_servicer(servicer, server, pb.DESCRIPTOR.services_by_name["ParserService"])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

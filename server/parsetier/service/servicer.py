@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 
 from parsetier.models import Model, ModelRegistry
 from parsetier.service.constraint import build_constraint
+from parsetier.service.decoding import Undecodable
 from parsetier.service.errors import ServiceError, status_for
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import SERVER_LOG, SessionRecord
@@ -39,14 +40,35 @@ T = TypeVar("T")
 
 
 def _failure(exc: BaseException, record: SessionRecord) -> Status:
-    """The status for an exception, logging server bugs."""
+    """The status for an exception, logging server bugs. A bug's status says nothing about the
+    exception (its text may hold request data or internals); the server log has the traceback."""
     status = status_for(exc)
     if status is None:
         SERVER_LOG.error(
             "internal error in session", exc_info=exc, extra={"fields": {"request_id": record.request_id}}
         )
-        status = (grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+        status = (grpc.StatusCode.INTERNAL, "internal server error; the server log has the details")
     return status
+
+
+class ClientGone(Exception):
+    """A write failed because the client is no longer there (it cancelled or disconnected)."""
+
+
+async def _write(context: grpc.aio.ServicerContext, reply: Message) -> None:
+    try:
+        await context.write(reply)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise ClientGone() from exc
+
+
+def _decoded(message: T | Undecodable) -> T:
+    """The message, or INVALID_ARGUMENT when its bytes did not decode (see ``decoding``)."""
+    if isinstance(message, Undecodable):
+        raise message.refusal()
+    return message
 
 
 async def _off_loop_if_large(message: Message, work: Callable[..., T], *args: Any) -> T:
@@ -68,11 +90,10 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self, request_iterator: AsyncIterator[pb.ParseRequest], context: grpc.aio.ServicerContext
     ) -> None:
         record = SessionRecord(rpc="Parse")
-        status = await self._guarded(record, self._run_stream(record, context))
-        if status is not None:
-            if record.client_messages == 0:
-                await self._await_first_message(context)
-            await context.abort(*status)
+        status = await self._guarded(record, self._run_stream(record, context), context)
+        if status is not None and record.client_messages == 0:
+            await self._await_first_message(context)
+        await _end(record, status, context)
 
     @staticmethod
     async def _await_first_message(context: grpc.aio.ServicerContext) -> None:
@@ -99,7 +120,10 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             if message is grpc.aio.EOF:
                 if stream.finished:
                     return None
+                if context.cancelled():
+                    raise ClientGone()
                 return grpc.StatusCode.FAILED_PRECONDITION, "the stream was closed before Finish"
+            message = _decoded(message)
             record.client_messages += 1
             stream.check_order(message)
             if message.HasField("open"):
@@ -112,30 +136,34 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 await context.send_initial_metadata(())
             reply = await _off_loop_if_large(message, stream.apply, message)
             if reply is not None:
-                await context.write(reply)
+                await _write(context, reply)
 
     # --- ParseOnce -------------------------------------------------------------------------
 
     async def ParseOnce(
         self, request: pb.ParseOnceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ParseOnceResponse:
-        record = SessionRecord(rpc="ParseOnce", model=request.open.model, request_id=request.open.request_id)
+        record = SessionRecord(rpc="ParseOnce")
         result: list[pb.ParseOnceResponse] = []
 
         async def run() -> None:
+            nonlocal request
+            request = _decoded(request)
+            record.model, record.request_id = request.open.model, request.open.request_id
             model = await self._model(request.open.model)
             result.append(await _off_loop_if_large(request, parse_once, model, request, self.limits, record))
 
-        status = await self._guarded(record, run())
-        if status is not None:
-            await context.abort(*status)
-        return result[0]
+        status = await self._guarded(record, run(), context)
+        await _end(record, status, context)
+        return result[0] if result else pb.ParseOnceResponse()  # empty only when the client is gone
 
     # --- ListModels ------------------------------------------------------------------------
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListModelsResponse:
+        if isinstance(request, Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.refusal().message)
         return pb.ListModelsResponse(
             models=[
                 pb.ModelInfo(
@@ -155,19 +183,19 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
     async def BuildConstraint(
         self, request: pb.BuildConstraintRequest, context: grpc.aio.ServicerContext
     ) -> pb.BuildConstraintResponse:
-        record = SessionRecord(
-            rpc="BuildConstraint", model=request.open.model, request_id=request.open.request_id
-        )
+        record = SessionRecord(rpc="BuildConstraint")
         result: list[pb.BuildConstraintResponse] = []
 
         async def run() -> None:
+            nonlocal request
+            request = _decoded(request)
+            record.model, record.request_id = request.open.model, request.open.request_id
             model = await self._model(request.open.model)
             result.append(build_constraint(model, request.open))
 
-        status = await self._guarded(record, run())
-        if status is not None:
-            await context.abort(*status)
-        return result[0]
+        status = await self._guarded(record, run(), context)
+        await _end(record, status, context)
+        return result[0] if result else pb.BuildConstraintResponse()  # empty only when the client is gone
 
     # --- shared ----------------------------------------------------------------------------
 
@@ -175,28 +203,47 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         # Loading a tokenizer takes a while the first time; keep the event loop free meanwhile.
         return await asyncio.to_thread(self.registry.get, name)
 
-    async def _guarded(self, record: SessionRecord, work) -> Status | None:
-        """Run one session's work inside the session gate; log its end; return its error status.
+    async def _guarded(
+        self, record: SessionRecord, work, context: grpc.aio.ServicerContext
+    ) -> Status | None:
+        """Run one session's work inside the session gate; return its error status (``_end``
+        sends it and logs the session).
 
-        Every exception stays inside this session: callers only ever abort their own RPC."""
+        Every exception stays inside this session: callers only ever abort their own RPC. A
+        client that went away is recorded as CANCELLED, whatever the work was doing then."""
         try:
             self.gate.enter()
         except ServiceError as exc:
             work.close()
-            record.outcome, record.error = exc.code.name, exc.message
-            record.emit()
             return exc.code, exc.message
-        status: Status | None = None
         try:
-            status = await work
+            return await work
         except asyncio.CancelledError:
             record.outcome = "CANCELLED"
+            record.emit()
             raise
         except Exception as exc:
-            status = _failure(exc, record)
+            if isinstance(exc, ClientGone) or context.cancelled():
+                record.outcome = "CANCELLED"
+                return None
+            return _failure(exc, record)
         finally:
             self.gate.leave()
-            if status is not None:
-                record.outcome, record.error = status[0].name, status[1]
-            record.emit()
-        return status
+
+
+async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.ServicerContext) -> None:
+    """Send the session's error status, if any, and log its end.
+
+    grpc reports a client that cancelled while the server waited for its next message as an
+    ordinary end of stream; only sending the status then shows that nobody is listening (the
+    send fails). Such a session is logged as CANCELLED, not as the status it could not get."""
+    try:
+        if status is not None:
+            record.outcome, record.error = status[0].name, status[1]
+            await context.abort(*status)
+    except grpc.aio.AbortError:
+        raise  # the status is on its way: this is how grpc.aio ends a call with a status
+    except Exception:
+        record.outcome, record.error = "CANCELLED", ""
+    finally:
+        record.emit()

@@ -1,0 +1,68 @@
+"""Request decoding that cannot fail inside grpc.
+
+grpc calls a method's request deserializer before the servicer runs; when it raises (garbage
+bytes, a truncated message, invalid UTF-8 in a string field) grpc.aio answers ``INTERNAL`` on a
+stream and ``UNKNOWN`` on a unary call, and logs a traceback as if the server were broken. Here
+the deserializer returns an ``Undecodable`` value instead, and the servicer answers it with
+``INVALID_ARGUMENT``, logged like any other client error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from parsetier.service.errors import ServiceError, invalid
+
+
+class Undecodable:
+    """Bytes that are not a valid ``type_name`` message."""
+
+    __slots__ = ("error", "size", "type_name")
+
+    def __init__(self, type_name: str, size: int, error: str) -> None:
+        self.type_name = type_name
+        self.size = size
+        self.error = error
+
+    def refusal(self) -> ServiceError:
+        return invalid(f"the {self.size}-byte message is not a valid {self.type_name}: {self.error}")
+
+
+def tolerant_deserializer(cls: type[Message]) -> Callable[[bytes], Message | Undecodable]:
+    name = cls.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> Message | Undecodable:
+        try:
+            return cls.FromString(data)
+        except (DecodeError, ValueError, UnicodeDecodeError) as exc:
+            return Undecodable(name, len(data), str(exc) or type(exc).__name__)
+
+    return deserialize
+
+
+def add_servicer(servicer: object, server: grpc.aio.Server, service: ServiceDescriptor) -> None:
+    """Register ``servicer``'s methods for ``service`` (every RPC the descriptor names) with
+    tolerant request deserializers; the generated ``add_…_to_server`` uses raising ones."""
+    kinds = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
+    handlers = {}
+    for method in service.methods:
+        request = message_factory.GetMessageClass(method.input_type)
+        response = message_factory.GetMessageClass(method.output_type)
+        make = kinds[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=tolerant_deserializer(request),
+            response_serializer=response.SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)

@@ -1,0 +1,140 @@
+"""Bytes that are not a valid message get INVALID_ARGUMENT on every RPC, logged as the client's
+error; a server bug's status never carries exception text; a client that leaves is CANCELLED."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from parsetier.service import stream as stream_module
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_client import Client, open_message
+
+Code = grpc.StatusCode
+SERVICE = "/parsetier.v1.ParserService/"
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self._lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._lock:
+            self.records.append(record)
+
+    def session_ends(self, rpc: str) -> list[dict]:
+        with self._lock:
+            ends = [r.fields for r in self.records if r.getMessage() == "session_end"]
+        return [fields for fields in ends if fields["rpc"] == rpc]
+
+
+@contextlib.contextmanager
+def server_logs() -> Iterator[_Records]:
+    handler = _Records()
+    logger = logging.getLogger("parsetier")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _invalid_utf8_open() -> bytes:
+    data = pb.ParseRequest(open=pb.Open(model="AAAA")).SerializeToString()
+    return data.replace(b"AAAA", b"\xff\xfe\xc0\x80")
+
+
+GARBAGE = {
+    "garbage": b"\xff\xff\xff\xff\x0f\x01\x02",
+    "truncated": pb.ParseRequest(open=open_message("qwen3", request_id="r" * 40)).SerializeToString()[:-7],
+    "invalid UTF-8 in a string field": _invalid_utf8_open(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GARBAGE))
+def test_undecodable_parse_message_is_invalid_argument(grpc_server, case):
+    with server_logs() as logs, grpc.insecure_channel(grpc_server.target) as channel:
+        call = channel.stream_stream(SERVICE + "Parse", request_serializer=bytes, response_deserializer=bytes)
+        with pytest.raises(grpc.RpcError) as info:
+            list(call(iter([GARBAGE[case]]), timeout=30))
+        assert info.value.code() == Code.INVALID_ARGUMENT, info.value.details()
+        assert "not a valid parsetier.v1.ParseRequest" in info.value.details()
+        _wait_for(lambda: logs.session_ends("Parse"))
+        [end] = logs.session_ends("Parse")
+        assert end["outcome"] == "INVALID_ARGUMENT"
+        assert not [r for r in logs.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def test_undecodable_message_after_a_good_open(grpc_server):
+    good = pb.ParseRequest(open=open_message("qwen3")).SerializeToString()
+    with grpc.insecure_channel(grpc_server.target) as channel:
+        call = channel.stream_stream(SERVICE + "Parse", request_serializer=bytes, response_deserializer=bytes)
+        with pytest.raises(grpc.RpcError) as info:
+            list(call(iter([good, GARBAGE["garbage"]]), timeout=30))
+        assert info.value.code() == Code.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    ("method", "case"),
+    [(m, c) for m in ("ParseOnce", "BuildConstraint") for c in sorted(GARBAGE)]
+    + [("ListModels", "garbage"), ("ListModels", "truncated")],  # it has no string field
+)
+def test_undecodable_unary_request_is_invalid_argument(grpc_server, method, case):
+    with server_logs() as logs, grpc.insecure_channel(grpc_server.target) as channel:
+        call = channel.unary_unary(SERVICE + method, request_serializer=bytes, response_deserializer=bytes)
+        with pytest.raises(grpc.RpcError) as info:
+            call(GARBAGE[case], timeout=30)
+        assert info.value.code() == Code.INVALID_ARGUMENT, info.value.details()
+        assert not [r for r in logs.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def test_internal_errors_do_not_leak_exception_text(grpc_server, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("secret internals at 0xdeadbeef")
+
+    monkeypatch.setattr(stream_module.core.Session, "finish", broken)
+    with server_logs() as logs, Client(grpc_server.target, timeout=30) as client:
+        with pytest.raises(grpc.RpcError) as info:
+            client.parse_once("qwen3", [9707])
+        assert info.value.code() == Code.INTERNAL
+        assert "secret" not in info.value.details() and "RuntimeError" not in info.value.details()
+        _wait_for(lambda: logs.session_ends("ParseOnce"))
+        assert any(r.exc_info for r in logs.records)  # the server log keeps the traceback
+
+
+@pytest.mark.parametrize("when", ["after open", "mid stream", "before finish"])
+def test_a_client_that_leaves_is_logged_as_cancelled(grpc_server, when):
+    with server_logs() as logs, Client(grpc_server.target, timeout=30) as client:
+        stream = client.open("qwen3")
+        stream._call.initial_metadata()  # the server has accepted the Open: the session is live
+        replies = iter(stream)
+        if when != "after open":
+            for _ in range(20):
+                stream.send([9707], [1879])
+            next(replies)
+        if when == "before finish":
+            for _ in range(200):
+                stream.send([9707])
+        stream.cancel()
+        _wait_for(lambda: logs.session_ends("Parse"))
+        [end] = logs.session_ends("Parse")
+        assert end["outcome"] == "CANCELLED", end
+        assert not [r for r in logs.records if r.levelno >= logging.ERROR]
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
