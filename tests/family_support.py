@@ -5,8 +5,11 @@
   ``prompted(model, prompt, …)``: options whose ``prompt_token_ids`` are the ids of ``prompt``.
 * ``split_check``: the core assertion of every family test. The one-call ``parse`` is the
   reference, and every chunking (``groupings``: one token per delta, the whole output at once, a
-  few fixed sizes, seeded random groups) must give the same deltas-accumulated message and the
-  same final message, as a streaming client would see it.
+  few fixed sizes, seeded random groups; ``edge_groupings``: deltas that start or end at every
+  marker, and deltas that end inside a multi-byte character) must give the same deltas-accumulated
+  message, the same final message and usage, and the same events (text pieces joined), as a
+  streaming client would see them. Deltas of several ids take the session's fast path (plain runs
+  parsed as one piece), one id per delta the other path, so both are held to the same result.
 * ``arguments_before``: the argument text a client holds part-way through, to show streaming.
 
 The session driver these build on (``run``, ``accumulate``, ``shape``, ``parsed``, ``tools``, the
@@ -22,8 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import tokenizers
+from tokenizers.decoders import DecodeStream
 
-from engine_helpers import Shape, check_consistent, chunks, parse_shape, run, shape
+from engine_helpers import Shape, check_consistent, chunks, cut, parse_shape, run, shape
+from parsetier.engine.events import Event, EventKind
 from parsetier.messages import Message, SessionOptions
 from parsetier.models import Model
 
@@ -96,6 +101,41 @@ def groupings(ids: Sequence[int]) -> list[list[list[int]]]:
     return out
 
 
+def edge_groupings(model: Model, ids: Sequence[int]) -> list[list[list[int]]]:
+    """Chunkings that put the edges of multi-id runs where the fast path must be exact: every
+    marker id first in its delta, every marker last in its delta, every marker alone between
+    long runs, and deltas that end in the middle of a multi-byte character (an id after which the
+    decoder still holds bytes)."""
+    markers = model.grammar.marker_ids
+    at = [i for i, t in enumerate(ids) if t in markers]
+    stream = DecodeStream(skip_special_tokens=False)
+    inside = [i + 1 for i, t in enumerate(ids) if not stream.step(model.tokenizer, t)]
+    out = [
+        cut(ids, at),  # each marker opens a delta
+        cut(ids, [i + 1 for i in at]),  # each marker closes one
+        cut(ids, [c for i in at for c in (i, i + 1)]),  # each marker alone
+        cut(ids, inside),  # runs end inside a character
+        cut(ids, [c for i in inside for c in (i - 1, i)]),  # …and the next one starts there too
+    ]
+    return [[g for g in groups if g] for groups in out]
+
+
+def event_shape(events: Sequence[Event]) -> list[tuple[EventKind, str, int, str]]:
+    """Events with consecutive text pieces of the same kind and call joined, without token counts:
+    what every split must agree on."""
+    out: list[tuple[EventKind, str, int, str]] = []
+    for e in events:
+        if out and e.kind in _TEXT_EVENTS and out[-1][0] is e.kind and out[-1][2] == e.tool_index:
+            kind, text, index, call_id = out[-1]
+            out[-1] = (kind, text + e.text, index, call_id)
+        else:
+            out.append((e.kind, e.text, e.tool_index, e.call_id))
+    return out
+
+
+_TEXT_EVENTS = (EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_ARGUMENTS)
+
+
 def call_ids(message: Message) -> list[str]:
     """The ids of the message's calls, in order."""
     return [c.id for c in message.tool_calls]
@@ -108,13 +148,16 @@ def split_check(
     content, reasoning, calls, finish reason, usage). Call ids the model writes itself (Kimi K2)
     must be the same in every grouping too."""
     want, final = parse_shape(model, ids, options, reason)
+    want_events = event_shape(run(model, [list(ids)], options, reason).events)
     written_ids = model.grammar.grammar.tool_call_id == "format"
-    for groups in groupings(ids):
+    for groups in groupings(ids) + edge_groupings(model, ids):
         streamed = run(model, groups, options, reason)
         check_consistent(streamed, written_ids)
         assert shape(streamed.message) == want, groups
         assert streamed.final.finish_reason == final.finish_reason
-        assert streamed.final.usage == final.usage
+        assert streamed.final.usage == final.usage, groups
+        assert event_shape(streamed.events) == want_events, groups
+        assert sum(e.tokens for e in streamed.events) == final.usage.completion_tokens
         if written_ids:
             assert call_ids(streamed.final.message) == call_ids(final.message), groups
     return want

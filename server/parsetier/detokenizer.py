@@ -5,7 +5,9 @@ holding back bytes of an incomplete UTF-8 character until a later token complete
 that the scanner classifies ids: an added token that a format terminal uses becomes that
 terminal's sentinel code point, placed after any text the stream was still holding (so a marker
 never overtakes the text before it); special tokens the format does not use are dropped; every
-other id is plain text. Work per id is constant: nothing is ever re-decoded.
+other id is plain text. Work per id is constant: nothing is ever re-decoded. A run of plain ids
+(no marker among them) is decoded in one ``DecodeStream`` step (``run``), which gives the same text
+as stepping them one by one, for a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class TokenScanner:
         self._token_text = bound.token_text
         tail = [i for i in prompt_ids[-PROMPT_CONTEXT:] if i not in bound.token_text]
         self._stream = DecodeStream(ids=tail or None, skip_special_tokens=False)
+
+    def run(self, token_ids: list[int]) -> str:
+        """The text plain ids settle (none of them in ``BoundGrammar.marker_ids``), in one step."""
+        return self._stream.step(self._tokenizer, token_ids) or ""
 
     def piece(self, token_id: int) -> str:
         text = self._stream.step(self._tokenizer, token_id) or ""

@@ -130,6 +130,7 @@ class Session:
         self._machine = Machine(grammar, start, schemas)
         self._assembler = Assembler(options)
         self._token_text = grammar.token_text
+        self._markers = grammar.marker_ids
         self._tokens = 0
         self._ids_seen = False
         self._finished = False
@@ -139,14 +140,41 @@ class Session:
         """One token-id delta (any number of ids, from one or several decode steps)."""
         self._check_open()
         self._check_ids(token_ids, "token_ids")
-        if token_ids:
-            self._ids_seen = True
-        self._tokens += len(token_ids)
-        piece, feed = self._scanner.piece, self._machine.feed
+        n = len(token_ids)
+        if not n:
+            return StepOutput()
+        self._ids_seen = True
+        self._tokens += n
+        if n == 1:
+            return self._output(self._machine.feed(self._scanner.piece(token_ids[0]), 1))
+        ids = token_ids if isinstance(token_ids, list) else list(token_ids)
+        markers = self._markers
+        if markers.isdisjoint(ids):
+            return self._output(self._plain(ids))
         events: list[Event] = []
-        for tid in token_ids:
-            events += feed(piece(tid), 1)
+        piece, feed = self._scanner.piece, self._machine.feed
+        start = 0
+        for i, tid in enumerate(ids):
+            if tid in markers:
+                if i > start:
+                    events += self._plain(ids[start:i])
+                events += feed(piece(tid), 1)
+                start = i + 1
+        if start < n:
+            events += self._plain(ids[start:])
         return self._output(events)
+
+    def _plain(self, ids: list[int]) -> list[Event]:
+        """A run of plain ids (no marker among them): one piece of text for the machine when it can
+        count the run exactly (``Machine.takes_runs``), else one piece per id, as markers get."""
+        machine = self._machine
+        if len(ids) > 1 and machine.takes_runs:
+            return machine.feed(self._scanner.run(ids), len(ids))
+        piece, feed = self._scanner.piece, machine.feed
+        events: list[Event] = []
+        for tid in ids:
+            events += feed(piece(tid), 1)
+        return events
 
     def feed_text(self, text: str, tokens: int = 0) -> StepOutput:
         """Already-detokenized text (``tokens`` of output, for usage). Marker texts count as

@@ -154,6 +154,12 @@ class BoundGrammar:
     follow_patterns: Mapping[tuple[str, ...], regex.Pattern[str] | None]
     """A transition's ``follow`` list → ``\\s*(?:t1|t2|…)`` over their patterns, matched partially
     (a prefix of what may follow means "wait"); None when the list names only ``end``."""
+    marker_ids: frozenset[int] = frozenset()
+    """Ids that are not plain text: bound markers (``sentinel_of_id``) and dropped specials."""
+    run_states: frozenset[str] = frozenset()
+    """States from which plain text (no marker token in it) can never move the output into or
+    out of reasoning: there a run of plain ids may be parsed as one piece and still be counted
+    exactly (see ``run_states``)."""
 
     @classmethod
     def build(cls, grammar: Grammar, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
@@ -214,7 +220,43 @@ class BoundGrammar:
             terminal_sets=terminal_sets,
             known_ids=known_ids,
             follow_patterns=follow_patterns,
+            marker_ids=frozenset(sentinel_of_id) | frozenset(special - set(sentinel_of_id)),
+            run_states=run_states(grammar, patterns),
         )
+
+
+def run_states(grammar: Grammar, patterns: Mapping[str, str]) -> frozenset[str]:
+    """The states where a run of plain text keeps the output on its side of reasoning.
+
+    A terminal with a sentinel in its pattern matches only text that holds its marker token, so
+    plain text alone never fires it: either the marker is in the text the machine still holds
+    (a ``follow`` check or a longer terminal waiting to be settled), which ``Machine.takes_runs``
+    checks, or it is not there at all. Plain text can move the machine only through the other
+    moves: a terminal that is all ordinary text, a JSON value completing (``done``), ``text_next``,
+    and a capture rule redirecting one of these. A state qualifies when every state those moves
+    reach, step after step, is of reasoning kind exactly when it is."""
+
+    def plain_moves(state: State) -> list[str]:
+        out = [t.next for name, t in state.on.items() if SENTINEL_RE.search(patterns[name]) is None]
+        if out and state.kind == "capture":
+            out += [rule.next for rule in state.rules if rule.next]
+        out += [t.next for t in (state.done,) if t is not None]
+        out += [state.text_next] if state.text_next else []
+        return out
+
+    safe = set()
+    for name, state in grammar.states.items():
+        reasoning = state.kind == "reasoning"
+        seen, todo = {name}, [name]
+        while todo:
+            here = grammar.states[todo.pop()]
+            for nxt in plain_moves(here):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        if all((grammar.states[s].kind == "reasoning") == reasoning for s in seen):
+            safe.add(name)
+    return frozenset(safe)
 
 
 def _follow_pattern(patterns: list[str]) -> regex.Pattern[str] | None:

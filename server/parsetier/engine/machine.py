@@ -63,6 +63,7 @@ class Machine:
         self._trim_values = bound.grammar.value_trim == "newline"
         self._format_ids = bound.grammar.tool_call_id == "format"
         self._tsets = bound.terminal_sets
+        self._run_states = bound.run_states
         self._state = self._states[start]
         self._kind = _KINDS[self._state.kind]
         self._hold = ""
@@ -93,6 +94,15 @@ class Machine:
         if text:
             self._run(text)
         return self._take()
+
+    @property
+    def takes_runs(self) -> bool:
+        """Whether the next plain text (no marker token in it) may come as one piece for many
+        tokens and still be counted exactly: it cannot move the output into or out of reasoning
+        (``BoundGrammar.run_states``), and no marker is held back waiting for text to settle it."""
+        return self._state.name in self._run_states and (
+            not self._hold or SENTINEL_RE.search(self._hold) is None
+        )
 
     def finish(self, cut: bool = False) -> list[Event]:
         """End of output (``cut``: by ``length``/``abort``, not by the model): settle held-back
@@ -141,6 +151,8 @@ class Machine:
                 limit = match.start if match is not None else hold
                 first = _first_non_space(buf, pos, limit)
                 if first < limit:
+                    if first > pos:  # the whitespace before is this state's, however it was split
+                        self._kind.text(self, buf[pos:first])
                     pos = first
                     self._fire(Transition(state.text_next), "", state)
                     continue
