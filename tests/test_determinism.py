@@ -67,7 +67,15 @@ def joined(replies: list[pb.ParseResponse]) -> tuple[bytes, ...]:
                 call = calls.setdefault(frag.index, ["", "", ""])
                 for k, piece in enumerate((frag.id, frag.name, frag.arguments)):
                     call[k] += piece
-    events = "".join(f"{e.kind}|{e.tool_index}|{e.call_id}|{e.text}\x00" for r in replies for e in r.events)
+    # Events as a stream: consecutive text pieces of one kind (and call) joined, since a split
+    # decides how the text of a run of ids is cut into pieces, never what it says.
+    records: list[list] = []
+    for e in (e for r in replies for e in r.events):
+        if records and e.text and records[-1][:3] == [e.kind, e.tool_index, e.call_id] and records[-1][3]:
+            records[-1][3] += e.text
+        else:
+            records.append([e.kind, e.tool_index, e.call_id, e.text])
+    events = "".join(f"{kind}|{index}|{call_id}|{text}\x00" for kind, index, call_id, text in records)
     return (
         text["reasoning"].encode(),
         text["content"].encode(),
