@@ -7,13 +7,16 @@ subprocess form is for what only a real process shows — signals, exit codes, l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from parsetier.models import ModelRegistry
@@ -154,3 +157,48 @@ class ProcessServer:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+class LogRecords(logging.Handler):
+    """Every record the in-process server logs while ``server_logs()`` is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self._lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._lock:
+            self.records.append(record)
+
+    def wait_for_session_ends(
+        self, rpc: str, count: int = 1, timeout: float = 10.0
+    ) -> list[logging.LogRecord]:
+        """The ``session_end`` records of ``rpc`` once there are ``count`` (logged after the status
+        went out, so they may lag the client's view)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                ends = [r for r in self.records if r.getMessage() == "session_end" and r.fields["rpc"] == rpc]
+            if len(ends) >= count or time.monotonic() > deadline:
+                return ends
+            time.sleep(0.01)
+
+    def session_ends(self, rpc: str) -> list[dict]:
+        with self._lock:
+            ends = [r.fields for r in self.records if r.getMessage() == "session_end"]
+        return [fields for fields in ends if fields["rpc"] == rpc]
+
+
+@contextlib.contextmanager
+def server_logs() -> Iterator[LogRecords]:
+    handler = LogRecords()
+    logger = logging.getLogger("parsetier")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

@@ -3,51 +3,19 @@ error; a server bug's status never carries exception text; a client that leaves 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
 
+from grpc_servers import server_logs
 from parsetier.service import stream as stream_module
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, open_message
 
 Code = grpc.StatusCode
 SERVICE = "/parsetier.v1.ParserService/"
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-        self._lock = threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self._lock:
-            self.records.append(record)
-
-    def session_ends(self, rpc: str) -> list[dict]:
-        with self._lock:
-            ends = [r.fields for r in self.records if r.getMessage() == "session_end"]
-        return [fields for fields in ends if fields["rpc"] == rpc]
-
-
-@contextlib.contextmanager
-def server_logs() -> Iterator[_Records]:
-    handler = _Records()
-    logger = logging.getLogger("parsetier")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def _invalid_utf8_open() -> bytes:

@@ -15,7 +15,7 @@ are the same (``parse`` is the one-call form). Work per call is proportional to 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import tokenizers
@@ -129,6 +129,9 @@ class Session:
         start = start_state(grammar, options, model.spec.thinking, model.tokenizer)
         self._machine = Machine(grammar, start, schemas)
         self._assembler = Assembler(options)
+        # Everything that reads the whole prompt (call ids derive from it) has done so: keep only
+        # the tail, so a long prompt costs memory while the session opens, not while it lives.
+        self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])
         self._token_text = grammar.token_text
         self._markers = grammar.marker_ids
         self._tokens = 0

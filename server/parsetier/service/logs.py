@@ -16,6 +16,19 @@ from typing import TextIO
 SESSION_LOG = logging.getLogger("parsetier.session")
 SERVER_LOG = logging.getLogger("parsetier.server")
 
+MAX_FIELD_CHARS = 256
+"""Longest client-given string (model name, request id) a log line repeats."""
+MAX_MESSAGE_CHARS = 1024
+"""Longest error or status message sent or logged (a status travels in an HTTP/2 header)."""
+
+
+def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
+    """``text``, cut to ``limit`` characters with a note of how much was cut: a client's 1 MB
+    model name must not become a 1 MB log line or status."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…(+{len(text) - limit} chars)"
+
 
 class JsonFormatter(logging.Formatter):
     """``{"ts", "level", "logger", "msg", ...fields}``; extra fields come from ``extra={"fields": {...}}``."""
@@ -68,6 +81,9 @@ class SessionRecord:
     def emit(self) -> None:
         fields = asdict(self)
         fields["duration_ms"] = round((time.monotonic() - fields.pop("started")) * 1000, 3)
+        for key in ("model", "request_id", "finish_reason"):
+            fields[key] = clip(fields[key])
+        fields["error"] = clip(fields["error"], MAX_MESSAGE_CHARS)
         if not fields["error"]:
             del fields["error"]
         level = logging.INFO if self.outcome in ("OK", "CANCELLED") else logging.WARNING

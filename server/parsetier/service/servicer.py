@@ -23,7 +23,7 @@ from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
 from parsetier.service.errors import ServiceError, status_for
 from parsetier.service.limits import Limits, SessionGate
-from parsetier.service.logs import SERVER_LOG, SessionRecord
+from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip
 from parsetier.service.stream import StreamSession, parse_once
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
@@ -44,9 +44,8 @@ def _failure(exc: BaseException, record: SessionRecord) -> Status:
     exception (its text may hold request data or internals); the server log has the traceback."""
     status = status_for(exc)
     if status is None:
-        SERVER_LOG.error(
-            "internal error in session", exc_info=exc, extra={"fields": {"request_id": record.request_id}}
-        )
+        fields = {"request_id": clip(record.request_id)}
+        SERVER_LOG.error("internal error in session", exc_info=exc, extra={"fields": fields})
         status = (grpc.StatusCode.INTERNAL, "internal server error; the server log has the details")
     return status
 
@@ -240,7 +239,7 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
     try:
         if status is not None:
             record.outcome, record.error = status[0].name, status[1]
-            await context.abort(*status)
+            await context.abort(status[0], clip(status[1], MAX_MESSAGE_CHARS))
     except grpc.aio.AbortError:
         raise  # the status is on its way: this is how grpc.aio ends a call with a status
     except Exception:
