@@ -6,7 +6,7 @@ share one vocabulary without importing protobuf.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,6 +50,11 @@ class SessionOptions:
     request_id: str = ""
     """The caller's id for the request. Tool call ids derive from it (else from the prompt), so the
     same request gives the same ids on any backend (see ``parsetier.call_ids``)."""
+    return_token_ids: bool = False
+    """Put each step's ids on the delta it produced (OpenAI-compatible ``return_token_ids``)."""
+    collect_in_final: bool = False
+    """Also gather every logprob (and, with ``return_token_ids``, every id) into ``Final``: for
+    callers that read only the final result. Off, they are delivered on the deltas only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +68,54 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class StepLogprobs:
+    """What the generate side reports for one step's sampled ids: each one's logprob, and the same
+    number of top alternatives per id, flattened id-major (``top_token_ids[i*k:(i+1)*k]`` belong to
+    the step's ``i``-th id)."""
+
+    token_logprobs: Sequence[float]
+    top_token_ids: Sequence[int] = ()
+    top_logprobs: Sequence[float] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopLogprob:
+    """One alternative at a position: OpenAI's ``top_logprobs[]`` entry plus its id."""
+
+    token_id: int
+    token: str
+    bytes: bytes
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One sampled token, resolved: OpenAI's ``logprobs.content[]`` entry (chat) and one position
+    of ``tokens`` / ``token_logprobs`` / ``top_logprobs`` / ``text_offset`` (completions)."""
+
+    token_id: int
+    token: str
+    """The text this token settles in the output (see ``parsetier.logprobs``)."""
+    bytes: bytes
+    """The token's raw bytes from the vocabulary (part of a character for byte-fallback tokens)."""
+    logprob: float
+    text_offset: int
+    """Code points of output text (all sampled tokens' ``token``) before this token."""
+    top_logprobs: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
-    """One OpenAI-style streaming delta. Empty strings mean "nothing of that kind"."""
+    """One OpenAI-style streaming delta. Empty strings mean "nothing of that kind".
+
+    ``logprobs`` and ``token_ids`` belong to the step that produced the delta (a delta with no text
+    may carry only them)."""
 
     reasoning: str = ""
     content: str = ""
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +147,7 @@ class Final:
     finish_reason: FinishReason
     usage: Usage
     message: Message
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """Every delivered logprob, when the session collects them for the final result."""
+    token_ids: tuple[int, ...] = ()
+    """Every output id, when the session returns token ids and collects them for the final result."""

@@ -15,6 +15,7 @@ import tokenizers
 
 from parsetier import formats
 from parsetier.engine.grammar import BoundGrammar, Grammar
+from parsetier.token_bytes import TokenBytes
 from parsetier.tokenizer_sources import load_tokenizer, tokenizer_available
 
 
@@ -61,6 +62,11 @@ class Model:
     spec: ModelSpec
     tokenizer: tokenizers.Tokenizer = field(repr=False)
     grammar: BoundGrammar = field(repr=False)
+    token_bytes: TokenBytes = field(init=False, repr=False, compare=False)
+    """The byte vocabulary (for logprobs), filled per id on first use."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "token_bytes", TokenBytes(self.tokenizer))
 
     @property
     def name(self) -> str:

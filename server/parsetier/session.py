@@ -25,7 +25,8 @@ from parsetier.detokenizer import LiteralMarkers, TokenScanner
 from parsetier.engine.events import Event
 from parsetier.engine.grammar import BoundGrammar
 from parsetier.engine.machine import Machine
-from parsetier.messages import Delta, Final, FinishReason, Message, SessionOptions, Usage
+from parsetier.logprobs import LogprobError, StepAnnotator
+from parsetier.messages import Delta, Final, FinishReason, Message, SessionOptions, StepLogprobs, Usage
 from parsetier.models import Model
 
 FINISH_REASONS = ("stop", "length", "abort")
@@ -132,6 +133,13 @@ class Session:
         # Everything that reads the whole prompt (call ids derive from it) has done so: keep only
         # the tail, so a long prompt costs memory while the session opens, not while it lives.
         self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])
+        self._annotator = StepAnnotator(
+            model.token_bytes,
+            self._check_ids,
+            show_reasoning=options.include_reasoning,
+            return_token_ids=options.return_token_ids,
+            collect=options.collect_in_final,
+        )
         self._token_text = grammar.token_text
         self._markers = grammar.marker_ids
         self._tokens = 0
@@ -139,10 +147,25 @@ class Session:
         self._finished = False
 
     # ------------------------------------------------------------------ input
-    def feed(self, token_ids: Sequence[int]) -> StepOutput:
-        """One token-id delta (any number of ids, from one or several decode steps)."""
+    def feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
+        """One token-id delta (any number of ids, from one or several decode steps). With
+        ``logprobs`` (one step's), they are resolved onto the last delta this call produced."""
         self._check_open()
         self._check_ids(token_ids, "token_ids")
+        if logprobs is None and not self.options.return_token_ids:
+            return self._feed(token_ids)
+        k = checked_logprobs(self._annotator, token_ids, logprobs)
+        reasoning = self._machine.reasoning_tokens
+        began_in_reasoning = self._machine._state.kind == "reasoning"  # which ids were reasoning
+        out = self._feed(token_ids)
+        reasoning = self._machine.reasoning_tokens - reasoning
+        out.deltas = self._annotator.annotate(
+            out.deltas, token_ids, logprobs, k, reasoning, began_in_reasoning
+        )
+        return out
+
+    def _feed(self, token_ids: Sequence[int]) -> StepOutput:
+        """The parse of checked ids: one piece per marker, runs of plain ids at once."""
         n = len(token_ids)
         if not n:
             return StepOutput()
@@ -214,6 +237,7 @@ class Session:
             finish_reason,
             Usage(self._tokens, self._machine.reasoning_tokens),
             self._assembler.message(),
+            *self._annotator.collected(),
         )
         return out
 
@@ -239,6 +263,14 @@ class Session:
         if min(ids) < 0 or max(ids) >= vocab or (known is not None and not known.issuperset(ids)):
             bad = next(t for t in ids if not 0 <= t < vocab or (known is not None and t not in known))
             raise InvalidInput(f"{what}: token id {bad} is not in the vocabulary of {self.model.name!r}")
+
+
+def checked_logprobs(annotator: StepAnnotator, ids: Sequence[int], logprobs: StepLogprobs | None) -> int:
+    """Alternatives per id of a valid step's logprobs; bad ones are ``InvalidInput``."""
+    try:
+        return annotator.check(ids, logprobs)
+    except LogprobError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def parse(

@@ -476,7 +476,32 @@ type Open struct {
 	// The client can resume this session elsewhere. A draining server then hands the session off at
 	// once, ending its stream with UNAVAILABLE and the trailing metadata `parsetier-handoff: resume`
 	// instead of waiting for it to finish. Default false: the session gets the drain's grace period.
-	Resumable     bool `protobuf:"varint,15,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	Resumable bool `protobuf:"varint,15,opt,name=resumable,proto3" json:"resumable,omitempty"`
+	// Put each step's token ids on the delta that step produced (`Delta.token_ids`), as vLLM's
+	// `return_token_ids` returns them per chunk; with no deltas sent (FINAL_ONLY, EVENTS,
+	// ParseOnce's default) they are in `Final.token_ids`. Default false.
+	ReturnTokenIds bool `protobuf:"varint,16,opt,name=return_token_ids,json=returnTokenIds,proto3" json:"return_token_ids,omitempty"`
+	// Set for a completion session (`/v1/completions`): the output is plain text, incrementally
+	// detokenized with these options, in `Delta.content` and `AssistantMessage.content`; no
+	// reasoning or tool calls are parsed, and the format's options above (tools, tool_choice,
+	// parallel_tool_calls, include_reasoning, thinking, complete_tool_calls) are ignored. Every
+	// model can serve completion sessions. Unset: a chat session, parsed by the model's format.
+	Completion *CompletionOptions `protobuf:"bytes,17,opt,name=completion,proto3" json:"completion,omitempty"`
+	// Which of the request's choices this session is, 0-based. A request with `n` > 1 is `n`
+	// sessions (streams, or keys of one multiplexed stream) with the same `request_id`, the same
+	// `prompt_token_ids` and `choice_index` 0 .. n-1, each fed its own choice's steps. Logged with
+	// the request id. Default 0.
+	ChoiceIndex uint32 `protobuf:"varint,18,opt,name=choice_index,json=choiceIndex,proto3" json:"choice_index,omitempty"`
+	// The request's stop strings. A completion session holds back text that may still become one
+	// of them, so that when `Finish.stop_string` names one, its text (and anything after it) is
+	// dropped without retracting what was streamed. Stop strings not listed here cannot be removed
+	// once streamed. Ignored by chat sessions.
+	Stop []string `protobuf:"bytes,19,rep,name=stop,proto3" json:"stop,omitempty"`
+	// The request's stop token ids besides the model's EOS ids (vLLM's `stop_token_ids`). A
+	// completion session holds back the text of such a token until the next step or `Finish`
+	// shows whether generation stopped on it; a `Finish` with no `matched_stop` whose last output
+	// id is one of these (or an EOS id) counts as stopped by that token.
+	StopTokenIds  []uint32 `protobuf:"varint,20,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +641,41 @@ func (x *Open) GetResumable() bool {
 	return false
 }
 
+func (x *Open) GetReturnTokenIds() bool {
+	if x != nil {
+		return x.ReturnTokenIds
+	}
+	return false
+}
+
+func (x *Open) GetCompletion() *CompletionOptions {
+	if x != nil {
+		return x.Completion
+	}
+	return nil
+}
+
+func (x *Open) GetChoiceIndex() uint32 {
+	if x != nil {
+		return x.ChoiceIndex
+	}
+	return 0
+}
+
+func (x *Open) GetStop() []string {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+func (x *Open) GetStopTokenIds() []uint32 {
+	if x != nil {
+		return x.StopTokenIds
+	}
+	return nil
+}
+
 // Where a resumed session continues: what the client had received on the broken stream.
 type ResumePoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -671,6 +731,65 @@ func (x *ResumePoint) GetSequence() uint64 {
 	return 0
 }
 
+// How a completion session turns ids into text (vLLM's sampling-parameter names).
+type CompletionOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Leave special tokens' text out of the output. Unset means true (vLLM's default). Added
+	// tokens that are not special (e.g. Qwen's `<think>`) are text either way, as
+	// `tokenizer.decode(ids, skip_special_tokens=True)` keeps them.
+	SkipSpecialTokens *bool `protobuf:"varint,1,opt,name=skip_special_tokens,json=skipSpecialTokens,proto3,oneof" json:"skip_special_tokens,omitempty"`
+	// Unset means true: the text is exactly the tokenizer's own decoding. False: an added token
+	// that directly follows another added token is its bare text, without any space the
+	// tokenizer's decoder puts between them. Only matters when special tokens are kept.
+	SpacesBetweenSpecialTokens *bool `protobuf:"varint,2,opt,name=spaces_between_special_tokens,json=spacesBetweenSpecialTokens,proto3,oneof" json:"spaces_between_special_tokens,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
+}
+
+func (x *CompletionOptions) Reset() {
+	*x = CompletionOptions{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompletionOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompletionOptions) ProtoMessage() {}
+
+func (x *CompletionOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompletionOptions.ProtoReflect.Descriptor instead.
+func (*CompletionOptions) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CompletionOptions) GetSkipSpecialTokens() bool {
+	if x != nil && x.SkipSpecialTokens != nil {
+		return *x.SkipSpecialTokens
+	}
+	return false
+}
+
+func (x *CompletionOptions) GetSpacesBetweenSpecialTokens() bool {
+	if x != nil && x.SpacesBetweenSpecialTokens != nil {
+		return *x.SpacesBetweenSpecialTokens
+	}
+	return false
+}
+
 // One OpenAI function tool.
 type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -692,7 +811,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +823,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +836,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Tool) GetName() string {
@@ -764,7 +883,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +895,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +908,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolChoice) GetChoice() isToolChoice_Choice {
@@ -848,14 +967,20 @@ type Step struct {
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// How many output tokens a text-only step stands for, so that `Usage` counts them (ids count
 	// themselves). Ignored when `token_ids` is set.
-	TextTokens    uint32 `protobuf:"varint,3,opt,name=text_tokens,json=textTokens,proto3" json:"text_tokens,omitempty"`
+	TextTokens uint32 `protobuf:"varint,3,opt,name=text_tokens,json=textTokens,proto3" json:"text_tokens,omitempty"`
+	// The logprobs the generate side reported for this step's ids. The server resolves every
+	// sampled and alternative id to its text and bytes and puts the result on the delta this step
+	// produced (`Delta.logprobs`). Unset: no logprobs for this step. Only for id steps (on a text
+	// step it is INVALID_ARGUMENT). A step with logprobs is parsed as a feed of its own, also
+	// when a message batches several steps.
+	Logprobs      *StepLogprobs `protobuf:"bytes,4,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +992,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1005,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Step) GetTokenIds() []uint32 {
@@ -904,6 +1029,81 @@ func (x *Step) GetTextTokens() uint32 {
 	return 0
 }
 
+func (x *Step) GetLogprobs() *StepLogprobs {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+// Per-token logprobs of one step, as the generate side reports them (no text: it has no
+// tokenizer). Arrays are flat so a step costs a few packed fields; lengths that do not fit the
+// step's ids, NaN or +inf, and ids outside the vocabulary are INVALID_ARGUMENT naming the field.
+type StepLogprobs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The logprob of each sampled token: exactly one per `Step.token_ids` entry, in order.
+	TokenLogprobs []float32 `protobuf:"fixed32,1,rep,packed,name=token_logprobs,json=tokenLogprobs,proto3" json:"token_logprobs,omitempty"`
+	// The top alternatives' ids: the same number k for every sampled token, id-major (entries
+	// i*k .. i*k+k-1 belong to `token_ids[i]`), in the order to report them (best first). Empty
+	// means k = 0. The sampled token may be among them, as engines report it.
+	TopTokenIds []uint32 `protobuf:"varint,2,rep,packed,name=top_token_ids,json=topTokenIds,proto3" json:"top_token_ids,omitempty"`
+	// The logprob of each `top_token_ids` entry.
+	TopLogprobs   []float32 `protobuf:"fixed32,3,rep,packed,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepLogprobs) Reset() {
+	*x = StepLogprobs{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepLogprobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepLogprobs) ProtoMessage() {}
+
+func (x *StepLogprobs) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepLogprobs.ProtoReflect.Descriptor instead.
+func (*StepLogprobs) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StepLogprobs) GetTokenLogprobs() []float32 {
+	if x != nil {
+		return x.TokenLogprobs
+	}
+	return nil
+}
+
+func (x *StepLogprobs) GetTopTokenIds() []uint32 {
+	if x != nil {
+		return x.TopTokenIds
+	}
+	return nil
+}
+
+func (x *StepLogprobs) GetTopLogprobs() []float32 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return nil
+}
+
 // The end of the output.
 type Finish struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -923,7 +1123,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1135,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1148,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Finish) GetReason() FinishReason {
@@ -1023,7 +1223,7 @@ type ParseResponse struct {
 
 func (x *ParseResponse) Reset() {
 	*x = ParseResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1235,7 @@ func (x *ParseResponse) String() string {
 func (*ParseResponse) ProtoMessage() {}
 
 func (x *ParseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1248,7 @@ func (x *ParseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseResponse.ProtoReflect.Descriptor instead.
 func (*ParseResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{7}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ParseResponse) GetSequence() uint64 {
@@ -1094,14 +1294,22 @@ type Delta struct {
 	// Visible answer text.
 	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
 	// Tool-call fragments.
-	ToolCalls     []*ToolCallDelta `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ToolCalls []*ToolCallDelta `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// The resolved logprobs of the step that produced this delta (when its step carried
+	// `logprobs`), one per sampled token, in order: OpenAI chat's `logprobs.content` for this
+	// chunk. A step's logprobs go on the last delta it produced, or on a delta with no text when it
+	// produced none (e.g. its text is held back, or it was a marker). With `include_reasoning`
+	// false, the logprobs of reasoning tokens are dropped.
+	Logprobs []*TokenLogprob `protobuf:"bytes,4,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// With `Open.return_token_ids`: the ids of the step that produced this delta (never dropped).
+	TokenIds      []uint32 `protobuf:"varint,5,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1321,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1334,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{8}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Delta) GetReasoning() string {
@@ -1150,6 +1358,192 @@ func (x *Delta) GetToolCalls() []*ToolCallDelta {
 	return nil
 }
 
+func (x *Delta) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *Delta) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+// One sampled token, resolved. It maps 1:1 onto OpenAI chat's `logprobs.content[]` entry
+// (`token`, `logprob`, `bytes`, `top_logprobs`) and onto one position of the completions shape
+// (`tokens[i]` = token, `token_logprobs[i]` = logprob, `top_logprobs[i]` = {token: logprob} of
+// `top_logprobs`, `text_offset[i]` = text_offset).
+type TokenLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sampled id.
+	TokenId uint32 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// The text this token settles in the output, given the sampled ids before it (across steps).
+	// A token that is only part of a multi-byte character settles nothing (""), and the token that
+	// completes the character carries all of it; joining the tokens gives the decoded output.
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// The token's own bytes from the tokenizer's vocabulary (OpenAI's `bytes`, as a list of byte
+	// values). For part of a character these are that part, so joining them gives the exact output.
+	Bytes []byte `protobuf:"bytes,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The logprob the step reported for it.
+	Logprob float32 `protobuf:"fixed32,4,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// Unicode code points of output text before this token: the sum of the lengths of all earlier
+	// tokens' `token` in this session (OpenAI completions' `text_offset`, before any echoed
+	// prompt: add the prompt's length when echoing).
+	TextOffset uint32 `protobuf:"varint,5,opt,name=text_offset,json=textOffset,proto3" json:"text_offset,omitempty"`
+	// The step's alternatives at this position, in the order they were sent.
+	TopLogprobs   []*TopLogprob `protobuf:"bytes,6,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TokenLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TokenLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+func (x *TokenLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetTextOffset() uint32 {
+	if x != nil {
+		return x.TextOffset
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetTopLogprobs() []*TopLogprob {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return nil
+}
+
+// One alternative at a position: OpenAI's `top_logprobs[]` entry.
+type TopLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alternative's id.
+	TokenId uint32 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// The text it would have settled had it been sampled here (same context as the sampled token).
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// Its own bytes from the vocabulary.
+	Bytes []byte `protobuf:"bytes,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Its logprob.
+	Logprob       float32 `protobuf:"fixed32,4,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TopLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TopLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+func (x *TopLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
 // A fragment of one tool call.
 type ToolCallDelta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1167,7 +1561,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1573,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1586,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{9}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1243,7 +1637,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1649,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1662,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Event) GetKind() EventKind {
@@ -1314,14 +1708,20 @@ type Final struct {
 	// Token counts.
 	Usage *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The complete assembled message: everything the deltas carried, joined.
-	Message       *AssistantMessage `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Message *AssistantMessage `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Every delivered logprob of the session, in order, set only when no deltas were sent
+	// (FINAL_ONLY or EVENTS output, ParseOnce's default): with deltas they arrive on the deltas.
+	// OpenAI's non-streaming `logprobs`.
+	Logprobs []*TokenLogprob `protobuf:"bytes,4,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// With `Open.return_token_ids`, every output id, set only when no deltas were sent.
+	TokenIds      []uint32 `protobuf:"varint,5,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Final) Reset() {
 	*x = Final{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1733,7 @@ func (x *Final) String() string {
 func (*Final) ProtoMessage() {}
 
 func (x *Final) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1746,7 @@ func (x *Final) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Final.ProtoReflect.Descriptor instead.
 func (*Final) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Final) GetFinishReason() FinishReason {
@@ -1370,6 +1770,20 @@ func (x *Final) GetMessage() *AssistantMessage {
 	return nil
 }
 
+func (x *Final) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *Final) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
 // Token counts of the output.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1383,7 +1797,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1809,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1822,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Usage) GetCompletionTokens() uint32 {
@@ -1440,7 +1854,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1866,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1879,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AssistantMessage) GetContent() string {
@@ -1505,7 +1919,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1931,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1944,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1567,14 +1981,16 @@ type ParseOnceRequest struct {
 	// How the output ended. Unset means STOP.
 	Finish *Finish `protobuf:"bytes,4,opt,name=finish,proto3" json:"finish,omitempty"`
 	// How many output tokens `text` stands for, for `Usage`. Ignored when `token_ids` is set.
-	TextTokens    uint32 `protobuf:"varint,5,opt,name=text_tokens,json=textTokens,proto3" json:"text_tokens,omitempty"`
+	TextTokens uint32 `protobuf:"varint,5,opt,name=text_tokens,json=textTokens,proto3" json:"text_tokens,omitempty"`
+	// The logprobs of all of `token_ids`, as for one step.
+	Logprobs      *StepLogprobs `protobuf:"bytes,6,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParseOnceRequest) Reset() {
 	*x = ParseOnceRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +2002,7 @@ func (x *ParseOnceRequest) String() string {
 func (*ParseOnceRequest) ProtoMessage() {}
 
 func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +2015,7 @@ func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceRequest.ProtoReflect.Descriptor instead.
 func (*ParseOnceRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ParseOnceRequest) GetOpen() *Open {
@@ -1637,6 +2053,13 @@ func (x *ParseOnceRequest) GetTextTokens() uint32 {
 	return 0
 }
 
+func (x *ParseOnceRequest) GetLogprobs() *StepLogprobs {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
 // The parsed output.
 type ParseOnceResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1652,7 +2075,7 @@ type ParseOnceResponse struct {
 
 func (x *ParseOnceResponse) Reset() {
 	*x = ParseOnceResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +2087,7 @@ func (x *ParseOnceResponse) String() string {
 func (*ParseOnceResponse) ProtoMessage() {}
 
 func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +2100,7 @@ func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceResponse.ProtoReflect.Descriptor instead.
 func (*ParseOnceResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ParseOnceResponse) GetFinal() *Final {
@@ -1710,7 +2133,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +2145,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +2158,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{21}
 }
 
 // The server's models.
@@ -1749,7 +2172,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2184,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2197,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -1798,14 +2221,17 @@ type ModelInfo struct {
 	// Human-readable description.
 	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
 	// What the format can express.
-	Capabilities  *Capabilities `protobuf:"bytes,6,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities *Capabilities `protobuf:"bytes,6,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// The ids that end the model's output: the tokenizer's EOS and generation_config.json's
+	// `eos_token_id`s. A `Finish` without `matched_stop` after one of them counts as stopped by it.
+	EosTokenIds   []uint32 `protobuf:"varint,7,rep,packed,name=eos_token_ids,json=eosTokenIds,proto3" json:"eos_token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2243,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2256,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -1875,6 +2301,13 @@ func (x *ModelInfo) GetCapabilities() *Capabilities {
 	return nil
 }
 
+func (x *ModelInfo) GetEosTokenIds() []uint32 {
+	if x != nil {
+		return x.EosTokenIds
+	}
+	return nil
+}
+
 // What a model's output format can express.
 type Capabilities struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1888,7 +2321,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2333,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2346,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{20}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Capabilities) GetReasoning() bool {
@@ -1943,7 +2376,7 @@ type BuildConstraintRequest struct {
 
 func (x *BuildConstraintRequest) Reset() {
 	*x = BuildConstraintRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2388,7 @@ func (x *BuildConstraintRequest) String() string {
 func (*BuildConstraintRequest) ProtoMessage() {}
 
 func (x *BuildConstraintRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2401,7 @@ func (x *BuildConstraintRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConstraintRequest.ProtoReflect.Descriptor instead.
 func (*BuildConstraintRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{21}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BuildConstraintRequest) GetOpen() *Open {
@@ -1999,7 +2432,7 @@ type BuildConstraintResponse struct {
 
 func (x *BuildConstraintResponse) Reset() {
 	*x = BuildConstraintResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2444,7 @@ func (x *BuildConstraintResponse) String() string {
 func (*BuildConstraintResponse) ProtoMessage() {}
 
 func (x *BuildConstraintResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2457,7 @@ func (x *BuildConstraintResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConstraintResponse.ProtoReflect.Descriptor instead.
 func (*BuildConstraintResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{22}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BuildConstraintResponse) GetStructuralTagJson() string {
@@ -2075,7 +2508,7 @@ type MessageStartAnchor struct {
 
 func (x *MessageStartAnchor) Reset() {
 	*x = MessageStartAnchor{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2520,7 @@ func (x *MessageStartAnchor) String() string {
 func (*MessageStartAnchor) ProtoMessage() {}
 
 func (x *MessageStartAnchor) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2533,7 @@ func (x *MessageStartAnchor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageStartAnchor.ProtoReflect.Descriptor instead.
 func (*MessageStartAnchor) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{23}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MessageStartAnchor) GetText() string {
@@ -2125,7 +2558,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\fParseRequest\x12&\n" +
 	"\x04open\x18\x01 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12(\n" +
 	"\x05steps\x18\x02 \x03(\v2\x12.parsetier.v1.StepR\x05steps\x12,\n" +
-	"\x06finish\x18\x03 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\xb0\x06\n" +
+	"\x06finish\x18\x03 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\xf8\a\n" +
 	"\x04Open\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -2145,7 +2578,14 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x11include_stop_text\x18\f \x01(\bR\x0fincludeStopText\x12.\n" +
 	"\x13complete_tool_calls\x18\r \x01(\bR\x11completeToolCalls\x121\n" +
 	"\x06resume\x18\x0e \x01(\v2\x19.parsetier.v1.ResumePointR\x06resume\x12\x1c\n" +
-	"\tresumable\x18\x0f \x01(\bR\tresumable\x1aE\n" +
+	"\tresumable\x18\x0f \x01(\bR\tresumable\x12(\n" +
+	"\x10return_token_ids\x18\x10 \x01(\bR\x0ereturnTokenIds\x12?\n" +
+	"\n" +
+	"completion\x18\x11 \x01(\v2\x1f.parsetier.v1.CompletionOptionsR\n" +
+	"completion\x12!\n" +
+	"\fchoice_index\x18\x12 \x01(\rR\vchoiceIndex\x12\x12\n" +
+	"\x04stop\x18\x13 \x03(\tR\x04stop\x12$\n" +
+	"\x0estop_token_ids\x18\x14 \x03(\rR\fstopTokenIds\x1aE\n" +
 	"\x17ChatTemplateKwargsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
@@ -2154,7 +2594,12 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\t_thinking\"R\n" +
 	"\vResumePoint\x12'\n" +
 	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequence\"}\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xca\x01\n" +
+	"\x11CompletionOptions\x123\n" +
+	"\x13skip_special_tokens\x18\x01 \x01(\bH\x00R\x11skipSpecialTokens\x88\x01\x01\x12F\n" +
+	"\x1dspaces_between_special_tokens\x18\x02 \x01(\bH\x01R\x1aspacesBetweenSpecialTokens\x88\x01\x01B\x16\n" +
+	"\x14_skip_special_tokensB \n" +
+	"\x1e_spaces_between_special_tokens\"}\n" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12'\n" +
@@ -2164,12 +2609,17 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"ToolChoice\x122\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1c.parsetier.v1.ToolChoiceModeH\x00R\x04mode\x12%\n" +
 	"\rfunction_name\x18\x02 \x01(\tH\x00R\ffunctionNameB\b\n" +
-	"\x06choice\"\\\n" +
+	"\x06choice\"\x94\x01\n" +
 	"\x04Step\x12\x1f\n" +
 	"\ttoken_ids\x18\x01 \x03(\rB\x02\x10\x01R\btokenIds\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x1f\n" +
 	"\vtext_tokens\x18\x03 \x01(\rR\n" +
-	"textTokens\"\x95\x01\n" +
+	"textTokens\x126\n" +
+	"\blogprobs\x18\x04 \x01(\v2\x1a.parsetier.v1.StepLogprobsR\blogprobs\"\x88\x01\n" +
+	"\fStepLogprobs\x12)\n" +
+	"\x0etoken_logprobs\x18\x01 \x03(\x02B\x02\x10\x01R\rtokenLogprobs\x12&\n" +
+	"\rtop_token_ids\x18\x02 \x03(\rB\x02\x10\x01R\vtopTokenIds\x12%\n" +
+	"\ftop_logprobs\x18\x03 \x03(\x02B\x02\x10\x01R\vtopLogprobs\"\x95\x01\n" +
 	"\x06Finish\x122\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1a.parsetier.v1.FinishReasonR\x06reason\x12$\n" +
 	"\rstop_token_id\x18\x02 \x01(\rH\x00R\vstopTokenId\x12!\n" +
@@ -2181,12 +2631,28 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x0fclient_messages\x18\x02 \x01(\x04R\x0eclientMessages\x12+\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
 	"\x06events\x18\x04 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12)\n" +
-	"\x05final\x18\x05 \x01(\v2\x13.parsetier.v1.FinalR\x05final\"{\n" +
+	"\x05final\x18\x05 \x01(\v2\x13.parsetier.v1.FinalR\x05final\"\xd4\x01\n" +
 	"\x05Delta\x12\x1c\n" +
 	"\treasoning\x18\x01 \x01(\tR\treasoning\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12:\n" +
 	"\n" +
-	"tool_calls\x18\x03 \x03(\v2\x1b.parsetier.v1.ToolCallDeltaR\ttoolCalls\"g\n" +
+	"tool_calls\x18\x03 \x03(\v2\x1b.parsetier.v1.ToolCallDeltaR\ttoolCalls\x126\n" +
+	"\blogprobs\x18\x04 \x03(\v2\x1a.parsetier.v1.TokenLogprobR\blogprobs\x12\x1f\n" +
+	"\ttoken_ids\x18\x05 \x03(\rB\x02\x10\x01R\btokenIds\"\xcd\x01\n" +
+	"\fTokenLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\fR\x05bytes\x12\x18\n" +
+	"\alogprob\x18\x04 \x01(\x02R\alogprob\x12\x1f\n" +
+	"\vtext_offset\x18\x05 \x01(\rR\n" +
+	"textOffset\x12;\n" +
+	"\ftop_logprobs\x18\x06 \x03(\v2\x18.parsetier.v1.TopLogprobR\vtopLogprobs\"m\n" +
+	"\n" +
+	"TopLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\fR\x05bytes\x12\x18\n" +
+	"\alogprob\x18\x04 \x01(\x02R\alogprob\"g\n" +
 	"\rToolCallDelta\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
@@ -2198,11 +2664,13 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\n" +
 	"tool_index\x18\x03 \x01(\x05R\ttoolIndex\x12\x16\n" +
 	"\x06tokens\x18\x04 \x01(\rR\x06tokens\x12\x17\n" +
-	"\acall_id\x18\x05 \x01(\tR\x06callId\"\xad\x01\n" +
+	"\acall_id\x18\x05 \x01(\tR\x06callId\"\x86\x02\n" +
 	"\x05Final\x12?\n" +
 	"\rfinish_reason\x18\x01 \x01(\x0e2\x1a.parsetier.v1.FinishReasonR\ffinishReason\x12)\n" +
 	"\x05usage\x18\x02 \x01(\v2\x13.parsetier.v1.UsageR\x05usage\x128\n" +
-	"\amessage\x18\x03 \x01(\v2\x1e.parsetier.v1.AssistantMessageR\amessage\"_\n" +
+	"\amessage\x18\x03 \x01(\v2\x1e.parsetier.v1.AssistantMessageR\amessage\x126\n" +
+	"\blogprobs\x18\x04 \x03(\v2\x1a.parsetier.v1.TokenLogprobR\blogprobs\x12\x1f\n" +
+	"\ttoken_ids\x18\x05 \x03(\rB\x02\x10\x01R\btokenIds\"_\n" +
 	"\x05Usage\x12+\n" +
 	"\x11completion_tokens\x18\x01 \x01(\rR\x10completionTokens\x12)\n" +
 	"\x10reasoning_tokens\x18\x02 \x01(\rR\x0freasoningTokens\"\x81\x01\n" +
@@ -2214,28 +2682,30 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\xbe\x01\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xf6\x01\n" +
 	"\x10ParseOnceRequest\x12&\n" +
 	"\x04open\x18\x01 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12\x1f\n" +
 	"\ttoken_ids\x18\x02 \x03(\rB\x02\x10\x01R\btokenIds\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12,\n" +
 	"\x06finish\x18\x04 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\x12\x1f\n" +
 	"\vtext_tokens\x18\x05 \x01(\rR\n" +
-	"textTokens\"\x98\x01\n" +
+	"textTokens\x126\n" +
+	"\blogprobs\x18\x06 \x01(\v2\x1a.parsetier.v1.StepLogprobsR\blogprobs\"\x98\x01\n" +
 	"\x11ParseOnceResponse\x12)\n" +
 	"\x05final\x18\x01 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x12+\n" +
 	"\x06deltas\x18\x02 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
 	"\x06events\x18\x03 \x03(\v2\x13.parsetier.v1.EventR\x06events\"\x13\n" +
 	"\x11ListModelsRequest\"E\n" +
 	"\x12ListModelsResponse\x12/\n" +
-	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\xe8\x01\n" +
+	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\x8c\x02\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06format\x18\x02 \x01(\tR\x06format\x12\x1c\n" +
 	"\ttokenizer\x18\x03 \x01(\tR\ttokenizer\x12/\n" +
 	"\x13tokenizer_available\x18\x04 \x01(\bR\x12tokenizerAvailable\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12>\n" +
-	"\fcapabilities\x18\x06 \x01(\v2\x1a.parsetier.v1.CapabilitiesR\fcapabilities\"K\n" +
+	"\fcapabilities\x18\x06 \x01(\v2\x1a.parsetier.v1.CapabilitiesR\fcapabilities\x12\"\n" +
+	"\reos_token_ids\x18\a \x03(\rR\veosTokenIds\"K\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\treasoning\x18\x01 \x01(\bR\treasoning\x12\x1d\n" +
 	"\n" +
@@ -2306,7 +2776,7 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 }
 
 var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(ToolChoiceMode)(0),             // 0: parsetier.v1.ToolChoiceMode
 	(OutputKind)(0),                 // 1: parsetier.v1.OutputKind
@@ -2316,72 +2786,82 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(*ParseRequest)(nil),            // 5: parsetier.v1.ParseRequest
 	(*Open)(nil),                    // 6: parsetier.v1.Open
 	(*ResumePoint)(nil),             // 7: parsetier.v1.ResumePoint
-	(*Tool)(nil),                    // 8: parsetier.v1.Tool
-	(*ToolChoice)(nil),              // 9: parsetier.v1.ToolChoice
-	(*Step)(nil),                    // 10: parsetier.v1.Step
-	(*Finish)(nil),                  // 11: parsetier.v1.Finish
-	(*ParseResponse)(nil),           // 12: parsetier.v1.ParseResponse
-	(*Delta)(nil),                   // 13: parsetier.v1.Delta
-	(*ToolCallDelta)(nil),           // 14: parsetier.v1.ToolCallDelta
-	(*Event)(nil),                   // 15: parsetier.v1.Event
-	(*Final)(nil),                   // 16: parsetier.v1.Final
-	(*Usage)(nil),                   // 17: parsetier.v1.Usage
-	(*AssistantMessage)(nil),        // 18: parsetier.v1.AssistantMessage
-	(*ToolCall)(nil),                // 19: parsetier.v1.ToolCall
-	(*ParseOnceRequest)(nil),        // 20: parsetier.v1.ParseOnceRequest
-	(*ParseOnceResponse)(nil),       // 21: parsetier.v1.ParseOnceResponse
-	(*ListModelsRequest)(nil),       // 22: parsetier.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),      // 23: parsetier.v1.ListModelsResponse
-	(*ModelInfo)(nil),               // 24: parsetier.v1.ModelInfo
-	(*Capabilities)(nil),            // 25: parsetier.v1.Capabilities
-	(*BuildConstraintRequest)(nil),  // 26: parsetier.v1.BuildConstraintRequest
-	(*BuildConstraintResponse)(nil), // 27: parsetier.v1.BuildConstraintResponse
-	(*MessageStartAnchor)(nil),      // 28: parsetier.v1.MessageStartAnchor
-	nil,                             // 29: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(*CompletionOptions)(nil),       // 8: parsetier.v1.CompletionOptions
+	(*Tool)(nil),                    // 9: parsetier.v1.Tool
+	(*ToolChoice)(nil),              // 10: parsetier.v1.ToolChoice
+	(*Step)(nil),                    // 11: parsetier.v1.Step
+	(*StepLogprobs)(nil),            // 12: parsetier.v1.StepLogprobs
+	(*Finish)(nil),                  // 13: parsetier.v1.Finish
+	(*ParseResponse)(nil),           // 14: parsetier.v1.ParseResponse
+	(*Delta)(nil),                   // 15: parsetier.v1.Delta
+	(*TokenLogprob)(nil),            // 16: parsetier.v1.TokenLogprob
+	(*TopLogprob)(nil),              // 17: parsetier.v1.TopLogprob
+	(*ToolCallDelta)(nil),           // 18: parsetier.v1.ToolCallDelta
+	(*Event)(nil),                   // 19: parsetier.v1.Event
+	(*Final)(nil),                   // 20: parsetier.v1.Final
+	(*Usage)(nil),                   // 21: parsetier.v1.Usage
+	(*AssistantMessage)(nil),        // 22: parsetier.v1.AssistantMessage
+	(*ToolCall)(nil),                // 23: parsetier.v1.ToolCall
+	(*ParseOnceRequest)(nil),        // 24: parsetier.v1.ParseOnceRequest
+	(*ParseOnceResponse)(nil),       // 25: parsetier.v1.ParseOnceResponse
+	(*ListModelsRequest)(nil),       // 26: parsetier.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 27: parsetier.v1.ListModelsResponse
+	(*ModelInfo)(nil),               // 28: parsetier.v1.ModelInfo
+	(*Capabilities)(nil),            // 29: parsetier.v1.Capabilities
+	(*BuildConstraintRequest)(nil),  // 30: parsetier.v1.BuildConstraintRequest
+	(*BuildConstraintResponse)(nil), // 31: parsetier.v1.BuildConstraintResponse
+	(*MessageStartAnchor)(nil),      // 32: parsetier.v1.MessageStartAnchor
+	nil,                             // 33: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	6,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
-	10, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
-	11, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
-	8,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
-	9,  // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	29, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	11, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
+	13, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
+	9,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
+	10, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
+	33, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
 	7,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
-	0,  // 8: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
-	2,  // 9: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	13, // 10: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	15, // 11: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	16, // 12: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	14, // 13: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	3,  // 14: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
-	2,  // 15: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	17, // 16: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	18, // 17: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	19, // 18: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	6,  // 19: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	11, // 20: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	16, // 21: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	13, // 22: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	15, // 23: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	24, // 24: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	25, // 25: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	6,  // 26: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
-	4,  // 27: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
-	28, // 28: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	5,  // 29: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	20, // 30: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	22, // 31: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	26, // 32: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	12, // 33: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	21, // 34: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	23, // 35: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	27, // 36: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	33, // [33:37] is the sub-list for method output_type
-	29, // [29:33] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	8,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
+	0,  // 9: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
+	12, // 10: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
+	2,  // 11: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
+	15, // 12: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	19, // 13: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	20, // 14: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	18, // 15: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	16, // 16: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
+	17, // 17: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
+	3,  // 18: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
+	2,  // 19: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
+	21, // 20: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	22, // 21: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	16, // 22: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
+	23, // 23: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	6,  // 24: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	13, // 25: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	12, // 26: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
+	20, // 27: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	15, // 28: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	19, // 29: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	28, // 30: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	29, // 31: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	6,  // 32: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	4,  // 33: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	32, // 34: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	5,  // 35: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	24, // 36: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	26, // 37: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	30, // 38: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	14, // 39: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	25, // 40: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	27, // 41: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	31, // 42: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	39, // [39:43] is the sub-list for method output_type
+	35, // [35:39] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -2390,11 +2870,12 @@ func file_parsetier_v1_parsetier_proto_init() {
 		return
 	}
 	file_parsetier_v1_parsetier_proto_msgTypes[1].OneofWrappers = []any{}
-	file_parsetier_v1_parsetier_proto_msgTypes[4].OneofWrappers = []any{
+	file_parsetier_v1_parsetier_proto_msgTypes[3].OneofWrappers = []any{}
+	file_parsetier_v1_parsetier_proto_msgTypes[5].OneofWrappers = []any{
 		(*ToolChoice_Mode)(nil),
 		(*ToolChoice_FunctionName)(nil),
 	}
-	file_parsetier_v1_parsetier_proto_msgTypes[6].OneofWrappers = []any{
+	file_parsetier_v1_parsetier_proto_msgTypes[8].OneofWrappers = []any{
 		(*Finish_StopTokenId)(nil),
 		(*Finish_StopString)(nil),
 	}
@@ -2404,7 +2885,7 @@ func file_parsetier_v1_parsetier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   25,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8,8 +8,16 @@ Imports only grpc, protobuf and the generated ``parsetier_api`` stubs — never 
 """
 
 from parsetier_client.aio import AsyncClient, AsyncParseStream
-from parsetier_client.requests import finish_message, open_message, step_message
-from parsetier_client.result import ParseResult, delta_dict, event_dict, final_dict, message_dict
+from parsetier_client.requests import finish_message, logprob_step, open_message, step_logprobs, step_message
+from parsetier_client.result import (
+    ParseResult,
+    chat_logprobs,
+    completion_logprobs,
+    delta_dict,
+    event_dict,
+    final_dict,
+    message_dict,
+)
 from parsetier_client.sync import Client, ParseStream
 
 __all__ = [
@@ -18,11 +26,15 @@ __all__ = [
     "Client",
     "ParseResult",
     "ParseStream",
+    "chat_logprobs",
+    "completion_logprobs",
     "delta_dict",
     "event_dict",
     "final_dict",
     "finish_message",
+    "logprob_step",
     "message_dict",
     "open_message",
+    "step_logprobs",
     "step_message",
 ]

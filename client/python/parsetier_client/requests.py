@@ -70,10 +70,20 @@ def open_message(
     include_stop_text: bool = False,
     complete_tool_calls: bool = False,
     request_id: str = "",
+    return_token_ids: bool = False,
+    completion: bool = False,
+    skip_special_tokens: bool | None = None,
+    spaces_between_special_tokens: bool | None = None,
+    choice_index: int = 0,
+    stop: Sequence[str] = (),
+    stop_token_ids: Sequence[int] = (),
 ) -> pb.Open:
     """The ``Open`` of a session. ``tools`` may be OpenAI tool dicts or the raw JSON array text.
 
-    ``output``: ``deltas`` (default), ``events``, ``both`` or ``final`` (only the final result)."""
+    ``output``: ``deltas`` (default), ``events``, ``both`` or ``final`` (only the final result).
+    ``completion``: a completion session (plain text; ``skip_special_tokens`` and
+    ``spaces_between_special_tokens`` apply, unset meaning vLLM's defaults). For ``n`` > 1, open
+    one session per choice with the same ``request_id`` and ``choice_index`` 0 .. n-1."""
     message = pb.Open(
         model=model,
         request_id=request_id,
@@ -81,7 +91,17 @@ def open_message(
         output=OUTPUT_KINDS[output],
         include_stop_text=include_stop_text,
         complete_tool_calls=complete_tool_calls,
+        return_token_ids=return_token_ids,
+        choice_index=choice_index,
+        stop=stop,
+        stop_token_ids=stop_token_ids,
     )
+    if completion or skip_special_tokens is not None or spaces_between_special_tokens is not None:
+        message.completion.SetInParent()
+        if skip_special_tokens is not None:
+            message.completion.skip_special_tokens = skip_special_tokens
+        if spaces_between_special_tokens is not None:
+            message.completion.spaces_between_special_tokens = spaces_between_special_tokens
     if isinstance(tools, str):
         message.tools_json = tools
     elif tools is not None:
@@ -109,6 +129,29 @@ def step_message(step: StepLike) -> pb.Step:
     return pb.Step(token_ids=step)
 
 
+TopLike = Mapping[int, float] | Sequence[tuple[int, float]]
+"""One position's alternatives: ``{id: logprob}`` (vLLM's per-position dict) or ``[(id, logprob)]``."""
+
+
+def step_logprobs(token_logprobs: Sequence[float], top: Sequence[TopLike] = ()) -> pb.StepLogprobs:
+    """Logprobs of one step: the sampled tokens' logprobs and, per token, the same number of
+    alternatives (in the order to report them)."""
+    message = pb.StepLogprobs(token_logprobs=token_logprobs)
+    for position in top:
+        pairs = position.items() if isinstance(position, Mapping) else position
+        for token_id, logprob in pairs:
+            message.top_token_ids.append(token_id)
+            message.top_logprobs.append(logprob)
+    return message
+
+
+def logprob_step(
+    token_ids: Sequence[int], token_logprobs: Sequence[float], top: Sequence[TopLike] = ()
+) -> pb.Step:
+    """An id step carrying its logprobs: ``logprob_step([id], [-0.1], [{id: -0.1, other: -2.5}])``."""
+    return pb.Step(token_ids=token_ids, logprobs=step_logprobs(token_logprobs, top))
+
+
 def finish_message(reason: str = "stop", matched_stop: int | str | None = None) -> pb.Finish:
     message = pb.Finish(reason=FINISH_REASONS[reason])
     if isinstance(matched_stop, str):
@@ -127,9 +170,11 @@ def parse_once_request(
     text_tokens: int = 0,
     matched_stop: int | str | None = None,
     tools: Iterable[Mapping[str, Any]] | str | None = None,
+    logprobs: pb.StepLogprobs | None = None,
     **options: Any,
 ) -> pb.ParseOnceRequest:
-    """The unary request; it asks for the final result only unless ``output`` says otherwise."""
+    """The unary request; it asks for the final result only unless ``output`` says otherwise.
+    ``logprobs`` (``step_logprobs(...)``) cover all of ``token_ids``."""
     options.setdefault("output", "final")
     return pb.ParseOnceRequest(
         open=open_message(model, tools=tools, **options),
@@ -137,6 +182,7 @@ def parse_once_request(
         text=text,
         text_tokens=text_tokens,
         finish=finish_message(finish_reason, matched_stop),
+        logprobs=logprobs,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -48,6 +49,16 @@ class ParseResult(tuple):
     def usage(self) -> pb.Usage:
         return self.final.usage
 
+    @property
+    def logprobs(self) -> list[pb.TokenLogprob]:
+        """Every resolved logprob of the session, from the deltas or (no deltas) the final result."""
+        return logprobs_of(self.deltas) + list(self.final.logprobs)
+
+    @property
+    def token_ids(self) -> list[int]:
+        """With ``return_token_ids``: every output id, from the deltas or the final result."""
+        return [i for d in self.deltas for i in d.token_ids] + list(self.final.token_ids)
+
 
 def collect(messages: list[pb.ParseResponse]) -> ParseResult:
     """Join a stream's server messages into a ``ParseResult``."""
@@ -56,6 +67,37 @@ def collect(messages: list[pb.ParseResponse]) -> ParseResult:
     if not messages or not messages[-1].HasField("final"):
         raise RuntimeError("the stream ended without a final message")
     return ParseResult(messages[-1].final, deltas, events, messages)
+
+
+def logprobs_of(deltas: Iterable[pb.Delta]) -> list[pb.TokenLogprob]:
+    return [lp for d in deltas for lp in d.logprobs]
+
+
+def _top_dict(top: pb.TopLogprob) -> dict[str, Any]:
+    return {"token": top.token, "logprob": top.logprob, "bytes": list(top.bytes)}
+
+
+def chat_logprobs(logprobs: Iterable[pb.TokenLogprob]) -> dict[str, Any]:
+    """OpenAI chat's ``choices[].logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}]}``.
+    Pass one delta's ``logprobs`` for a streaming chunk, or all of them for the whole response."""
+    return {
+        "content": [
+            {**_top_dict(lp), "top_logprobs": [_top_dict(t) for t in lp.top_logprobs]} for lp in logprobs
+        ]
+    }
+
+
+def completion_logprobs(logprobs: Iterable[pb.TokenLogprob], text_offset: int = 0) -> dict[str, Any]:
+    """OpenAI completions' ``choices[].logprobs``: ``tokens``, ``token_logprobs``, ``top_logprobs``
+    (one ``{token: logprob}`` per position) and ``text_offset`` (plus ``text_offset``, e.g. the
+    echoed prompt's length)."""
+    items = list(logprobs)
+    return {
+        "tokens": [lp.token for lp in items],
+        "token_logprobs": [lp.logprob for lp in items],
+        "top_logprobs": [{t.token: t.logprob for t in lp.top_logprobs} for lp in items],
+        "text_offset": [text_offset + lp.text_offset for lp in items],
+    }
 
 
 def delta_dict(delta: pb.Delta) -> dict[str, Any]:
@@ -76,6 +118,10 @@ def delta_dict(delta: pb.Delta) -> dict[str, Any]:
             item["arguments"] = call.arguments
             calls.append(item)
         out["tool_calls"] = calls
+    if delta.logprobs:
+        out["logprobs"] = chat_logprobs(delta.logprobs)
+    if delta.token_ids:
+        out["token_ids"] = list(delta.token_ids)
     return out
 
 

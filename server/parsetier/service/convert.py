@@ -7,7 +7,7 @@ from typing import Any
 
 from parsetier.engine import json_bounds
 from parsetier.engine.events import Event, EventKind
-from parsetier.messages import Delta, Final, SessionOptions, Tool
+from parsetier.messages import Delta, Final, SessionOptions, StepLogprobs, TokenLogprob, Tool
 from parsetier.service.errors import invalid
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -135,6 +135,26 @@ def options_of(open_: pb.Open) -> SessionOptions:
         include_stop_text=open_.include_stop_text,
         complete_tool_calls=open_.complete_tool_calls,
         request_id=open_.request_id,
+        return_token_ids=open_.return_token_ids,
+    )
+
+
+def step_logprobs_of(logprobs: pb.StepLogprobs) -> StepLogprobs:
+    """The proto's packed arrays as they are (the session validates them)."""
+    return StepLogprobs(logprobs.token_logprobs, logprobs.top_token_ids, logprobs.top_logprobs)
+
+
+def logprob_to_pb(lp: TokenLogprob) -> pb.TokenLogprob:
+    return pb.TokenLogprob(
+        token_id=lp.token_id,
+        token=lp.token,
+        bytes=lp.bytes,
+        logprob=lp.logprob,
+        text_offset=lp.text_offset,
+        top_logprobs=[
+            pb.TopLogprob(token_id=t.token_id, token=t.token, bytes=t.bytes, logprob=t.logprob)
+            for t in lp.top_logprobs
+        ],
     )
 
 
@@ -154,7 +174,7 @@ def finish_of(finish: pb.Finish) -> tuple[str, int | str | None]:
 
 
 def delta_to_pb(delta: Delta) -> pb.Delta:
-    return pb.Delta(
+    out = pb.Delta(
         reasoning=delta.reasoning,
         content=delta.content,
         tool_calls=[
@@ -162,6 +182,11 @@ def delta_to_pb(delta: Delta) -> pb.Delta:
             for t in delta.tool_calls
         ],
     )
+    if delta.logprobs:
+        out.logprobs.extend(logprob_to_pb(lp) for lp in delta.logprobs)
+    if delta.token_ids:
+        out.token_ids.extend(delta.token_ids)
+    return out
 
 
 def event_to_pb(event: Event) -> pb.Event:
@@ -187,6 +212,8 @@ def final_to_pb(final: Final) -> pb.Final:
             reasoning=message.reasoning,
             tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
         ),
+        logprobs=[logprob_to_pb(lp) for lp in final.logprobs],
+        token_ids=final.token_ids,
     )
 
 

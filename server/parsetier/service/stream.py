@@ -12,25 +12,32 @@ back in one ``ParseResponse``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 from parsetier import session as core
 from parsetier.models import Model
 from parsetier.service import convert
-from parsetier.service.errors import out_of_order
+from parsetier.service.errors import invalid, out_of_order
 from parsetier.service.limits import Limits
 from parsetier.service.logs import SessionRecord
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 
-def step_runs(steps: Sequence[pb.Step]) -> Iterator[list[int] | pb.Step]:
-    """Group steps into feed calls: runs of id steps become one id list; a text-only step stays
-    a step of its own. A step with ids ignores its text (see ``Step.text``)."""
+def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list[int] | pb.Step]:
+    """Group steps into feed calls: runs of id steps become one id list; a text-only step, and
+    an id step with logprobs (or every id step, ``per_step``: its ids belong on its own delta),
+    stays a step of its own. A step with ids ignores its text (see ``Step.text``)."""
     ids: list[int] = []
     for step in steps:
-        if step.token_ids:
+        if step.token_ids and (per_step or step.HasField("logprobs")):
+            if ids:
+                yield ids
+                ids = []
+            yield step
+        elif step.token_ids:
             ids.extend(step.token_ids)
-        elif step.text or step.text_tokens:
+        elif step.text or step.text_tokens or step.HasField("logprobs"):
             if ids:
                 yield ids
                 ids = []
@@ -60,6 +67,7 @@ class StreamSession:
         """Start the session (the servicer has looked the model up and ``check_order``ed it)."""
         options = convert.options_of(open_)
         self.want_deltas, self.want_events = convert.wants(open_.output, unary=False)
+        options = dataclasses.replace(options, collect_in_final=not self.want_deltas)
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = core.Session(model, options)
         self.model = model
@@ -85,8 +93,15 @@ class StreamSession:
         session = self.session
         assert session is not None and self.model is not None
         outputs: list[core.StepOutput] = []
-        for run in step_runs(message.steps):
-            if isinstance(run, pb.Step):
+        for run in step_runs(message.steps, session.options.return_token_ids):
+            if isinstance(run, pb.Step) and run.token_ids:
+                self.record.tokens += len(run.token_ids)
+                self.limits.check_tokens(self.record.tokens)
+                outputs.append(_feed_step(session, run, message.steps))
+            elif isinstance(run, pb.Step):
+                if run.HasField("logprobs"):
+                    at = _index(message.steps, run)
+                    raise invalid(f"steps[{at}].logprobs: a text step has no logprobs")
                 self.record.text_bytes += len(run.text.encode("utf-8"))
                 self.limits.check_text(self.record.text_bytes)
                 self.record.tokens += run.text_tokens
@@ -115,12 +130,27 @@ class StreamSession:
         return reply
 
 
+def _index(steps: Sequence[pb.Step], step: pb.Step) -> int:
+    return next(i for i, s in enumerate(steps) if s is step)
+
+
+def _feed_step(session: core.Session, step: pb.Step, steps: Sequence[pb.Step]) -> core.StepOutput:
+    """One id step fed on its own, with its logprobs; errors in them name the step."""
+    if not step.HasField("logprobs"):
+        return session.feed(step.token_ids)
+    try:
+        return session.feed(step.token_ids, convert.step_logprobs_of(step.logprobs))
+    except core.InvalidInput as exc:
+        raise invalid(f"steps[{_index(steps, step)}].{exc}") from None
+
+
 def parse_once(
     model: Model, request: pb.ParseOnceRequest, limits: Limits, record: SessionRecord
 ) -> pb.ParseOnceResponse:
     """The unary call: one session fed the whole output, then finished."""
     options = convert.options_of(request.open)
     want_deltas, want_events = convert.wants(request.open.output, unary=True)
+    options = dataclasses.replace(options, collect_in_final=not want_deltas)
     ids = list(request.token_ids)
     record.tokens = len(ids) or request.text_tokens
     limits.check_tokens(record.tokens + len(options.prompt_token_ids))
@@ -129,7 +159,11 @@ def parse_once(
     reason, matched = convert.finish_of(request.finish)
     session = core.Session(model, options)
     outputs = []
-    if ids:
+    if request.HasField("logprobs") and not ids:
+        raise invalid("logprobs: they need token_ids (text has no logprobs)")
+    if ids and request.HasField("logprobs"):
+        outputs.append(session.feed(ids, convert.step_logprobs_of(request.logprobs)))
+    elif ids:
         outputs.append(session.feed(ids))
     elif request.text or request.text_tokens:
         outputs.append(session.feed_text(request.text, request.text_tokens))

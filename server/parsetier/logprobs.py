@@ -1,0 +1,187 @@
+"""Logprob resolution: a step's sampled ids and their top-k alternatives → token text and bytes.
+
+The generate side has no tokenizer: per sampled token it reports the id, its logprob and the top-k
+alternatives as ids with logprobs. This module fills in what an OpenAI-compatible API returns for
+each of them (sans-IO, one ``LogprobResolver`` per session):
+
+* ``bytes``: the token's raw bytes from the tokenizer's byte vocabulary (``token_bytes``). A token
+  that is part of a multi-byte character has only that part; concatenating the sampled tokens'
+  bytes gives the output exactly.
+* ``token``: the text the token settles in the output, in the context of the preceding sampled
+  ids. A token that is only part of a character decodes alone as U+FFFD; instead, its bytes are
+  carried over (at most three) and the token that completes the character carries the whole
+  character, across step boundaries. A token that settles nothing resolves to ``""``. Joining the
+  sampled tokens' texts gives the decoded output; bytes that never form a character become U+FFFD,
+  as ``tokenizer.decode`` gives them.
+* an alternative's ``token`` is the text it would have settled had it been sampled at that
+  position (same carried bytes); its ``bytes`` are its own.
+* ``text_offset``: the code-point offset of the token's text in the joined texts (OpenAI
+  completions' ``text_offset``, relative to the start of the output).
+
+The carried bytes and the offset are the whole state, so resolving a step costs O(step · (1 + k)).
+
+``StepAnnotator`` attaches what a step reports besides text — its resolved logprobs and, with
+``return_token_ids``, its ids — to the last delta that step produced (a delta with no text when the
+step produced none), and drops the logprobs of reasoning tokens when reasoning is not delivered.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from parsetier.messages import Delta, StepLogprobs, TokenLogprob, TopLogprob
+from parsetier.token_bytes import TokenBytes
+
+_UTF8 = codecs.getincrementaldecoder("utf-8")
+
+
+class LogprobError(ValueError):
+    """Logprob input that cannot be resolved; the message names the field."""
+
+
+def _check_floats(values: Sequence[float], what: str) -> None:
+    for i, value in enumerate(values):
+        if math.isnan(value) or value == math.inf:
+            raise LogprobError(f"{what}[{i}] is {value}; a logprob must be a number <= 0 or -inf")
+
+
+def check(ids: Sequence[int], step: StepLogprobs, check_ids: Callable[[Sequence[int], str], None]) -> int:
+    """Validate one step's logprobs against its ids; the number of alternatives per id (k).
+
+    ``check_ids`` is the session's vocabulary check (it raises naming the field)."""
+    n = len(ids)
+    if n == 0:
+        raise LogprobError("logprobs need the step's token_ids (a text step has no logprobs)")
+    if len(step.token_logprobs) != n:
+        raise LogprobError(
+            f"logprobs.token_logprobs has {len(step.token_logprobs)} entries for {n} token ids"
+        )
+    tops = len(step.top_token_ids)
+    if tops % n:
+        raise LogprobError(
+            f"logprobs.top_token_ids has {tops} entries, not the same number of alternatives for "
+            f"each of the {n} token ids"
+        )
+    if len(step.top_logprobs) != tops:
+        raise LogprobError(
+            f"logprobs.top_logprobs has {len(step.top_logprobs)} entries for {tops} top_token_ids"
+        )
+    _check_floats(step.token_logprobs, "logprobs.token_logprobs")
+    _check_floats(step.top_logprobs, "logprobs.top_logprobs")
+    check_ids(step.top_token_ids, "logprobs.top_token_ids")
+    return tops // n
+
+
+class LogprobResolver:
+    """One session's logprob state: the bytes of an unfinished character, and the text offset."""
+
+    __slots__ = ("_decoder", "_errors", "_offset", "_texts", "_vocab")
+
+    def __init__(self, vocab: TokenBytes) -> None:
+        self._vocab = vocab
+        self._errors = vocab.errors
+        self._decoder = _UTF8(self._errors)
+        self._offset = 0
+        self._texts: dict[int, str] = {}
+        """Alternatives' texts when no bytes are carried (the common case), per session."""
+
+    def resolve(self, ids: Sequence[int], step: StepLogprobs, k: int) -> list[TokenLogprob]:
+        """The step's tokens, resolved (already ``check``ed; ``k`` alternatives per id)."""
+        vocab, decode = self._vocab, self._decoder.decode
+        top_ids, top_lps = step.top_token_ids, step.top_logprobs
+        out: list[TokenLogprob] = []
+        for i, tid in enumerate(ids):
+            carried = self._decoder.getstate()[0] if k else b""
+            top: tuple[TopLogprob, ...] = ()
+            if k:
+                base = i * k
+                top = tuple(
+                    TopLogprob(alt, self._alt_text(alt, carried), vocab[alt], top_lps[base + j])
+                    for j, alt in enumerate(top_ids[base : base + k])
+                )
+            data = vocab[tid]
+            text = decode(data)
+            out.append(TokenLogprob(tid, text, data, step.token_logprobs[i], self._offset, top))
+            self._offset += len(text)
+        return out
+
+    def _alt_text(self, token_id: int, carried: bytes) -> str:
+        if carried:
+            decoder = _UTF8(self._errors)
+            decoder.setstate((carried, 0))
+            return decoder.decode(self._vocab[token_id])
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = _UTF8(self._errors).decode(self._vocab[token_id])
+        return text
+
+
+class StepAnnotator:
+    """Puts a step's resolved logprobs and ids on the delta the step produced."""
+
+    __slots__ = (
+        "_check_ids", "_collect", "_ids", "_logprobs", "_resolver", "_return_ids", "_show_reasoning",
+        "_vocab",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        vocab: TokenBytes,
+        check_ids: Callable[[Sequence[int], str], None],
+        *,
+        show_reasoning: bool,
+        return_token_ids: bool,
+        collect: bool,
+    ) -> None:
+        self._resolver: LogprobResolver | None = None
+        self._vocab = vocab
+        self._check_ids = check_ids
+        self._show_reasoning = show_reasoning
+        self._return_ids = return_token_ids
+        self._collect = collect
+        self._logprobs: list[TokenLogprob] = []
+        self._ids: list[int] = []
+
+    def check(self, ids: Sequence[int], step: StepLogprobs | None) -> int:
+        """Validate before the step is parsed, so a bad step is refused whole; k per id."""
+        return 0 if step is None else check(ids, step, self._check_ids)
+
+    def annotate(
+        self,
+        deltas: list[Delta],
+        ids: Sequence[int],
+        step: StepLogprobs | None,
+        k: int,
+        reasoning: int,
+        reasoning_first: bool,
+    ) -> list[Delta]:
+        """``deltas``, with the step's logprobs and ids on the last one. ``reasoning`` of the
+        step's ids were reasoning: the first ones if the step began in reasoning, else the last."""
+        resolved: list[TokenLogprob] = []
+        if step is not None:
+            if self._resolver is None:
+                self._resolver = LogprobResolver(self._vocab)
+            resolved = self._resolver.resolve(ids, step, k)
+            if reasoning and not self._show_reasoning:
+                keep = len(ids) - reasoning
+                resolved = resolved[reasoning:] if reasoning_first else resolved[:keep]
+        token_ids = tuple(ids) if self._return_ids else ()
+        if not resolved and not token_ids:
+            return deltas
+        if self._collect:
+            self._logprobs += resolved
+            self._ids += token_ids
+        if deltas:
+            last = deltas[-1]
+            logprobs = last.logprobs + tuple(resolved)
+            deltas[-1] = replace(last, logprobs=logprobs, token_ids=last.token_ids + token_ids)
+        else:
+            deltas.append(Delta(logprobs=tuple(resolved), token_ids=token_ids))
+        return deltas
+
+    def collected(self) -> tuple[tuple[TokenLogprob, ...], tuple[int, ...]]:
+        """Everything annotated so far, for ``Final`` (empty unless collecting)."""
+        return tuple(self._logprobs), tuple(self._ids)

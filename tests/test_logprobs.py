@@ -1,0 +1,349 @@
+"""Logprob resolution through a live server, with real tokenizers (Qwen3, DeepSeek V4, gpt-oss,
+Mistral tekken, and Mistral v3's SentencePiece byte-fallback pieces ``<0xAB>``).
+
+Random outputs mixing ASCII, CJK, emoji and rare characters are encoded by the real tokenizer,
+split at random into steps, and sent with random logprobs and top-k alternatives. What comes back
+must agree with the tokenizer itself: every token's text is what ``tokenizer.decode`` adds for it
+after the ids before it (so a piece of a multi-byte character settles nothing and the piece that
+completes it carries the character), the sampled bytes join to exactly the output's bytes, and
+every split gives the same result as sending the whole output at once.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Sequence
+
+import grpc
+import pytest
+from tokenizers.pre_tokenizers import ByteLevel
+
+from grpc_servers import ThreadServer
+from parsetier.models import ModelRegistry
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_client import (
+    Client,
+    chat_logprobs,
+    completion_logprobs,
+    finish_message,
+    logprob_step,
+    open_message,
+    step_logprobs,
+)
+
+MODELS = ("qwen3", "deepseek-v4", "gpt-oss", "mistral-small-3.2", "mistral-7b-v0.3")
+"""Byte-level BPE (the first four; tekken is mistral-small-3.2's) and SentencePiece byte fallback."""
+
+POOL = (
+    "the cat sat on a mat, 12 34.",
+    "你好世界",
+    "中文字符测试",
+    "日本語のテキスト",
+    "🎉",
+    "👍🏽",
+    "🚀😀",
+    "𝄞",
+    "ꙮ",
+    "ᚠᛇᚻ",
+    "é ß ñ",
+    "\n",
+    " ",
+)
+"""Pieces of random outputs: multi-byte characters of every UTF-8 length; the rare ones (ꙮ, 𝄞,
+runes) have no token of their own in most vocabularies and become byte pieces."""
+
+
+def random_text(rng: random.Random, pieces: int = 14) -> str:
+    return "".join(rng.choice(POOL) for _ in range(pieces))
+
+
+def random_steps(rng: random.Random, n: int, most: int) -> list[int]:
+    """Step sizes adding up to ``n``."""
+    sizes, left = [], n
+    while left:
+        size = min(left, rng.randint(1, most))
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+@pytest.fixture(scope="module")
+def models() -> ModelRegistry:
+    registry = ModelRegistry()
+    for name in MODELS:
+        registry.get(name)
+    return registry
+
+
+@pytest.fixture(scope="module")
+def client(models: ModelRegistry) -> Iterator[Client]:
+    with ThreadServer(models) as server, Client(server.target, timeout=60) as client:
+        yield client
+
+
+def check_settled(tokenizer, ids: Sequence[int], before: str, text: str) -> None:
+    """``before + text`` is what the client holds after ``ids``; the tokenizer's decode of them
+    must say the same wherever it ends on a whole character, and otherwise hold no more text."""
+    full = tokenizer.decode(list(ids), skip_special_tokens=False)
+    if full.endswith("\ufffd"):
+        assert (before + text).startswith(full.rstrip("\ufffd")), (full, before + text)
+    else:
+        assert before + text == full, (full, before + text)
+
+
+def check_alternative(tokenizer, ids: Sequence[int], before: str, text: str, byte_runs: bool) -> None:
+    """As ``check_settled``, for an alternative at the end of ``ids``. ``byte_runs``: the decoder
+    turns a whole run of ``<0xAB>`` pieces into U+FFFD when any of it is broken, even the run's
+    complete characters, which parsetier keeps; there an alternative that breaks the character in
+    progress is the carried bytes' U+FFFD and its own text."""
+    try:
+        check_settled(tokenizer, ids, before, text)
+    except AssertionError:
+        if not byte_runs:
+            raise
+        base = tokenizer.decode([ids[0]], skip_special_tokens=False)  # the alternative after plain text
+        alone = tokenizer.decode([ids[0], ids[-1]], skip_special_tokens=False).removeprefix(base)
+        assert text.replace("\ufffd", "") == alone.replace("\ufffd", ""), (text, alone)
+
+
+def session(
+    client: Client,
+    model: str,
+    ids: Sequence[int],
+    sizes: Sequence[int],
+    tops: Sequence[Sequence[int]],
+    **open_options,
+):
+    """One Parse stream: the ids in steps of ``sizes``, each id with logprob -i/10 and alternatives
+    ``tops[i]`` (logprobs -1, -2, ...)."""
+    steps, pos = [], 0
+    for size in sizes:
+        chunk = range(pos, pos + size)
+        steps.append(
+            logprob_step(
+                [ids[i] for i in chunk],
+                [-i / 10 for i in chunk],
+                [[(alt, -1.0 - j) for j, alt in enumerate(tops[i])] for i in chunk],
+            )
+        )
+        pos += size
+    messages = [pb.ParseRequest(open=open_message(model, **open_options))]
+    messages += [pb.ParseRequest(steps=[s]) for s in steps]
+    messages.append(pb.ParseRequest(finish=finish_message()))
+    return list(client.parse(messages))
+
+
+def resolved(replies) -> list[tuple]:
+    """What a client reads back, as comparable tuples."""
+    out = []
+    for reply in replies:
+        for lp in [lp for d in reply.deltas for lp in d.logprobs] + list(reply.final.logprobs):
+            tops = tuple((t.token_id, t.token, t.bytes, t.logprob) for t in lp.top_logprobs)
+            out.append((lp.token_id, lp.token, lp.bytes, lp.logprob, lp.text_offset, tops))
+    return out
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tokens_and_bytes_agree_with_the_tokenizer_under_random_splits(client, models, model):
+    tokenizer = models.get(model).tokenizer
+    context = tokenizer.encode("ok", add_special_tokens=False).ids  # keeps SentencePiece's leading space
+    byte_pieces = 0
+    byte_runs = model == "mistral-7b-v0.3"
+    for seed in range(3):
+        rng = random.Random(f"{model}-{seed}")
+        text = random_text(rng)
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        byte_pieces += sum("\ufffd" in tokenizer.decode([i]) for i in ids)
+        tops = [[*rng.sample(ids, 3), rng.randrange(models.get(model).vocab_size)] for _ in ids]
+        whole = resolved(session(client, model, ids, [len(ids)], tops))
+        assert len(whole) == len(ids)
+
+        start = tokenizer.decode(context, skip_special_tokens=False)
+        held = ""
+        for i, (tid, token, _, logprob, text_offset, alts) in enumerate(whole):
+            assert tid == ids[i]
+            assert math.isclose(logprob, -i / 10, rel_tol=1e-6, abs_tol=1e-6)
+            assert text_offset == len(held)
+            before = [*context, *ids[:i]]
+            for (alt, alt_token, alt_bytes, _), want in zip(alts, tops[i], strict=True):
+                assert alt == want
+                alone = tokenizer.decode([alt], skip_special_tokens=False)
+                if "\ufffd" not in alone and not tokenizer.id_to_token(alt).startswith("▁"):
+                    assert alt_bytes.decode("utf-8") == alone
+                check_alternative(tokenizer, [*before, alt], start + held, alt_token, byte_runs)
+            check_settled(tokenizer, [*before, tid], start + held, token)
+            held += token
+        spm_space = b" " if byte_runs else b""  # SentencePiece starts the text with a word boundary
+        assert b"".join(t[2] for t in whole) == spm_space + text.encode("utf-8")
+        assert start + held == tokenizer.decode([*context, *ids])
+
+        for most in (1, 2, 5):
+            split = resolved(session(client, model, ids, random_steps(rng, len(ids), most), tops))
+            assert split == whole, f"split into steps of at most {most}"
+    assert byte_pieces, "the outputs should contain tokens that are only part of a character"
+
+
+def test_sentencepiece_byte_fallback_pieces(client, models):
+    """``<0xAB>`` pieces: each is one byte; the character's last piece carries it."""
+    tokenizer = models.get("mistral-7b-v0.3").tokenizer
+    ids = tokenizer.encode("ꙮ", add_special_tokens=False).ids
+    pieces = [tokenizer.id_to_token(i) for i in ids]
+    assert pieces[-3:] == ["<0xEA>", "<0x99>", "<0xAE>"]
+    got = resolved(session(client, "mistral-7b-v0.3", ids, [1] * len(ids), [[] for _ in ids]))
+    assert [t[2] for t in got[-3:]] == [b"\xea", b"\x99", b"\xae"]
+    assert [t[1] for t in got[-3:]] == ["", "", "ꙮ"]
+
+
+def byte_tokens(tokenizer, text: str) -> list[int]:
+    """The single-byte tokens spelling ``text``'s UTF-8, one id per byte (byte-level vocabularies)."""
+    (symbols, _), *_ = ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(text)
+    return [tokenizer.token_to_id(symbol) for symbol in symbols]
+
+
+def test_alternative_is_read_with_the_carried_bytes(client, models):
+    """At a position inside a character, an alternative is read after the bytes carried so far."""
+    tokenizer = models.get("qwen3").tokenizer
+    ids = byte_tokens(tokenizer, "你")  # E4 BD A0
+    (other,) = byte_tokens(tokenizer, "\u4f61")[2:]  # E4 BD A1: 佡
+    tops = [[], [ids[1]], [ids[2], other, *tokenizer.encode("a", add_special_tokens=False).ids]]
+    got = resolved(session(client, "qwen3", ids, [1, 1, 1], tops))
+    assert [t[1] for t in got] == ["", "", "你"]
+    assert [t[2] for t in got] == [b"\xe4", b"\xbd", b"\xa0"]
+    assert [a[1] for a in got[1][5]] == [""]
+    assert [a[1] for a in got[2][5]] == ["你", "佡", "\ufffda"]
+    assert got[2][5][1][2] == b"\xa1"
+
+
+def test_reasoning_logprobs_are_dropped_when_reasoning_is_not_included(client, models):
+    tokenizer = models.get("qwen3").tokenizer
+    text = "<think>\nLet me think: 你好 🎉.\n</think>\n\nThe answer is 42 👍🏽."
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    tops = [[] for _ in ids]
+    per_token = session(client, "qwen3", ids, [1] * len(ids), tops, include_reasoning=False)
+    final = per_token[-1].final
+    kept = [t[0] for t in resolved(per_token)]
+    assert len(kept) == final.usage.completion_tokens - final.usage.reasoning_tokens
+    assert 0 < final.usage.reasoning_tokens < len(ids)
+    # counted as the machine counts reasoning tokens: <think> is still content, </think> reasoning
+    assert kept == [ids[0], *ids[ids.index(151668) + 1 :]]
+    # each step's logprobs come in the reply to that step's message, on its last delta
+    for reply in per_token[:-1]:  # the last one answers Finish
+        step = ids[reply.client_messages - 2]  # message 1 is Open
+        lps = [lp.token_id for d in reply.deltas for lp in d.logprobs]
+        assert lps in ([], [step])
+        assert all(not d.logprobs for d in reply.deltas[:-1])
+    rng = random.Random(7)
+    for most in (2, 4, 9):
+        split = session(
+            client, "qwen3", ids, random_steps(rng, len(ids), most), tops, include_reasoning=False
+        )
+        assert [t[0] for t in resolved(split)] == kept
+    shown = session(client, "qwen3", ids, random_steps(rng, len(ids), 3), tops)
+    assert len(resolved(shown)) == shown[-1].final.usage.completion_tokens == len(ids)
+
+
+def test_openai_shapes_and_final_only(client, models):
+    tokenizer = models.get("qwen3").tokenizer
+    ids = tokenizer.encode("Hi 你好", add_special_tokens=False).ids
+    tops = [[ids[0], ids[-1]] for _ in ids]
+    streamed = session(client, "qwen3", ids, [1] * len(ids), tops)
+    logprobs = [lp for r in streamed for d in r.deltas for lp in d.logprobs]
+    assert not streamed[-1].final.logprobs, "with deltas, logprobs are only on the deltas"
+    chat = chat_logprobs(logprobs)
+    assert [c["token"] for c in chat["content"]] == [lp.token for lp in logprobs]
+    assert chat["content"][0]["bytes"] == list(b"Hi")
+    assert [t["token"] for t in chat["content"][0]["top_logprobs"]] == [
+        "Hi",
+        logprobs[-1].top_logprobs[1].token,
+    ]
+    completions = completion_logprobs(logprobs, text_offset=5)
+    assert completions["tokens"] == [lp.token for lp in logprobs]
+    assert completions["text_offset"][0] == 5
+    assert completions["top_logprobs"][0] == {"Hi": -1.0, logprobs[-1].top_logprobs[1].token: -2.0}
+
+    final_only = session(client, "qwen3", ids, [1] * len(ids), tops, output="final")
+    assert resolved(final_only) == resolved(streamed)
+    once = client.parse_once(
+        "qwen3",
+        ids,
+        logprobs=step_logprobs(
+            [-i / 10 for i in range(len(ids))], [[(a, -1.0 - j) for j, a in enumerate(t)] for t in tops]
+        ),
+    )
+    assert resolved([once]) == resolved(streamed)
+
+
+def _refused(client: Client, step: pb.Step, model: str = "qwen3") -> grpc.RpcError:
+    messages = [
+        pb.ParseRequest(open=open_message(model)),
+        pb.ParseRequest(steps=[pb.Step(token_ids=[9]), step]),
+    ]
+    with pytest.raises(grpc.RpcError) as info:
+        list(client.parse(messages))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("step", "field"),
+    [
+        (
+            pb.Step(token_ids=[1, 2], logprobs=pb.StepLogprobs(token_logprobs=[-1.0])),
+            "steps[1].logprobs.token_logprobs",
+        ),
+        (
+            pb.Step(
+                token_ids=[1, 2],
+                logprobs=pb.StepLogprobs(
+                    token_logprobs=[-1, -1], top_token_ids=[5, 6, 7], top_logprobs=[-1, -1, -1]
+                ),
+            ),
+            "steps[1].logprobs.top_token_ids",
+        ),
+        (
+            pb.Step(
+                token_ids=[1],
+                logprobs=pb.StepLogprobs(token_logprobs=[-1], top_token_ids=[5, 6], top_logprobs=[-1]),
+            ),
+            "steps[1].logprobs.top_logprobs",
+        ),
+        (
+            pb.Step(token_ids=[1], logprobs=pb.StepLogprobs(token_logprobs=[math.nan])),
+            "steps[1].logprobs.token_logprobs[0]",
+        ),
+        (
+            pb.Step(
+                token_ids=[1],
+                logprobs=pb.StepLogprobs(token_logprobs=[-1], top_token_ids=[3], top_logprobs=[math.inf]),
+            ),
+            "steps[1].logprobs.top_logprobs[0]",
+        ),
+        (
+            pb.Step(
+                token_ids=[1],
+                logprobs=pb.StepLogprobs(token_logprobs=[-1], top_token_ids=[10**7], top_logprobs=[-1]),
+            ),
+            "steps[1].logprobs.top_token_ids",
+        ),
+        (pb.Step(text="hi", logprobs=pb.StepLogprobs(token_logprobs=[-1])), "steps[1].logprobs"),
+    ],
+)
+def test_bad_logprobs_are_invalid_argument_naming_the_field(client, step, field):
+    error = _refused(client, step)
+    assert field in error.details(), error.details()
+
+
+def test_infinitely_unlikely_is_a_logprob(client):
+    replies = session(client, "qwen3", [9], [1], [[10]])
+    del replies
+    step = pb.Step(
+        token_ids=[9],
+        logprobs=pb.StepLogprobs(token_logprobs=[-math.inf], top_token_ids=[3], top_logprobs=[-math.inf]),
+    )
+    messages = [
+        pb.ParseRequest(open=open_message("qwen3")),
+        pb.ParseRequest(steps=[step], finish=finish_message()),
+    ]
+    (reply,) = list(client.parse(messages))
+    assert reply.deltas[-1].logprobs[0].logprob == -math.inf
