@@ -7,9 +7,10 @@ rule, documented in docs/engine.md and docs/service.md:
     id = "chatcmpl-tool-" + hex(BLAKE2b-96(key=ID_KEY, seed || 0x00 || decimal(call_index)))
 
 ``seed`` is the request id when the caller gave one, else the prompt token ids (decimal,
-comma-separated) prefixed with ``prompt:``; ``call_index`` is the call's position among the
-calls the model wrote (0, 1, ...). Formats whose model writes its own ids (Kimi's
-``functions.name:0``) keep those.
+comma-separated) prefixed with ``prompt:``, followed by ``#n`` for choice ``n`` > 0 of a request
+with several choices (``Open.choice_index``), so the choices' calls never share an id;
+``call_index`` is the call's position among the calls the model wrote (0, 1, ...). Formats whose
+model writes its own ids (Kimi's ``functions.name:0``) keep those.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ ID_PREFIX = "chatcmpl-tool-"
 
 
 def call_id_seed(options: SessionOptions) -> str:
-    """What a session's ids derive from: the request id, else the prompt."""
-    if options.request_id:
-        return options.request_id
-    return "prompt:" + ",".join(map(str, options.prompt_token_ids))
+    """What a session's ids derive from: the request id, else the prompt; for choice ``n`` > 0
+    of a request with several choices, followed by ``#n`` (choice 0 keeps the plain seed)."""
+    seed = options.request_id or "prompt:" + ",".join(map(str, options.prompt_token_ids))
+    return f"{seed}#{options.choice_index}" if options.choice_index else seed
 
 
 def id_maker(options: SessionOptions) -> Callable[[int], str]:

@@ -28,6 +28,14 @@ class Tool:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletionOptions:
+    """How a completion session decodes (vLLM's sampling-parameter names and defaults)."""
+
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class SessionOptions:
     """Everything a request decides about parsing, fixed when the session opens."""
 
@@ -52,6 +60,14 @@ class SessionOptions:
     same request gives the same ids on any backend (see ``parsetier.call_ids``)."""
     return_token_ids: bool = False
     """Put each step's ids on the delta it produced (OpenAI-compatible ``return_token_ids``)."""
+    completion: CompletionOptions | None = None
+    """Set: a completion session (plain text, no format); see ``parsetier.completion``."""
+    stop: tuple[str, ...] = ()
+    """The request's stop strings (completion sessions hold back text that may become one)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """The request's stop ids besides the model's EOS ids."""
+    choice_index: int = 0
+    """Which of the request's ``n`` choices this session is; tool call ids derive from it too."""
     collect_in_final: bool = False
     """Also gather every logprob (and, with ``return_token_ids``, every id) into ``Final``: for
     callers that read only the final result. Off, they are delivered on the deltas only."""

@@ -15,8 +15,9 @@ import tokenizers
 
 from parsetier import formats
 from parsetier.engine.grammar import BoundGrammar, Grammar
+from parsetier.eos import eos_token_ids
 from parsetier.token_bytes import TokenBytes
-from parsetier.tokenizer_sources import load_tokenizer, tokenizer_available
+from parsetier.tokenizer_sources import load_tokenizer, tokenizer_available, tokenizer_folder
 
 
 class UnknownModel(KeyError):
@@ -39,6 +40,9 @@ class ModelSpec:
     """The chat template's default thinking switch, used when a request leaves it unset."""
     serves: tuple[str, ...] = ()
     """Hugging Face repos whose output this preset parses (informational, shown by ListModels)."""
+    eos_token_ids: tuple[int, ...] = ()
+    """Stop ids besides those the tokenizer's directory names (``eos``): for vocabularies shipped
+    without a generation_config.json / tokenizer_config.json."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,8 @@ class Model:
     spec: ModelSpec
     tokenizer: tokenizers.Tokenizer = field(repr=False)
     grammar: BoundGrammar = field(repr=False)
+    eos_token_ids: frozenset[int] = frozenset()
+    """The ids that end the output (see ``eos``)."""
     token_bytes: TokenBytes = field(init=False, repr=False, compare=False)
     """The byte vocabulary (for logprobs), filled per id on first use."""
 
@@ -136,6 +142,7 @@ class ModelRegistry:
                 tokenizer=tokenizer,
                 description=entry.get("description", ""),
                 thinking=entry.get("thinking"),
+                eos_token_ids=tuple(int(i) for i in entry.get("eos_token_ids", ())),
             )
             formats.get(spec.format)  # fail at start-up, not on the first request
             specs[spec.name] = spec
@@ -160,7 +167,8 @@ class ModelRegistry:
             if model is None:
                 tokenizer = load_tokenizer(spec.tokenizer)
                 grammar = formats.get(spec.format).bind(tokenizer)
-                model = Model(spec, tokenizer, grammar)
+                stop_ids = eos_token_ids(tokenizer, tokenizer_folder(spec.tokenizer), spec.eos_token_ids)
+                model = Model(spec, tokenizer, grammar, stop_ids)
                 self._loaded[name] = model
         return model
 

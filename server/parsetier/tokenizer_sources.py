@@ -707,6 +707,13 @@ def tokenizer_available(source: str) -> bool:
     return _path_target(source) is not None
 
 
+def tokenizer_folder(source: str) -> Path | None:
+    """The directory holding the source's tokenizer file (and, in a model directory, its
+    tokenizer_config.json and generation_config.json), if there is one."""
+    path = _data_file(source) if source in _DATA_FILES else _path_target(source)
+    return path.parent if path is not None else None
+
+
 @functools.cache
 def load_tokenizer(source: str) -> Tokenizer:
     """Load the tokenizer for a source key (see :data:`SOURCES`) or a path to a tokenizer.json / its dir.

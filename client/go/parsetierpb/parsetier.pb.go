@@ -2221,10 +2221,7 @@ type ModelInfo struct {
 	// Human-readable description.
 	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
 	// What the format can express.
-	Capabilities *Capabilities `protobuf:"bytes,6,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
-	// The ids that end the model's output: the tokenizer's EOS and generation_config.json's
-	// `eos_token_id`s. A `Finish` without `matched_stop` after one of them counts as stopped by it.
-	EosTokenIds   []uint32 `protobuf:"varint,7,rep,packed,name=eos_token_ids,json=eosTokenIds,proto3" json:"eos_token_ids,omitempty"`
+	Capabilities  *Capabilities `protobuf:"bytes,6,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2297,13 +2294,6 @@ func (x *ModelInfo) GetDescription() string {
 func (x *ModelInfo) GetCapabilities() *Capabilities {
 	if x != nil {
 		return x.Capabilities
-	}
-	return nil
-}
-
-func (x *ModelInfo) GetEosTokenIds() []uint32 {
-	if x != nil {
-		return x.EosTokenIds
 	}
 	return nil
 }
@@ -2697,15 +2687,14 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x06events\x18\x03 \x03(\v2\x13.parsetier.v1.EventR\x06events\"\x13\n" +
 	"\x11ListModelsRequest\"E\n" +
 	"\x12ListModelsResponse\x12/\n" +
-	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\x8c\x02\n" +
+	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\xe8\x01\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06format\x18\x02 \x01(\tR\x06format\x12\x1c\n" +
 	"\ttokenizer\x18\x03 \x01(\tR\ttokenizer\x12/\n" +
 	"\x13tokenizer_available\x18\x04 \x01(\bR\x12tokenizerAvailable\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12>\n" +
-	"\fcapabilities\x18\x06 \x01(\v2\x1a.parsetier.v1.CapabilitiesR\fcapabilities\x12\"\n" +
-	"\reos_token_ids\x18\a \x03(\rR\veosTokenIds\"K\n" +
+	"\fcapabilities\x18\x06 \x01(\v2\x1a.parsetier.v1.CapabilitiesR\fcapabilities\"K\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\treasoning\x18\x01 \x01(\bR\treasoning\x12\x1d\n" +
 	"\n" +

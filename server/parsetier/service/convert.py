@@ -7,7 +7,15 @@ from typing import Any
 
 from parsetier.engine import json_bounds
 from parsetier.engine.events import Event, EventKind
-from parsetier.messages import Delta, Final, SessionOptions, StepLogprobs, TokenLogprob, Tool
+from parsetier.messages import (
+    CompletionOptions,
+    Delta,
+    Final,
+    SessionOptions,
+    StepLogprobs,
+    TokenLogprob,
+    Tool,
+)
 from parsetier.service.errors import invalid
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -136,6 +144,22 @@ def options_of(open_: pb.Open) -> SessionOptions:
         complete_tool_calls=open_.complete_tool_calls,
         request_id=open_.request_id,
         return_token_ids=open_.return_token_ids,
+        completion=completion_of(open_),
+        stop=tuple(open_.stop),
+        stop_token_ids=tuple(open_.stop_token_ids),
+        choice_index=open_.choice_index,
+    )
+
+
+def completion_of(open_: pb.Open) -> CompletionOptions | None:
+    if not open_.HasField("completion"):
+        return None
+    c = open_.completion
+    return CompletionOptions(
+        skip_special_tokens=c.skip_special_tokens if c.HasField("skip_special_tokens") else True,
+        spaces_between_special_tokens=(
+            c.spaces_between_special_tokens if c.HasField("spaces_between_special_tokens") else True
+        ),
     )
 
 

@@ -64,6 +64,8 @@ class SessionRecord:
     rpc: str
     model: str = ""
     request_id: str = ""
+    choice_index: int = 0
+    """Which of the request's choices the session was (``Open.choice_index``)."""
     tokens: int = 0
     """Output token ids received."""
     text_bytes: int = 0

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 from parsetier import session as core
+from parsetier.completion import CompletionSession, open_session
 from parsetier.models import Model
 from parsetier.service import convert
 from parsetier.service.errors import invalid, out_of_order
@@ -53,7 +54,7 @@ class StreamSession:
         self.limits = limits
         self.record = record
         self.model: Model | None = None
-        self.session: core.Session | None = None
+        self.session: core.Session | CompletionSession | None = None
         self.want_deltas = True
         self.want_events = False
         self.finished = False
@@ -66,10 +67,11 @@ class StreamSession:
     def open(self, model: Model, open_: pb.Open) -> None:
         """Start the session (the servicer has looked the model up and ``check_order``ed it)."""
         options = convert.options_of(open_)
+        self.record.choice_index = options.choice_index
         self.want_deltas, self.want_events = convert.wants(open_.output, unary=False)
         options = dataclasses.replace(options, collect_in_final=not self.want_deltas)
         self.limits.check_tokens(len(options.prompt_token_ids))
-        self.session = core.Session(model, options)
+        self.session = open_session(model, options)
         self.model = model
 
     def check_order(self, message: pb.ParseRequest) -> None:
@@ -134,7 +136,9 @@ def _index(steps: Sequence[pb.Step], step: pb.Step) -> int:
     return next(i for i, s in enumerate(steps) if s is step)
 
 
-def _feed_step(session: core.Session, step: pb.Step, steps: Sequence[pb.Step]) -> core.StepOutput:
+def _feed_step(
+    session: core.Session | CompletionSession, step: pb.Step, steps: Sequence[pb.Step]
+) -> core.StepOutput:
     """One id step fed on its own, with its logprobs; errors in them name the step."""
     if not step.HasField("logprobs"):
         return session.feed(step.token_ids)
@@ -157,7 +161,7 @@ def parse_once(
     record.text_bytes = len(request.text.encode("utf-8")) if not ids else 0
     limits.check_text(record.text_bytes)
     reason, matched = convert.finish_of(request.finish)
-    session = core.Session(model, options)
+    session = open_session(model, options)
     outputs = []
     if request.HasField("logprobs") and not ids:
         raise invalid("logprobs: they need token_ids (text has no logprobs)")

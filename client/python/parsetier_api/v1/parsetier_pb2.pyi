@@ -368,22 +368,20 @@ class ListModelsResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "format", "tokenizer", "tokenizer_available", "description", "capabilities", "eos_token_ids")
+    __slots__ = ("name", "format", "tokenizer", "tokenizer_available", "description", "capabilities")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
-    EOS_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     format: str
     tokenizer: str
     tokenizer_available: bool
     description: str
     capabilities: Capabilities
-    eos_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., format: _Optional[str] = ..., tokenizer: _Optional[str] = ..., tokenizer_available: _Optional[bool] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., eos_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., format: _Optional[str] = ..., tokenizer: _Optional[str] = ..., tokenizer_available: _Optional[bool] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("reasoning", "tool_calls")
