@@ -11,6 +11,7 @@ every split gives the same result as sending the whole output at once.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,7 @@ from grpc_servers import ThreadServer
 from parsetier.models import ModelRegistry
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import (
+    AsyncClient,
     Client,
     chat_logprobs,
     completion_logprobs,
@@ -77,8 +79,14 @@ def models() -> ModelRegistry:
 
 
 @pytest.fixture(scope="module")
-def client(models: ModelRegistry) -> Iterator[Client]:
-    with ThreadServer(models) as server, Client(server.target, timeout=60) as client:
+def server(models: ModelRegistry) -> Iterator[ThreadServer]:
+    with ThreadServer(models) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(server: ThreadServer) -> Iterator[Client]:
+    with Client(server.target, timeout=60) as client:
         yield client
 
 
@@ -347,3 +355,27 @@ def test_infinitely_unlikely_is_a_logprob(client):
     ]
     (reply,) = list(client.parse(messages))
     assert reply.deltas[-1].logprobs[0].logprob == -math.inf
+
+
+def test_async_client_sends_logprob_steps_and_reads_them_back(server, client, models):
+    """The asyncio client: logprob steps in, both OpenAI shapes out, as the sync client reads them."""
+    tokenizer = models.get("qwen3").tokenizer
+    ids = tokenizer.encode("Hi 🎉 你好", add_special_tokens=False).ids
+    tops = [[i, ids[0]] for i in ids]
+    want = resolved(session(client, "qwen3", ids, [1] * len(ids), tops))
+
+    async def run() -> list[pb.ParseResponse]:
+        async with AsyncClient(server.target, timeout=60) as aio:
+            stream = await aio.open("qwen3")
+            for i, tid in enumerate(ids):
+                await stream.send(
+                    logprob_step([tid], [-i / 10], [[(a, -1.0 - j) for j, a in enumerate(tops[i])]])
+                )
+            await stream.finish()
+            return [m async for m in stream]
+
+    replies = asyncio.run(run())
+    assert resolved(replies) == want
+    logprobs = [lp for r in replies for d in r.deltas for lp in d.logprobs]
+    assert "".join(c["token"] for c in chat_logprobs(logprobs)["content"]) == "Hi 🎉 你好"
+    assert completion_logprobs(logprobs)["tokens"] == [lp.token for lp in logprobs]

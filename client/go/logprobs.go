@@ -1,0 +1,148 @@
+package parsetier
+
+import (
+	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
+)
+
+// Alternative is one top-k entry the generate side reports at a position: an id and its logprob.
+type Alternative struct {
+	TokenID uint32
+	Logprob float32
+}
+
+// LogprobStep builds an id step carrying its logprobs: one logprob per id, and per id the same
+// number of alternatives (top[i] for tokenIDs[i], best first; nil for none). The server resolves
+// every id to its text and bytes and puts them on the delta the step produced (Delta.Logprobs).
+// Send it with Session.SendSteps.
+func LogprobStep(tokenIDs []uint32, logprobs []float32, top [][]Alternative) *pb.Step {
+	lp := &pb.StepLogprobs{TokenLogprobs: logprobs}
+	for _, position := range top {
+		for _, alt := range position {
+			lp.TopTokenIds = append(lp.TopTokenIds, alt.TokenID)
+			lp.TopLogprobs = append(lp.TopLogprobs, alt.Logprob)
+		}
+	}
+	return &pb.Step{TokenIds: tokenIDs, Logprobs: lp}
+}
+
+// SendSteps sends ready-made steps (LogprobStep's, or text steps) in one message.
+func (s *Session) SendSteps(steps ...*pb.Step) error {
+	return s.stream.Send(&pb.ParseRequest{Steps: steps})
+}
+
+// Logprobs gathers the resolved logprobs of deltas, in order (the session's, or one chunk's).
+func Logprobs(deltas []*pb.Delta) []*pb.TokenLogprob {
+	var out []*pb.TokenLogprob
+	for _, d := range deltas {
+		out = append(out, d.GetLogprobs()...)
+	}
+	return out
+}
+
+// ChatTopLogprob is one entry of OpenAI chat's top_logprobs.
+type ChatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// ChatLogprob is one entry of OpenAI chat's logprobs.content.
+type ChatLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []ChatTopLogprob `json:"top_logprobs"`
+}
+
+// ChatLogprobs is OpenAI chat's choices[].logprobs object.
+type ChatLogprobs struct {
+	Content []ChatLogprob `json:"content"`
+}
+
+// CompletionLogprobs is OpenAI completions' choices[].logprobs object.
+type CompletionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+func byteValues(b []byte) []int {
+	out := make([]int, len(b))
+	for i, v := range b {
+		out[i] = int(v)
+	}
+	return out
+}
+
+// ToChat maps resolved logprobs 1:1 onto OpenAI chat's shape.
+func ToChat(logprobs []*pb.TokenLogprob) ChatLogprobs {
+	out := ChatLogprobs{Content: make([]ChatLogprob, len(logprobs))}
+	for i, lp := range logprobs {
+		top := make([]ChatTopLogprob, len(lp.GetTopLogprobs()))
+		for j, t := range lp.GetTopLogprobs() {
+			top[j] = ChatTopLogprob{Token: t.GetToken(), Logprob: t.GetLogprob(), Bytes: byteValues(t.GetBytes())}
+		}
+		out.Content[i] = ChatLogprob{
+			Token: lp.GetToken(), Logprob: lp.GetLogprob(), Bytes: byteValues(lp.GetBytes()), TopLogprobs: top,
+		}
+	}
+	return out
+}
+
+// ToCompletion maps resolved logprobs 1:1 onto OpenAI completions' shape. textOffset is added
+// to every offset (the echoed prompt's length in code points when echoing, else 0). Offsets
+// count Unicode code points, as OpenAI's API (utf8.RuneCountInString of the text before).
+func ToCompletion(logprobs []*pb.TokenLogprob, textOffset int) CompletionLogprobs {
+	out := CompletionLogprobs{
+		Tokens:        make([]string, len(logprobs)),
+		TokenLogprobs: make([]float32, len(logprobs)),
+		TopLogprobs:   make([]map[string]float32, len(logprobs)),
+		TextOffset:    make([]int, len(logprobs)),
+	}
+	for i, lp := range logprobs {
+		out.Tokens[i] = lp.GetToken()
+		out.TokenLogprobs[i] = lp.GetLogprob()
+		top := make(map[string]float32, len(lp.GetTopLogprobs()))
+		for _, t := range lp.GetTopLogprobs() {
+			top[t.GetToken()] = t.GetLogprob()
+		}
+		out.TopLogprobs[i] = top
+		out.TextOffset[i] = textOffset + int(lp.GetTextOffset())
+	}
+	return out
+}
+
+// RuneOffset is the byte index in text of a code-point offset (TokenLogprob.TextOffset), for
+// slicing a Go string at a token.
+func RuneOffset(text string, codePoints int) int {
+	for i := range text {
+		if codePoints == 0 {
+			return i
+		}
+		codePoints--
+	}
+	if codePoints == 0 {
+		return len(text)
+	}
+	return -1
+}
+
+// WithReturnTokenIDs puts each step's ids on the delta it produced (Delta.TokenIds).
+func WithReturnTokenIDs() OpenOption { return func(o *pb.Open) { o.ReturnTokenIds = true } }
+
+// WithCompletion makes the session a completion (plain text, no format): skipSpecial is vLLM's
+// skip_special_tokens (true is its default).
+func WithCompletion(skipSpecial bool) OpenOption {
+	return func(o *pb.Open) { o.Completion = &pb.CompletionOptions{SkipSpecialTokens: &skipSpecial} }
+}
+
+// WithChoice marks the session as choice index of a request with several choices (n > 1): open
+// one session per choice with the same request id.
+func WithChoice(index uint32) OpenOption { return func(o *pb.Open) { o.ChoiceIndex = index } }
+
+// WithStop lists the request's stop strings and stop token ids, so a completion session can
+// drop them at Finish without retracting streamed text.
+func WithStop(strings []string, tokenIDs []uint32) OpenOption {
+	return func(o *pb.Open) { o.Stop, o.StopTokenIds = strings, tokenIDs }
+}
