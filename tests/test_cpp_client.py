@@ -97,6 +97,7 @@ def test_cpp_client_against_real_server(cpp_build):
             "LiveServer.SessionSeveralStepsPerMessage",
             "LiveServer.ParseStreamEqualsParseOnce",
             "LiveServer.Options",
+            "LiveServer.BuildConstraint",
             "LiveServer.Callbacks",
             "LiveServer.ConcurrentSessions",
             "LiveServer.CancelAndDestroyMidway",

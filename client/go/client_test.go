@@ -2,7 +2,9 @@ package parsetier_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +140,41 @@ func TestContextCancelsSession(t *testing.T) {
 	cancel()
 	_, err = session.Recv()
 	wantCode(t, "Recv after the context was cancelled", err, codes.Canceled)
+}
+
+// The constraint for a request's options arrives in both forms, and bad options get their codes.
+func TestBuildConstraint(t *testing.T) {
+	client := connect(t)
+	ctx := testContext(t)
+	resp, err := client.BuildConstraint(ctx, "qwen3", parsetier.WithToolsJSON(weatherTools),
+		parsetier.WithToolChoice("required"), parsetier.WithThinking(false))
+	if err != nil {
+		t.Fatalf("BuildConstraint: %v", err)
+	}
+	var tag struct {
+		Type   string `json:"type"`
+		Format struct {
+			AtLeastOne bool `json:"at_least_one"`
+		} `json:"format"`
+	}
+	if err := json.Unmarshal([]byte(resp.GetStructuralTagJson()), &tag); err != nil {
+		t.Fatalf("structural tag is not JSON: %v", err)
+	}
+	if tag.Type != "structural_tag" || !tag.Format.AtLeastOne {
+		t.Errorf("structural tag %s: want a structural_tag with at_least_one (tool_choice required)", resp.GetStructuralTagJson())
+	}
+	if got := resp.GetTriggers(); len(got) != 1 || got[0] != "<tool_call>" {
+		t.Errorf("triggers %q, want [<tool_call>]", got)
+	}
+	if resp.GetReasoning() != pb.ConstraintReasoning_CONSTRAINT_REASONING_NONE {
+		t.Errorf("reasoning %v with thinking off, want NONE", resp.GetReasoning())
+	}
+	if !strings.Contains(resp.GetLarkGrammar(), "get_weather") {
+		t.Errorf("Lark grammar does not name the tool:\n%s", resp.GetLarkGrammar())
+	}
+
+	_, err = client.BuildConstraint(ctx, "no-such-model")
+	wantCode(t, "BuildConstraint unknown model", err, codes.NotFound)
+	_, err = client.BuildConstraint(ctx, "qwen3", parsetier.WithToolsJSON(weatherTools), parsetier.WithToolChoice("send_mail"))
+	wantCode(t, "BuildConstraint tool_choice naming no tool", err, codes.InvalidArgument)
 }

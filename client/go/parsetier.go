@@ -143,3 +143,10 @@ func (c *Client) ParseOnce(ctx context.Context, model string, tokenIDs []uint32,
 		Open: openMessage(model, opts), TokenIds: tokenIDs, Finish: finish.message(),
 	})
 }
+
+// BuildConstraint returns the decoding constraint for a request with these options (tools,
+// WithToolChoice, WithThinking, WithPromptTokenIDs...): an xgrammar structural tag and the same
+// language as an llguidance Lark grammar, for an engine that constrains what the model may write.
+func (c *Client) BuildConstraint(ctx context.Context, model string, opts ...OpenOption) (*pb.BuildConstraintResponse, error) {
+	return c.stub.BuildConstraint(ctx, &pb.BuildConstraintRequest{Open: openMessage(model, opts)})
+}

@@ -133,6 +133,16 @@ v1::ParseOnceResponse Client::ParseOnce(const OpenOptions& options, const std::v
   return response;
 }
 
+v1::BuildConstraintResponse Client::BuildConstraint(const OpenOptions& options) {
+  v1::BuildConstraintRequest request;
+  *request.mutable_open() = options.ToProto();
+  grpc::ClientContext context;
+  SetTimeout(context, options.timeout);
+  v1::BuildConstraintResponse response;
+  Check(stub_->BuildConstraint(&context, request, &response));
+  return response;
+}
+
 std::vector<v1::ModelInfo> Client::ListModels(std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   SetTimeout(context, timeout);

@@ -228,6 +228,20 @@ TEST_F(LiveServer, Options) {
   EXPECT_TRUE(MessageDifferencer::Equals(WithoutIds(response.final().message()), WantMessage()));
 }
 
+// The constraint for a request's options, in both forms.
+TEST_F(LiveServer, BuildConstraint) {
+  parsetier::OpenOptions open = Qwen3();
+  open.tool_choice = "required";
+  open.thinking = false;
+  v1::BuildConstraintResponse response = SharedClient().BuildConstraint(open);
+  EXPECT_EQ(response.structural_tag_json().rfind(R"({"type": "structural_tag")", 0), 0u)
+      << response.structural_tag_json();
+  ASSERT_EQ(response.triggers_size(), 1);
+  EXPECT_EQ(response.triggers(0), "<tool_call>");
+  EXPECT_EQ(response.reasoning(), v1::CONSTRAINT_REASONING_NONE);
+  EXPECT_NE(response.lark_grammar().find("get_weather"), std::string::npos) << response.lark_grammar();
+}
+
 // Push delivery: every message reaches on_message in order, then on_done once with OK.
 TEST_F(LiveServer, Callbacks) {
   std::vector<v1::ParseResponse> messages;  // only touched by the callbacks, one at a time
@@ -376,6 +390,14 @@ std::vector<ErrorCase> ErrorCases() {
          open.timeout = std::chrono::milliseconds(300);
          auto session = client.Open(open);
          Drain(*session);  // nothing sent after Open: the deadline passes
+       }},
+      {"BuildConstraint unknown model", grpc::StatusCode::NOT_FOUND,
+       [&] { client.BuildConstraint(Model("no-such-model")); }},
+      {"BuildConstraint tool_choice naming no tool", grpc::StatusCode::INVALID_ARGUMENT,
+       [&] {
+         parsetier::OpenOptions open = Qwen3();
+         open.tool_choice = "send_mail";
+         client.BuildConstraint(open);
        }},
       {"server unreachable", grpc::StatusCode::UNAVAILABLE,
        [] {

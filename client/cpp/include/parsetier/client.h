@@ -169,6 +169,10 @@ class Client {
   StreamResult ParseStream(const OpenOptions& options, const std::vector<Step>& steps,
                            const FinishOptions& finish = {});
 
+  // The decoding constraint for a request with these options (tools, tool_choice, thinking,
+  // prompt tail): an xgrammar structural tag and the same language as an llguidance Lark grammar.
+  v1::BuildConstraintResponse BuildConstraint(const OpenOptions& options);
+
   // The server's models, sorted by name.
   std::vector<v1::ModelInfo> ListModels(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
