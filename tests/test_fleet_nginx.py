@@ -3,7 +3,7 @@
 Each test renders the deploy file itself — only the backend addresses, the listen address and the
 access-log path are rewritten — includes it in a minimal main config whose pid, logs and temp paths
 all live in the test's tmp dir, and runs ``nginx -p TMP -c CONF -g 'daemon off;'`` as a subprocess
-on loopback. So what is tested is what is deployed. nginx is required, not optional: ``.ci/run``
+on loopback. So what is tested is what is deployed. nginx is required, not optional: ``make test``
 installs it.
 
 What the tests pin (deploy/README.md explains each):
@@ -93,8 +93,8 @@ def nginx_binary() -> str:
     )
     if found is None:
         pytest.fail(
-            "nginx is not installed, and the fleet tests need a real one: .ci/run installs it "
-            "(apt_install nginx); on Debian: apt-get install nginx",
+            "nginx is not installed, and the fleet tests need a real one: `make deps` (.ci/setup) "
+            "installs it; on Debian: apt-get install nginx",
             pytrace=False,
         )
     return found
