@@ -29,9 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 class ThreadServer:
     """A server on 127.0.0.1 with its own event loop thread. ``with ThreadServer(...) as s: s.target``."""
 
-    def __init__(self, registry: ModelRegistry, limits: Limits | None = None) -> None:
+    def __init__(self, registry: ModelRegistry, limits: Limits | None = None, **options) -> None:
+        """``options`` are ``build_server``'s keywords (reflection, TLS, auth...)."""
         self.registry = registry
         self.limits = limits
+        self.options = options
         self.handle: ServerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -51,7 +53,7 @@ class ThreadServer:
         try:
             self.loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            self.handle = await build_server(self.registry, self.limits, "127.0.0.1", 0)
+            self.handle = await build_server(self.registry, self.limits, "127.0.0.1", 0, **self.options)
         except BaseException as exc:
             self._error = exc
             self._ready.set()
@@ -89,13 +91,15 @@ def subprocess_env() -> dict[str, str]:
 
 
 class ProcessServer:
-    """``parsetier serve --port 0`` in a subprocess; its JSON log lines are collected from stderr."""
+    """``parsetier serve --port 0`` in a subprocess; its JSON log lines are collected from stderr,
+    its human-readable lines from stdout."""
 
     def __init__(self, *args: str) -> None:
         self.args = args
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.logs: list[dict] = []
+        self.stdout: list[str] = []
         self._listening = threading.Event()
         self._reader: threading.Thread | None = None
 
@@ -106,10 +110,11 @@ class ProcessServer:
     def start(self, timeout: float = 60.0) -> ProcessServer:
         cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", *self.args]
         self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=subprocess_env()
+            cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env()
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        threading.Thread(target=self._read_stdout, daemon=True).start()
         if not self._listening.wait(timeout):
             self.kill()
             raise RuntimeError(f"server did not start; logs: {self.logs}")
@@ -126,6 +131,11 @@ class ProcessServer:
             if record.get("msg") == "listening":
                 self.port = record["port"]
                 self._listening.set()
+
+    def _read_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.stdout.append(line.rstrip("\n"))
 
     def terminate(self) -> None:
         assert self.proc is not None

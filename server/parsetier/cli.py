@@ -7,48 +7,118 @@ import argparse
 import asyncio
 import sys
 
+from parsetier_client.arguments import OneLineParser, UsageError, fail
+
 DEFAULT_PORT = 50051
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+REFLECTION = {"auto": None, "on": True, "off": False}
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from parsetier.service.limits import Limits
 
     defaults = Limits()
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (logged)")
-    parser.add_argument("--config", help="models TOML file; without it the embedded Qwen3 presets are served")
-    parser.add_argument("--grace", type=float, default=30.0, help="seconds open sessions get after SIGTERM")
-    parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
-    parser.add_argument("--max-message-bytes", type=int, default=defaults.max_message_bytes)
-    parser.add_argument("--max-steps-per-message", type=int, default=defaults.max_steps_per_message)
-    parser.add_argument("--max-tokens-per-session", type=int, default=defaults.max_tokens_per_session)
-    parser.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout, help="seconds")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all); default %(default)s"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="gRPC port; 0 picks a free one; default %(default)s"
+    )
+    parser.add_argument("--config", help="models TOML file; without it every built-in preset is served")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="seconds open sessions get after SIGTERM; default %(default)s",
+    )
+    parser.add_argument(
+        "--max-sessions",
+        type=int,
+        default=defaults.max_sessions,
+        help="open sessions at once; more are refused; default %(default)s",
+    )
+    parser.add_argument(
+        "--max-message-bytes", type=int, default=defaults.max_message_bytes, help="default %(default)s"
+    )
+    parser.add_argument(
+        "--max-steps-per-message",
+        type=int,
+        default=defaults.max_steps_per_message,
+        help="default %(default)s",
+    )
+    parser.add_argument(
+        "--max-tokens-per-session",
+        type=int,
+        default=defaults.max_tokens_per_session,
+        help="default %(default)s",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=defaults.idle_timeout,
+        help="seconds a session may go without a message; default %(default)s",
+    )
     parser.add_argument(
         "--preload",
         default="all",
         help="models to load in the background once listening: all (default), none, or NAME,NAME...; "
         "others load on their first request",
     )
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--reflection",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="gRPC server reflection (v1 and v1alpha); auto: on only when --host is a loopback address",
+    )
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
+
+
+def _registry(config: str | None):
+    """The models; a config that cannot be read or does not parse is the ``--config`` flag's error."""
+    from parsetier.models import ModelRegistry
+
+    try:
+        return ModelRegistry.from_config(config)
+    except FileNotFoundError:
+        raise UsageError("--config", f"no such file: {config}") from None
+    except KeyError as exc:
+        raise UsageError("--config", f"{config}: a model entry lacks the key {exc}") from None
+    except Exception as exc:  # TOML syntax, unknown format, bad format file: all the file's fault
+        raise UsageError("--config", f"{config}: {type(exc).__name__}: {exc}") from None
+
+
+def _preload(value: str, registry) -> list[str]:
+    if value == "all":
+        return [info.name for info in registry.describe() if info.tokenizer_available]
+    if value == "none":
+        return []
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(registry.names()))
+    if unknown:
+        known = ", ".join(registry.names())
+        raise UsageError("--preload", f"unknown models {', '.join(unknown)}; known: {known}")
+    return names
+
+
+def _announce(handle, registry, host: str) -> None:
+    """One human-readable summary on stdout (the JSON logs go to stderr)."""
+    infos = registry.describe()
+    ready = [info.name for info in infos if info.tokenizer_available]
+    missing = [info.name for info in infos if not info.tokenizer_available]
+    print(f"parsetier: listening on {host}:{handle.port} (gRPC, plaintext)", flush=True)
+    print(f"parsetier: reflection {'on' if handle.reflection else 'off'}; health: grpc.health.v1", flush=True)
+    print(f"parsetier: models with tokenizers ({len(ready)}): {', '.join(ready) or 'none'}", flush=True)
+    if missing:
+        print(f"parsetier: models without tokenizers ({len(missing)}): {', '.join(missing)}", flush=True)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from parsetier.models import ModelRegistry
     from parsetier.service import Limits, logs, serve
-    from parsetier.service.logs import SERVER_LOG
+    from parsetier.service.server import ListenError
 
     logs.configure(args.log_level)
-    registry = ModelRegistry.from_config(args.config)
-    if args.preload == "all":
-        preload = [info.name for info in registry.describe() if info.tokenizer_available]
-    elif args.preload == "none":
-        preload = []
-    else:
-        preload = [name.strip() for name in args.preload.split(",") if name.strip()]
-        unknown = sorted(set(preload) - set(registry.names()))
-        if unknown:
-            SERVER_LOG.error("unknown models in --preload", extra={"fields": {"models": unknown}})
-            return 2
+    registry = _registry(args.config)
+    preload = _preload(args.preload, registry)
     limits = Limits(
         max_message_bytes=args.max_message_bytes,
         max_steps_per_message=args.max_steps_per_message,
@@ -56,12 +126,26 @@ def _serve(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout,
     )
-    clean = asyncio.run(serve(registry, limits, args.host, args.port, args.grace, preload=preload))
+    try:
+        clean = asyncio.run(
+            serve(
+                registry,
+                limits,
+                args.host,
+                args.port,
+                args.grace,
+                on_ready=lambda handle: _announce(handle, registry, args.host),
+                preload=preload,
+                reflection_on=REFLECTION[args.reflection],
+            )
+        )
+    except ListenError as exc:
+        raise UsageError("--host/--port", str(exc)) from None
     return 0 if clean else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="parsetier", description="LLM output parse tier (gRPC).")
+    parser = OneLineParser(prog="parsetier", description="LLM output parse tier (gRPC).")
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="run the gRPC server")
     _serve_arguments(serve_parser)
@@ -70,9 +154,13 @@ def main(argv: list[str] | None = None) -> int:
 
     replay.add_arguments(replay_parser)
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    return replay.run(args)
+    prog = f"parsetier {args.command}"
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        return replay.run(args)
+    except UsageError as exc:
+        fail(prog, str(exc))
 
 
 if __name__ == "__main__":

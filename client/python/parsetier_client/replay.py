@@ -17,12 +17,12 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_client.arguments import OneLineParser, positive_float, token_ids_argument, tools_argument
 from parsetier_client.requests import OUTPUT_KINDS, finish_message, open_message, step_message
 from parsetier_client.result import delta_dict, event_dict, final_dict
 from parsetier_client.sync import Client
@@ -31,17 +31,25 @@ from parsetier_client.sync import Client
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", required=True, help="HOST:PORT of a parsetier server")
     parser.add_argument("--model", required=True, help="model name (see the server's ListModels)")
-    parser.add_argument("--tools", type=Path, help="JSON file: the OpenAI request's tools array")
+    parser.add_argument(
+        "--tools",
+        type=tools_argument,
+        help="the OpenAI request's tools array: inline JSON ('[{...}]') or a JSON file",
+    )
     parser.add_argument("--tool-choice", help="auto, none, required, or a function name")
     parser.add_argument("--no-parallel-tool-calls", action="store_true")
     parser.add_argument("--thinking", choices=("on", "off"), help="the chat template's thinking switch")
     parser.add_argument("--no-reasoning", action="store_true", help="leave reasoning out of the output")
-    parser.add_argument("--prompt-ids", help="JSON array of the prompt's (tail) token ids")
+    parser.add_argument(
+        "--prompt-ids",
+        type=token_ids_argument,
+        help="the prompt's (tail) token ids: a JSON array, inline or a file",
+    )
     parser.add_argument("--output", choices=sorted(OUTPUT_KINDS), default="deltas")
     parser.add_argument("--include-stop-text", action="store_true")
     parser.add_argument("--complete-tool-calls", action="store_true")
     parser.add_argument("--request-id", default="replay")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds for the whole stream")
+    parser.add_argument("--timeout", type=positive_float, default=None, help="seconds for the whole stream")
 
 
 class InputError(ValueError):
@@ -58,7 +66,7 @@ def _steps_of(line: dict[str, Any]) -> list[pb.Step]:
 
 def client_messages(args: argparse.Namespace, stdin: TextIO) -> Iterator[pb.ParseRequest]:
     """Open, then one message per input line; the finish rides on the line that names it."""
-    tools = args.tools.read_text(encoding="utf-8") if args.tools else None
+    tools = args.tools  # already the array's JSON text (``tools_argument``)
     yield pb.ParseRequest(
         open=open_message(
             args.model,
@@ -67,7 +75,7 @@ def client_messages(args: argparse.Namespace, stdin: TextIO) -> Iterator[pb.Pars
             parallel_tool_calls=False if args.no_parallel_tool_calls else None,
             include_reasoning=False if args.no_reasoning else None,
             thinking=None if args.thinking is None else args.thinking == "on",
-            prompt_token_ids=json.loads(args.prompt_ids) if args.prompt_ids else (),
+            prompt_token_ids=args.prompt_ids or (),
             output=args.output,
             include_stop_text=args.include_stop_text,
             complete_tool_calls=args.complete_tool_calls,
@@ -123,7 +131,7 @@ def run(args: argparse.Namespace, stdin: TextIO = sys.stdin, stdout: TextIO = sy
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="parsetier replay", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="parsetier replay", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from parsetier.models import ModelRegistry
+from parsetier.service import reflection
 from parsetier.service.decoding import add_servicer
 from parsetier.service.limits import Limits
 from parsetier.service.logs import SERVER_LOG
@@ -36,6 +38,7 @@ class ServerHandle:
     port: int
     servicer: ParserServicer
     health: health.aio.HealthServicer
+    reflection: bool = False
 
     async def drain(self, grace: float) -> bool:
         """Stop taking sessions, let open ones finish for up to ``grace`` s, stop the server.
@@ -55,14 +58,42 @@ class ServerHandle:
         return clean
 
 
+class ListenError(OSError):
+    """The listen address could not be bound."""
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Bind (and release) the address with a plain socket first, so a bad ``--host`` or a port in
+    use is reported as the OS's reason, in one line, rather than grpc's generic bind failure."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot resolve {host!r}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
 STOP_GRACE = 2.0
 """Seconds ``drain`` gives the transport to close cleanly once no session is left."""
 
 
 async def build_server(
-    registry: ModelRegistry, limits: Limits | None = None, host: str = "127.0.0.1", port: int = 0
+    registry: ModelRegistry,
+    limits: Limits | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    reflection_on: bool | None = None,
 ) -> ServerHandle:
-    """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``)."""
+    """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``).
+
+    ``reflection_on`` None means on for loopback listeners only: reflection tells anyone who can
+    connect the whole API, which is what a developer on the host wants and an exposed port need not."""
     limits = limits or Limits()
     server = grpc.aio.server(
         options=[
@@ -76,12 +107,17 @@ async def build_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port}")
+    if reflection_on is None:
+        reflection_on = reflection.is_loopback(host)
+    if reflection_on:
+        reflection.enable(server, (SERVICE_NAME, health.SERVICE_NAME))
+    check_bindable(host, port)
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as exc:  # grpc's "Failed to bind": the pre-check above raced with someone
+        raise ListenError(f"cannot listen on {host}:{port}: {exc}") from None
     await server.start()
-    return ServerHandle(server, bound, servicer, health_servicer)
+    return ServerHandle(server, bound, servicer, health_servicer, reflection_on)
 
 
 async def _preload(registry: ModelRegistry, names: Sequence[str]) -> None:
@@ -105,19 +141,28 @@ async def serve(
     grace: float = 30.0,
     on_ready: Callable[[ServerHandle], None] | None = None,
     preload: Sequence[str] = (),
+    **server_options: Any,
 ) -> bool:
     """Run until SIGTERM/SIGINT, then drain. Returns whether the drain was clean.
 
     ``preload`` models are loaded in the background once the server listens, so start-up is
-    quick however many models are configured; a request for one not loaded yet loads it."""
-    handle = await build_server(registry, limits, host, port)
+    quick however many models are configured; a request for one not loaded yet loads it.
+    ``server_options`` are ``build_server``'s keywords (reflection, TLS, auth...)."""
+    handle = await build_server(registry, limits, host, port, **server_options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     SERVER_LOG.info(
         "listening",
-        extra={"fields": {"host": host, "port": handle.port, "models": registry.names()}},
+        extra={
+            "fields": {
+                "host": host,
+                "port": handle.port,
+                "models": registry.names(),
+                "reflection": handle.reflection,
+            }
+        },
     )
     if on_ready is not None:
         on_ready(handle)

@@ -1,0 +1,107 @@
+"""The command line as an operator meets it: one-line errors naming the flag, the start-up summary,
+inline or file JSON for --tools, and README and --help listing the same serve flags."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from grpc_servers import ROOT, ProcessServer, subprocess_env
+from service_samples import WEATHER_TOOLS
+
+
+def parsetier(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "parsetier.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(),
+    )
+
+
+REPLAY = ["replay", "--server", "127.0.0.1:1", "--model", "qwen3"]
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["serve", "--port", "http"], "--port"),
+        (["serve", "--config", "/nonexistent/models.toml"], "--config"),
+        (["serve", "--preload", "no-such-model"], "--preload"),
+        (["serve", "--reflection", "maybe"], "--reflection"),
+        (["serve", "--log-level", "loud"], "--log-level"),
+        (["serve", "--host", "203.0.113.1", "--port", "0", "--preload", "none"], "--host/--port"),
+        ([*REPLAY, "--tools", "[{"], "--tools"),
+        ([*REPLAY, "--tools", "missing.json"], "--tools"),
+        ([*REPLAY, "--tools", '{"a": 1}'], "--tools"),
+        ([*REPLAY, "--prompt-ids", "[1, -2]"], "--prompt-ids"),
+        ([*REPLAY, "--timeout", "0"], "--timeout"),
+    ],
+)
+def test_errors_are_one_line_naming_the_flag(args, flag):
+    done = parsetier(*args)
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"parsetier {args[0]}: {flag}: "), lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_toml_names_the_config(tmp_path):
+    config = tmp_path / "models.toml"
+    config.write_text("[[models]\nname = 'x'\n")
+    done = parsetier("serve", "--config", str(config))
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("parsetier serve: --config: ") and str(config) in line
+
+
+def test_serve_prints_where_it_listens_and_the_tokenizers():
+    with ProcessServer("--preload", "none") as server:
+        text = "\n".join(_wait_lines(server, 3))
+    assert f"listening on 127.0.0.1:{server.port}" in text
+    assert "reflection on" in text
+    ready = re.search(r"models with tokenizers \(\d+\): (.*)", text)
+    assert ready and {"qwen3", "qwen3-coder"} <= set(ready.group(1).split(", "))
+
+
+def _wait_lines(server: ProcessServer, count: int) -> list[str]:
+    deadline = time.monotonic() + 10
+    while len(server.stdout) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return list(server.stdout)
+
+
+@pytest.mark.parametrize("form", ["inline", "file"])
+def test_replay_tools_inline_or_file(grpc_server, encode, tmp_path, form):
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    stdin = json.dumps({"token_ids": encode(text), "finish_reason": "stop"}) + "\n"
+    tools = json.dumps(WEATHER_TOOLS)
+    if form == "file":
+        path = tmp_path / "tools.json"
+        path.write_text(tools)
+        tools = str(path)
+    args = ("replay", "--server", grpc_server.target, "--model", "qwen3", "--tools", tools)
+    done = parsetier(*args, stdin=stdin)
+    assert done.returncode == 0, done.stderr
+    final = json.loads(done.stdout.splitlines()[-1])["final"]
+    assert final["finish_reason"] == "tool_calls"
+    assert final["message"]["tool_calls"][0]["name"] == "get_weather"
+
+
+def _flags(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", text))
+
+
+def test_readme_and_help_list_the_same_serve_flags():
+    help_text = parsetier("serve", "--help").stdout
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### `parsetier serve` flags", 1)[1].split("\n#", 1)[0]
+    assert _flags(help_text) - {"--help"} == _flags(section) - {"--help"}
