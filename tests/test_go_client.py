@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from grpc_servers import ROOT, ProcessServer
+from tls_support import Authority
 
 GO_DIR = ROOT / "client" / "go"
 TIMEOUT = 300  # seconds, per go command; module downloads happen on the first run
@@ -63,7 +64,7 @@ def test_go_client_against_real_server():
     go = go_binary()
     with ProcessServer("--preload", "qwen3") as server:
         env = dict(os.environ, PARSETIER_SERVER=server.target)
-        argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "./..."]
+        argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "-skip", "TestSecure", "./..."]
         code, output = run_go(argv, env=env)
         assert code == 0, f"go test failed (exit {code}):\n{output}"
         assert "--- SKIP" not in output, f"Go tests skipped instead of running:\n{output}"
@@ -96,6 +97,32 @@ def test_go_client_against_real_server():
             time.sleep(0.05)
     assert len(ends) == 5, f"expected 5 session_end lines from the Go client: {server.logs}"
     assert all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in ends), ends
+
+
+def test_go_client_tls_mtls_and_tokens(tmp_path):
+    """The Go client's TLSConfig / WithTLS / WithToken against a server with mutual TLS and tokens."""
+    go = go_binary()
+    ca = Authority(tmp_path, "ca")
+    server_pair, client_pair = ca.server(), ca.client("go-client")
+    tokens = tmp_path / "tokens"
+    tokens.write_text("go-test-token\n")
+    args = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
+    args += ["--tls-client-ca", str(ca.cert), "--auth-tokens", str(tokens), "--preload", "qwen3"]
+    with ProcessServer(*args) as server:
+        env = dict(
+            os.environ,
+            PARSETIER_SERVER=server.target,
+            PARSETIER_SECURE_SERVER=server.target,
+            PARSETIER_SECURE_CA=str(ca.cert),
+            PARSETIER_SECURE_CLIENT_CERT=str(client_pair.cert),
+            PARSETIER_SECURE_CLIENT_KEY=str(client_pair.key),
+            PARSETIER_SECURE_TOKEN="go-test-token",
+        )
+        argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "-run", "^TestSecure$", "."]
+        code, output = run_go(argv, env=env)
+    assert code == 0, f"go test -run TestSecure failed (exit {code}):\n{output}"
+    for name in ("MutualTLSAndToken", "MissingToken", "WrongToken", "NoClientCertificate", "TLSConfigErrors"):
+        assert f"--- PASS: TestSecure/{name}" in output, f"{name} did not run:\n{output}"
 
 
 def test_go_client_is_vetted_and_formatted():

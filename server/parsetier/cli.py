@@ -70,6 +70,16 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="gRPC server reflection (v1 and v1alpha); auto: on only when --host is a loopback address",
     )
+    parser.add_argument("--tls-cert", help="PEM certificate chain: serve TLS (with --tls-key)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-client-ca", help="PEM CA bundle: require client certificates it signed (mTLS)")
+    parser.add_argument(
+        "--tls-client-names",
+        help="NAME,NAME...: accept only client certificates with one of these subject CNs or SANs",
+    )
+    parser.add_argument(
+        "--auth-tokens", help="file of accepted bearer tokens, one per line (# comments); health stays open"
+    )
     parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
 
 
@@ -100,12 +110,39 @@ def _preload(value: str, registry) -> list[str]:
     return names
 
 
+def _security(args: argparse.Namespace):
+    """The ``Security`` the TLS and auth flags describe, or None for a plaintext, open server."""
+    from pathlib import Path
+
+    from parsetier.service.security import Security, TlsFiles
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert/--tls-key", "give both, or neither")
+    if not args.tls_cert and (args.tls_client_ca or args.tls_client_names):
+        raise UsageError("--tls-client-ca", "client certificates need TLS: add --tls-cert and --tls-key")
+    if args.tls_client_names and not args.tls_client_ca:
+        raise UsageError("--tls-client-names", "needs --tls-client-ca, which verifies the names")
+    tls = None
+    if args.tls_cert:
+        names = frozenset(n.strip() for n in (args.tls_client_names or "").split(",") if n.strip())
+        tls = TlsFiles(
+            Path(args.tls_cert),
+            Path(args.tls_key),
+            Path(args.tls_client_ca) if args.tls_client_ca else None,
+            names,
+        )
+    if tls is None and args.auth_tokens is None:
+        return None
+    return Security(tls=tls, tokens=Path(args.auth_tokens) if args.auth_tokens else None)
+
+
 def _announce(handle, registry, host: str) -> None:
     """One human-readable summary on stdout (the JSON logs go to stderr)."""
     infos = registry.describe()
     ready = [info.name for info in infos if info.tokenizer_available]
     missing = [info.name for info in infos if not info.tokenizer_available]
-    print(f"parsetier: listening on {host}:{handle.port} (gRPC, plaintext)", flush=True)
+    auth = ", bearer tokens" if handle.security is not None and handle.security.tokens else ""
+    print(f"parsetier: listening on {host}:{handle.port} (gRPC, {handle.transport}{auth})", flush=True)
     print(f"parsetier: reflection {'on' if handle.reflection else 'off'}; health: grpc.health.v1", flush=True)
     print(f"parsetier: models with tokenizers ({len(ready)}): {', '.join(ready) or 'none'}", flush=True)
     if missing:
@@ -114,6 +151,7 @@ def _announce(handle, registry, host: str) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from parsetier.service import Limits, logs, serve
+    from parsetier.service.security import SecurityConfigError
     from parsetier.service.server import ListenError
 
     logs.configure(args.log_level)
@@ -137,10 +175,13 @@ def _serve(args: argparse.Namespace) -> int:
                 on_ready=lambda handle: _announce(handle, registry, args.host),
                 preload=preload,
                 reflection_on=REFLECTION[args.reflection],
+                security=_security(args),
             )
         )
     except ListenError as exc:
         raise UsageError("--host/--port", str(exc)) from None
+    except SecurityConfigError as exc:
+        raise UsageError(exc.flag, str(exc)) from None
     return 0 if clean else 1
 
 

@@ -18,6 +18,7 @@ from parsetier_client.result import (
     final_dict,
     message_dict,
 )
+from parsetier_client.security import Tls
 from parsetier_client.sync import Client, ParseStream
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Client",
     "ParseResult",
     "ParseStream",
+    "Tls",
     "chat_logprobs",
     "completion_logprobs",
     "delta_dict",

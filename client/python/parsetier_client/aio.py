@@ -19,6 +19,7 @@ from parsetier_client.requests import (
     step_message,
 )
 from parsetier_client.result import ParseResult, collect
+from parsetier_client.security import Tls, aio_channel, tls_of, token_metadata
 
 
 async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:
@@ -105,11 +106,19 @@ class AsyncClient:
     """An asyncio connection to a parsetier server. ``async with AsyncClient(target) as client``."""
 
     def __init__(
-        self, target: str, *, channel: grpc.aio.Channel | None = None, timeout: float | None = None
+        self,
+        target: str,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        timeout: float | None = None,
+        tls: Tls | bool | None = None,
+        token: str | None = None,
     ) -> None:
-        self.channel = channel or grpc.aio.insecure_channel(target)
+        """``tls`` and ``token`` as for ``sync.Client``."""
+        self.channel = channel or aio_channel(target, tls_of(tls))
         self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
+        self.metadata = token_metadata(token)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -124,7 +133,7 @@ class AsyncClient:
         """Start a streaming session: send its Open and wait until the server accepted it
         (raises ``grpc.aio.AioRpcError`` with the server's status when it did not).
         ``options`` as for ``requests.open_message``."""
-        call = self.stub.Parse(timeout=self.timeout)
+        call = self.stub.Parse(timeout=self.timeout, metadata=self.metadata)
         await _write(call, pb.ParseRequest(open=open_message(model, **options)))
         await _await_admission(call)
         return AsyncParseStream(call)
@@ -150,7 +159,7 @@ class AsyncClient:
         """The raw stream: any client messages in, server messages out."""
         # Written by a task of our own rather than handed to grpc as a request iterator, so the
         # writes can wait for the server's admission (see ``_await_admission``).
-        call = self.stub.Parse(timeout=self.timeout)
+        call = self.stub.Parse(timeout=self.timeout, metadata=self.metadata)
         writer = asyncio.create_task(_write_all(call, messages))
         try:
             async for message in call:
@@ -181,10 +190,11 @@ class AsyncClient:
             tools=tools,
             **options,
         )
-        return await self.stub.ParseOnce(request, timeout=self.timeout)
+        return await self.stub.ParseOnce(request, timeout=self.timeout, metadata=self.metadata)
 
     async def list_models(self) -> list[pb.ModelInfo]:
-        response = await self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout)
+        request = pb.ListModelsRequest()
+        response = await self.stub.ListModels(request, timeout=self.timeout, metadata=self.metadata)
         return list(response.models)
 
     async def build_constraint(self, model: str, **options: Any) -> pb.BuildConstraintResponse:

@@ -24,6 +24,7 @@ from parsetier_client.requests import (
     step_message,
 )
 from parsetier_client.result import ParseResult, collect
+from parsetier_client.security import Tls, sync_channel, tls_of, token_metadata
 
 _CLOSE = object()
 
@@ -35,10 +36,16 @@ class ParseStream:
     iteration ends, ``final`` holds the outcome. Errors raise ``grpc.RpcError`` from the iteration.
     """
 
-    def __init__(self, stub: pb_grpc.ParserServiceStub, open_: pb.Open, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        stub: pb_grpc.ParserServiceStub,
+        open_: pb.Open,
+        timeout: float | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._queue.put(pb.ParseRequest(open=open_))
-        self._call = stub.Parse(iter(self._queue.get, _CLOSE), timeout=timeout)
+        self._call = stub.Parse(iter(self._queue.get, _CLOSE), timeout=timeout, metadata=metadata)
         self.final: pb.Final | None = None
 
     def send(self, *steps: StepLike) -> None:
@@ -75,11 +82,20 @@ class Client:
     """A connection to a parsetier server (``host:port``). Close it, or use it as a context manager."""
 
     def __init__(
-        self, target: str, *, channel: grpc.Channel | None = None, timeout: float | None = None
+        self,
+        target: str,
+        *,
+        channel: grpc.Channel | None = None,
+        timeout: float | None = None,
+        tls: Tls | bool | None = None,
+        token: str | None = None,
     ) -> None:
-        self.channel = channel or grpc.insecure_channel(target)
+        """``tls``: ``True`` (system roots) or a ``Tls`` (CA, client certificate for mTLS, server
+        name); ``token``: a bearer token sent with every call."""
+        self.channel = channel or sync_channel(target, tls_of(tls))
         self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
+        self.metadata = token_metadata(token)
 
     def __enter__(self) -> Client:
         return self
@@ -92,11 +108,11 @@ class Client:
 
     def open(self, model: str, **options: Any) -> ParseStream:
         """Start a streaming session; ``options`` are ``requests.open_message``'s keywords."""
-        return ParseStream(self.stub, open_message(model, **options), timeout=self.timeout)
+        return ParseStream(self.stub, open_message(model, **options), self.timeout, self.metadata)
 
     def parse(self, messages: Iterable[pb.ParseRequest]) -> Iterator[pb.ParseResponse]:
         """The raw stream: any client messages in (pulled lazily), server messages out."""
-        return iter(self.stub.Parse(iter(messages), timeout=self.timeout))
+        return iter(self.stub.Parse(iter(messages), timeout=self.timeout, metadata=self.metadata))
 
     def parse_stream(
         self,
@@ -140,14 +156,15 @@ class Client:
             tools=tools,
             **options,
         )
-        return self.stub.ParseOnce(request, timeout=self.timeout)
+        return self.stub.ParseOnce(request, timeout=self.timeout, metadata=self.metadata)
 
     def list_models(self) -> list[pb.ModelInfo]:
-        return list(self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout).models)
+        reply = self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata)
+        return list(reply.models)
 
     def build_constraint(self, model: str, **options: Any) -> pb.BuildConstraintResponse:
         """The decoding constraint for a request with these options (``tools``, ``tool_choice``,
         ``parallel_tool_calls``, ``thinking``, ``prompt_token_ids``...; a tool's
         ``"strict": True`` enforces its schema): ``.structural_tag_json``, ``.lark_grammar``."""
         request = pb.BuildConstraintRequest(open=open_message(model, **options))
-        return self.stub.BuildConstraint(request, timeout=self.timeout)
+        return self.stub.BuildConstraint(request, timeout=self.timeout, metadata=self.metadata)

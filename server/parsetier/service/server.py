@@ -24,6 +24,7 @@ from parsetier.service import reflection
 from parsetier.service.decoding import add_servicer
 from parsetier.service.limits import Limits
 from parsetier.service.logs import SERVER_LOG
+from parsetier.service.security import AuthInterceptor, Security, SecurityState
 from parsetier.service.servicer import ParserServicer
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -39,6 +40,15 @@ class ServerHandle:
     servicer: ParserServicer
     health: health.aio.HealthServicer
     reflection: bool = False
+    security: SecurityState | None = None
+
+    @property
+    def transport(self) -> str:
+        """``plaintext``, ``TLS`` or ``mutual TLS``."""
+        tls = self.security.security.tls if self.security is not None else None
+        if tls is None:
+            return "plaintext"
+        return "mutual TLS" if tls.client_ca is not None else "TLS"
 
     async def drain(self, grace: float) -> bool:
         """Stop taking sessions, let open ones finish for up to ``grace`` s, stop the server.
@@ -54,6 +64,8 @@ class ServerHandle:
         # such as nginx, which otherwise reset the last stream after its final reply. Not idle: the
         # grace is spent, cut the stragglers now.
         await self.server.stop(STOP_GRACE if clean else 0)
+        if self.security is not None:
+            await self.security.stop()
         SERVER_LOG.info("stopped", extra={"fields": {"clean": clean, "cut_sessions": cut}})
         return clean
 
@@ -89,13 +101,20 @@ async def build_server(
     port: int = 0,
     *,
     reflection_on: bool | None = None,
+    security: Security | None = None,
 ) -> ServerHandle:
     """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``).
 
     ``reflection_on`` None means on for loopback listeners only: reflection tells anyone who can
-    connect the whole API, which is what a developer on the host wants and an exposed port need not."""
+    connect the whole API, which is what a developer on the host wants and an exposed port need not.
+    ``security``: TLS / mTLS files and a bearer-token file (``parsetier.service.security``)."""
     limits = limits or Limits()
+    guard = SecurityState(security) if security is not None else None
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if guard is not None and guard.checks_requests:
+        interceptors.append(AuthInterceptor(guard))
     server = grpc.aio.server(
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             ("grpc.so_reuseport", 0),  # a port already in use is an error, not a shared socket
@@ -112,12 +131,18 @@ async def build_server(
     if reflection_on:
         reflection.enable(server, (SERVICE_NAME, health.SERVICE_NAME))
     check_bindable(host, port)
+    credentials = guard.server_credentials() if guard is not None else None
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if credentials is not None:
+            bound = server.add_secure_port(f"{host}:{port}", credentials)
+        else:
+            bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as exc:  # grpc's "Failed to bind": the pre-check above raced with someone
         raise ListenError(f"cannot listen on {host}:{port}: {exc}") from None
     await server.start()
-    return ServerHandle(server, bound, servicer, health_servicer, reflection_on)
+    if guard is not None:
+        guard.start()
+    return ServerHandle(server, bound, servicer, health_servicer, reflection_on, guard)
 
 
 async def _preload(registry: ModelRegistry, names: Sequence[str]) -> None:
@@ -153,6 +178,8 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if handle.security is not None:
+        loop.add_signal_handler(signal.SIGHUP, handle.security.request_reload)
     SERVER_LOG.info(
         "listening",
         extra={
@@ -161,6 +188,8 @@ async def serve(
                 "port": handle.port,
                 "models": registry.names(),
                 "reflection": handle.reflection,
+                "transport": handle.transport,
+                "auth": bool(handle.security and handle.security.tokens),
             }
         },
     )

@@ -1,0 +1,63 @@
+"""Test certificates made with the openssl command (Debian's openssl; `make deps` installs it):
+a CA, a server certificate for 127.0.0.1 / localhost, and client certificates."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    openssl = shutil.which("openssl")
+    assert openssl, "the openssl command is required for the TLS tests (`make deps` installs it)"
+    subprocess.run([openssl, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@dataclass(frozen=True)
+class Pair:
+    cert: Path
+    key: Path
+
+
+class Authority:
+    """A throwaway CA in ``directory`` that signs leaf certificates (EC P-256, valid a day)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory = directory
+        self.name = name
+        directory.mkdir(parents=True, exist_ok=True)
+        self.cert = directory / f"{name}.crt"
+        self.key = directory / f"{name}.key"
+        _openssl(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", self.key.name, "-out", self.cert.name, "-days", "1", "-subj", f"/CN={name}",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign",
+            cwd=directory,
+        )  # fmt: skip
+
+    def issue(self, common_name: str, sans: list[str], usage: str) -> Pair:
+        """A leaf for ``usage`` (serverAuth or clientAuth) with the given subjectAltName entries."""
+        stem = f"{self.name}-{common_name}"
+        extensions = self.directory / f"{stem}.ext"
+        extensions.write_text(
+            f"subjectAltName={','.join(sans)}\nextendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n"
+        )
+        _openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", f"{stem}.key", "-out", f"{stem}.csr", "-subj", f"/CN={common_name}",
+            cwd=self.directory,
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", f"{stem}.csr", "-CA", self.cert.name, "-CAkey", self.key.name,
+            "-CAcreateserial", "-out", f"{stem}.crt", "-days", "1", "-extfile", extensions.name,
+            cwd=self.directory,
+        )  # fmt: skip
+        return Pair(self.directory / f"{stem}.crt", self.directory / f"{stem}.key")
+
+    def server(self) -> Pair:
+        return self.issue("parsetier-test-server", ["DNS:localhost", "IP:127.0.0.1"], "serverAuth")
+
+    def client(self, name: str) -> Pair:
+        return self.issue(name, [f"DNS:{name}"], "clientAuth")
