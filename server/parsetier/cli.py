@@ -80,6 +80,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--auth-tokens", help="file of accepted bearer tokens, one per line (# comments); health stays open"
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics over HTTP on this port (0: a free one); default off",
+    )
+    parser.add_argument("--metrics-host", help="address for --metrics-port; default: --host")
     parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
 
 
@@ -136,6 +142,25 @@ def _security(args: argparse.Namespace):
     return Security(tls=tls, tokens=Path(args.auth_tokens) if args.auth_tokens else None)
 
 
+def _start_metrics(args: argparse.Namespace) -> bool:
+    """Start the Prometheus endpoint when --metrics-port is given; whether metrics are on."""
+    if args.metrics_port is None:
+        return False
+    from parsetier.service import metrics
+    from parsetier.service.logs import SERVER_LOG
+
+    host = args.metrics_host or args.host
+    metrics.enable()
+    try:
+        _server, port = metrics.serve_http(host, args.metrics_port)
+    except OSError as exc:
+        problem = f"cannot listen on {host}:{args.metrics_port}: {exc.strerror}"
+        raise UsageError("--metrics-port", problem) from None
+    SERVER_LOG.info("metrics listening", extra={"fields": {"host": host, "port": port, "path": "/metrics"}})
+    print(f"parsetier: Prometheus metrics on http://{host}:{port}/metrics", flush=True)
+    return True
+
+
 def _announce(handle, registry, host: str) -> None:
     """One human-readable summary on stdout (the JSON logs go to stderr)."""
     infos = registry.describe()
@@ -164,6 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout,
     )
+    metrics_on = _start_metrics(args)
     try:
         clean = asyncio.run(
             serve(
@@ -176,6 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
                 preload=preload,
                 reflection_on=REFLECTION[args.reflection],
                 security=_security(args),
+                metrics_on=metrics_on,
             )
         )
     except ListenError as exc:

@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from parsetier.models import ModelRegistry
-from parsetier.service import reflection
+from parsetier.service import metrics, reflection
 from parsetier.service.decoding import add_servicer
 from parsetier.service.limits import Limits
 from parsetier.service.logs import SERVER_LOG
@@ -55,6 +55,7 @@ class ServerHandle:
 
         True when every open session finished within the grace."""
         self.servicer.gate.draining = True
+        metrics.draining()
         await self.health.enter_graceful_shutdown()
         open_sessions = self.servicer.gate.active
         SERVER_LOG.info("draining", extra={"fields": {"open_sessions": open_sessions, "grace_s": grace}})
@@ -102,15 +103,20 @@ async def build_server(
     *,
     reflection_on: bool | None = None,
     security: Security | None = None,
+    metrics_on: bool = False,
 ) -> ServerHandle:
     """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``).
 
     ``reflection_on`` None means on for loopback listeners only: reflection tells anyone who can
     connect the whole API, which is what a developer on the host wants and an exposed port need not.
-    ``security``: TLS / mTLS files and a bearer-token file (``parsetier.service.security``)."""
+    ``security``: TLS / mTLS files and a bearer-token file (``parsetier.service.security``).
+    ``metrics_on``: measure RPCs into this process's Prometheus metrics (``metrics.enable``); the
+    HTTP endpoint is served separately (``metrics.serve_http``)."""
     limits = limits or Limits()
     guard = SecurityState(security) if security is not None else None
     interceptors: list[grpc.aio.ServerInterceptor] = []
+    if metrics_on:  # outermost, so refusals by the auth check are counted too
+        interceptors.append(metrics.MetricsInterceptor(metrics.enable()))
     if guard is not None and guard.checks_requests:
         interceptors.append(AuthInterceptor(guard))
     server = grpc.aio.server(

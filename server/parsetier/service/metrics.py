@@ -1,0 +1,316 @@
+"""Prometheus metrics, served as text on their own HTTP port (``--metrics-port``).
+
+Everything is measured by ``MetricsInterceptor`` around the ParserService RPCs, so the servicer
+needs no metrics code; the few events an interceptor cannot see are one-line hook calls
+(``draining``, ``session_ended`` for sessions multiplexed inside one RPC). With metrics off the
+interceptor is not installed and the hooks return at their first line.
+
+Workers: every series carries a ``worker`` label. With several worker processes, the parent sets
+``PROMETHEUS_MULTIPROC_DIR`` before forking; each worker calls ``enable(worker=...)``, and one
+process serves ``serve_http(...)``, which then merges every worker's files (prometheus_client's
+multiprocess mode). Names, labels and alert examples: docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import platform
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from parsetier.service.handlers import kind_of, rebuilt
+
+SERVICE_PREFIX = "/parsetier.v1.ParserService/"
+SESSION_RPCS = frozenset({"Parse", "ParseOnce"})
+"""RPCs whose messages are read as ParseRequest / ParseOnceRequest (model, token counts)."""
+
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+SIZE_BUCKETS = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("parsetier")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class Metrics:
+    """The metric objects; made once per process by ``enable``."""
+
+    def __init__(self, worker: str, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        registry = registry if registry is not None else REGISTRY
+        self.worker = worker
+        self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        common = {"registry": registry, "namespace": "parsetier"}
+        self.build_info = Gauge(
+            "build_info",
+            "Always 1; the labels say what is running.",
+            ["version", "python", "grpc", "worker"],
+            multiprocess_mode="max",
+            **common,
+        )
+        self.sessions_open = Gauge(
+            "sessions_open",
+            "Sessions (RPCs) in progress, by RPC and model.",
+            ["rpc", "model", "worker"],
+            multiprocess_mode="livesum",
+            **common,
+        )
+        self.sessions = Counter(
+            "sessions",
+            "Finished sessions (RPCs), by RPC, model and gRPC status code.",
+            ["rpc", "model", "code", "worker"],
+            **common,
+        )
+        self.session_seconds = Histogram(
+            "session_duration_seconds",
+            "Session (RPC) duration, from its start to its status.",
+            ["rpc", "model", "worker"],
+            buckets=DURATION_BUCKETS,
+            **common,
+        )
+        self.tokens = Counter(
+            "tokens",
+            "Output tokens received (token ids, plus text steps' text_tokens).",
+            ["model", "worker"],
+            **common,
+        )
+        self.deltas = Counter("deltas", "Deltas sent to clients.", ["model", "worker"], **common)
+        self.reply_seconds = Histogram(
+            "reply_latency_seconds",
+            "From reading a client message to writing the reply it produced (server time only).",
+            ["rpc", "model", "worker"],
+            buckets=LATENCY_BUCKETS,
+            **common,
+        )
+        self.request_bytes = Histogram(
+            "request_message_bytes",
+            "Size of each client message.",
+            ["rpc", "worker"],
+            buckets=SIZE_BUCKETS,
+            **common,
+        )
+        self.response_bytes = Histogram(
+            "response_message_bytes",
+            "Size of each server message.",
+            ["rpc", "worker"],
+            buckets=SIZE_BUCKETS,
+            **common,
+        )
+        self.draining = Gauge(
+            "draining",
+            "1 once SIGTERM started the drain (health NOT_SERVING, new sessions refused).",
+            ["worker"],
+            multiprocess_mode="max",
+            **common,
+        )
+        self.build_info.labels(_version(), platform.python_version(), grpc.__version__, worker).set(1)
+        self.draining.labels(worker).set(0)
+
+
+_active: Metrics | None = None
+
+
+def enable(worker: str = "0", registry: Any = None) -> Metrics:
+    """Create this process's metrics (idempotent). ``registry`` is for tests."""
+    global _active
+    if _active is None or registry is not None:
+        _active = Metrics(worker, registry)
+    return _active
+
+
+def active() -> Metrics | None:
+    return _active
+
+
+def serve_http(host: str, port: int) -> tuple[Any, int]:
+    """Serve ``/metrics`` on a daemon thread; returns (server, bound port). Merges the worker
+    processes' files when ``PROMETHEUS_MULTIPROC_DIR`` is set."""
+    from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+
+    registry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server, server.server_port
+
+
+# --- hooks: one-liners for code the interceptor cannot see ---------------------------------------
+
+
+def draining(on: bool = True) -> None:
+    if _active is not None:
+        _active.draining.labels(_active.worker).set(1 if on else 0)
+
+
+def session_ended(rpc: str, model: str, code: str, tokens: int, deltas: int, seconds: float) -> None:
+    """For a session that is not an RPC of its own (one of several multiplexed in one stream)."""
+    metrics = _active
+    if metrics is None:
+        return
+    worker = metrics.worker
+    metrics.sessions.labels(rpc, model, code, worker).inc()
+    metrics.session_seconds.labels(rpc, model, worker).observe(seconds)
+    if tokens:
+        metrics.tokens.labels(model, worker).inc(tokens)
+    if deltas:
+        metrics.deltas.labels(model, worker).inc(deltas)
+
+
+# --- the interceptor -------------------------------------------------------------------------------
+
+
+def _tokens_of(message: Any) -> int:
+    """Output tokens in a ParseRequest / ParseOnceRequest (token ids, or a text step's count)."""
+    steps = getattr(message, "steps", None)
+    if steps is None:  # ParseOnceRequest
+        return len(message.token_ids) or message.text_tokens
+    return sum(len(step.token_ids) or step.text_tokens for step in steps)
+
+
+@dataclass(slots=True)
+class _Call:
+    """One RPC being measured."""
+
+    metrics: Metrics
+    rpc: str
+    sessions: bool
+    model: str = ""
+    opened: bool = False
+    read_at: float = 0.0
+    tokens: int = 0
+    deltas: int = 0
+
+    def received(self, message: Any) -> None:
+        metrics = self.metrics
+        metrics.request_bytes.labels(self.rpc, metrics.worker).observe(message.ByteSize())
+        self.read_at = time.perf_counter()
+        if self.sessions:
+            if not self.opened and message.HasField("open"):
+                self.open(message.open.model)
+            self.tokens += _tokens_of(message)
+
+    def open(self, model: str) -> None:
+        self.model, self.opened = model, True
+        self.metrics.sessions_open.labels(self.rpc, model, self.metrics.worker).inc()
+
+    def sent(self, message: Any) -> None:
+        metrics = self.metrics
+        if self.read_at:
+            latency = time.perf_counter() - self.read_at
+            metrics.reply_seconds.labels(self.rpc, self.model, metrics.worker).observe(latency)
+            self.read_at = 0.0
+        metrics.response_bytes.labels(self.rpc, metrics.worker).observe(message.ByteSize())
+        if self.sessions:
+            self.deltas += len(message.deltas)
+
+    def finished(self, code: grpc.StatusCode, seconds: float) -> None:
+        metrics, worker = self.metrics, self.metrics.worker
+        if self.opened:
+            metrics.sessions_open.labels(self.rpc, self.model, worker).dec()
+        metrics.sessions.labels(self.rpc, self.model, code.name, worker).inc()
+        metrics.session_seconds.labels(self.rpc, self.model, worker).observe(seconds)
+        if self.tokens:
+            metrics.tokens.labels(self.model, worker).inc(self.tokens)
+        if self.deltas:
+            metrics.deltas.labels(self.model, worker).inc(self.deltas)
+
+
+class _MeteredContext:
+    """The servicer's context, with ``read`` and ``write`` measured."""
+
+    __slots__ = ("_call", "_context")
+
+    def __init__(self, context: grpc.aio.ServicerContext, call: _Call) -> None:
+        self._context = context
+        self._call = call
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def read(self) -> Any:
+        message = await self._context.read()
+        if message is not grpc.aio.EOF:
+            self._call.received(message)
+        return message
+
+    async def write(self, message: Any) -> None:
+        self._call.sent(message)
+        await self._context.write(message)
+
+
+def _code(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> grpc.StatusCode:
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, int):
+        return next((c for c in grpc.StatusCode if c.value[0] == code), default)
+    return default
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Measures every ParserService RPC: open and finished sessions by model and status code,
+    tokens, deltas, reply latency and message sizes."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not method.startswith(SERVICE_PREFIX):
+            return handler
+        rpc = method[len(SERVICE_PREFIX) :]
+        kind = kind_of(handler)
+        behaviour = getattr(handler, kind)
+        if inspect.isasyncgenfunction(behaviour):
+            return handler  # ParserService writes through its context; generators are not measured
+        metrics = self.metrics
+        sessions = rpc in SESSION_RPCS
+        streaming_in = kind.startswith("stream")  # its messages come through context.read()
+
+        async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            call = _Call(metrics, rpc, sessions)
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                if not streaming_in:
+                    call.received(request)
+                result = await behaviour(request, _MeteredContext(context, call))
+                if result is not None and kind.endswith("unary"):
+                    call.sent(result)
+                code = _code(context, grpc.StatusCode.OK)
+                return result
+            except grpc.aio.AbortError:
+                code = _code(context, grpc.StatusCode.UNKNOWN)
+                raise
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
+            except Exception:  # a servicer bug: grpc answers UNKNOWN
+                code = grpc.StatusCode.UNKNOWN
+                raise
+            finally:
+                call.finished(code, time.perf_counter() - started)
+
+        return rebuilt(handler, kind, measured)
+
+
+def interceptors() -> Iterable[grpc.aio.ServerInterceptor]:
+    """The interceptor to install when metrics are enabled (none otherwise)."""
+    return [MetricsInterceptor(_active)] if _active is not None else []

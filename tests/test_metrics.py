@@ -1,0 +1,136 @@
+"""Prometheus metrics of a live `parsetier serve --metrics-port 0`: the scrape parses, and its series
+move as sessions run, fail and drain."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import urllib.request
+
+import grpc
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from grpc_servers import ProcessServer, subprocess_env
+from parsetier_client import AsyncClient, Client
+
+HELLO = [9707, 0]
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """Every sample of one scrape, keyed by name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain")
+        text = reply.read().decode("utf-8")
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples
+
+
+def value(samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+@pytest.fixture(scope="module")
+def metered():
+    with ProcessServer("--metrics-port", "0", "--preload", "qwen3", "--grace", "20") as server:
+        record = server.wait_for_log("metrics listening")
+        server.metrics_port = record["port"]
+        # Loading a tokenizer holds the GIL for a while, and scrapes wait meanwhile.
+        server.wait_for_log("models loaded", timeout=60)
+        yield server
+
+
+def test_scrape_parses_and_has_build_info(metered):
+    samples = scrape(metered.metrics_port)
+    (info,) = [dict(ls) for (n, ls) in samples if n == "parsetier_build_info"]
+    assert info["worker"] == "0" and info["version"] and info["grpc"]
+    assert value(samples, "parsetier_draining") == 0
+
+
+def test_counters_move_as_sessions_run(metered):
+    before = scrape(metered.metrics_port)
+    with Client(metered.target, timeout=30) as client:
+        for _ in range(3):
+            message, _ = client.parse_stream("qwen3", [[9707], [0]])
+            assert message.content == "Hello!"
+        assert client.parse_once("qwen3", HELLO).final.message.content == "Hello!"
+        with pytest.raises(grpc.RpcError):
+            client.parse_stream("qwen3", [[10_000_000]])
+        with pytest.raises(grpc.RpcError):
+            client.parse_once("no-such-model", HELLO)
+    after = scrape(metered.metrics_port)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("parsetier_sessions_total", rpc="Parse", model="qwen3", code="OK") == 3
+    assert moved("parsetier_sessions_total", rpc="ParseOnce", model="qwen3", code="OK") == 1
+    assert moved("parsetier_sessions_total", rpc="Parse", model="qwen3", code="INVALID_ARGUMENT") == 1
+    assert moved("parsetier_sessions_total", rpc="ParseOnce", model="no-such-model", code="NOT_FOUND") == 1
+    assert moved("parsetier_tokens_total", model="qwen3") == 3 * 2 + 2 + 1
+    assert moved("parsetier_deltas_total", model="qwen3") >= 4
+    # Each good Parse reads Open, 2 steps, Finish; the bad one Open and the step it fails on.
+    assert moved("parsetier_request_message_bytes_count", rpc="Parse") == 3 * 4 + 2
+    assert moved("parsetier_reply_latency_seconds_count", rpc="Parse", model="qwen3") >= 3 * 2
+    assert moved("parsetier_reply_latency_seconds_count", rpc="ParseOnce", model="qwen3") == 1
+    assert moved("parsetier_response_message_bytes_sum", rpc="ParseOnce") > 0
+    assert moved("parsetier_session_duration_seconds_count", rpc="Parse", model="qwen3") == 4
+    assert value(after, "parsetier_sessions_open") == 0
+
+
+def test_open_sessions_and_drain_state(metered):
+    async def run() -> None:
+        async with AsyncClient(metered.target, timeout=60) as client:
+            stream = await client.open("qwen3")
+            await stream.send([9707])
+            deadline = time.monotonic() + 10
+            port = metered.metrics_port
+            while value(scrape(port), "parsetier_sessions_open", rpc="Parse", model="qwen3") != 1:
+                assert time.monotonic() < deadline, "the open session never showed"
+                await asyncio.sleep(0.05)
+            metered.terminate()
+            while value(scrape(port), "parsetier_draining") != 1:
+                assert time.monotonic() < deadline, "draining never showed"
+                await asyncio.sleep(0.05)
+            await stream.finish("stop", steps=[[0]])
+            content = "".join([d.content async for d in stream.deltas()])
+            assert content == "Hello!"
+
+    asyncio.run(run())
+    assert metered.wait(30) == 0
+
+
+def test_worker_processes_merge_in_multiprocess_mode(tmp_path):
+    """Two worker processes write their series to PROMETHEUS_MULTIPROC_DIR; one endpoint serves both,
+    each with its worker label (what a --workers parent does)."""
+    env = dict(subprocess_env(), PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    worker = (
+        "import sys; from parsetier.service import metrics; m = metrics.enable(worker=sys.argv[1]);"
+        "metrics.session_ended('Parse', 'qwen3', 'OK', tokens=int(sys.argv[2]), deltas=1, seconds=0.1)"
+    )
+    for name, tokens in (("0", 5), ("1", 7)):
+        subprocess.run([sys.executable, "-c", worker, name, str(tokens)], env=env, check=True, timeout=60)
+    serve = (
+        "import sys; from parsetier.service import metrics;"
+        "s, port = metrics.serve_http('127.0.0.1', 0); print(port, flush=True); sys.stdin.read()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", serve], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        samples = scrape(port)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert value(samples, "parsetier_tokens_total", model="qwen3", worker="0") == 5
+    assert value(samples, "parsetier_tokens_total", model="qwen3", worker="1") == 7
+    assert value(samples, "parsetier_sessions_total", code="OK") == 2
