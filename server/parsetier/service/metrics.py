@@ -13,8 +13,6 @@ multiprocess mode). Names, labels and alert examples: docs/operations.md.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
 import platform
 import time
@@ -24,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from parsetier.service.handlers import kind_of, rebuilt
+from parsetier.service.handlers import observed
 
 SERVICE_PREFIX = "/parsetier.v1.ParserService/"
 SESSION_RPCS = frozenset({"Parse", "ParseOnce"})
@@ -220,6 +218,7 @@ class _Call:
             self.deltas += len(message.deltas)
 
     def finished(self, code: grpc.StatusCode, seconds: float) -> None:
+        """Count the finished call (``observed`` calls it as ``_Call.finished(call, code, s)``)."""
         metrics, worker = self.metrics, self.metrics.worker
         if self.opened:
             metrics.sessions_open.labels(self.rpc, self.model, worker).dec()
@@ -229,38 +228,6 @@ class _Call:
             metrics.tokens.labels(self.model, worker).inc(self.tokens)
         if self.deltas:
             metrics.deltas.labels(self.model, worker).inc(self.deltas)
-
-
-class _MeteredContext:
-    """The servicer's context, with ``read`` and ``write`` measured."""
-
-    __slots__ = ("_call", "_context")
-
-    def __init__(self, context: grpc.aio.ServicerContext, call: _Call) -> None:
-        self._context = context
-        self._call = call
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
-
-    async def read(self) -> Any:
-        message = await self._context.read()
-        if message is not grpc.aio.EOF:
-            self._call.received(message)
-        return message
-
-    async def write(self, message: Any) -> None:
-        self._call.sent(message)
-        await self._context.write(message)
-
-
-def _code(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> grpc.StatusCode:
-    code = context.code()
-    if isinstance(code, grpc.StatusCode):
-        return code
-    if isinstance(code, int):
-        return next((c for c in grpc.StatusCode if c.value[0] == code), default)
-    return default
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
@@ -276,39 +243,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or not method.startswith(SERVICE_PREFIX):
             return handler
         rpc = method[len(SERVICE_PREFIX) :]
-        kind = kind_of(handler)
-        behaviour = getattr(handler, kind)
-        if inspect.isasyncgenfunction(behaviour):
-            return handler  # ParserService writes through its context; generators are not measured
-        metrics = self.metrics
         sessions = rpc in SESSION_RPCS
-        streaming_in = kind.startswith("stream")  # its messages come through context.read()
-
-        async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            call = _Call(metrics, rpc, sessions)
-            started = time.perf_counter()
-            code = grpc.StatusCode.OK
-            try:
-                if not streaming_in:
-                    call.received(request)
-                result = await behaviour(request, _MeteredContext(context, call))
-                if result is not None and kind.endswith("unary"):
-                    call.sent(result)
-                code = _code(context, grpc.StatusCode.OK)
-                return result
-            except grpc.aio.AbortError:
-                code = _code(context, grpc.StatusCode.UNKNOWN)
-                raise
-            except asyncio.CancelledError:
-                code = grpc.StatusCode.CANCELLED
-                raise
-            except Exception:  # a servicer bug: grpc answers UNKNOWN
-                code = grpc.StatusCode.UNKNOWN
-                raise
-            finally:
-                call.finished(code, time.perf_counter() - started)
-
-        return rebuilt(handler, kind, measured)
+        metrics = self.metrics
+        return observed(handler, lambda: _Call(metrics, rpc, sessions), _Call.finished)
 
 
 def interceptors() -> Iterable[grpc.aio.ServerInterceptor]:
