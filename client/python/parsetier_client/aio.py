@@ -202,4 +202,4 @@ class AsyncClient:
         ``parallel_tool_calls``, ``thinking``, ``prompt_token_ids``...; a tool's
         ``"strict": True`` enforces its schema): ``.structural_tag_json``, ``.lark_grammar``."""
         request = pb.BuildConstraintRequest(open=open_message(model, **options))
-        return await self.stub.BuildConstraint(request, timeout=self.timeout)
+        return await self.stub.BuildConstraint(request, timeout=self.timeout, metadata=self.metadata)
