@@ -65,7 +65,17 @@ def test_counters_move_as_sessions_run(metered):
             client.parse_stream("qwen3", [[10_000_000]])
         with pytest.raises(grpc.RpcError):
             client.parse_once("no-such-model", HELLO)
-    after = scrape(metered.metrics_port)
+    # A call is counted just after its status went out, so the last one can trail by a moment.
+    deadline = time.monotonic() + 10
+    while True:
+        after = scrape(metered.metrics_port)
+        if value(after, "parsetier_sessions_open") == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    while value(after, "parsetier_sessions_total") - value(before, "parsetier_sessions_total") < 6:
+        assert time.monotonic() < deadline, "the sessions were never all counted"
+        time.sleep(0.02)
+        after = scrape(metered.metrics_port)
 
     def moved(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)

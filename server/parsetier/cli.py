@@ -1,5 +1,5 @@
-"""The ``parsetier`` command: ``serve`` runs the gRPC server, ``replay`` is the client-side
-debugging tool (implemented in ``parsetier_client.replay``; the server only dispatches to it)."""
+"""The ``parsetier`` command: ``serve`` runs the gRPC server; ``replay`` (the client-side debugging
+tool) and ``health`` (a gRPC health check) live in ``parsetier_client``, the server only dispatches."""
 
 from __future__ import annotations
 
@@ -86,6 +86,11 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve Prometheus metrics over HTTP on this port (0: a free one); default off",
     )
     parser.add_argument("--metrics-host", help="address for --metrics-port; default: --host")
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="OpenTelemetry tracing, one span per session (needs parsetier[otel]; OTEL_* variables)",
+    )
     parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
 
 
@@ -142,6 +147,28 @@ def _security(args: argparse.Namespace):
     return Security(tls=tls, tokens=Path(args.auth_tokens) if args.auth_tokens else None)
 
 
+def _tracer(on: bool):
+    if not on:
+        return None
+    from parsetier.service.tracing import TracingUnavailable, tracer_from_environment
+
+    try:
+        return tracer_from_environment()
+    except TracingUnavailable as exc:
+        raise UsageError("--otel", str(exc)) from None
+
+
+def _flush_traces(tracer) -> None:
+    """Export the spans still buffered before the process exits."""
+    if tracer is None:
+        return
+    from opentelemetry import trace
+
+    shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
+    if shutdown is not None:
+        shutdown()
+
+
 def _start_metrics(args: argparse.Namespace) -> bool:
     """Start the Prometheus endpoint when --metrics-port is given; whether metrics are on."""
     if args.metrics_port is None:
@@ -189,6 +216,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout,
     )
+    tracer = _tracer(args.otel)
     metrics_on = _start_metrics(args)
     try:
         clean = asyncio.run(
@@ -203,12 +231,15 @@ def _serve(args: argparse.Namespace) -> int:
                 reflection_on=REFLECTION[args.reflection],
                 security=_security(args),
                 metrics_on=metrics_on,
+                tracer=tracer,
             )
         )
     except ListenError as exc:
         raise UsageError("--host/--port", str(exc)) from None
     except SecurityConfigError as exc:
         raise UsageError(exc.flag, str(exc)) from None
+    finally:
+        _flush_traces(tracer)
     return 0 if clean else 1
 
 
@@ -218,14 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser = commands.add_parser("serve", help="run the gRPC server")
     _serve_arguments(serve_parser)
     replay_parser = commands.add_parser("replay", help="stream JSON-lines steps from stdin through a server")
-    from parsetier_client import replay
+    from parsetier_client import health, replay
 
     replay.add_arguments(replay_parser)
+    health_parser = commands.add_parser("health", help="gRPC health check of a server; exit 0 if serving")
+    health.add_arguments(health_parser)
     args = parser.parse_args(argv)
     prog = f"parsetier {args.command}"
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "health":
+            return health.run(args)
         return replay.run(args)
     except UsageError as exc:
         fail(prog, str(exc))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -26,6 +25,8 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client.arguments import (
     OneLineParser,
     UsageError,
+    add_connection_arguments,
+    connection,
     fail,
     positive_float,
     token_ids_argument,
@@ -33,7 +34,6 @@ from parsetier_client.arguments import (
 )
 from parsetier_client.requests import OUTPUT_KINDS, finish_message, open_message, step_message
 from parsetier_client.result import delta_dict, event_dict, final_dict
-from parsetier_client.security import Tls, read_token
 from parsetier_client.sync import Client
 
 
@@ -59,12 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--complete-tool-calls", action="store_true")
     parser.add_argument("--request-id", default="replay")
     parser.add_argument("--timeout", type=positive_float, default=None, help="seconds for the whole stream")
-    parser.add_argument("--tls", action="store_true", help="connect with TLS (implied by the --tls-* flags)")
-    parser.add_argument("--tls-ca", help="PEM CA bundle to verify the server with (default: system roots)")
-    parser.add_argument("--tls-cert", help="client certificate chain (PEM) for mutual TLS, with --tls-key")
-    parser.add_argument("--tls-key", help="client private key (PEM) for mutual TLS")
-    parser.add_argument("--tls-server-name", help="name to verify the server's certificate against")
-    parser.add_argument("--token-file", help="file whose first line is the bearer token to send")
+    add_connection_arguments(parser)
 
 
 class InputError(ValueError):
@@ -112,25 +107,6 @@ def client_messages(args: argparse.Namespace, stdin: TextIO) -> Iterator[pb.Pars
             return
         yield message
     yield pb.ParseRequest(finish=finish_message("stop"))
-
-
-def connection(args: argparse.Namespace) -> dict[str, Any]:
-    """The client's ``tls`` and ``token`` keywords from the connection flags."""
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise UsageError("--tls-cert/--tls-key", "give both, or neither")
-    for flag, path in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
-        if path and not os.path.isfile(path):
-            raise UsageError(flag, f"no such file: {path}")
-    tls = None
-    if args.tls or args.tls_ca or args.tls_cert or args.tls_server_name:
-        tls = Tls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
-    token = None
-    if args.token_file:
-        try:
-            token = read_token(args.token_file)
-        except (OSError, ValueError) as exc:
-            raise UsageError("--token-file", str(exc)) from None
-    return {"tls": tls, "token": token}
 
 
 def _emit(stdout: TextIO, obj: dict[str, Any]) -> None:

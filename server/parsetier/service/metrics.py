@@ -173,7 +173,7 @@ def session_ended(rpc: str, model: str, code: str, tokens: int, deltas: int, sec
 # --- the interceptor -------------------------------------------------------------------------------
 
 
-def _tokens_of(message: Any) -> int:
+def tokens_of(message: Any) -> int:
     """Output tokens in a ParseRequest / ParseOnceRequest (token ids, or a text step's count)."""
     steps = getattr(message, "steps", None)
     if steps is None:  # ParseOnceRequest
@@ -201,7 +201,7 @@ class _Call:
         if self.sessions:
             if not self.opened and message.HasField("open"):
                 self.open(message.open.model)
-            self.tokens += _tokens_of(message)
+            self.tokens += tokens_of(message)
 
     def open(self, model: str) -> None:
         self.model, self.opened = model, True

@@ -104,6 +104,7 @@ async def build_server(
     reflection_on: bool | None = None,
     security: Security | None = None,
     metrics_on: bool = False,
+    tracer: Any = None,
 ) -> ServerHandle:
     """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``).
 
@@ -111,10 +112,15 @@ async def build_server(
     connect the whole API, which is what a developer on the host wants and an exposed port need not.
     ``security``: TLS / mTLS files and a bearer-token file (``parsetier.service.security``).
     ``metrics_on``: measure RPCs into this process's Prometheus metrics (``metrics.enable``); the
-    HTTP endpoint is served separately (``metrics.serve_http``)."""
+    HTTP endpoint is served separately (``metrics.serve_http``). ``tracer``: an OpenTelemetry tracer
+    for one span per RPC (``parsetier.service.tracing``); None leaves tracing out entirely."""
     limits = limits or Limits()
     guard = SecurityState(security) if security is not None else None
     interceptors: list[grpc.aio.ServerInterceptor] = []
+    if tracer is not None:  # imported only when asked for: OpenTelemetry is an optional extra
+        from parsetier.service.tracing import TracingInterceptor
+
+        interceptors.append(TracingInterceptor(tracer))
     if metrics_on:  # outermost, so refusals by the auth check are counted too
         interceptors.append(metrics.MetricsInterceptor(metrics.enable()))
     if guard is not None and guard.checks_requests:
