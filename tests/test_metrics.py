@@ -95,6 +95,25 @@ def test_counters_move_as_sessions_run(metered):
     assert value(after, "parsetier_sessions_open") == 0
 
 
+def test_undecodable_requests_are_counted_not_crashed_on(metered):
+    before = scrape(metered.metrics_port)
+    with grpc.insecure_channel(metered.target) as channel:
+        once = channel.unary_unary("/parsetier.v1.ParserService/ParseOnce")
+        with pytest.raises(grpc.RpcError) as failure:
+            once(b"\xff\xff\xff", timeout=30)
+    assert failure.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    deadline = time.monotonic() + 10
+    while True:
+        after = scrape(metered.metrics_port)
+        moved = value(after, "parsetier_sessions_total", rpc="ParseOnce", code="INVALID_ARGUMENT") - value(
+            before, "parsetier_sessions_total", rpc="ParseOnce", code="INVALID_ARGUMENT"
+        )
+        if moved == 1:
+            break
+        assert time.monotonic() < deadline, "the refused call was never counted"
+        time.sleep(0.02)
+
+
 def test_open_sessions_and_drain_state(metered):
     async def run() -> None:
         async with AsyncClient(metered.target, timeout=60) as client:

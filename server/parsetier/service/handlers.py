@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf.message import Message
 
 KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
 
@@ -58,7 +59,7 @@ class ObservedContext:
 
     async def read(self) -> Any:
         message = await self._context.read()
-        if message is not grpc.aio.EOF:
+        if isinstance(message, Message):  # not EOF, nor bytes that did not decode (``decoding``)
             self._observer.received(message)
         return message
 
@@ -98,7 +99,7 @@ def observed(
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         try:
-            if not streaming_in:
+            if not streaming_in and isinstance(request, Message):
                 observer.received(request)
             result = await behaviour(request, ObservedContext(context, observer))
             if unary_out and result is not None:
