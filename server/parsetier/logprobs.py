@@ -30,7 +30,6 @@ from __future__ import annotations
 import codecs
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from parsetier.messages import Delta, StepLogprobs, TokenLogprob, TopLogprob
 from parsetier.token_bytes import TokenBytes
@@ -43,9 +42,11 @@ class LogprobError(ValueError):
 
 
 def _check_floats(values: Sequence[float], what: str) -> None:
-    for i, value in enumerate(values):
-        if math.isnan(value) or value == math.inf:
-            raise LogprobError(f"{what}[{i}] is {value}; a logprob must be a number <= 0 or -inf")
+    total = sum(values)  # NaN or +inf anywhere makes the sum NaN or +inf: one C loop
+    if total != total or total == math.inf:
+        for i, value in enumerate(values):
+            if math.isnan(value) or value == math.inf:
+                raise LogprobError(f"{what}[{i}] is {value}; a logprob must be a number <= 0 or -inf")
 
 
 def check(ids: Sequence[int], step: StepLogprobs, check_ids: Callable[[Sequence[int], str], None]) -> int:
@@ -78,15 +79,13 @@ def check(ids: Sequence[int], step: StepLogprobs, check_ids: Callable[[Sequence[
 class LogprobResolver:
     """One session's logprob state: the bytes of an unfinished character, and the text offset."""
 
-    __slots__ = ("_decoder", "_errors", "_offset", "_texts", "_vocab")
+    __slots__ = ("_decoder", "_errors", "_offset", "_vocab")
 
     def __init__(self, vocab: TokenBytes) -> None:
         self._vocab = vocab
         self._errors = vocab.errors
         self._decoder = _UTF8(self._errors)
         self._offset = 0
-        self._texts: dict[int, str] = {}
-        """Alternatives' texts when no bytes are carried (the common case), per session."""
 
     def resolve(self, ids: Sequence[int], step: StepLogprobs, k: int) -> list[TokenLogprob]:
         """The step's tokens, resolved (already ``check``ed; ``k`` alternatives per id)."""
@@ -94,29 +93,28 @@ class LogprobResolver:
         top_ids, top_lps = step.top_token_ids, step.top_logprobs
         out: list[TokenLogprob] = []
         for i, tid in enumerate(ids):
-            carried = self._decoder.getstate()[0] if k else b""
             top: tuple[TopLogprob, ...] = ()
             if k:
-                base = i * k
-                top = tuple(
-                    TopLogprob(alt, self._alt_text(alt, carried), vocab[alt], top_lps[base + j])
-                    for j, alt in enumerate(top_ids[base : base + k])
-                )
+                alts, lps = top_ids[i * k : (i + 1) * k], top_lps[i * k : (i + 1) * k]
+                carried = self._decoder.getstate()[0]
+                pairs = zip(alts, lps, strict=True)
+                if carried:
+                    after = self._carried_text
+                    top = tuple(TopLogprob(a, after(a, carried), vocab[a], lp) for a, lp in pairs)
+                else:
+                    get, entry = vocab.alone.get, vocab.entry
+                    top = tuple([TopLogprob(a, *(get(a) or entry(a)), lp) for a, lp in pairs])
             data = vocab[tid]
             text = decode(data)
             out.append(TokenLogprob(tid, text, data, step.token_logprobs[i], self._offset, top))
             self._offset += len(text)
         return out
 
-    def _alt_text(self, token_id: int, carried: bytes) -> str:
-        if carried:
-            decoder = _UTF8(self._errors)
-            decoder.setstate((carried, 0))
-            return decoder.decode(self._vocab[token_id])
-        text = self._texts.get(token_id)
-        if text is None:
-            text = self._texts[token_id] = _UTF8(self._errors).decode(self._vocab[token_id])
-        return text
+    def _carried_text(self, token_id: int, carried: bytes) -> str:
+        """An alternative's text after the bytes of an unfinished character."""
+        decoder = _UTF8(self._errors)
+        decoder.setstate((carried, 0))
+        return decoder.decode(self._vocab[token_id])
 
 
 class StepAnnotator:
@@ -177,7 +175,8 @@ class StepAnnotator:
         if deltas:
             last = deltas[-1]
             logprobs = last.logprobs + tuple(resolved)
-            deltas[-1] = replace(last, logprobs=logprobs, token_ids=last.token_ids + token_ids)
+            token_ids = last.token_ids + token_ids
+            deltas[-1] = Delta(last.reasoning, last.content, last.tool_calls, logprobs, token_ids)
         else:
             deltas.append(Delta(logprobs=tuple(resolved), token_ids=token_ids))
         return deltas

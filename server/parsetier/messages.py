@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 ToolChoice = Literal["auto", "none", "required"] | str
 """``auto`` / ``none`` / ``required``, or the name of the one function the caller forces."""
@@ -94,9 +94,9 @@ class StepLogprobs:
     top_logprobs: Sequence[float] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class TopLogprob:
-    """One alternative at a position: OpenAI's ``top_logprobs[]`` entry plus its id."""
+class TopLogprob(NamedTuple):
+    """One alternative at a position: OpenAI's ``top_logprobs[]`` entry plus its id. (Named
+    tuples, not dataclasses: one is made per alternative per token, and they are built in C.)"""
 
     token_id: int
     token: str
@@ -104,8 +104,7 @@ class TopLogprob:
     logprob: float
 
 
-@dataclass(frozen=True, slots=True)
-class TokenLogprob:
+class TokenLogprob(NamedTuple):
     """One sampled token, resolved: OpenAI's ``logprobs.content[]`` entry (chat) and one position
     of ``tokens`` / ``token_logprobs`` / ``top_logprobs`` / ``text_offset`` (completions)."""
 

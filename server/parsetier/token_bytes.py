@@ -63,13 +63,15 @@ def decoder_kinds(tokenizer: tokenizers.Tokenizer) -> set[str]:
 class TokenBytes:
     """The byte vocabulary of one tokenizer. Thread-safe for readers (the cache only grows)."""
 
-    __slots__ = ("_added", "_cache", "_rule", "_tokenizer")
+    __slots__ = ("_added", "_cache", "_rule", "_tokenizer", "alone")
 
     def __init__(self, tokenizer: tokenizers.Tokenizer) -> None:
         self._tokenizer = tokenizer
         self._rule = ""  # decided on first use: models that never serve logprobs never pay for it
         self._added: frozenset[int] = frozenset()
         self._cache: dict[int, bytes] = {}
+        self.alone: dict[int, tuple[str, bytes]] = {}
+        """Per id met so far: (``text(id)``, bytes), read directly on the logprob hot path."""
 
     @property
     def rule(self) -> str:
@@ -95,6 +97,17 @@ class TokenBytes:
         if data is None:
             data = self._cache[token_id] = self._read(token_id)
         return data
+
+    def entry(self, token_id: int) -> tuple[str, bytes]:
+        """(text, bytes): the text is what the token settles when no bytes are carried before
+        it, its complete characters (trailing bytes of an unfinished one are not text yet; broken
+        ones are U+FFFD)."""
+        entry = self.alone.get(token_id)
+        if entry is None:
+            data = self[token_id]
+            decoder = codecs.getincrementaldecoder("utf-8")(self.errors)
+            entry = self.alone[token_id] = (decoder.decode(data), data)
+        return entry
 
     def _read(self, token_id: int) -> bytes:
         tok = self._tokenizer
