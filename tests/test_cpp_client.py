@@ -98,6 +98,7 @@ def test_cpp_client_against_real_server(cpp_build):
             "LiveServer.ParseStreamEqualsParseOnce",
             "LiveServer.Options",
             "LiveServer.BuildConstraint",
+            "LiveServer.LogprobStepsResolve",
             "LiveServer.Callbacks",
             "LiveServer.ConcurrentSessions",
             "LiveServer.CancelAndDestroyMidway",

@@ -79,8 +79,30 @@ v1::Open OpenOptions::ToProto() const {
   open.mutable_prompt_token_ids()->Add(prompt_token_ids.begin(), prompt_token_ids.end());
   open.set_output(output);
   open.set_complete_tool_calls(complete_tool_calls);
+  open.set_return_token_ids(return_token_ids);
   if (customize) customize(open);
   return open;
+}
+
+v1::Step LogprobStep(const std::vector<uint32_t>& token_ids, const std::vector<float>& logprobs,
+                     const std::vector<std::vector<Alternative>>& top) {
+  v1::Step step;
+  step.mutable_token_ids()->Add(token_ids.begin(), token_ids.end());
+  v1::StepLogprobs* lp = step.mutable_logprobs();
+  lp->mutable_token_logprobs()->Add(logprobs.begin(), logprobs.end());
+  for (const auto& position : top) {
+    for (const Alternative& alternative : position) {
+      lp->add_top_token_ids(alternative.token_id);
+      lp->add_top_logprobs(alternative.logprob);
+    }
+  }
+  return step;
+}
+
+std::vector<v1::TokenLogprob> Logprobs(const std::vector<v1::Delta>& deltas) {
+  std::vector<v1::TokenLogprob> out;
+  for (const v1::Delta& delta : deltas) out.insert(out.end(), delta.logprobs().begin(), delta.logprobs().end());
+  return out;
 }
 
 FinishOptions FinishOptions::StopToken(uint32_t id) {

@@ -238,6 +238,12 @@ bool Session::SendSteps(const std::vector<Step>& steps) {
   return reactor_->Enqueue(std::move(message), false);
 }
 
+bool Session::SendSteps(const std::vector<v1::Step>& steps) {
+  v1::ParseRequest message;
+  message.mutable_steps()->Add(steps.begin(), steps.end());
+  return reactor_->Enqueue(std::move(message), false);
+}
+
 bool Session::Finish(const FinishOptions& finish) {
   v1::ParseRequest message;
   *message.mutable_finish() = finish.ToProto();

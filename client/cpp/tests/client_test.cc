@@ -151,6 +151,19 @@ std::vector<v1::ParseResponse> RunSession(size_t per_message, const std::string&
   return messages;
 }
 
+std::vector<v1::ParseResponse> Drain(parsetier::Session& session) {
+  std::vector<v1::ParseResponse> messages;
+  while (std::optional<v1::ParseResponse> message = session.Next()) messages.push_back(*message);
+  return messages;
+}
+
+parsetier::OpenOptions Model(const std::string& name) {
+  parsetier::OpenOptions open;
+  open.model = name;
+  open.timeout = std::chrono::seconds(30);
+  return open;
+}
+
 class LiveServer : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -242,6 +255,39 @@ TEST_F(LiveServer, BuildConstraint) {
   EXPECT_NE(response.lark_grammar().find("get_weather"), std::string::npos) << response.lark_grammar();
 }
 
+// Logprob steps come back resolved: the tokens join to the output, bytes split a character
+// across steps as the vocabulary does, and the alternatives are resolved in the same context.
+TEST_F(LiveServer, LogprobStepsResolve) {
+  // Qwen3's "Hi 你好 🎉👍🏽": 11162, 236, 231 are " 🎉" split over three tokens.
+  const std::vector<uint32_t> emoji = {13048, 220, 108386, 11162, 236, 231, 144349, 145375};
+  parsetier::OpenOptions open = Model("qwen3");
+  open.return_token_ids = true;
+  auto session = SharedClient().Open(open);
+  for (size_t i = 0; i < emoji.size(); ++i) {
+    std::vector<std::vector<parsetier::Alternative>> top = {{{emoji[i], -0.25f}, {13048, -3.0f}}};
+    ASSERT_TRUE(session->SendSteps({parsetier::LogprobStep({emoji[i]}, {-static_cast<float>(i) / 4}, top)}));
+  }
+  ASSERT_TRUE(session->Finish());
+  std::vector<v1::Delta> deltas = DeltasOf(Drain(*session));
+  std::vector<v1::TokenLogprob> logprobs = parsetier::Logprobs(deltas);
+  ASSERT_EQ(logprobs.size(), emoji.size());
+  std::string tokens, bytes;
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    tokens += (i ? "|" : "") + logprobs[i].token();
+    bytes += logprobs[i].bytes();
+    EXPECT_EQ(logprobs[i].token_id(), emoji[i]);
+    EXPECT_FLOAT_EQ(logprobs[i].logprob(), -static_cast<float>(i) / 4);
+  }
+  EXPECT_EQ(tokens, "Hi| |你好| ||🎉|👍|🏽");
+  EXPECT_EQ(bytes, "Hi 你好 🎉👍🏽");
+  ASSERT_EQ(logprobs[5].top_logprobs_size(), 2);
+  EXPECT_EQ(logprobs[5].top_logprobs(0).token(), "🎉");
+  EXPECT_EQ(logprobs[5].top_logprobs(1).token(), "\xEF\xBF\xBDHi");  // U+FFFD, then "Hi"
+  size_t ids = 0;
+  for (const auto& delta : deltas) ids += delta.token_ids_size();
+  EXPECT_EQ(ids, emoji.size());
+}
+
 // Push delivery: every message reaches on_message in order, then on_done once with OK.
 TEST_F(LiveServer, Callbacks) {
   std::vector<v1::ParseResponse> messages;  // only touched by the callbacks, one at a time
@@ -310,19 +356,6 @@ struct ErrorCase {
   grpc::StatusCode want;
   std::function<void()> call;  // throws parsetier::Error
 };
-
-std::vector<v1::ParseResponse> Drain(parsetier::Session& session) {
-  std::vector<v1::ParseResponse> messages;
-  while (std::optional<v1::ParseResponse> message = session.Next()) messages.push_back(*message);
-  return messages;
-}
-
-parsetier::OpenOptions Model(const std::string& name) {
-  parsetier::OpenOptions open;
-  open.model = name;
-  open.timeout = std::chrono::seconds(30);
-  return open;
-}
 
 std::vector<ErrorCase> ErrorCases() {
   parsetier::Client& client = SharedClient();
@@ -398,6 +431,12 @@ std::vector<ErrorCase> ErrorCases() {
          parsetier::OpenOptions open = Qwen3();
          open.tool_choice = "send_mail";
          client.BuildConstraint(open);
+       }},
+      {"logprobs that do not fit the step", grpc::StatusCode::INVALID_ARGUMENT,
+       [&] {
+         auto session = client.Open(Model("qwen3"));
+         session->SendSteps({parsetier::LogprobStep({kOutput[1], kOutput[2]}, {-0.5f})});
+         Drain(*session);
        }},
       {"server unreachable", grpc::StatusCode::UNAVAILABLE,
        [] {

@@ -76,6 +76,7 @@ struct OpenOptions {
   std::vector<uint32_t> prompt_token_ids;   // the prompt's tail
   v1::OutputKind output = v1::OUTPUT_KIND_UNSPECIFIED;  // deltas unless set
   bool complete_tool_calls = false;
+  bool return_token_ids = false;  // each step's ids on the delta it produced (Delta::token_ids)
   // The whole session's (or unary call's) deadline; zero means none.
   std::chrono::milliseconds timeout{0};
   std::function<void(v1::Open&)> customize;
@@ -95,6 +96,23 @@ struct FinishOptions {
 
 // One decode step: the token ids one forward pass produced.
 using Step = std::vector<uint32_t>;
+
+// One top-k entry the generate side reports at a position: an id and its logprob.
+struct Alternative {
+  uint32_t token_id;
+  float logprob;
+};
+
+// An id step carrying its logprobs: one logprob per id and, per id, the same number of
+// alternatives (top[i] for token_ids[i], best first; empty for none). The server resolves every
+// id to its text and bytes and puts them on the delta the step produced (Delta::logprobs). Send
+// it with Session::SendSteps. Lengths that do not fit are INVALID_ARGUMENT from the server.
+v1::Step LogprobStep(const std::vector<uint32_t>& token_ids, const std::vector<float>& logprobs,
+                     const std::vector<std::vector<Alternative>>& top = {});
+
+// The resolved logprobs of deltas, in order (a session's, or one message's): OpenAI chat's
+// logprobs.content, one entry per sampled token (token, logprob, bytes, top_logprobs).
+std::vector<v1::TokenLogprob> Logprobs(const std::vector<v1::Delta>& deltas);
 
 // Push delivery. Both run on gRPC's callback threads, one at a time and in order; they must not
 // block for long (a slow callback delays this session's reads, not other sessions').
@@ -123,6 +141,8 @@ class Session {
   // Sends several steps in one message: the same result as one message each, fewer messages.
   // No steps at all is a keep-alive against the server's idle timeout.
   bool SendSteps(const std::vector<Step>& steps);
+  // Sends ready-made steps (LogprobStep's, or text steps) in one message.
+  bool SendSteps(const std::vector<v1::Step>& steps);
   // Ends the output and closes the sending side; the server answers with the final message.
   bool Finish(const FinishOptions& finish = {});
 
