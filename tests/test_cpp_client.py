@@ -3,8 +3,8 @@
 The library, its GoogleTest suite and the example program are built into build/cpp (kept between
 runs, so only the first build is slow), then `ctest` runs them with PARSETIER_SERVER pointing at a
 `parsetier serve` subprocess on loopback. The toolchain (cmake, a C++17 compiler, libgrpc++-dev,
-protobuf-compiler-grpc, libgtest-dev) is required, not optional: `.ci/run` installs it on Debian,
-and without it these tests fail saying what is missing.
+protobuf-compiler-grpc, libgtest-dev) is required, not optional: `make deps` (.ci/setup) installs
+it on Debian, and without it these tests fail saying what is missing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def require_toolchain() -> None:
     if missing:
         pytest.fail(
             f"the C++ client tests need {', '.join(missing)} on PATH; on Debian/Ubuntu: "
-            f"apt-get install {APT_PACKAGES} (.ci/run does this)",
+            f"apt-get install {APT_PACKAGES} (`make deps` does this)",
             pytrace=False,
         )
 
