@@ -2,29 +2,36 @@
 
 Run:  PYTHONPATH=server python bench/engine_bench.py [--family NAME ...] [--full] [--reps 5] [--quick]
 
-The default run (well under a minute and a half on two cores) prints two things:
+The default run (a few minutes on two shared cores) prints two things:
 
 1. The **detailed report for qwen3**, the reference family (below).
 2. A **per-family table**: for every family with a preset, a ~4,200-token output written in that
    family's real syntax (reasoning where the family has it, content, three tool calls with long
    arguments), encoded with the preset's own tokenizer so markers are their special ids. Per family:
-   µs per token for detok and parse, and in total, at 1 and 8 tokens per delta; the last 500 tokens'
-   cost over the first 500's; and the total cost relative to qwen3's, measured in the same run, per
-   token and per character (marker tokenizers, used where no real vocabulary is on PyPI, spend one
-   token per byte, so per-token figures alone would flatter them). The table's last/first ratio
-   compares different text (reasoning prose first, call arguments last), so it moves by a few tens
-   of percent with the syntax; growth with length would put it far above that, and the detailed
-   report's 16K-argument rows isolate growth from content.
+   the **floor** (``DecodeStream`` alone, one id per step, as every streaming detokenizer does it),
+   then µs per token for whole sessions at 1, 2, 8 and 16 tokens per delta, and how far above the
+   floor the session is at 1 and at 8; the last 500 tokens' cost over the first 500's; and the cost
+   at 1 token per delta relative to qwen3's, measured in the same run, per token and per character
+   (marker tokenizers, used where no real vocabulary is on PyPI, spend one token per byte, so
+   per-token figures alone would flatter them). The table's last/first ratio compares different
+   text (reasoning prose first, call arguments last), so it moves by a few tens of percent with the
+   syntax; growth with length would put it far above that, and the detailed report's 16K-argument
+   rows isolate growth from content.
 
 ``--family NAME`` (repeatable; ``--model`` is an alias) prints the detailed report for NAME and
 limits the table to NAME and qwen3; ``--full`` prints the detailed report for every family.
-``--check`` only builds and verifies the workloads.
+``--check`` only builds and verifies the workloads. ``--markdown FILE`` also writes the table as
+the ``## Engine`` section of FILE (docs/performance.md), keeping the hand-written notes after the
+table and every other section.
+``--sessions N`` only runs every family's session at N tokens per delta, ``--reps`` times, and
+prints nothing: the workload for whole-process CPU comparisons (``bench/engine_ab.py``).
 
 The detailed report for one family:
 
-* µs per token for **detok** (``TokenScanner.piece`` alone: ``DecodeStream`` + id classification)
-  and **parse** (everything else: lexer, machine, argument streaming, assembler), at 1 and 8 tokens
-  per delta;
+* µs per token for the **floor** (``DecodeStream`` alone), **detok** (``TokenScanner.piece``:
+  ``DecodeStream`` + id classification) and whole sessions (**total**; **parse** = total − detok) at
+  1, 2, 8 and 16 tokens per delta. From 2 tokens per delta on, runs of plain ids take the fast
+  path (one decoder step, one machine call per run), so the session can cost less than the floor;
 * the cost of the **last 500 tokens vs the first 500** (per-delta cost must not grow with output
   length), and of a **delta inside a 16K-char argument vs inside a 100-char one**;
 * the **replay baseline** parsetier replaces: derender-style, every chunk opens a fresh session that
@@ -33,8 +40,8 @@ The detailed report for one family:
   replay step is independent, so this is an unbiased estimate; the stride is printed).
 
 Every figure is a ratio against a baseline measured in the same run (replay vs session, last vs
-first, family vs qwen3) or a plain cost; nothing here passes or fails on an absolute threshold,
-because absolute CPU figures depend on the machine.
+first, family vs qwen3, session vs floor) or a plain cost; nothing here passes or fails on an
+absolute threshold, because absolute CPU figures depend on the machine.
 
 Workloads are verified before they are timed: each text must decode back from its ids exactly,
 contain marker tokens, and ``parse`` must give back the reasoning, content and calls it was rendered
@@ -65,6 +72,8 @@ try:
     import parsetier  # noqa: F401
 except ImportError:  # running from a checkout without PYTHONPATH=server
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
+
+from tokenizers.decoders import DecodeStream
 
 from parsetier.detokenizer import TokenScanner
 from parsetier.messages import Message, SessionOptions, Tool
@@ -606,6 +615,20 @@ def detok_cpu(model: Model, ids: Sequence[int]) -> float:
     return time.process_time() - t
 
 
+def floor_cpu(model: Model, ids: Sequence[int]) -> float:
+    """CPU seconds for ``DecodeStream`` alone, one id per step: the floor of per-token detokenizing."""
+    stream = DecodeStream(skip_special_tokens=False)
+    step, tok = stream.step, model.tokenizer
+    t = time.process_time()
+    for tid in ids:
+        step(tok, tid)
+    return time.process_time() - t
+
+
+SIZES = (1, 2, 8, 16)
+"""Tokens per delta the throughput figures are measured at."""
+
+
 def session_cpu(model: Model, options: SessionOptions, deltas: Sequence[Sequence[int]]) -> float:
     """CPU seconds for a whole streamed session: open, feed every delta, finish."""
     t = time.process_time()
@@ -657,8 +680,10 @@ def _token_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tup
 
 @dataclass(frozen=True)
 class Throughput:
-    """µs per token: the detokenizer alone, and whole sessions at each delta size."""
+    """µs per token: the floor (``DecodeStream`` alone), the detokenizer stage alone, and whole
+    sessions at each delta size."""
 
+    floor: float
     detok: float
     total: dict[int, float]
 
@@ -668,12 +693,13 @@ class Throughput:
 
 def throughput(model: Model, options: SessionOptions, ids: Sequence[int], reps: int) -> Throughput:
     n = len(ids)
+    floor = _median(lambda: floor_cpu(model, ids), reps) / n * 1e6
     detok = _median(lambda: detok_cpu(model, ids), reps) / n * 1e6
     total = {}
-    for size in (1, 8):
+    for size in SIZES:
         deltas = _groups(ids, size)
         total[size] = _median(lambda d=deltas: session_cpu(model, options, d), reps) / n * 1e6
-    return Throughput(detok, total)
+    return Throughput(floor, detok, total)
 
 
 def first_last(model: Model, options: SessionOptions, ids: Sequence[int], reps: int) -> tuple[float, float]:
@@ -714,12 +740,14 @@ def bench_family(model_name: str, workload: Workload, reps: int, quick: bool = F
 
     # Throughput, detok vs parse.
     speed = throughput(model, options, ids, reps)
-    for size in (1, 8):
+    rows.append(Row("floor", f"DecodeStream alone {speed.floor:6.2f} µs/token", "one id per step"))
+    for size in SIZES:
         rows.append(
             Row(
                 f"{size} token{'s' if size > 1 else ''}/delta",
                 f"detok {speed.detok:6.2f}  parse {speed.parse(size):6.2f}  "
                 f"total {speed.total[size]:6.2f} µs/token",
+                f"{speed.total[size] / speed.floor:4.2f}× floor",
             )
         )
 
@@ -821,49 +849,102 @@ def summarize(names: Sequence[str], reps: int) -> list[Summary]:
         model, workload = load(name)
         ids = model.tokenizer.encode(workload.mixed, add_special_tokens=False).ids
         runs.append((name, model, workload, workload.options(model), ids))
-    samples: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in names}
+    samples: dict[str, list[tuple[float, ...]]] = {name: [] for name in names}
     for rep in range(reps):
         # Each round starts one family later, so no family always runs first (right after the
         # previous round's last) and a position effect lands on a different row every round.
         start = rep % len(runs)
         for name, model, _workload, options, ids in runs[start:] + runs[:start]:
             n = len(ids)
+            floor = floor_cpu(model, ids) / n * 1e6
             detok = detok_cpu(model, ids) / n * 1e6
-            one, eight = (session_cpu(model, options, _groups(ids, size)) / n * 1e6 for size in (1, 8))
+            totals = [session_cpu(model, options, _groups(ids, size)) / n * 1e6 for size in SIZES]
             times = per_delta_ns(model, options, _groups(ids, 1))
             first, last = sum(times[:500]) / 500 / 1e3, sum(times[-500:]) / 500 / 1e3
-            samples[name].append((detok, one, eight, first, last))
+            samples[name].append((floor, detok, *totals, first, last))
     out = []
     for name, model, workload, _options, ids in runs:
-        detok, one, eight, first, last = (statistics.median(col) for col in zip(*samples[name], strict=True))
-        speed = Throughput(detok, {1: one, 8: eight})
+        floor, detok, *totals, first, last = (
+            statistics.median(col) for col in zip(*samples[name], strict=True)
+        )
+        speed = Throughput(floor, detok, dict(zip(SIZES, totals, strict=True)))
         out.append(Summary(name, model.spec.format, len(ids), len(workload.mixed), speed, first, last))
     return out
 
 
-def print_table(summaries: Sequence[Summary], reps: int) -> None:
-    """The per-family table; ratios are against the baseline family's row of the same run."""
+def table_lines(summaries: Sequence[Summary], markdown: bool = False) -> list[str]:
+    """The per-family table (plain text, or a Markdown table); ratios are against the baseline
+    family's row and the floor of the same run."""
     base = next((s for s in summaries if s.name == BASELINE), None)
-    print(
-        f"\n== per family  (python {sys.version.split()[0]}, median of {reps}; µs/token, CPU; "
-        f"@1 / @8 = tokens per delta;\n   ×{BASELINE} = total @1 over {BASELINE}'s in this run, per token "
-        "and per character; last/first = last 500 tokens over the first 500, @1)"
-    )
-    head = (
-        f"  {'family':<16} {'format':<16} {'tokens':>6} {'ch/tok':>6}  {'detok':>6} {'parse@1':>7} "
-        f"{'total@1':>7} {'parse@8':>7} {'total@8':>7}  {'×' + BASELINE + '/tok':>10} "
-        f"{'×' + BASELINE + '/ch':>9}  {'last/first':>10}"
-    )
-    print(head)
-    print("  " + "-" * (len(head) - 2))
+    head = ["family", "format", "tokens", "ch/tok", "floor", *(f"@{k}" for k in SIZES)]
+    head += ["@1/floor", "@8/floor", f"×{BASELINE}/tok", f"×{BASELINE}/ch", "last/first"]
+    rows = []
     for s in summaries:
-        per_tok = f"{s.speed.total[1] / base.speed.total[1]:10.2f}" if base else f"{'—':>10}"
-        per_ch = f"{s.us_per_char / base.us_per_char:9.2f}" if base else f"{'—':>9}"
-        print(
-            f"  {s.name:<16} {s.format:<16} {s.tokens:>6} {s.chars / s.tokens:>6.2f}  {s.speed.detok:6.2f} "
-            f"{s.speed.parse(1):7.2f} {s.speed.total[1]:7.2f} {s.speed.parse(8):7.2f} {s.speed.total[8]:7.2f}"
-            f"  {per_tok} {per_ch}  {s.last / s.first:10.2f}"
+        sp = s.speed
+        rows.append(
+            [s.name, s.format, str(s.tokens), f"{s.chars / s.tokens:.2f}", f"{sp.floor:.2f}"]
+            + [f"{sp.total[k]:.2f}" for k in SIZES]
+            + [f"{sp.total[1] / sp.floor:.2f}", f"{sp.total[8] / sp.floor:.2f}"]
+            + [
+                f"{sp.total[1] / base.speed.total[1]:.2f}" if base else "—",
+                f"{s.us_per_char / base.us_per_char:.2f}" if base else "—",
+                f"{s.last / s.first:.2f}",
+            ]
         )
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return lines + ["| " + " | ".join(r) + " |" for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  " + "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return [line(head), "  " + "-" * (len(line(head)) - 2), *(line(r) for r in rows)]
+
+
+def print_table(summaries: Sequence[Summary], reps: int) -> None:
+    print(
+        f"\n== per family  (python {sys.version.split()[0]}, median of {reps}; µs/token, CPU; floor = "
+        f"DecodeStream alone, one id per step;\n   @k = whole session at k tokens per delta; ×{BASELINE} = "
+        f"@1 over {BASELINE}'s in this run, per token and per character; last/first = last 500 tokens "
+        "over the first 500, @1)"
+    )
+    print("\n".join(table_lines(summaries)))
+
+
+ENGINE_HEADING = "## Engine"
+GENERATED_END = "<!-- end of the generated engine table; text below is kept when it is regenerated -->"
+
+
+def write_markdown(path: Path, summaries: Sequence[Summary], reps: int) -> None:
+    """Replace (or add) the generated table of the ``## Engine`` section of ``path``. Hand-written
+    text after the ``GENERATED_END`` line and every other section stay as they are."""
+    section = [
+        ENGINE_HEADING,
+        "",
+        "Generated by `bench/engine_bench.py --markdown docs/performance.md`: CPU µs per token of a",
+        f"whole streamed session (median of {reps}, python {sys.version.split()[0]}), on each family's",
+        "~4,200-token mixed output. floor = `DecodeStream` alone, one id per step; @k = k tokens per",
+        f"delta; ×{BASELINE} = @1 over {BASELINE}'s, per token and per character; last/first = the last",
+        "500 tokens over the first 500 at @1. The machine is shared: compare ratios within the table.",
+        "",
+        *table_lines(summaries, markdown=True),
+        "",
+        GENERATED_END,
+    ]
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n"
+    start = text.find(ENGINE_HEADING + "\n")
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(section) + "\n"
+    else:
+        nxt = text.find("\n## ", start + len(ENGINE_HEADING))
+        end = nxt + 1 if nxt >= 0 else len(text)
+        old = text[start:end]
+        kept = old[old.index(GENERATED_END) + len(GENERATED_END) :] if GENERATED_END in old else "\n"
+        text = text[:start] + "\n".join(section) + kept + text[end:]
+    path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
 
 
 def _available(name: str) -> bool:
@@ -885,6 +966,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5, help="repetitions per figure (median)")
     parser.add_argument("--quick", action="store_true", help="fewer replay samples")
     parser.add_argument("--check", action="store_true", help="only build and verify the workloads")
+    parser.add_argument("--markdown", type=Path, metavar="FILE", help="write the table as FILE's '## Engine'")
+    parser.add_argument(
+        "--sessions", type=int, metavar="N", help="only run every session at N tokens/delta (for engine_ab)"
+    )
+    parser.add_argument("--no-detail", action="store_true", help="the table only, no detailed report")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -894,6 +980,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     detailed = names if args.full else [n for n in args.family or [BASELINE] if n in names]
     table = names if args.full or not args.family else [n for n in names if n in {BASELINE, *args.family}]
 
+    if args.sessions:
+        for name in table:
+            model, workload = load(name)
+            ids = model.tokenizer.encode(workload.mixed, add_special_tokens=False).ids
+            deltas = _groups(ids, args.sessions)
+            for _ in range(args.reps):
+                session_cpu(model, workload.options(model), deltas)
+        return 0
+
     if args.check:
         for name in table:
             model, workload = load(name)
@@ -901,10 +996,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {name:<16} ok: {len(ids)} tokens, {len(workload.mixed)} chars, 3 calls parse back")
         return 0
 
-    for name in detailed:
+    for name in [] if args.no_detail else detailed:
         print_report(name, load(name)[1], args.reps, args.quick)
     summaries = summarize(table, args.reps)
     print_table(summaries, args.reps)
+    if args.markdown:
+        write_markdown(args.markdown, summaries, args.reps)
+        print(f"  (wrote the '{ENGINE_HEADING}' section of {args.markdown})")
     print(f"\n  (total {time.perf_counter() - started:.1f} s)")
     return 0
 

@@ -482,6 +482,15 @@ def test_close_marker_inside_an_unterminated_string_leaves_the_call_open() -> No
 
 
 # ================================================================================ streaming arguments
+def test_long_envelope_in_one_delta_is_the_same_call() -> None:
+    """A whole output in one delta is one run for the machine: an envelope far longer than the
+    reader's head buffer comes out as it does id by id."""
+    body = "line of the file\n" * 700  # ~12K characters of arguments
+    call = '{"name": "write", "arguments": {"text": ' + json.dumps(body) + "}}"
+    ids = enc("Saving.\n<tool_call>\n" + call + "\n</tool_call>")
+    assert split_check(QWEN3, ids) == ("Saving.", "", (("write", json.dumps({"text": body})),))
+
+
 def test_long_argument_streams_before_the_call_closes() -> None:
     body = "word " * 400
     ids = enc('<tool_call>\n{"name": "write", "arguments": {"text": "' + body + '"}}\n</tool_call>')

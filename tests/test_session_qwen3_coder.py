@@ -370,3 +370,10 @@ def test_errors() -> None:
     session.finish()
     with pytest.raises(WrongState):
         session.feed([CALL_CLOSE])
+
+
+def test_long_name_capture_in_one_delta_is_bounded_like_id_by_id() -> None:
+    """A capture keeps its first 4,096 characters whether its text came id by id or as one run."""
+    body = "<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"
+    ids = enc("<tool_call>\n<function=" + "n" * 5000 + ">\n" + body)
+    split_check(QWEN3_CODER, ids, TOOLS)

@@ -151,29 +151,31 @@ class _DeltaRuns:
         self._done: list[Delta] = []
         self._kind: str | int | None = None
         """The open run: "content", "reasoning", a call's delivered index, or None."""
-        self._head: ToolCallDelta | None = None
-        """The open call run's first fragment (it carries the id and name when the call starts)."""
+        self._head: tuple[int, str | None, str | None] = (0, None, None)
+        """The open call run's index, and the id and name it carries when the call starts."""
         self._pieces: list[str] = []
 
     def text(self, kind: str, text: str) -> None:
         if not text:
             return  # an empty piece never starts or splits a run
         if self._kind != kind:
-            self._close()
+            if self._kind is not None:
+                self._close()
             self._kind = kind
         self._pieces.append(text)
 
     def arguments(self, index: int, text: str) -> None:
         """A fragment of an open call's arguments: joins the run of that call's fragments."""
         if self._kind != index:
-            self._close()
-            self._kind, self._head = index, ToolCallDelta(index, "")
+            if self._kind is not None:
+                self._close()
+            self._kind, self._head = index, (index, None, None)
         self._pieces.append(text)
 
     def call(self, index: int, call_id: str, name: str, arguments: str) -> None:
         """A call's first delta (id and name): always starts a run of its own."""
         self._close()
-        self._kind, self._head = index, ToolCallDelta(index, "", call_id, name)
+        self._kind, self._head = index, (index, call_id, name)
         self._pieces.append(arguments)
 
     def _close(self) -> None:
@@ -186,11 +188,11 @@ class _DeltaRuns:
         elif kind == "reasoning":
             self._done.append(Delta(reasoning=text))
         else:
-            head = self._head
-            assert head is not None
-            self._done.append(Delta(tool_calls=(ToolCallDelta(head.index, text, head.id, head.name),)))
-        self._kind, self._head, self._pieces = None, None, []
+            index, call_id, name = self._head
+            self._done.append(Delta(tool_calls=(ToolCallDelta(index, text, call_id, name),)))
+        self._kind, self._pieces = None, []
 
     def deltas(self) -> list[Delta]:
-        self._close()
+        if self._kind is not None:
+            self._close()
         return self._done

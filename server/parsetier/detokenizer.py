@@ -77,9 +77,9 @@ class LiteralMarkers:
                 out.append(buf[pos:hold])
                 self._hold = buf[hold:]
                 return "".join(out)
-            out.append(buf[pos : match.start])
-            out.append(self._sentinel_of[match.pattern])
-            pos = match.end
+            out.append(buf[pos : match.start()])
+            out.append(self._sentinel_of[match.group()])
+            pos = match.end()
 
     def flush(self) -> str:
         held, self._hold = self._hold, ""

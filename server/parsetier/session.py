@@ -167,12 +167,14 @@ class Session:
     def _feed(self, token_ids: Sequence[int]) -> StepOutput:
         """The parse of checked ids: one piece per marker, runs of plain ids at once."""
         n = len(token_ids)
+        if n == 1:  # the commonest delta: fed with nothing around it
+            self._ids_seen = True
+            self._tokens += 1
+            return self._output(self._machine.feed(self._scanner.piece(token_ids[0]), 1))
         if not n:
             return StepOutput()
         self._ids_seen = True
         self._tokens += n
-        if n == 1:
-            return self._output(self._machine.feed(self._scanner.piece(token_ids[0]), 1))
         ids = token_ids if isinstance(token_ids, list) else list(token_ids)
         markers = self._markers
         if markers.isdisjoint(ids):
@@ -247,6 +249,8 @@ class Session:
         return self._finished
 
     def _output(self, events: list[Event]) -> StepOutput:
+        if not events:  # half a marker, held text: nothing for the assembler to look at
+            return StepOutput([], events)
         return StepOutput(self._assembler.add(events), events)
 
     def _check_open(self) -> None:

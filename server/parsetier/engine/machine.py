@@ -127,7 +127,7 @@ class Machine:
                 self._params.close()
             else:
                 self._args("{}")
-        self._emit(EventKind.END)
+        self._emit(EventKind.END, index=self._index)
         return self._take()
 
     # ------------------------------------------------------------------ core loop
@@ -148,7 +148,7 @@ class Machine:
                 continue
             match, hold = self._tsets[state.name].scan(buf, pos)
             if state.text_next is not None:
-                limit = match.start if match is not None else hold
+                limit = match.start() if match is not None else hold
                 first = _first_non_space(buf, pos, limit)
                 if first < limit:
                     if first > pos:  # the whitespace before is this state's, however it was split
@@ -161,28 +161,29 @@ class Machine:
                     self._kind.text(self, buf[pos:hold])
                 self._hold = buf[hold:]
                 return
-            if match.start > pos:
-                self._kind.text(self, buf[pos : match.start])
-            transition = state.on[self._bound.terminal_of_pattern[match.pattern]]
+            start, end, pattern = match.start(), match.end(), match.group()
+            if start > pos:
+                self._kind.text(self, buf[pos:start])
+            transition = state.on[self._bound.terminal_of_pattern[pattern]]
             if transition.follow:
-                verdict = self._followed(transition, buf, match.end)
+                verdict = self._followed(transition, buf, end)
                 if verdict is None:  # cannot tell yet: wait, from the terminal on
-                    self._hold = buf[match.start :]
+                    self._hold = buf[start:]
                     return
                 if not verdict:  # not structural here: its text is the state's own text
                     if state.text_next is not None:  # …and text moves a text_next state on
-                        pos = match.start
+                        pos = start
                         self._fire(Transition(state.text_next), "", state)
                         continue
-                    self._kind.text(self, buf[match.start : match.end])
-                    pos = match.end
+                    self._kind.text(self, buf[start:end])
+                    pos = end
                     continue
-            pos = match.end
+            pos = end
             if transition.keep:
-                pos = match.start
+                pos = start
                 self._fire(transition, "", state)
             else:
-                self._fire(transition, match.pattern, state)
+                self._fire(transition, pattern, state)
 
     def _followed(self, transition: Transition, buf: str, at: int) -> bool | None:
         """Whether what follows ``buf[at:]`` makes a ``follow`` terminal structural: True, False,
@@ -241,7 +242,7 @@ class Machine:
         self._args_emitted = False
         self._params = None
         call_id = format_id if self._format_ids and format_id else ""
-        self._emit(EventKind.TOOL_CALL_START, name, call_id=call_id)
+        self._emit(EventKind.TOOL_CALL_START, name, self._index, call_id)
         self._current_tool = name
 
     def _envelope_begin(self, name: str) -> None:
@@ -264,7 +265,7 @@ class Machine:
                 table = self._bound.text_of_sentinel
                 escaped = lambda m: json_string_fragment(table.get(m.group(0), ""))  # noqa: E731
                 fragment = SENTINEL_RE.sub(escaped, fragment)
-            self._emit(EventKind.TOOL_ARGUMENTS, fragment)
+            self._emit(EventKind.TOOL_ARGUMENTS, fragment, self._index)
 
     def _call_end(self) -> None:
         if not self._call_open:
@@ -274,7 +275,7 @@ class Machine:
         elif not self._args_emitted:
             self._args("{}")
         self._params = None
-        self._emit(EventKind.TOOL_CALL_END)
+        self._emit(EventKind.TOOL_CALL_END, index=self._index)
         self._call_open = False
 
     def _passthrough_if_no_call(self, closing: str) -> None:
@@ -298,8 +299,9 @@ class Machine:
         table = self._bound.text_of_sentinel
         return SENTINEL_RE.sub(lambda m: table.get(m.group(0), ""), text)
 
-    def _emit(self, kind: EventKind, text: str = "", call_id: str = "") -> None:
-        index = self._index if kind in _CALL_EVENTS else -1
+    def _emit(self, kind: EventKind, text: str = "", index: int = -1, call_id: str = "") -> None:
+        """Events of a call (and ``END``) carry the current ``tool_index``; text and reasoning
+        brackets carry -1."""
         self._events.append(Event(kind, text, index, self._tokens, call_id))
         self._tokens = 0
 
@@ -308,10 +310,6 @@ class Machine:
         return events
 
 
-_CALL_EVENTS = frozenset(
-    {EventKind.TOOL_CALL_START, EventKind.TOOL_ARGUMENTS, EventKind.TOOL_CALL_END, EventKind.END}
-)
-"""Events that carry the current ``tool_index`` (text and reasoning brackets carry -1)."""
 
 
 # ---------------------------------------------------------------------------------------------- kinds
@@ -349,9 +347,11 @@ def _reasoning_leave(m: Machine, target: State | None, pattern: str) -> None:
 
 
 def _capture_text(m: Machine, text: str) -> None:
-    if m._capture_len < _CAPTURE_LIMIT:
-        m._capture.append(text)
-        m._capture_len += len(text)
+    room = _CAPTURE_LIMIT - m._capture_len
+    if room > 0:  # the first 4,096 characters, however the text was split
+        piece = text[:room]
+        m._capture.append(piece)
+        m._capture_len += len(piece)
 
 
 def _capture_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:

@@ -3,8 +3,8 @@ escaping."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Protocol
 
 from parsetier.engine.grammar import SENTINEL_RE
@@ -18,8 +18,9 @@ PY_LITERALS = {"True": True, "False": False, "None": None}
 
 
 def json_string_fragment(text: str) -> str:
-    """``text`` escaped for the inside of a JSON string; fragments concatenate like their sources."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
+    """``text`` escaped for the inside of a JSON string; fragments concatenate like their sources.
+    (What ``json.dumps(text, ensure_ascii=False)`` writes, without building an encoder per call.)"""
+    return encode_basestring(text)[1:-1]
 
 
 class ArgumentReader(Protocol):

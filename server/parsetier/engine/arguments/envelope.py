@@ -102,7 +102,9 @@ class EnvelopeReader(CallsReader):
             self._head = ""  # unbracketed calls end at the first thing that is not a separator
             self.status = COMPLETE
             return pos
-        if m is None or len(self._head) > _HEAD_LIMIT or (m.partial and stop_m is not None):
+        # The limit is on the structure's own length, not on the text after it, so a long run of
+        # text arriving at once is judged as the same text arriving id by id.
+        if m is None or m.end() > _HEAD_LIMIT or (m.partial and stop_m is not None):
             self.status = MALFORMED
             return stop
         if m.partial:
