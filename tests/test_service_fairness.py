@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from grpc_servers import ProcessServer
 from parsetier_client import Client
 
-HEAVY_IDS = 256_000
-"""One message of this many ordinary ids takes seconds to parse on a slow, shared core."""
+HEAVY_IDS = 500_000
+"""One message of this many ordinary ids (1 MB, inside every default limit) takes seconds."""
 
 
-def test_a_large_message_does_not_stall_other_calls(grpc_server):
+def test_a_large_message_does_not_stall_other_calls():
+    """Against a server process of its own: the stalls measured are the server's, not those of
+    this test process (which holds every model and many objects for the collector to walk)."""
+    with ProcessServer("--preload", "qwen3") as server:
+        server.wait_for_log("models loaded", timeout=120)
+        _check_fairness(server)
+
+
+def _check_fairness(grpc_server) -> None:
     heavy_time: list[float] = []
 
     def heavy() -> None:
@@ -24,6 +34,8 @@ def test_a_large_message_does_not_stall_other_calls(grpc_server):
             heavy_time.append(time.monotonic() - started)
             assert result.final.usage.completion_tokens == HEAVY_IDS
 
+    with Client(grpc_server.target, timeout=60) as client:  # first use of the model, untimed
+        client.parse_stream("qwen3", [[3409] * 9000])
     with grpc.insecure_channel(grpc_server.target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         health.Check(health_pb2.HealthCheckRequest(), timeout=30)  # connected before timing
@@ -38,6 +50,7 @@ def test_a_large_message_does_not_stall_other_calls(grpc_server):
         worker.join()
     assert heavy_time, "the heavy session failed"
     # Stalled, one probe waits about as long as the whole heavy message; served, each probe
-    # waits at most a few GIL switch intervals.
+    # waits a few GIL switch intervals (plus what a shared, loaded machine adds now and then).
     assert len(probes) >= 5
-    assert max(probes) < heavy_time[0] / 4, (max(probes), heavy_time[0], len(probes))
+    assert max(probes) < heavy_time[0] / 2, (max(probes), heavy_time[0], len(probes))
+    assert statistics.median(probes) < heavy_time[0] / 20, (probes, heavy_time[0])

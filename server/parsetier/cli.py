@@ -59,6 +59,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a session may go without a message; default %(default)s",
     )
     parser.add_argument(
+        "--max-loop-lag-ms",
+        type=float,
+        default=defaults.max_loop_lag * 1000,
+        help="refuse new sessions (UNAVAILABLE) while the event loop runs this far behind; 0 never",
+    )
+    parser.add_argument("--max-watch-streams", type=int, default=defaults.max_watch_streams)
+    parser.add_argument(
         "--preload",
         default="all",
         help="models to load in the background once listening: all (default), none, or NAME,NAME...; "
@@ -215,6 +222,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_tokens_per_session=args.max_tokens_per_session,
         max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout,
+        max_loop_lag=args.max_loop_lag_ms / 1000,
+        max_watch_streams=args.max_watch_streams,
     )
     tracer = _tracer(args.otel)
     metrics_on = _start_metrics(args)

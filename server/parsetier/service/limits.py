@@ -27,6 +27,10 @@ class Limits:
     """Open sessions (Parse streams and ParseOnce calls) at once."""
     idle_timeout: float = 300.0
     """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
+    max_loop_lag: float = 0.1
+    """Seconds the event loop may run behind before new sessions are refused (0: never)."""
+    max_watch_streams: int = 256
+    """Health Watch and reflection streams open at once (each kind counted on its own)."""
 
     def check_steps(self, count: int) -> None:
         if count > self.max_steps_per_message:
@@ -53,9 +57,13 @@ class SessionGate:
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def enter(self) -> None:
+    def check_open(self) -> None:
+        """A draining server refuses first: its refusal says where to go (elsewhere)."""
         if self.draining:
             raise ServiceError(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
+
+    def enter(self) -> None:
+        self.check_open()
         if self.active >= self.max_sessions:
             raise exhausted(f"server has {self.active} open sessions; the limit is {self.max_sessions}")
         self.active += 1

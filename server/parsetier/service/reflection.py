@@ -17,6 +17,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_reflection.v1alpha import reflection as v1alpha
 from grpc_reflection.v1alpha import reflection_pb2 as messages
 
+from parsetier.service.admission import CountedReflectionServicer, StreamCount
+
 V1ALPHA_SERVICE = v1alpha.SERVICE_NAME
 V1_SERVICE = "grpc.reflection.v1.ServerReflection"
 _V1_FILE = "grpc/reflection/v1/reflection.proto"
@@ -54,12 +56,13 @@ def _register_v1_file(pool: descriptor_pool.DescriptorPool) -> None:
     pool.Add(file)
 
 
-def enable(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
-    """Register reflection (v1 and v1alpha) for ``service_names`` and itself on ``server``."""
+def enable(server: grpc.aio.Server, service_names: Iterable[str], streams: StreamCount) -> None:
+    """Register reflection (v1 and v1alpha) for ``service_names`` and itself on ``server``; its
+    streams are counted in ``streams``."""
     pool = descriptor_pool.Default()
     _register_v1_file(pool)
     names = (*service_names, V1_SERVICE, V1ALPHA_SERVICE)
-    servicer = v1alpha.aio.ReflectionServicer(names, pool=pool)
+    servicer = CountedReflectionServicer(names, streams, pool=pool)
     handler = grpc.stream_stream_rpc_method_handler(
         servicer.ServerReflectionInfo,
         request_deserializer=messages.ServerReflectionRequest.FromString,

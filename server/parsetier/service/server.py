@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from parsetier.models import ModelRegistry
 from parsetier.service import metrics, reflection
+from parsetier.service.admission import CountedHealthServicer, StreamCount
 from parsetier.service.decoding import add_servicer
 from parsetier.service.limits import Limits
 from parsetier.service.logs import SERVER_LOG
@@ -134,14 +135,14 @@ async def build_server(
     )
     servicer = ParserServicer(registry, limits)
     add_servicer(servicer, server, pb.DESCRIPTOR.services_by_name["ParserService"])
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = CountedHealthServicer(StreamCount(limits.max_watch_streams))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     if reflection_on is None:
         reflection_on = reflection.is_loopback(host)
     if reflection_on:
-        reflection.enable(server, (SERVICE_NAME, health.SERVICE_NAME))
+        reflection.enable(server, (SERVICE_NAME, health.SERVICE_NAME), StreamCount(limits.max_watch_streams))
     check_bindable(host, port)
     credentials = guard.server_credentials() if guard is not None else None
     try:
@@ -152,6 +153,7 @@ async def build_server(
     except RuntimeError as exc:  # grpc's "Failed to bind": the pre-check above raced with someone
         raise ListenError(f"cannot listen on {host}:{port}: {exc}") from None
     await server.start()
+    servicer.admission.lag.start()
     if guard is not None:
         guard.start()
     return ServerHandle(server, bound, servicer, health_servicer, reflection_on, guard)

@@ -19,6 +19,7 @@ import grpc
 from google.protobuf.message import Message
 
 from parsetier.models import Model, ModelRegistry
+from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
 from parsetier.service.errors import ServiceError, status_for
@@ -82,6 +83,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self.registry = registry
         self.limits = limits
         self.gate = SessionGate(limits.max_sessions)
+        self.admission = Admission(limits.max_loop_lag)
 
     # --- Parse -----------------------------------------------------------------------------
 
@@ -211,6 +213,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         Every exception stays inside this session: callers only ever abort their own RPC. A
         client that went away is recorded as CANCELLED, whatever the work was doing then."""
         try:
+            self.gate.check_open()
+            self.admission.check(record.rpc)
             self.gate.enter()
         except ServiceError as exc:
             work.close()

@@ -47,6 +47,16 @@ def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list
         yield ids
 
 
+FEED_PIECE = 8192
+"""Ids per ``Session.feed`` call. Parsing is split-invariant, so a long run fed in pieces gives
+the same output; between pieces the thread that parses a large message (see the servicer) lets
+the event loop take the GIL back, which one long call into the tokenizer would not."""
+
+
+def feed_in_pieces(session: core.Session, ids: Sequence[int]) -> list[core.StepOutput]:
+    return [session.feed(ids[at : at + FEED_PIECE]) for at in range(0, len(ids), FEED_PIECE)]
+
+
 class StreamSession:
     """The state of one stream; ``record`` is what its log line will say."""
 
@@ -112,7 +122,7 @@ class StreamSession:
             else:
                 self.record.tokens += len(run)
                 self.limits.check_tokens(self.record.tokens)
-                outputs.append(session.feed(run))
+                outputs += feed_in_pieces(session, run)
         if message.HasField("finish"):
             reason, matched = convert.finish_of(message.finish)
             outputs.append(session.finish(reason, matched_stop=matched))
@@ -168,7 +178,7 @@ def parse_once(
     if ids and request.HasField("logprobs"):
         outputs.append(session.feed(ids, convert.step_logprobs_of(request.logprobs)))
     elif ids:
-        outputs.append(session.feed(ids))
+        outputs += feed_in_pieces(session, ids)
     elif request.text or request.text_tokens:
         outputs.append(session.feed_text(request.text, request.text_tokens))
     outputs.append(session.finish(reason, matched_stop=matched))

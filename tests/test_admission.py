@@ -1,0 +1,105 @@
+"""Admission: the event-loop lag decides whether new sessions start; watch streams are counted."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from grpc_servers import ThreadServer
+from parsetier.service import Limits
+from parsetier.service.admission import Admission, LoopLag
+from parsetier.service.errors import ServiceError
+
+
+def test_lag_follows_a_saturated_loop_and_ignores_one_pause():
+    async def run() -> tuple[float, float, float]:
+        lag = LoopLag(tick=0.01, window=0.3)
+        lag.start()
+        await asyncio.sleep(0.2)
+        idle = lag.current()
+        time.sleep(0.5)  # one long pause: a single late tick
+        await asyncio.sleep(0.05)
+        after_pause = lag.current()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # saturated: every tick is late
+            time.sleep(0.03)
+            await asyncio.sleep(0)
+        saturated = lag.current()
+        await lag.stop()
+        return idle, after_pause, saturated
+
+    idle, after_pause, saturated = asyncio.run(run())
+    assert idle < 0.01
+    assert after_pause < 0.02
+    assert saturated >= 0.02
+
+
+def test_admission_refuses_with_unavailable_past_the_limit():
+    class FixedLag(LoopLag):
+        value = 0.0
+
+        def current(self) -> float:
+            return self.value
+
+    lag = FixedLag()
+    admission = Admission(0.1, lag)
+    admission.check("Parse")
+    lag.value = 0.5
+    with pytest.raises(ServiceError) as info:
+        admission.check("Parse")
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "overloaded" in info.value.message and "500 ms" in info.value.message
+    assert admission.refused == 1
+    assert Admission(0, lag).check("Parse") is None  # 0 disables
+
+
+def test_watch_and_reflection_streams_are_counted(registry):
+    with (
+        ThreadServer(registry, Limits(max_watch_streams=2)) as server,
+        grpc.insecure_channel(server.target) as channel,
+    ):
+        health = health_pb2_grpc.HealthStub(channel)
+        watches = [health.Watch(health_pb2.HealthCheckRequest(), timeout=30) for _ in range(2)]
+        for watch in watches:
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as info:
+            next(health.Watch(health_pb2.HealthCheckRequest(), timeout=30))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        watches[0].cancel()
+        deadline = time.monotonic() + 10
+        while True:  # the cancelled stream's slot is freed once the server sees the cancel
+            again = health.Watch(health_pb2.HealthCheckRequest(), timeout=30)
+            try:
+                assert next(again).status == health_pb2.HealthCheckResponse.SERVING
+                break
+            except grpc.RpcError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == 1  # unary: not counted
+
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        listing = reflection_pb2.ServerReflectionRequest(list_services="")
+        held = []
+        release = threading.Event()
+        for _ in range(2):
+            call = reflection.ServerReflectionInfo(_then_wait([listing], release), timeout=30)
+            assert next(call).list_services_response.service
+            held.append(call)
+        with pytest.raises(grpc.RpcError) as info:
+            next(reflection.ServerReflectionInfo(iter([listing]), timeout=30))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        for call in held:
+            call.cancel()
+        release.set()
+
+
+def _then_wait(items: list, release: threading.Event):
+    """A request stream that sends ``items`` and then stays open until ``release``."""
+    yield from items
+    release.wait(30)

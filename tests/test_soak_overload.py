@@ -1,0 +1,171 @@
+"""Soak and overload against a real server process on loopback, sized for a small shared machine.
+
+* Soak: 2,000 sessions over 60 s, within capacity. A probe session's per-message latency under
+  that load is compared with the same probe on the idle server, measured in the same test.
+* Overload: far more work than the server can do at once. Every session either completes exactly
+  or is refused quickly with UNAVAILABLE ("overloaded", nothing processed); none is cut, timed
+  out or left to grpc's silent 30 s cancel, and the server's memory returns to its baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import grpc
+
+from grpc_servers import ProcessServer
+from parsetier_client import AsyncClient
+
+HELLO = 9707  # "Hello" in Qwen3: every id is content, so every message gets a reply
+CHANNELS = 4
+
+SOAK_SESSIONS = 2000
+SOAK_SECONDS = 60.0
+SOAK_MESSAGES = 8
+SOAK_CONCURRENCY = 64
+PROBE_MESSAGES = 60
+PROBE_RATIO = 8.0
+"""Loaded median probe latency may be this many times the idle one (plus a small floor: the
+test's own client shares the two cores with the server and with other developers' jobs)."""
+PROBE_FLOOR = 0.02
+
+OVERLOAD_SESSIONS = 400
+OVERLOAD_MESSAGES = 10
+OVERLOAD_IDS = 1500
+"""Ids per overload message: about 10 ms of parsing each on the event loop, so 400 sessions at
+once are far more than the loop can serve within its lag limit."""
+REFUSAL_SECONDS = 5.0
+MEMORY_SLACK = 1.25
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def _probe(client: AsyncClient, messages: int, gap: float = 0.02) -> list[float]:
+    """One session sending one id per message; the latency of each message's reply."""
+    stream = await client.open("qwen3", request_id="probe")
+    replies = stream.__aiter__()
+    latencies = []
+    for _ in range(messages):
+        started = time.perf_counter()
+        await stream.send([HELLO])
+        await replies.__anext__()
+        latencies.append(time.perf_counter() - started)
+        await asyncio.sleep(gap)
+    await stream.finish("stop")
+    async for _ in replies:
+        pass
+    assert stream.final.message.content == "Hello" * messages
+    return latencies
+
+
+async def _session(
+    client: AsyncClient, messages: int, ids: int, outcomes: Counter, refusals: list[float]
+) -> None:
+    started = time.monotonic()
+    try:
+        result = await client.parse_stream("qwen3", [[HELLO] * ids] * messages)
+    except grpc.aio.AioRpcError as exc:
+        outcomes[exc.code().name] += 1
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            assert "overloaded" in exc.details(), exc.details()
+            refusals.append(time.monotonic() - started)
+        return
+    assert result.message.content == "Hello" * (messages * ids)
+    outcomes["OK"] += 1
+
+
+def test_soak_probe_keeps_its_latency():
+    with ProcessServer("--preload", "qwen3") as server:
+        server.wait_for_log("models loaded", timeout=120)
+
+        async def run():
+            clients = [AsyncClient(server.target, timeout=120) for _ in range(CHANNELS)]
+            try:
+                await _probe(clients[0], 10)  # warm up the channel and the model's first use
+                idle = await _probe(clients[0], PROBE_MESSAGES)
+                outcomes: Counter = Counter()
+                refusals: list[float] = []
+                gate = asyncio.Semaphore(SOAK_CONCURRENCY)
+                begin = time.monotonic()
+
+                async def paced(i: int) -> None:
+                    await asyncio.sleep(max(0.0, begin + i * SOAK_SECONDS / SOAK_SESSIONS - time.monotonic()))
+                    async with gate:
+                        await _session(clients[i % CHANNELS], SOAK_MESSAGES, 4, outcomes, refusals)
+
+                load = asyncio.gather(*(paced(i) for i in range(SOAK_SESSIONS)))
+                await asyncio.sleep(SOAK_SECONDS / 3)
+                loaded = await _probe(clients[1], PROBE_MESSAGES)
+                await load
+                return idle, loaded, outcomes, time.monotonic() - begin
+            finally:
+                for client in clients:
+                    await client.close()
+
+        idle, loaded, outcomes, elapsed = asyncio.run(run())
+    assert sum(outcomes.values()) == SOAK_SESSIONS
+    assert outcomes["OK"] == SOAK_SESSIONS, outcomes  # within capacity: nothing is shed
+    assert elapsed < SOAK_SECONDS * 2
+    idle_median, loaded_median = statistics.median(idle), statistics.median(loaded)
+    print(
+        f"soak: {outcomes}, {elapsed:.1f} s; probe median idle {idle_median * 1000:.2f} ms, loaded "
+        f"{loaded_median * 1000:.2f} ms"
+    )
+    assert loaded_median < idle_median * PROBE_RATIO + PROBE_FLOOR, (idle_median, loaded_median)
+
+
+def test_overload_refuses_quickly_and_clearly_and_memory_returns():
+    with ProcessServer("--preload", "qwen3", "--max-sessions", "4096") as server:
+        server.wait_for_log("models loaded", timeout=120)
+        assert server.proc is not None
+        pid = server.proc.pid
+
+        async def run():
+            clients = [AsyncClient(server.target, timeout=120) for _ in range(CHANNELS)]
+            try:
+                warm: Counter = Counter()
+                await asyncio.gather(*(_session(c, 2, 8, warm, []) for c in clients))
+                assert warm["OK"] == CHANNELS, warm
+                baseline = _rss(pid)
+                outcomes: Counter = Counter()
+                refusals: list[float] = []
+                begin = time.monotonic()
+                await asyncio.gather(
+                    *(
+                        _session(clients[i % CHANNELS], OVERLOAD_MESSAGES, OVERLOAD_IDS, outcomes, refusals)
+                        for i in range(OVERLOAD_SESSIONS)
+                    )
+                )
+                elapsed = time.monotonic() - begin
+                after = await _probe(clients[0], 5)  # the server serves normally again
+                return baseline, outcomes, refusals, elapsed, after
+            finally:
+                for client in clients:
+                    await client.close()
+
+        baseline, outcomes, refusals, elapsed, _ = asyncio.run(run())
+        time.sleep(1.0)
+        settled = _rss(pid)
+        ends = [r for r in server.logs if r.get("msg") == "session_end"]
+        overloaded = [r for r in server.logs if r.get("msg") == "overloaded: refusing new sessions"]
+    print(
+        f"overload: {dict(outcomes)} in {elapsed:.1f} s; refusal latency max "
+        f"{max(refusals, default=0):.3f} s; rss {baseline / 2**20:.0f} -> {settled / 2**20:.0f} MiB"
+    )
+    assert set(outcomes) <= {"OK", "UNAVAILABLE"}, outcomes  # nothing cut, timed out or INTERNAL
+    assert sum(outcomes.values()) == OVERLOAD_SESSIONS
+    assert outcomes["UNAVAILABLE"] > 0, "the load never exceeded capacity: nothing to test"
+    assert outcomes["OK"] > 0
+    assert max(refusals) < REFUSAL_SECONDS
+    assert overloaded, "refusals were not logged"
+    assert sum(r["outcome"] == "UNAVAILABLE" for r in ends) == outcomes["UNAVAILABLE"]
+    assert settled < baseline * MEMORY_SLACK, (baseline, settled)
