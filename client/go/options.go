@@ -110,3 +110,9 @@ func WithOutput(kind pb.OutputKind) OpenOption { return func(o *pb.Open) { o.Out
 // WithCompleteToolCalls delivers each tool call as one delta once it is complete and its
 // arguments are validated, instead of streaming argument fragments.
 func WithCompleteToolCalls() OpenOption { return func(o *pb.Open) { o.CompleteToolCalls = true } }
+
+// WithParallelToolCalls says whether the model may make several tool calls in one response
+// (OpenAI's parallel_tool_calls; unset means true).
+func WithParallelToolCalls(on bool) OpenOption {
+	return func(o *pb.Open) { o.ParallelToolCalls = &on }
+}

@@ -190,9 +190,10 @@ func (c *Client) ParseOnce(ctx context.Context, model string, tokenIDs []uint32,
 	})
 }
 
-// BuildConstraint returns the decoding constraint for a request with these options (tools,
-// WithToolChoice, WithThinking, WithPromptTokenIDs...): an xgrammar structural tag and the same
-// language as an llguidance Lark grammar, for an engine that constrains what the model may write.
+// BuildConstraint derives the decoding constraint for a request with these options (tools,
+// tool choice, parallel calls, thinking, prompt tail) from the model's format: an xgrammar
+// structural tag (StructuralTagJson) and an equivalent llguidance Lark grammar (LarkGrammar).
+// A tool's "strict": true in WithToolsJSON enforces its parameters schema.
 func (c *Client) BuildConstraint(ctx context.Context, model string, opts ...OpenOption) (*pb.BuildConstraintResponse, error) {
 	return c.stub.BuildConstraint(ctx, &pb.BuildConstraintRequest{Open: openMessage(model, opts)})
 }
