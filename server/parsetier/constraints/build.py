@@ -73,12 +73,12 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
                 excludes = ()
         return Root(prefix, (), text_excludes=excludes)
     shape = call_shape(g)
-    calls = tuple(call for tool in tools for call in _calls(lit, shape, tool, tool.strict, g))
+    single = request.mode == "named" or not request.parallel_tool_calls
     return Root(
         prefix,
-        calls,
+        _tags(lit, shape, tools, single, g),
         at_least_one=request.mode in ("required", "named"),
-        stop_after_first=request.mode == "named" or not request.parallel_tool_calls,
+        stop_after_first=single,
     )
 
 
@@ -113,7 +113,6 @@ class _Literals:
         return out
 
 
-
 def _reasoning_prefix(lit: _Literals, shape: ReasoningShape | None, mode: str, fmt: str) -> tuple[Node, ...]:
     if mode == "off" or shape is None:
         if mode != "off":
@@ -128,12 +127,14 @@ def _reasoning_prefix(lit: _Literals, shape: ReasoningShape | None, mode: str, f
     return (Opt(Seq(block)),) if mode == "optional" else block
 
 
-def _calls(lit: _Literals, shape: CallShape, tool: Tool, strict: bool, g: Any) -> list[Call]:
+def _calls(
+    lit: _Literals, shape: CallShape, tool: Tool, strict: bool, g: Any
+) -> list[tuple[list[Node], Any]]:
+    """One call of ``tool`` per opener spelling: its nodes from the opener on, and its closers."""
     schema = _arguments_schema(tool, strict)
     out = []
     for opener in shape.openers:
-        first, *rest = lit.path(opener)
-        items: list[Node] = list(rest)
+        items: list[Node] = lit.path(opener)
         if shape.style == "envelope":
             envelope = {
                 "type": "object",
@@ -144,7 +145,7 @@ def _calls(lit: _Literals, shape: CallShape, tool: Tool, strict: bool, g: Any) -
             items += [Ws(), Json(envelope), Ws()]
             ends = shape.closers
         else:
-            items += [_name(shape.name, tool.name, g.name)]
+            items += [_name(shape.name, tool.name, g.name), Ws()]  # the parser strips a captured name
             if shape.style == "json":
                 items += [
                     lit.term(shape.name.end[0]),
@@ -164,9 +165,37 @@ def _calls(lit: _Literals, shape: CallShape, tool: Tool, strict: bool, g: Any) -
                 else:
                     items += [params]
                     ends = shape.closers
-        content, end = _split_end(lit, items, ends)
-        out.append(Call((first,), Seq(tuple(content)), end))
+        out.append((items, ends))
     return out
+
+
+def _tags(lit: _Literals, shape: CallShape, tools: Sequence[Tool], single: bool, g: Any) -> tuple[Call, ...]:
+    """The triggered tags: one per call spelling, or, where calls share a block, one per block
+    spelling holding one call (``single``) or several."""
+    calls = [c for tool in tools for c in _calls(lit, shape, tool, tool.strict, g)]
+    if not shape.group_open:
+        out = []
+        for items, ends in calls:
+            content, end = _split_end(lit, items[1:], ends)
+            out.append(Call((items[0],), Seq(tuple(content)), end))
+        return tuple(out)
+    inner = [Seq(tuple(_closed(lit, items, ends))) for items, ends in calls]
+    one: Node = inner[0] if len(inner) == 1 else Alt(tuple(inner))
+    body: list[Node] = [Ws(), one] if single else [Ws(), one, Star(Seq((Ws(), one)))]
+    out = []
+    for block in shape.group_open:
+        first, *rest = lit.path(block)
+        content, end = _split_end(lit, [*rest, *body, Ws()], shape.group_close)
+        out.append(Call((first,), Seq(tuple(content)), end))
+    return tuple(out)
+
+
+def _closed(lit: _Literals, items: list[Node], ends: Sequence[Sequence[str]]) -> list[Node]:
+    """A call's nodes followed by its closer (alternatives when the format has several)."""
+    alts = tuple(Seq(tuple(lit.path(e))) for e in ends if e)
+    if not alts:
+        return items
+    return [*items, alts[0] if len(alts) == 1 else Alt(alts)]
 
 
 def _lits_after(lit: _Literals, names: Sequence[str]) -> list[Node]:
@@ -222,7 +251,8 @@ def _params(
     close = lit.term(p.close[0])
     opens = [lit.path(o) for o in p.open]
     key_end = lit.term(p.key.end[0])
-    value_open = [x for name in p.value_open for x in (lit.term(name),)]
+    # Wrapper states between the key and the value (GLM's "</arg_key>\n<arg_value>") skip whitespace.
+    value_open = [x for name in p.value_open for x in (Ws(), lit.term(name))]
     newline = g.value_trim == "newline"
 
     def block(key_node: Node, value: Node) -> Node:

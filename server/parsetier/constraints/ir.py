@@ -148,11 +148,12 @@ def _format(node: Node) -> dict[str, Any]:
     if isinstance(node, Json):
         return {"type": "json_schema", "json_schema": node.schema}
     if isinstance(node, Seq):
-        if not node.items:
+        items = _flat(node.items)
+        if not items:
             return {"type": "const_string", "value": ""}
-        if len(node.items) == 1:
-            return _format(node.items[0])
-        return {"type": "sequence", "elements": [_format(n) for n in node.items]}
+        if len(items) == 1:
+            return _format(items[0])
+        return {"type": "sequence", "elements": [_format(n) for n in items]}
     if isinstance(node, Alt):
         return {"type": "or", "elements": [_format(n) for n in node.items]}
     if isinstance(node, Opt):
@@ -160,6 +161,14 @@ def _format(node: Node) -> dict[str, Any]:
     if isinstance(node, Star):
         return {"type": "plus" if node.at_least_one else "star", "content": _format(node.item)}
     raise TypeError(node)
+
+
+def _flat(items: tuple[Node, ...]) -> list[Node]:
+    """A sequence's items with nested sequences spliced in (the same language, easier to read)."""
+    out: list[Node] = []
+    for n in items:
+        out.extend(_flat(n.items) if isinstance(n, Seq) else (n,))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +215,9 @@ class _Lark:
         if isinstance(node, Regex):
             return "/" + node.pattern.replace("/", "\\/") + "/"
         if isinstance(node, Json):
-            return self.rule("%json " + json.dumps(node.schema, ensure_ascii=False, sort_keys=False))
+            # The parser reads every JSON string escape, so the grammar allows them too.
+            schema = {**node.schema, "x-guidance": {"json_allow_general_unicode_escapes": True}}
+            return self.rule("%json " + json.dumps(schema, ensure_ascii=False))
         if isinstance(node, Seq):
             return self.rule(self.seq(node.items))
         if isinstance(node, Alt):
@@ -236,8 +247,11 @@ class _Lark:
         return " ".join(parts)
 
 
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _regex_escape(text: str) -> str:
-    return "".join("\\" + c if c in r".^$*+?()[]{}|\/&~" else c for c in text)
+    return "".join(_CONTROL.get(c) or ("\\" + c if c in r".^$*+?()[]{}|\/&~" else c) for c in text)
 
 
 def to_lark(root: Root) -> str:
@@ -247,18 +261,21 @@ def to_lark(root: Root) -> str:
     if root.calls:
         # A call alone (forced at the start) and a call after free text, as xgrammar's
         # triggered_tags has them: free text runs until a call's first literal.
-        alone = w.rule(" | ".join(_call(w, c) for c in root.calls))
-        after = w.rule(
-            " | ".join(w.seq((Text(), c.begin[0])) + " " + _call(w, c, skip_first=True) for c in root.calls)
-        )
+        def alone() -> str:
+            return w.rule(" | ".join(_call(w, c) for c in root.calls))
+
+        def after() -> str:
+            alts = (w.seq((Text(), c.begin[0])) + " " + _call(w, c, skip_first=True) for c in root.calls)
+            return w.rule(" | ".join(alts))
+
         if root.at_least_one and root.stop_after_first:
-            body = f"WS {alone}"
+            body = f"WS {alone()}"
         elif root.at_least_one:
-            body = f"WS {alone} {after}* TEXT"
+            body = f"WS {alone()} {after()}* TEXT"
         elif root.stop_after_first:
-            body = f"(TEXT | {after})"
+            body = f"(TEXT | {after()})"
         else:
-            body = f"{after}* TEXT"
+            body = f"{after()}* TEXT"
     else:
         body = w.text(Text(root.text_excludes))
     start = " ".join(part for part in (prefix, body) if part)

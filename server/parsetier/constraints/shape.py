@@ -73,6 +73,14 @@ class CallShape:
     empty_closers: tuple[tuple[str, ...], ...]
     """``params`` style: alternatives that end a call right after its name (no parameters)."""
     arguments_key: str = "arguments"
+    end_state: str = ""
+    """The state the arguments end in, where ``closers`` start."""
+    group_open: tuple[tuple[str, ...], ...] = ()
+    """Where calls sit in a shared block (DeepSeek's ``<｜tool▁calls▁begin｜>``, Kimi's section,
+    MiniMax's ``<minimax:tool_call>``): the block's openers; ``openers`` then open one call inside
+    it and ``closers`` lead back into it. Empty when every call opens from the answer."""
+    group_close: tuple[tuple[str, ...], ...] = ()
+    """The block's closers, from inside it back to the answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +144,43 @@ def call_shape(g: Grammar) -> CallShape:
         shape = _named_shape(g, state, answers, skip_terms)
     closing = {path[0] for path in shape.closers if path}
     openers = [p for p in openers if not closing & set(p)]  # no path through another call
-    return replace(shape, openers=_fullest(openers), closers=_fullest(shape.closers))
+    shape = replace(shape, openers=_fullest(openers), closers=_fullest(shape.closers))
+    return _grouped(g, shape, answers)
+
+
+def _replay(g: Grammar, state: str, terms: tuple[str, ...]) -> list[str]:
+    """The states a terminal path passes through: the state after each of its terminals."""
+    out = []
+    for term in terms:
+        state = g.states[state].on[term].next
+        out.append(state)
+    return out
+
+
+def _grouped(g: Grammar, shape: CallShape, answers: set[str]) -> CallShape:
+    """Split off a block that several calls share: a state that an opener passes through and
+    that a closer returns to. Calls inside it repeat; the block opens and closes once."""
+    inside: dict[str, set[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+    for path in shape.openers:
+        start = next(a for a in sorted(answers) if path[0] in g.states[a].on)
+        for i, state in enumerate(_replay(g, start, path)[:-1]):
+            inside.setdefault(state, set()).add((path[: i + 1], path[i + 1 :]))
+    if not shape.end_state:
+        return shape
+    for path in shape.closers:
+        for i, state in enumerate(_replay(g, shape.end_state, path)[:-1]):
+            if state not in inside:
+                continue
+            splits = inside[state]
+            closes = {c[i + 1 :] for c in shape.closers if _replay(g, shape.end_state, c)[i] == state}
+            return replace(
+                shape,
+                group_open=tuple(sorted({outer for outer, _ in splits})),
+                openers=tuple(sorted({inner for _, inner in splits})),
+                closers=tuple(sorted({c[: i + 1] for c in shape.closers})),
+                group_close=tuple(sorted(closes)),
+            )
+    return shape
 
 
 def _fullest(paths: list[tuple[str, ...]] | tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
@@ -182,7 +226,7 @@ def _begins_call(state: State) -> bool:
 
 def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
     closers = _closers(g, state, answers, skip)
-    return CallShape("envelope", (), None, (), None, closers, ())
+    return CallShape("envelope", (), None, (), None, closers, (), end_state=state.name)
 
 
 def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
@@ -219,7 +263,8 @@ def _after_name(
     if state.kind == "json":
         if state.dialect != "json":
             raise Underivable(f"format {g.name!r}: {state.dialect!r} arguments have no JSON-schema grammar")
-        return CallShape("json", (), name, after_name, None, _closers(g, state, answers, skip), empty)
+        closers = _closers(g, state, answers, skip)
+        return CallShape("json", (), name, after_name, None, closers, empty, end_state=state.name)
     if state.kind == "capture" and _begins_param(state):
         # The name's end terminal is also the first parameter's opener (GLM: NAME<arg_key>…).
         param, body = _param_shape(g, state, opened_by=name.end)
@@ -251,7 +296,8 @@ def _params_call(
     again = {p for p, _ in _walk_to_param(g, (), body, 0)}
     if not set(param.open) <= again and param.open != (name.end,):
         raise Underivable(f"format {g.name!r}: parameters cannot follow one another from {body.name!r}")
-    return CallShape("params", (), name, after_name, param, _closers(g, body, answers, skip), empty)
+    closers = _closers(g, body, answers, skip)
+    return CallShape("params", (), name, after_name, param, closers, empty, end_state=body.name)
 
 
 def _begins_param(state: State) -> bool:
