@@ -1,0 +1,103 @@
+"""The container image's install, without a container builder: CI machines reach package registries
+but no container registry, so no base image can be pulled and buildah/podman cannot build the
+Dockerfile here. Instead this runs the Dockerfile's own install step (deploy/container/install.sh)
+into a fresh venv, starts the server from that venv as the image's ENTRYPOINT would (on loopback),
+and runs the image's HEALTHCHECK command against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from grpc_servers import ROOT
+
+DOCKERFILE = ROOT / "deploy" / "container" / "Dockerfile"
+INSTALL = ROOT / "deploy" / "container" / "install.sh"
+
+
+def _instruction(name: str) -> str:
+    """One Dockerfile instruction's text, continuation lines joined."""
+    text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ")
+    match = re.search(rf"^{name} (.*)$", text, re.MULTILINE)
+    assert match, f"the Dockerfile has no {name}"
+    return match.group(1)
+
+
+def test_dockerfile_installs_with_the_script_and_drops_root():
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert "RUN deploy/container/install.sh /opt/parsetier /src" in text
+    assert text.count("\nFROM ") + text.startswith("FROM ") >= 2, "multi-stage build"
+    assert re.search(r"^USER 10001:10001$", text, re.MULTILINE)
+    assert "COPY --from=build /opt/parsetier /opt/parsetier" in text
+
+
+def test_install_script_keeps_the_makefiles_no_deps_pins():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    pins = set(re.search(r"^TEST_NO_DEPS := (.*)$", makefile, re.MULTILINE).group(1).split())
+    script = re.search(r"^NO_DEPS=\((.*)\)$", INSTALL.read_text(encoding="utf-8"), re.MULTILINE)
+    assert script and set(script.group(1).split()) == pins
+
+
+def test_image_install_serves_every_model_and_passes_its_healthcheck(tmp_path):
+    prefix = tmp_path / "opt-parsetier"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PYTHON"] = sys.executable  # the interpreter of this run; the image uses its own python3
+    done = subprocess.run(
+        ["bash", str(INSTALL), str(prefix), str(ROOT)], env=env, capture_output=True, text=True, timeout=1500
+    )
+    assert done.returncode == 0, f"install.sh failed:\n{done.stdout}\n{done.stderr}"
+    assert re.search(r"install\.sh: \d+ models load", done.stdout), done.stdout
+
+    entrypoint = json.loads(_instruction("ENTRYPOINT"))
+    assert entrypoint[:2] == ["parsetier", "serve"]
+    argv = [str(prefix / "bin" / "parsetier"), *entrypoint[1:]]
+    argv[argv.index("--host") + 1] = "127.0.0.1"  # tests stay on loopback; the image uses 0.0.0.0
+    argv[argv.index("--port") + 1] = "0"
+    argv[argv.index("--metrics-port") + 1] = "0"
+    argv += ["--preload", "none"]
+    server_env = dict(env, PARSETIER_CACHE_DIR=str(prefix / "cache"))
+    output = {"stderr": subprocess.PIPE, "stdout": subprocess.DEVNULL, "text": True}
+    server = subprocess.Popen(argv, env=server_env, **output)
+    try:
+        port = None
+        assert server.stderr is not None
+        deadline = time.monotonic() + 60
+        for line in server.stderr:
+            record = json.loads(line)
+            if record.get("msg") == "listening":
+                port = record["port"]
+                assert record["models"], record
+                break
+            assert time.monotonic() < deadline
+        assert port, "the server never listened"
+        healthcheck = json.loads(_instruction("HEALTHCHECK").split(" CMD ", 1)[1])
+        healthcheck[healthcheck.index("--server") + 1] = f"127.0.0.1:{port}"
+        healthcheck[0] = str(prefix / "bin" / healthcheck[0])
+        check = subprocess.run(healthcheck, env=env, capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0 and check.stdout.strip() == "SERVING", check
+        listing = subprocess.run(
+            [str(prefix / "bin" / "python"), "-c", LIST_MODELS, f"127.0.0.1:{port}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listing.returncode == 0, listing.stderr
+        models = json.loads(listing.stdout)
+        assert models and all(models.values()), f"models without their tokenizer: {models}"
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+LIST_MODELS = """
+import json, sys
+from parsetier_client import Client
+with Client(sys.argv[1], timeout=30) as client:
+    print(json.dumps({m.name: m.tokenizer_available for m in client.list_models()}))
+"""
