@@ -154,26 +154,15 @@ def _security(args: argparse.Namespace):
     return Security(tls=tls, tokens=Path(args.auth_tokens) if args.auth_tokens else None)
 
 
-def _tracer(on: bool):
+def _check_tracing(on: bool) -> None:
     if not on:
-        return None
-    from parsetier.service.tracing import TracingUnavailable, tracer_from_environment
+        return
+    from parsetier.service.tracing import TracingUnavailable, check_environment
 
     try:
-        return tracer_from_environment()
+        check_environment()
     except TracingUnavailable as exc:
         raise UsageError("--otel", str(exc)) from None
-
-
-def _flush_traces(tracer) -> None:
-    """Export the spans still buffered before the process exits."""
-    if tracer is None:
-        return
-    from opentelemetry import trace
-
-    shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
-    if shutdown is not None:
-        shutdown()
 
 
 def _start_metrics(args: argparse.Namespace) -> bool:
@@ -225,7 +214,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_loop_lag=args.max_loop_lag_ms / 1000,
         max_watch_streams=args.max_watch_streams,
     )
-    tracer = _tracer(args.otel)
+    _check_tracing(args.otel)
     metrics_on = _start_metrics(args)
     try:
         clean = asyncio.run(
@@ -240,15 +229,13 @@ def _serve(args: argparse.Namespace) -> int:
                 reflection_on=REFLECTION[args.reflection],
                 security=_security(args),
                 metrics_on=metrics_on,
-                tracer=tracer,
+                otel=args.otel,
             )
         )
     except ListenError as exc:
         raise UsageError("--host/--port", str(exc)) from None
     except SecurityConfigError as exc:
         raise UsageError(exc.flag, str(exc)) from None
-    finally:
-        _flush_traces(tracer)
     return 0 if clean else 1
 
 

@@ -76,9 +76,10 @@ class ListenError(OSError):
     """The listen address could not be bound."""
 
 
-def check_bindable(host: str, port: int) -> None:
+def check_bindable(host: str, port: int, reuse_port: bool = False) -> None:
     """Bind (and release) the address with a plain socket first, so a bad ``--host`` or a port in
-    use is reported as the OS's reason, in one line, rather than grpc's generic bind failure."""
+    use is reported as the OS's reason, in one line, rather than grpc's generic bind failure.
+    ``reuse_port``: probe with SO_REUSEPORT, as processes sharing one port bind it."""
     try:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -86,6 +87,8 @@ def check_bindable(host: str, port: int) -> None:
     family, kind, proto, _, address = infos[0]
     with socket.socket(family, kind, proto) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             probe.bind(address)
         except OSError as exc:
@@ -186,7 +189,31 @@ async def serve(
 
     ``preload`` models are loaded in the background once the server listens, so start-up is
     quick however many models are configured; a request for one not loaded yet loads it.
-    ``server_options`` are ``build_server``'s keywords (reflection, TLS, auth...)."""
+    ``server_options`` are ``build_server``'s keywords (reflection, TLS, auth, metrics), plus
+    ``otel=True``: a tracer from the OTEL_* environment, made here, in the serving process (a
+    batching span processor's thread would not survive a fork)."""
+    tracing = None
+    if server_options.pop("otel", False):
+        from parsetier.service import tracing
+
+        server_options["tracer"] = tracing.tracer_from_environment()
+    try:
+        return await _serve(registry, limits, host, port, grace, on_ready, preload, server_options)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
+
+
+async def _serve(
+    registry: ModelRegistry,
+    limits: Limits | None,
+    host: str,
+    port: int,
+    grace: float,
+    on_ready: Callable[[ServerHandle], None] | None,
+    preload: Sequence[str],
+    server_options: dict[str, Any],
+) -> bool:
     handle = await build_server(registry, limits, host, port, **server_options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

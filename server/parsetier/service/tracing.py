@@ -23,6 +23,33 @@ class TracingUnavailable(RuntimeError):
     """``--otel`` without the OpenTelemetry packages, or with an exporter that is not installed."""
 
 
+def check_environment() -> None:
+    """Raise ``TracingUnavailable`` now (at start-up, before any worker is forked) if
+    ``tracer_from_environment`` would."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("opentelemetry.sdk") is None:
+        raise TracingUnavailable("OpenTelemetry is not installed: pip install 'parsetier[otel]'")
+    name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp")
+    if name not in ("otlp", "console"):
+        raise TracingUnavailable(f"OTEL_TRACES_EXPORTER={name!r}: parsetier knows otlp and console")
+    if name == "otlp" and importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is None:
+        raise TracingUnavailable(
+            "OTEL_TRACES_EXPORTER=otlp needs pip install opentelemetry-exporter-otlp-proto-grpc "
+            "(or set OTEL_TRACES_EXPORTER=console)"
+        )
+
+
+def shutdown() -> None:
+    """Export the spans still buffered (the SDK provider batches them)."""
+    from opentelemetry import trace
+
+    stop = getattr(trace.get_tracer_provider(), "shutdown", None)
+    if stop is not None:
+        stop()
+
+
 def tracer_from_environment() -> Any:
     """A tracer on an SDK provider whose exporter ``OTEL_TRACES_EXPORTER`` names: ``otlp``
     (default; needs opentelemetry-exporter-otlp, configured by the usual ``OTEL_EXPORTER_OTLP_*``
