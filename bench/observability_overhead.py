@@ -1,105 +1,82 @@
-"""What metrics and tracing cost per session, as ratios against the same server with both off,
-measured in one run (interleaved rounds, median of each).
+"""What metrics and tracing cost: the server's CPU time per client message with neither, with
+``--metrics-port``, with ``--otel`` and with both, as ratios against neither, measured in one run
+(interleaved rounds, median of each). CPU time of the server process (from /proc), not wall time,
+so the client and other work on the machine affect the figures little.
 
-Off means off: with neither ``--metrics-port`` nor ``--otel`` the server installs no interceptor
-and never imports OpenTelemetry, so its per-message path is the plain servicer's. The "off again"
-row measures the same configuration twice and so shows the run's noise floor.
+Off means off: with neither flag the server installs no interceptor and never imports
+OpenTelemetry, so its per-message path is the plain servicer's; the "off again" row measures that
+configuration twice and so shows the run's noise. Tracing exports with the console exporter into
+/dev/null, an upper bound for an exporter's cost in the process.
 
-    .venv/bin/python bench/observability_overhead.py [--sessions 200] [--steps 64] [--rounds 5]
+    .venv/bin/python bench/observability_overhead.py [--sessions 100] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
-import threading
-import time
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python")]
+from sizing import OUTPUT, cpu_seconds, start_server
 
-from parsetier.models import ModelRegistry  # noqa: E402
-from parsetier.service import build_server  # noqa: E402
-from parsetier_client import Client  # noqa: E402
+from parsetier.models import ModelRegistry
+from parsetier_client import AsyncClient
 
-CONFIGS = ("off", "off again", "metrics", "tracing", "metrics + tracing")
-
-
-def tracer():
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
-    return provider.get_tracer("bench")
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "off": (),
+    "off again": (),
+    "metrics": ("--metrics-port", "0"),
+    "tracing": ("--otel",),
+    "metrics + tracing": ("--metrics-port", "0", "--otel"),
+}
 
 
-class Server:
-    """A server on loopback in its own thread, with the configuration's interceptors."""
+async def per_message_cpu(target: str, pid: int, sessions: int, ids: list[int]) -> float:
+    """Server CPU seconds per client message over ``sessions`` sessions of one token per message,
+    8 at a time."""
+    steps = [[i] for i in ids]
+    async with AsyncClient(target, timeout=300) as client:
+        await client.parse_stream("qwen3", steps)  # warm
+        pending = list(range(sessions))
 
-    def __init__(self, registry: ModelRegistry, config: str) -> None:
-        self.options = {
-            "metrics_on": "metrics" in config,
-            "tracer": tracer() if "tracing" in config else None,
-        }
-        self.registry = registry
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        async def worker() -> None:
+            while pending:
+                pending.pop()
+                await client.parse_stream("qwen3", steps)
 
-    async def _run(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.stop = asyncio.Event()
-        self.handle = await build_server(self.registry, None, "127.0.0.1", 0, **self.options)
-        self.ready.set()
-        await self.stop.wait()
-        await self.handle.server.stop(0)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        self.ready.wait(60)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(30)
-
-
-def one_round(registry: ModelRegistry, config: str, sessions: int, steps: list[list[int]]) -> float:
-    """Sessions per second for ``sessions`` sequential streams of one token per message."""
-    with Server(registry, config) as server, Client(f"127.0.0.1:{server.handle.port}", timeout=60) as client:
-        client.parse_stream("qwen3", steps)  # warm the connection and the model
-        started = time.perf_counter()
-        for _ in range(sessions):
-            client.parse_stream("qwen3", steps)
-        return sessions / (time.perf_counter() - started)
+        start = cpu_seconds(pid)
+        await asyncio.gather(*(worker() for _ in range(8)))
+        used = cpu_seconds(pid) - start
+    return used / (sessions * (len(steps) + 2))  # + the Open and the Finish
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=64, help="messages of one token each per session")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    registry = ModelRegistry()
-    model = registry.get("qwen3")
-    ids = model.tokenizer.encode("The weather in Paris is mild today, with light wind. " * 8).ids
-    steps = [[i] for i in ids[: args.steps]]
-    rates: dict[str, list[float]] = {config: [] for config in CONFIGS}
+    ids = ModelRegistry().get("qwen3").tokenizer.encode(OUTPUT, add_special_tokens=False).ids
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="console")
+    costs: dict[str, list[float]] = {name: [] for name in CONFIGS}
     for _ in range(args.rounds):
-        for config in CONFIGS:
-            rates[config].append(one_round(registry, config, args.sessions, steps))
-    base = statistics.median(rates["off"])
-    print(f"{args.sessions} sessions x {len(steps)} one-token messages, median of {args.rounds} rounds")
-    print(f"{'configuration':<20} {'sessions/s':>11} {'vs off':>8} {'µs/message':>11}")
-    for config in CONFIGS:
-        rate = statistics.median(rates[config])
-        extra = (1 / rate - 1 / base) / (len(steps) + 2) * 1e6
-        print(f"{config:<20} {rate:>11.1f} {rate / base:>8.3f} {extra:>+11.1f}")
+        for name, flags in CONFIGS.items():
+            proc, port = start_server(*flags, env=env)
+            try:
+                cost = asyncio.run(per_message_cpu(f"127.0.0.1:{port}", proc.pid, args.sessions, ids))
+                costs[name].append(cost)
+            finally:
+                proc.kill()
+                proc.wait(60)
+    base = statistics.median(costs["off"])
+    messages = len(ids) + 2
+    print(f"{args.sessions} sessions x {messages} messages (one token each), median of {args.rounds} rounds")
+    print(f"{'configuration':<20} {'server CPU µs/message':>22} {'vs off':>8}")
+    for name in CONFIGS:
+        cost = statistics.median(costs[name])
+        print(f"{name:<20} {cost * 1e6:>22.1f} {cost / base:>8.3f}")
     return 0
 
 

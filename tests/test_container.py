@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 from grpc_servers import ROOT
@@ -75,6 +76,7 @@ def test_image_install_serves_every_model_and_passes_its_healthcheck(tmp_path):
                 break
             assert time.monotonic() < deadline
         assert port, "the server never listened"
+        threading.Thread(target=server.stderr.read, daemon=True).start()  # never let the pipe fill
         healthcheck = json.loads(_instruction("HEALTHCHECK").split(" CMD ", 1)[1])
         healthcheck[healthcheck.index("--server") + 1] = f"127.0.0.1:{port}"
         healthcheck[0] = str(prefix / "bin" / healthcheck[0])

@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import inspect
 import ssl
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,17 +101,15 @@ class _TlsMaterial:
 
     def check(self, files: TlsFiles) -> None:
         """Fail now, naming the file, rather than at every handshake later."""
-        with tempfile.TemporaryDirectory() as tmp:
-            cert, key = Path(tmp) / "cert.pem", Path(tmp) / "key.pem"
-            cert.write_bytes(self.cert)
-            key.write_bytes(self.key)
-            try:
-                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
-            except ssl.SSLError as exc:
-                raise SecurityConfigError(
-                    "--tls-cert/--tls-key",
-                    f"TLS certificate {files.cert} and key {files.key} do not load together: {exc.reason}"
-                ) from None
+        # The files were just read into this object; loading them by path once more can only
+        # disagree if they change again meanwhile, and then the next reload checks the new ones.
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(files.cert, files.key)
+        except ssl.SSLError as exc:
+            raise SecurityConfigError(
+                "--tls-cert/--tls-key",
+                f"TLS certificate {files.cert} and key {files.key} do not load together: {exc.reason}",
+            ) from None
         if self.client_ca is not None:
             try:
                 ssl.create_default_context(cadata=self.client_ca.decode("ascii"))
