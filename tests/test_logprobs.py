@@ -379,3 +379,31 @@ def test_async_client_sends_logprob_steps_and_reads_them_back(server, client, mo
     logprobs = [lp for r in replies for d in r.deltas for lp in d.logprobs]
     assert "".join(c["token"] for c in chat_logprobs(logprobs)["content"]) == "Hi 🎉 你好"
     assert completion_logprobs(logprobs)["tokens"] == [lp.token for lp in logprobs]
+
+
+REASONING_OUTPUTS = {
+    "qwen3": "<think>\nLet me think: 你好 🎉.\n</think>\n\nThe answer is 42 👍🏽.",
+    "deepseek-v4": "<think>Let me think: 你好 🎉.</think>The answer is 42 👍🏽.",
+    "gpt-oss": (
+        "<|channel|>analysis<|message|>Let me think: 你好 🎉.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>The answer is 42 👍🏽.<|return|>"
+    ),
+}
+
+
+@pytest.mark.parametrize("model", sorted(REASONING_OUTPUTS))
+def test_hidden_reasoning_drops_the_same_logprobs_under_every_split(client, models, model):
+    """Which tokens' logprobs are dropped does not depend on how the output is split into steps,
+    and their number is the reasoning token count."""
+    tokenizer = models.get(model).tokenizer
+    ids = tokenizer.encode(REASONING_OUTPUTS[model], add_special_tokens=False).ids
+    tops = [[] for _ in ids]
+    reference = session(client, model, ids, [1] * len(ids), tops, include_reasoning=False)
+    usage = reference[-1].final.usage
+    kept = [t[0] for t in resolved(reference)]
+    assert 0 < usage.reasoning_tokens < len(ids)
+    assert len(kept) == usage.completion_tokens - usage.reasoning_tokens
+    rng = random.Random(model)
+    for most in (2, 3, 6, len(ids)):
+        split = session(client, model, ids, random_steps(rng, len(ids), most), tops, include_reasoning=False)
+        assert [t[0] for t in resolved(split)] == kept, most

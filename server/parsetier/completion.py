@@ -22,6 +22,7 @@ Work per id is constant apart from the stop-string check, which looks only at th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from tokenizers.decoders import DecodeStream
 
@@ -46,7 +47,8 @@ class CompletionSession:
 
     def __init__(self, model: Model, options: SessionOptions) -> None:
         self.model = model
-        self.options = options
+        # Only the prompt's last ids matter here: a long prompt is not kept for the session's life.
+        self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_CONTEXT:])
         decode = options.completion or CompletionOptions()
         self._tokenizer = model.tokenizer
         self._skip = decode.skip_special_tokens
@@ -105,7 +107,7 @@ class CompletionSession:
             self._last_id = tid
         out = StepOutput(self._deltas("".join(pieces)))
         if logprobs is not None or self.options.return_token_ids:
-            out.deltas = self._annotator.annotate(out.deltas, token_ids, logprobs, k, 0, False)
+            self._annotator.annotate(out.deltas, token_ids, logprobs, k, None)
         return out
 
     def feed_text(self, text: str, tokens: int = 0) -> StepOutput:

@@ -153,19 +153,18 @@ class StepAnnotator:
         ids: Sequence[int],
         step: StepLogprobs | None,
         k: int,
-        reasoning: int,
-        reasoning_first: bool,
+        reasoning: Sequence[bool] | None,
     ) -> list[Delta]:
-        """``deltas``, with the step's logprobs and ids on the last one. ``reasoning`` of the
-        step's ids were reasoning: the first ones if the step began in reasoning, else the last."""
+        """``deltas`` (changed in place) with the step's logprobs and ids on the last one.
+        ``reasoning``: per id, whether it was reasoning (its logprob is dropped unless reasoning
+        is shown)."""
         resolved: list[TokenLogprob] = []
         if step is not None:
             if self._resolver is None:
                 self._resolver = LogprobResolver(self._vocab)
             resolved = self._resolver.resolve(ids, step, k)
-            if reasoning and not self._show_reasoning:
-                keep = len(ids) - reasoning
-                resolved = resolved[reasoning:] if reasoning_first else resolved[:keep]
+            if reasoning is not None and not self._show_reasoning:
+                resolved = [lp for lp, hidden in zip(resolved, reasoning, strict=True) if not hidden]
         token_ids = tuple(ids) if self._return_ids else ()
         if not resolved and not token_ids:
             return deltas

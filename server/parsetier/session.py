@@ -155,13 +155,21 @@ class Session:
         if logprobs is None and not self.options.return_token_ids:
             return self._feed(token_ids)
         k = checked_logprobs(self._annotator, token_ids, logprobs)
-        reasoning = self._machine.reasoning_tokens
-        began_in_reasoning = self._machine._state.kind == "reasoning"  # which ids were reasoning
-        out = self._feed(token_ids)
-        reasoning = self._machine.reasoning_tokens - reasoning
-        out.deltas = self._annotator.annotate(
-            out.deltas, token_ids, logprobs, k, reasoning, began_in_reasoning
-        )
+        if logprobs is None or self.options.include_reasoning:
+            out = self._feed(token_ids)
+            self._annotator.annotate(out.deltas, token_ids, logprobs, k, None)
+            return out
+        # Hidden reasoning: which ids were reasoning decides whose logprobs are dropped, so the
+        # ids go in one at a time (the same output; a step is a few ids), each counted as
+        # ``Usage.reasoning_tokens`` counts it.
+        out, machine, reasoning = StepOutput(), self._machine, []
+        for tid in token_ids:
+            before = machine.reasoning_tokens
+            one = self._feed((tid,))
+            out.deltas += one.deltas
+            out.events += one.events
+            reasoning.append(machine.reasoning_tokens > before)
+        self._annotator.annotate(out.deltas, token_ids, logprobs, k, reasoning)
         return out
 
     def _feed(self, token_ids: Sequence[int]) -> StepOutput:
