@@ -1,20 +1,21 @@
-"""Engine A/B: this checkout against an earlier commit, as whole-process CPU of paired runs.
+"""Engine A/B: this checkout against an earlier commit, whole-process CPU of paired runs.
 
-Run:  python bench/engine_ab.py [--base HEAD~1] [--pairs 7] [--sizes 1,8] [--reps 5] [--family NAME ...]
+Run:  python bench/engine_ab.py [--base HEAD~1] [--pairs 3] [--sizes 1,2,8,16] [--reps 3] [--family NAME ...]
 
-The earlier commit's ``server/`` is exported (``git archive``) to a temporary directory. Then, for
-every delta size, ``--pairs`` times: ``bench/engine_bench.py --sessions SIZE`` (this checkout's
-workloads, so both sides parse the same ids) runs as a child process once on each side, plus once
-on each side with ``--reps 0`` (loading models and building workloads only), in an order that
-alternates from pair to pair. Each child's CPU (user + system, from ``os.wait4``) is its whole
-process; subtracting the load-only run leaves the sessions' own CPU. Printed per size: the medians
-of both sides, the median of the per-pair ratios (this / base), whole-process and sessions only.
+The earlier commit's ``server/`` is exported (``git archive``) to a temporary directory. Then
+``--pairs`` times, in an order that alternates from pair to pair, ``bench/engine_bench.py
+--sessions SIZES`` (this checkout's workloads, so both sides parse the same ids) runs as a child
+process once on each side: it loads every family, builds and verifies its workload, runs its
+sessions ``--reps`` times at each size and prints their µs/token. Printed: each side's
+whole-process CPU (user + system, from ``os.wait4``) and the median of the per-pair ratios
+(this / base), then per family and size both sides' µs/token and the median per-pair ratio.
 Pairs run back to back, so load on a shared machine hits both sides alike and the ratios hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -38,51 +39,57 @@ def export_server(rev: str, into: Path) -> Path:
     return into / "server"
 
 
-def child_cpu(server: Path, args: Sequence[str]) -> float:
-    """CPU seconds (user + system) of one benchmark process run on ``server``'s code."""
+def child(server: Path, args: Sequence[str]) -> tuple[float, dict[str, dict[str, float]]]:
+    """One benchmark process on ``server``'s code: its CPU seconds (user + system) and timings."""
     env = dict(os.environ, PYTHONPATH=str(server))
-    proc = subprocess.Popen([sys.executable, str(BENCH), *args], env=env, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, str(BENCH), *args], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"benchmark failed on {server}: {' '.join(args)}")
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime, json.loads(out.strip().splitlines()[-1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="HEAD~1", help="the commit to compare with (default HEAD~1)")
-    parser.add_argument("--pairs", type=int, default=7)
-    parser.add_argument("--sizes", default="1,8", help="tokens per delta, comma-separated")
-    parser.add_argument("--reps", type=int, default=5, help="sessions per family in each run")
-    parser.add_argument("--family", action="append", default=[], help="families besides qwen3 (repeatable)")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--sizes", default="1,2,8,16", help="tokens per delta, comma-separated")
+    parser.add_argument("--reps", type=int, default=3, help="sessions per family and size in each run")
+    parser.add_argument("--family", action="append", default=[], help="only these families and qwen3")
     args = parser.parse_args(argv)
 
-    families = [a for name in args.family for a in ("--family", name)]
+    work = ["--sessions", args.sizes, "--reps", str(args.reps)]
+    work += [a for name in args.family for a in ("--family", name)]
+    cpu: dict[str, list[float]] = {"base": [], "this": []}
+    timings: dict[str, list[dict[str, dict[str, float]]]] = {"base": [], "this": []}
     with tempfile.TemporaryDirectory(prefix="engine-ab-") as tmp:
-        base = export_server(args.base, Path(tmp))
-        this = ROOT / "server"
-        sides = {"base": base, "this": this}
-        print(f"== engine A/B: this checkout vs {args.base}; {args.pairs} pairs, {args.reps} sessions each")
-        for size in (int(x) for x in args.sizes.split(",")):
-            work = ["--sessions", str(size), "--reps", str(args.reps), *families]
-            load = ["--sessions", str(size), "--reps", "0", *families]
-            whole: dict[str, list[float]] = {"base": [], "this": []}
-            own: dict[str, list[float]] = {"base": [], "this": []}
-            for pair in range(args.pairs):
-                order = ("base", "this") if pair % 2 == 0 else ("this", "base")
-                for side in order:
-                    full = child_cpu(sides[side], work)
-                    whole[side].append(full)
-                    own[side].append(full - child_cpu(sides[side], load))
-            ratio_whole = statistics.median(t / b for t, b in zip(whole["this"], whole["base"], strict=True))
-            ratio_own = statistics.median(t / b for t, b in zip(own["this"], own["base"], strict=True))
-            print(
-                f"  {size:>2} tokens/delta: whole process base {statistics.median(whole['base']):6.2f} s, "
-                f"this {statistics.median(whole['this']):6.2f} s, ratio {ratio_whole:4.2f}; "
-                f"sessions only base {statistics.median(own['base']):6.2f} s, "
-                f"this {statistics.median(own['this']):6.2f} s, ratio {ratio_own:4.2f}",
-                flush=True,
-            )
+        sides = {"base": export_server(args.base, Path(tmp)), "this": ROOT / "server"}
+        for pair in range(args.pairs):
+            for side in ("base", "this") if pair % 2 == 0 else ("this", "base"):
+                seconds, measured = child(sides[side], work)
+                cpu[side].append(seconds)
+                timings[side].append(measured)
+    ratio = statistics.median(t / b for t, b in zip(cpu["this"], cpu["base"], strict=True))
+    print(f"== engine A/B: this checkout vs {args.base}; {args.pairs} pairs of whole processes")
+    print(
+        f"  whole-process CPU (load, verify, sessions at {args.sizes}): base "
+        f"{statistics.median(cpu['base']):.1f} s, this {statistics.median(cpu['this']):.1f} s, "
+        f"ratio {ratio:.2f}"
+    )
+    sizes = args.sizes.split(",")
+    print("  µs/token, base → this (median of pairs), and this/base per pair (median):")
+    print(f"  {'family':<16}" + "".join(f"{'@' + k:>24}" for k in sizes))
+    families = list(timings["base"][0][sizes[0]])
+    for name in families:
+        cells = []
+        for k in sizes:
+            b = [t[k][name] for t in timings["base"]]
+            t_ = [t[k][name] for t in timings["this"]]
+            r = statistics.median(x / y for x, y in zip(t_, b, strict=True))
+            cells.append(f"{statistics.median(b):6.2f} → {statistics.median(t_):5.2f} ({r:4.2f})")
+        print(f"  {name:<16}" + "".join(f"{c:>24}" for c in cells))
     return 0
 
 

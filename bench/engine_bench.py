@@ -968,7 +968,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only build and verify the workloads")
     parser.add_argument("--markdown", type=Path, metavar="FILE", help="write the table as FILE's '## Engine'")
     parser.add_argument(
-        "--sessions", type=int, metavar="N", help="only run every session at N tokens/delta (for engine_ab)"
+        "--sessions",
+        metavar="N,M",
+        help="only run every session at these tokens/delta and print µs/token as JSON (for engine_ab)",
     )
     parser.add_argument("--no-detail", action="store_true", help="the table only, no detailed report")
     args = parser.parse_args(argv)
@@ -981,12 +983,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = names if args.full or not args.family else [n for n in names if n in {BASELINE, *args.family}]
 
     if args.sessions:
-        for name in table:
-            model, workload = load(name)
-            ids = model.tokenizer.encode(workload.mixed, add_special_tokens=False).ids
-            deltas = _groups(ids, args.sessions)
-            for _ in range(args.reps):
-                session_cpu(model, workload.options(model), deltas)
+        sizes = [int(x) for x in args.sessions.split(",")]
+        loaded = [(name, *load(name)) for name in table]
+        timings: dict[str, dict[str, float]] = {str(size): {} for size in sizes}
+        for size in sizes:
+            for name, model, workload in loaded:
+                ids = model.tokenizer.encode(workload.mixed, add_special_tokens=False).ids
+                deltas = _groups(ids, size)
+                runs = [session_cpu(model, workload.options(model), deltas) for _ in range(args.reps)]
+                timings[str(size)][name] = statistics.median(runs) / len(ids) * 1e6 if runs else 0.0
+        print(json.dumps(timings))
         return 0
 
     if args.check:

@@ -11,7 +11,7 @@ deltas.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 from parsetier.call_ids import id_maker
 from parsetier.engine import json_bounds
@@ -45,7 +45,28 @@ class Assembler:
         self._content_edges = EdgeTrim()  # one for the whole message's content
         self._reasoning_edges = EdgeTrim()  # a new one for every reasoning block
 
-    def add(self, events: Iterable[Event]) -> list[Delta]:
+    def add(self, events: Sequence[Event]) -> list[Delta]:
+        if len(events) == 1:  # one token's event, the commonest feed: no runs to merge
+            ev = events[0]
+            kind = ev.kind
+            if kind is EventKind.CONTENT:
+                text = self._content_edges.push(ev.text)
+                if not text:
+                    return []
+                self._content.append(text)
+                return [Delta(content=text)]
+            if kind is EventKind.REASONING:
+                text = self._reasoning_edges.push(ev.text)
+                if not text or not self._show_reasoning:
+                    return []
+                self._reasoning.append(text)
+                return [Delta(reasoning=text)]
+            if kind is EventKind.TOOL_ARGUMENTS and not self._buffer_calls:
+                call = self._open.get(ev.tool_index)
+                if call is None:
+                    return []
+                call.arguments.append(ev.text)
+                return [Delta(tool_calls=(ToolCallDelta(call.delivered_index, ev.text),))]
         out = _DeltaRuns()
         for ev in events:
             kind = ev.kind

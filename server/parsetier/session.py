@@ -269,9 +269,12 @@ class Session:
         """Every id must be one the tokenizer knows; a bad delta is refused whole, before any of
         it is parsed. Range checks run in C; sparse vocabularies (marker tokenizers) also check
         membership."""
-        if not ids:
-            return
         vocab, known = self._vocab, self._known_ids
+        if len(ids) == 1:  # the commonest delta: one comparison, no min/max over a sequence
+            if 0 <= ids[0] < vocab and (known is None or ids[0] in known):
+                return
+        elif not ids:
+            return
         if min(ids) < 0 or max(ids) >= vocab or (known is not None and not known.issuperset(ids)):
             bad = next(t for t in ids if not 0 <= t < vocab or (known is not None and t not in known))
             raise InvalidInput(f"{what}: token id {bad} is not in the vocabulary of {self.model.name!r}")
