@@ -19,6 +19,7 @@ import time
 import pytest
 
 from grpc_servers import ROOT, ProcessServer
+from tls_support import Authority
 
 SOURCE_DIR = ROOT / "client" / "cpp"
 BUILD_DIR = ROOT / "build" / "cpp"
@@ -117,3 +118,33 @@ def test_cpp_client_against_real_server(cpp_build):
     for ends, count in ((sequential, 5), (concurrent, 8), (example, 1)):
         assert len(ends) == count, f"expected {count} session_end lines: {ends}"
         assert all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in ends), ends
+
+
+def test_cpp_client_tls_mtls_and_tokens(cpp_build, tmp_path):
+    """TlsCredentialsFromFiles and bearer_token against a server with mutual TLS and tokens."""
+    ca = Authority(tmp_path, "ca")
+    server_pair, client_pair = ca.server(), ca.client("cpp-client")
+    tokens = tmp_path / "tokens"
+    tokens.write_text("cpp-test-token\n")
+    args = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
+    args += ["--tls-client-ca", str(ca.cert), "--auth-tokens", str(tokens), "--preload", "qwen3"]
+    with ProcessServer(*args) as server:
+        env = dict(
+            os.environ,
+            PARSETIER_SECURE_SERVER=server.target,
+            PARSETIER_SECURE_CA=str(ca.cert),
+            PARSETIER_SECURE_CLIENT_CERT=str(client_pair.cert),
+            PARSETIER_SECURE_CLIENT_KEY=str(client_pair.key),
+            PARSETIER_SECURE_TOKEN="cpp-test-token",
+        )
+        code, output = run([str(BUILD_DIR / "parsetier_secure_test")], TEST_TIMEOUT, env=env)
+    assert code == 0, f"parsetier_secure_test failed (exit {code}):\n{output}"
+    for name in (
+        "MutualTLSAndToken",
+        "MissingToken",
+        "WrongToken",
+        "NoClientCertificate",
+        "PlaintextToATLSServer",
+        "CredentialFileErrors",
+    ):
+        assert f"[       OK ] Secure.{name}" in output, f"{name} did not pass:\n{output}"

@@ -79,6 +79,7 @@ def test_go_client_against_real_server():
             "TestDeltasIterator",
             "TestIteratorsEndWithTheStatus",
             "TestContextCancelsSession",
+            "TestBuildConstraint",
             "ExampleClient_Open",
             "ExampleClient_ParseOnce",
             "ExampleClient_ParseStream",

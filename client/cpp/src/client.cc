@@ -1,4 +1,6 @@
 // Client: the channel, the unary calls, and the plain option structs' mapping to the proto.
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "parsetier/client.h"
@@ -15,8 +17,12 @@ void Check(const grpc::Status& status) {
   if (!status.ok()) throw Error(status);
 }
 
-void SetTimeout(grpc::ClientContext& context, std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);
+std::string ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument(std::string("parsetier: cannot read the ") + what + " " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace
@@ -59,6 +65,17 @@ std::shared_ptr<grpc::ChannelCredentials> TlsCredentials(const std::string& root
   options.pem_cert_chain = cert_chain_pem;
   options.pem_private_key = private_key_pem;
   return grpc::SslCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> TlsCredentialsFromFiles(const std::string& ca_file,
+                                                                  const std::string& cert_file,
+                                                                  const std::string& key_file) {
+  if (cert_file.empty() != key_file.empty()) {
+    throw std::invalid_argument("parsetier: mutual TLS needs both a certificate and a key file");
+  }
+  return TlsCredentials(ca_file.empty() ? "" : ReadFile(ca_file, "CA file"),
+                        cert_file.empty() ? "" : ReadFile(cert_file, "client certificate"),
+                        key_file.empty() ? "" : ReadFile(key_file, "client key"));
 }
 
 v1::Open OpenOptions::ToProto() const {
@@ -137,10 +154,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
 
 }  // namespace
 
-Client::Client(const std::string& target, const ClientOptions& options) : Client(MakeChannel(target, options)) {}
+Client::Client(const std::string& target, const ClientOptions& options)
+    : Client(MakeChannel(target, options), options.bearer_token) {}
 
-Client::Client(std::shared_ptr<grpc::ChannelInterface> channel)
-    : channel_(std::move(channel)), stub_(v1::ParserService::NewStub(channel_)) {}
+Client::Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token)
+    : channel_(std::move(channel)), stub_(v1::ParserService::NewStub(channel_)), bearer_token_(std::move(bearer_token)) {}
+
+void Client::Prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const {
+  if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);
+  if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
+}
 
 v1::ParseOnceResponse Client::ParseOnce(const OpenOptions& options, const std::vector<uint32_t>& token_ids,
                                         const FinishOptions& finish) {
@@ -149,7 +172,7 @@ v1::ParseOnceResponse Client::ParseOnce(const OpenOptions& options, const std::v
   request.mutable_token_ids()->Add(token_ids.begin(), token_ids.end());
   *request.mutable_finish() = finish.ToProto();
   grpc::ClientContext context;
-  SetTimeout(context, options.timeout);
+  Prepare(context, options.timeout);
   v1::ParseOnceResponse response;
   Check(stub_->ParseOnce(&context, request, &response));
   return response;
@@ -159,7 +182,7 @@ v1::BuildConstraintResponse Client::BuildConstraint(const OpenOptions& options) 
   v1::BuildConstraintRequest request;
   *request.mutable_open() = options.ToProto();
   grpc::ClientContext context;
-  SetTimeout(context, options.timeout);
+  Prepare(context, options.timeout);
   v1::BuildConstraintResponse response;
   Check(stub_->BuildConstraint(&context, request, &response));
   return response;
@@ -167,7 +190,7 @@ v1::BuildConstraintResponse Client::BuildConstraint(const OpenOptions& options) 
 
 std::vector<v1::ModelInfo> Client::ListModels(std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
-  SetTimeout(context, timeout);
+  Prepare(context, timeout);
   v1::ListModelsResponse response;
   Check(stub_->ListModels(&context, v1::ListModelsRequest(), &response));
   return {response.models().begin(), response.models().end()};

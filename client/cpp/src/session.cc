@@ -19,11 +19,11 @@ constexpr size_t kMaxQueuedWrites = 64;  // Send blocks beyond this many unwritt
 
 class SessionReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::ParseResponse> {
  public:
-  SessionReactor(v1::ParserService::Stub& stub, const OpenOptions& options, SessionCallbacks callbacks)
+  // `prepare` sets the call's deadline and credentials metadata on the context.
+  SessionReactor(v1::ParserService::Stub& stub, const OpenOptions& options, SessionCallbacks callbacks,
+                 const std::function<void(grpc::ClientContext&)>& prepare)
       : callbacks_(std::move(callbacks)) {
-    if (options.timeout.count() > 0) {
-      context_.set_deadline(std::chrono::system_clock::now() + options.timeout);
-    }
+    prepare(context_);
     stub.async()->Parse(&context_, this);
     v1::ParseRequest open;
     *open.mutable_open() = options.ToProto();
@@ -256,7 +256,8 @@ void Session::Cancel() { reactor_->Cancel(); }
 std::optional<v1::Final> Session::Final() const { return reactor_->Final(); }
 
 std::unique_ptr<Session> Client::Open(const OpenOptions& options, SessionCallbacks callbacks) {
-  auto reactor = std::make_unique<SessionReactor>(*stub_, options, std::move(callbacks));
+  auto reactor = std::make_unique<SessionReactor>(
+      *stub_, options, std::move(callbacks), [&](grpc::ClientContext& context) { Prepare(context, options.timeout); });
   reactor->AwaitAccepted();  // on failure, the reactor is done: destroying it is safe
   return std::unique_ptr<Session>(new Session(std::move(reactor)));
 }

@@ -48,6 +48,10 @@ const char* StatusCodeName(grpc::StatusCode code);
 // credentials is an std::invalid_argument.
 struct ClientOptions {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Sent as "authorization: Bearer <token>" on every call, for servers started with
+  // --auth-tokens (empty: none). It goes over plaintext too (a sidecar hop, a mesh that encrypts
+  // the network): only combine it with InsecureCredentials() where the network is trusted.
+  std::string bearer_token;
   // Keepalive within the server's policy (gRPC core's default: at most one ping per 5 minutes
   // without data, none without calls); more frequent pings get the connection closed with
   // GOAWAY too_many_pings. Change them only together with the server.
@@ -64,6 +68,13 @@ std::shared_ptr<grpc::ChannelCredentials> InsecureCredentials();
 std::shared_ptr<grpc::ChannelCredentials> TlsCredentials(const std::string& root_certs_pem = "",
                                                          const std::string& cert_chain_pem = "",
                                                          const std::string& private_key_pem = "");
+
+// TLS from PEM files: ca_file verifies the server ("" for the system roots); cert_file and
+// key_file are the client's certificate for mutual TLS (both "" without one). Throws
+// std::invalid_argument when a file cannot be read or only one of cert and key is given.
+std::shared_ptr<grpc::ChannelCredentials> TlsCredentialsFromFiles(const std::string& ca_file,
+                                                                  const std::string& cert_file = "",
+                                                                  const std::string& key_file = "");
 
 // The session's Open message, as plain fields. `customize` may set any other Open field.
 struct OpenOptions {
@@ -175,7 +186,7 @@ struct StreamResult {
 class Client {
  public:
   Client(const std::string& target, const ClientOptions& options);
-  explicit Client(std::shared_ptr<grpc::ChannelInterface> channel);
+  explicit Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token = "");
 
   // Starts a session and waits until the server has accepted its Open, so an unknown model
   // (NOT_FOUND) or bad options (INVALID_ARGUMENT) throw Error here rather than later.
@@ -200,8 +211,12 @@ class Client {
   v1::ParserService::Stub& stub() { return *stub_; }
 
  private:
+  // Sets the deadline and the token on a call's context.
+  void Prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const;
+
   std::shared_ptr<grpc::ChannelInterface> channel_;
   std::unique_ptr<v1::ParserService::Stub> stub_;
+  std::string bearer_token_;
 };
 
 }  // namespace parsetier
