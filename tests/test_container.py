@@ -103,3 +103,42 @@ from parsetier_client import Client
 with Client(sys.argv[1], timeout=30) as client:
     print(json.dumps({m.name: m.tokenizer_available for m in client.list_models()}))
 """
+
+
+def _serve_parser():
+    import argparse
+
+    from parsetier.cli import _serve_arguments
+
+    parser = argparse.ArgumentParser()
+    _serve_arguments(parser)
+    return parser
+
+
+def test_compose_runs_the_image_as_the_dockerfile_says():
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "deploy" / "compose" / "compose.yaml").read_text(encoding="utf-8"))
+    backend, proxy = compose["services"]["parsetier"], compose["services"]["nginx"]
+    assert backend["deploy"]["replicas"] == 3
+    assert backend["build"]["dockerfile"] == "deploy/container/Dockerfile"
+    entrypoint = json.loads(_instruction("ENTRYPOINT"))
+    args = _serve_parser().parse_args([*entrypoint[2:], *backend["command"]])  # flags that exist
+    stop_grace = int(backend["stop_grace_period"].rstrip("s"))
+    assert stop_grace > args.grace, "compose would SIGKILL a drain within its grace"
+    healthcheck = json.loads(_instruction("HEALTHCHECK").split(" CMD ", 1)[1])
+    assert backend["healthcheck"]["test"] == ["CMD", *healthcheck]
+    assert proxy["depends_on"]["parsetier"]["condition"] == "service_healthy"
+    nginx = (ROOT / "deploy" / "compose" / "nginx.conf").read_text(encoding="utf-8")
+    assert re.search(rf"server parsetier:{args.port} resolve", nginx)
+
+
+def test_kubernetes_args_are_serve_flags():
+    import yaml
+
+    manifest = ROOT / "deploy" / "kubernetes" / "deployment.yaml"
+    deployment = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    entrypoint = json.loads(_instruction("ENTRYPOINT"))
+    args = _serve_parser().parse_args([*entrypoint[2:], *container["args"]])
+    assert args.host == "0.0.0.0" and args.metrics_port == 9090
