@@ -37,7 +37,7 @@ $(SERVE_STAMP): pyproject.toml | $(PY)
 	touch $@
 
 $(TEST_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[tokenizers,test]'
+	$(PY) -m pip install --quiet -e '.[tokenizers,convert,test]'
 	$(PY) -m pip install --quiet --no-deps $(TEST_NO_DEPS)
 	touch $@ $(SERVE_STAMP)
 

@@ -79,7 +79,7 @@ from parsetier.detokenizer import TokenScanner
 from parsetier.messages import Message, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 from parsetier.session import Session, parse
-from parsetier.tokenizer_sources import tokenizer_available
+from parsetier.tokenizers import tokenizer_available
 
 BASELINE = "qwen3"
 """The family every other one is compared with (per-token cost ratio, same run)."""

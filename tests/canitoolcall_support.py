@@ -20,6 +20,7 @@ from canitoolcall.fixtures import Family, Fixture, load_families, load_fixtures
 from canitoolcall.results import CheckResult, Observation, ParsedToolCall, ParseResult, Status
 from tokenizers import Tokenizer
 
+import marker_tokenizers
 from parsetier.messages import Message, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 
@@ -41,7 +42,7 @@ class Case:
 
 @functools.cache
 def registry() -> ModelRegistry:
-    return ModelRegistry()
+    return marker_tokenizers.registry()
 
 
 @functools.cache

@@ -43,9 +43,9 @@ def encode(qwen_tokenizer: tokenizers.Tokenizer) -> Callable[[str], list[int]]:
 
 @pytest.fixture(scope="session")
 def registry():
-    from parsetier.models import ModelRegistry
+    import marker_tokenizers
 
-    return ModelRegistry()
+    return marker_tokenizers.registry()
 
 
 @pytest.fixture(scope="session")

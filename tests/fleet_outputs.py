@@ -10,10 +10,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from parsetier.models import ModelRegistry
+import marker_tokenizers
 from service_samples import WEATHER_TOOLS
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from canitoolcall.chunking import DEFAULT_STRATEGIES
 from canitoolcall.runner import evaluate
 
 import canitoolcall_support as support
+import marker_tokenizers
 from conformance.adapter import Connection, ParsetierAdapter
 from conformance.report import failure_lines
 from conformance.run import (
@@ -54,7 +55,7 @@ def _warm() -> None:
 def server() -> Iterator[ProcessServer]:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         warming = pool.submit(_warm)
-        with ProcessServer() as process:
+        with ProcessServer("--config", str(marker_tokenizers.config_file())) as process:
             warming.result()
             yield process
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import marker_tokenizers
 from fleet_outputs import MODELS, TOOLS, Output, sample
 from grpc_servers import ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -20,7 +21,7 @@ SESSIONS = 10  # two per family
 
 @pytest.fixture(scope="module")
 def two_servers() -> Iterator[tuple[Client, Client]]:
-    args = ("--preload", ",".join(MODELS))
+    args = ("--config", str(marker_tokenizers.config_file()), "--preload", ",".join(MODELS))
     with ProcessServer(*args) as a, ProcessServer(*args) as b:
         for server in (a, b):
             server.wait_for_log("models loaded", 120)

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import parsed, shape
 from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 from parsetier.session import parse
 
-GEMMA: Model = ModelRegistry().get("gemma-4")
+GEMMA: Model = marker_tokenizers.registry().get("gemma-4")
 PROMPT_OFF = "<|turn>model\n<|channel>thought\n<channel|>"
 PROMPT_ON = "<|turn>model\n"
 Q = '<|"|>'

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import shape
 from family_support import call_ids, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions, Tool
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 from parsetier.session import parse
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 K2: Model = _REGISTRY.get("kimi-k2")
 K26: Model = _REGISTRY.get("kimi-k2.6")
 K3: Model = _REGISTRY.get("kimi-k3")

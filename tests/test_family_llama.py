@@ -12,12 +12,13 @@ import json
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import Shape, chunks, parse_shape, parsed, run, tools
 from family_support import enc, plain, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 LLAMA3: Model = _REGISTRY.get("llama3")
 LLAMA4: Model = _REGISTRY.get("llama4")
 PYTHON_TAG, EOM, EOT = 128010, 128008, 128009

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import tools
 from family_support import arguments_before, enc, plain, prompted, split_check
+from marker_tokenizers import MARKERS
 from parsetier.messages import SessionOptions
-from parsetier.models import ModelRegistry
-from parsetier.tokenizer_sources import SEED_OSS_MARKERS
 
-SEED = ModelRegistry().get("seed-oss")
-EOS = SEED_OSS_MARKERS["<seed:eos>"]
-BUDGET_OPEN = SEED_OSS_MARKERS["<seed:cot_budget_reflect>"]
+SEED = marker_tokenizers.registry().get("seed-oss")
+EOS = MARKERS["seed-oss"]["<seed:eos>"]
+BUDGET_OPEN = MARKERS["seed-oss"]["<seed:cot_budget_reflect>"]
 
 TOOLS = tools(
     get_weather={"city": {"type": "string"}, "days": {"type": "integer"}},

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from parsetier import formats
-from parsetier.engine.grammar import GrammarError, grammar_from_dict
+from parsetier.engine.grammar import GrammarError, Preset, grammar_from_dict
 from parsetier.messages import SessionOptions, Tool
-from parsetier.models import ModelRegistry, UnknownModel
+from parsetier.models import ModelRegistry, TokenizerState, UnknownModel
 from parsetier.session import parse
+from parsetier.tokenizers import TokenizerUnavailable
 
 USER_FORMAT = textwrap.dedent(
     """
@@ -123,7 +124,79 @@ def test_grammar_errors_name_the_problem(data: dict, message: str) -> None:
 
 
 def test_every_builtin_format_loads_and_names_its_file() -> None:
-    names = formats.names()
+    registry = formats.FormatRegistry()
+    names = registry.names()
     assert {"qwen3", "qwen3_coder"} <= set(names)
     for name in names:
-        assert formats.get(name).name == name
+        assert registry.get(name).name == name
+        assert all(isinstance(p, Preset) for p in registry.get(name).presets)
+
+
+def test_a_user_format_named_like_a_built_in_is_an_error_unless_it_overrides(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "qwen3.toml").write_text(
+        USER_FORMAT.replace('name = "bracket_family"', 'name = "qwen3"'), "utf-8"
+    )
+    config = tmp_path / "parsetier.toml"
+    config.write_text('format_files = ["qwen3.toml"]\n', encoding="utf-8")
+    with pytest.raises(GrammarError, match="format name 'qwen3' is already taken"):
+        ModelRegistry.from_config(config)
+    config.write_text('override_format_files = ["qwen3.toml"]\n', encoding="utf-8")
+    with caplog.at_level("WARNING", logger="parsetier.formats"):
+        registry = ModelRegistry.from_config(config)
+    assert "format 'qwen3' replaced by" in caplog.text
+    assert "bar" in registry.formats.get("qwen3").terminals
+    assert "bracket-model" in registry.names()
+    # the replacement belongs to that registry only: nothing global changed
+    assert "bar" not in ModelRegistry().formats.get("qwen3").terminals
+
+
+@pytest.mark.parametrize(
+    ("preset", "message"),
+    [
+        ({"tokenizer": "qwen3"}, "needs a name"),
+        ({"name": "p", "tokenizer": ""}, "tokenizer must be a source key"),
+        ({"name": "p", "thinking": "yes"}, "thinking must be true or false"),
+        ({"name": "p", "serves": "a/b"}, "serves must be a list"),
+        ({"name": "p", "tokeniser": "qwen3"}, r"unknown key\(s\) \['tokeniser'\]"),
+    ],
+)
+def test_presets_are_typed_and_checked(preset: dict, message: str) -> None:
+    data = {"name": "x", "initial": "a", "states": {"a": {"kind": "content"}}, "presets": [preset]}
+    with pytest.raises(GrammarError, match=message):
+        grammar_from_dict(data, source="test.toml")
+
+
+def test_presets_without_a_packaged_vocabulary_wait_for_a_configured_tokenizer(tmp_path: Path) -> None:
+    """Kimi, Gemma 4, Seed-OSS and Llama 4 ship no vocabulary on PyPI: ListModels says they need
+    one configured, and opening them fails with what to do, until the config points at one."""
+    registry = ModelRegistry()
+    infos = {i.name: i for i in registry.describe()}
+    for name in ("kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4"):
+        info = infos[name]
+        assert (info.tokenizer, info.tokenizer_available, info.tokenizer_state) == (
+            "",
+            False,
+            TokenizerState.NOT_CONFIGURED,
+        )
+        assert f'name = "{name}", tokenizer = ' in info.tokenizer_hint
+        with pytest.raises(TokenizerUnavailable, match="no package ships the vocabulary"):
+            registry.get(name)
+    assert infos["qwen3"].tokenizer_state is TokenizerState.READY and infos["qwen3"].tokenizer_hint == ""
+    # pointing the preset at a tokenizer directory keeps the preset's format and defaults
+    import marker_tokenizers
+
+    configured = marker_tokenizers.registry()
+    info = {i.name: i for i in configured.describe()}["kimi-k2.6"]
+    assert info.tokenizer_state is TokenizerState.READY and info.format == "kimi_k2"
+    assert (
+        configured.get("kimi-k2.6").spec.thinking
+        == registry.specs()[registry.names().index("kimi-k2.6")].thinking
+    )
+    missing = tmp_path / "parsetier.toml"
+    missing.write_text('[[models]]\nname = "gemma-4"\ntokenizer = "/nonexistent/gemma"\n', encoding="utf-8")
+    info = {i.name: i for i in ModelRegistry.from_config(missing).describe()}["gemma-4"]
+    assert (
+        info.tokenizer_state is TokenizerState.NOT_INSTALLED and "/nonexistent/gemma" in info.tokenizer_hint
+    )

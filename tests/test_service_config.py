@@ -10,7 +10,9 @@ import grpc
 import pytest
 import tokenizers
 
-from grpc_servers import ProcessServer
+from grpc_servers import ProcessServer, ThreadServer
+from parsetier.models import ModelRegistry
+from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client
 from test_format_files import USER_FORMAT
 
@@ -55,3 +57,21 @@ def test_missing_tokenizer_is_failed_precondition_and_others_still_serve(configu
         assert "tokenizer" in err.value.details()
         message = client.parse_once("bracket-model", [9707]).final.message
     assert message.content == "Hello"
+
+
+def test_presets_without_a_packaged_vocabulary_say_so_in_list_models() -> None:
+    """A production server never serves a vocabulary it does not have: the presets whose
+    vocabulary no package ships report NOT_CONFIGURED with what to configure, and refuse sessions."""
+    with ThreadServer(ModelRegistry()) as server, Client(server.target, timeout=30) as client:
+        models = {m.name: m for m in client.list_models()}
+        for name in ("kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4"):
+            info = models[name]
+            assert info.tokenizer_status == pb.TOKENIZER_STATUS_NOT_CONFIGURED, name
+            assert not info.tokenizer_available and info.tokenizer == ""
+            assert "[[models]]" in info.tokenizer_hint and name in info.tokenizer_hint
+        assert models["qwen3"].tokenizer_status == pb.TOKENIZER_STATUS_READY
+        assert models["qwen3"].tokenizer_hint == ""
+        with pytest.raises(grpc.RpcError) as err:
+            client.parse_once("kimi-k2", [65, 66])
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "no package ships the vocabulary of 'kimi-k2'" in err.value.details()

@@ -1,23 +1,33 @@
 """Models: a name bound to a real tokenizer and a format grammar, plus the registry that serves them.
 
 A preset is data (``ModelSpec``); loading it reads the tokenizer and binds the grammar's token-id
-terminals to that vocabulary once, so every session of the model shares the compiled result.
+terminals to that vocabulary once, so every session of the model shares the compiled result. A
+registry owns its formats (``FormatRegistry``): the built-ins plus the user's format files.
 """
 
 from __future__ import annotations
 
 import threading
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import tokenizers
 
-from parsetier import formats
-from parsetier.engine.grammar import BoundGrammar, Grammar
+from parsetier.engine.grammar import BoundGrammar, Grammar, GrammarError
 from parsetier.eos import eos_token_ids
+from parsetier.formats import FormatRegistry
 from parsetier.token_bytes import TokenBytes
-from parsetier.tokenizer_sources import load_tokenizer, tokenizer_available, tokenizer_folder
+from parsetier.tokenizers import (
+    SOURCES,
+    TokenizerUnavailable,
+    load_tokenizer,
+    tokenizer_available,
+    tokenizer_folder,
+)
 
 
 class UnknownModel(KeyError):
@@ -33,8 +43,9 @@ class ModelSpec:
 
     name: str
     format: str
-    tokenizer: str
-    """A key of ``tokenizer_sources.SOURCES`` or a path to a tokenizer.json (or its directory)."""
+    tokenizer: str | None
+    """A key of ``parsetier.tokenizers.SOURCES`` or a path to a tokenizer directory; None for a
+    preset whose vocabulary no package ships, until the user configures one."""
     description: str = ""
     thinking: bool | None = None
     """The chat template's default thinking switch, used when a request leaves it unset."""
@@ -43,6 +54,17 @@ class ModelSpec:
     eos_token_ids: tuple[int, ...] = ()
     """Stop ids besides those the tokenizer's directory names (``eos``): for vocabularies shipped
     without a generation_config.json / tokenizer_config.json."""
+
+
+class TokenizerState(Enum):
+    """Where a model's tokenizer stands; only ``READY`` models can open sessions."""
+
+    READY = "ready"
+    """A real vocabulary is present: a packaged one whose package is installed, or a configured path."""
+    NOT_INSTALLED = "not_installed"
+    """A packaged vocabulary whose package (or a configured path) is missing."""
+    NOT_CONFIGURED = "not_configured"
+    """No package ships this family's vocabulary: configure the model's tokenizer directory."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +79,9 @@ class ModelInfo:
     reasoning: bool
     tool_calls: bool
     serves: tuple[str, ...] = ()
+    tokenizer_state: TokenizerState = TokenizerState.READY
+    tokenizer_hint: str = ""
+    """What to install or configure when the tokenizer is not ready."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,30 +108,43 @@ class Model:
         return self.grammar.vocab_size
 
 
-def builtin_presets() -> dict[str, ModelSpec]:
-    """Every model preset declared by the built-in format files (``[[presets]]`` tables)."""
-    return {spec.name: spec for name in formats.names() for spec in presets_of(formats.get(name))}
-
-
 def presets_of(grammar: Grammar) -> list[ModelSpec]:
     return [
         ModelSpec(
-            name=str(p["name"]),
-            format=grammar.name,
-            tokenizer=str(p["tokenizer"]),
-            description=str(p.get("description", grammar.description)),
-            thinking=p.get("thinking"),
-            serves=tuple(p.get("serves", ())),
+            p.name, grammar.name, p.tokenizer, p.description or grammar.description, p.thinking, p.serves
         )
         for p in grammar.presets
     ]
 
 
-class ModelRegistry:
-    """Model specs by name; each model is loaded on first use and then shared."""
+def presets_in(formats: FormatRegistry) -> dict[str, ModelSpec]:
+    """Every model preset the formats declare, by name."""
+    return {s.name: s for name in formats.names() for s in presets_of(formats.get(name))}
 
-    def __init__(self, specs: dict[str, ModelSpec] | None = None) -> None:
-        self._specs = dict(builtin_presets() if specs is None else specs)
+
+def builtin_presets() -> dict[str, ModelSpec]:
+    """Every model preset the built-in format files declare."""
+    return presets_in(FormatRegistry())
+
+
+def _configure_hint(spec: ModelSpec) -> str:
+    return (
+        f"no package ships the vocabulary of {spec.name!r}: point the config at the model's tokenizer "
+        f'directory ([[models]] name = "{spec.name}", tokenizer = "/path/to/{spec.name}"; '
+        "tokenizer.json, tokenizer.model or tiktoken.model + tokenizer_config.json)"
+    )
+
+
+class ModelRegistry:
+    """Model specs by name, over one set of formats; each model is loaded on first use and shared."""
+
+    def __init__(
+        self, specs: Mapping[str, ModelSpec] | None = None, formats: FormatRegistry | None = None
+    ) -> None:
+        self.formats = formats or FormatRegistry()
+        if specs is None:
+            specs = presets_in(self.formats)
+        self._specs = dict(specs)
         self._loaded: dict[str, Model] = {}
         self._lock = threading.Lock()
 
@@ -115,38 +153,40 @@ class ModelRegistry:
         """Presets, plus (or instead of) the models and format files a TOML config names.
 
         ```toml
-        presets = true                     # keep the built-in presets (default true)
-        format_files = ["my_family.toml"]  # user formats (and their [[presets]]), same schema as built-ins
-        [[models]]
+        presets = true                        # keep the built-in presets (default true)
+        format_files = ["my_family.toml"]     # user formats (and their [[presets]]), same schema
+        override_format_files = []            # files whose format replaces a built-in of that name
+        [[models]]                            # a new model
         name = "my-model"
         format = "qwen3"
-        tokenizer = "/models/my-model"     # directory with tokenizer.json, or a source key
+        tokenizer = "/models/my-model"        # tokenizer directory (or file), or a source key
         thinking = true
+        [[models]]                            # a preset's tokenizer (presets no package serves)
+        name = "kimi-k2"
+        tokenizer = "/models/Kimi-K2-Instruct"
         ```
+
+        Relative paths are relative to the config file.
         """
         if path is None:
             return cls()
         path = Path(path)
         config = tomllib.loads(path.read_text(encoding="utf-8"))
-        specs = builtin_presets() if config.get("presets", True) else {}
-        for file in config.get("format_files", []):
-            grammar = formats.register_file(path.parent / file)
+        formats = FormatRegistry()
+        added: list[Grammar] = [formats.add_file(path.parent / f) for f in config.get("format_files", [])]
+        added += [
+            formats.add_file(path.parent / f, override=True) for f in config.get("override_format_files", [])
+        ]
+        specs: dict[str, ModelSpec] = {}
+        if config.get("presets", True):
+            specs = presets_in(formats)
+        for grammar in added:
             specs.update({spec.name: spec for spec in presets_of(grammar)})
         for entry in config.get("models", []):
-            tokenizer = str(entry["tokenizer"])
-            if not tokenizer_available(tokenizer) and (path.parent / tokenizer).exists():
-                tokenizer = str(path.parent / tokenizer)
-            spec = ModelSpec(
-                name=entry["name"],
-                format=entry["format"],
-                tokenizer=tokenizer,
-                description=entry.get("description", ""),
-                thinking=entry.get("thinking"),
-                eos_token_ids=tuple(int(i) for i in entry.get("eos_token_ids", ())),
-            )
+            spec = _model_entry(entry, specs, path.parent)
             formats.get(spec.format)  # fail at start-up, not on the first request
             specs[spec.name] = spec
-        return cls(specs)
+        return cls(specs, formats)
 
     def specs(self) -> list[ModelSpec]:
         return [self._specs[n] for n in self.names()]
@@ -155,18 +195,21 @@ class ModelRegistry:
         return sorted(self._specs)
 
     def get(self, name: str) -> Model:
-        """The loaded model, loading it on first use. Raises ``UnknownModel``."""
+        """The loaded model, loading it on first use. Raises ``UnknownModel``, or
+        ``TokenizerUnavailable`` when its tokenizer is missing or not configured."""
         model = self._loaded.get(name)
         if model is not None:
             return model
         spec = self._specs.get(name)
         if spec is None:
             raise UnknownModel(f"unknown model {name!r}; known: {', '.join(self.names())}")
+        if spec.tokenizer is None:
+            raise TokenizerUnavailable(_configure_hint(spec))
         with self._lock:
             model = self._loaded.get(name)
             if model is None:
                 tokenizer = load_tokenizer(spec.tokenizer)
-                grammar = formats.get(spec.format).bind(tokenizer)
+                grammar = self.formats.get(spec.format).bind(tokenizer)
                 stop_ids = eos_token_ids(tokenizer, tokenizer_folder(spec.tokenizer), spec.eos_token_ids)
                 model = Model(spec, tokenizer, grammar, stop_ids)
                 self._loaded[name] = model
@@ -176,17 +219,64 @@ class ModelRegistry:
         infos = []
         for name in self.names():
             spec = self._specs[name]
-            grammar = formats.get(spec.format)
+            grammar = self.formats.get(spec.format)
+            state, hint = _tokenizer_state(spec)
             infos.append(
                 ModelInfo(
                     name=name,
                     format=spec.format,
-                    tokenizer=spec.tokenizer,
-                    tokenizer_available=tokenizer_available(spec.tokenizer),
+                    tokenizer=spec.tokenizer or "",
+                    tokenizer_available=state is TokenizerState.READY,
                     description=spec.description,
                     reasoning=grammar.has_reasoning,
                     tool_calls=grammar.has_tool_calls,
                     serves=spec.serves,
+                    tokenizer_state=state,
+                    tokenizer_hint=hint,
                 )
             )
         return infos
+
+
+def _tokenizer_state(spec: ModelSpec) -> tuple[TokenizerState, str]:
+    if spec.tokenizer is None:
+        return TokenizerState.NOT_CONFIGURED, _configure_hint(spec)
+    if tokenizer_available(spec.tokenizer):
+        return TokenizerState.READY, ""
+    if spec.tokenizer in SOURCES:
+        return TokenizerState.NOT_INSTALLED, SOURCES[spec.tokenizer].pip_install
+    return TokenizerState.NOT_INSTALLED, f"no tokenizer at {spec.tokenizer!r}"
+
+
+def _model_entry(entry: Mapping[str, Any], specs: Mapping[str, ModelSpec], base: Path) -> ModelSpec:
+    """One ``[[models]]`` table: a new model (with ``format``), or a preset's tokenizer and
+    defaults (name of a preset, no ``format``)."""
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise GrammarError("config: every [[models]] entry needs a name")
+    tokenizer = entry.get("tokenizer")
+    if tokenizer is not None:
+        tokenizer = str(tokenizer)
+        if not tokenizer_available(tokenizer) and (base / tokenizer).exists():
+            tokenizer = str(base / tokenizer)
+    if "format" not in entry:
+        preset = specs.get(name)
+        if preset is None:
+            raise GrammarError(f"config: model {name!r} is no preset, so it needs a format")
+        changes: dict[str, Any] = {"tokenizer": tokenizer or preset.tokenizer}
+        for key in ("description", "thinking"):
+            if key in entry:
+                changes[key] = entry[key]
+        if "eos_token_ids" in entry:
+            changes["eos_token_ids"] = tuple(int(i) for i in entry["eos_token_ids"])
+        return replace(preset, **changes)
+    if tokenizer is None:
+        raise GrammarError(f"config: model {name!r} needs a tokenizer")
+    return ModelSpec(
+        name=name,
+        format=str(entry["format"]),
+        tokenizer=tokenizer,
+        description=str(entry.get("description", "")),
+        thinking=entry.get("thinking"),
+        eos_token_ids=tuple(int(i) for i in entry.get("eos_token_ids", ())),
+    )

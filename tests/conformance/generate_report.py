@@ -26,6 +26,7 @@ for _path in (ROOT / "tests", ROOT / "client" / "python", ROOT / "server"):
 
 from canitoolcall.adapters.base import AdapterUnavailable  # noqa: E402
 
+import marker_tokenizers  # noqa: E402
 from conformance.adapter import Connection  # noqa: E402
 from conformance.report import failure_lines, render, to_json  # noqa: E402
 from conformance.run import (  # noqa: E402
@@ -57,7 +58,7 @@ def server(target: str | None, in_process: bool) -> Iterator[str]:
         return
     from grpc_servers import ProcessServer
 
-    with ProcessServer() as process_server:
+    with ProcessServer("--config", str(marker_tokenizers.config_file())) as process_server:
         yield process_server.target
 
 

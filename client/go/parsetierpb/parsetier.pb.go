@@ -292,6 +292,64 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
 }
 
+// Where a model's tokenizer stands. Only TOKENIZER_STATUS_READY models open sessions; the others
+// fail with FAILED_PRECONDITION and the hint.
+type TokenizerStatus int32
+
+const (
+	// Not set (a server older than this field).
+	TokenizerStatus_TOKENIZER_STATUS_UNSPECIFIED TokenizerStatus = 0
+	// A real vocabulary is present (a packaged one whose package is installed, or a configured path).
+	TokenizerStatus_TOKENIZER_STATUS_READY TokenizerStatus = 1
+	// A packaged vocabulary whose package is missing, or a configured path with no tokenizer.
+	TokenizerStatus_TOKENIZER_STATUS_NOT_INSTALLED TokenizerStatus = 2
+	// No package ships this family's vocabulary: configure the model's tokenizer directory.
+	TokenizerStatus_TOKENIZER_STATUS_NOT_CONFIGURED TokenizerStatus = 3
+)
+
+// Enum value maps for TokenizerStatus.
+var (
+	TokenizerStatus_name = map[int32]string{
+		0: "TOKENIZER_STATUS_UNSPECIFIED",
+		1: "TOKENIZER_STATUS_READY",
+		2: "TOKENIZER_STATUS_NOT_INSTALLED",
+		3: "TOKENIZER_STATUS_NOT_CONFIGURED",
+	}
+	TokenizerStatus_value = map[string]int32{
+		"TOKENIZER_STATUS_UNSPECIFIED":    0,
+		"TOKENIZER_STATUS_READY":          1,
+		"TOKENIZER_STATUS_NOT_INSTALLED":  2,
+		"TOKENIZER_STATUS_NOT_CONFIGURED": 3,
+	}
+)
+
+func (x TokenizerStatus) Enum() *TokenizerStatus {
+	p := new(TokenizerStatus)
+	*p = x
+	return p
+}
+
+func (x TokenizerStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TokenizerStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_parsetier_v1_parsetier_proto_enumTypes[4].Descriptor()
+}
+
+func (TokenizerStatus) Type() protoreflect.EnumType {
+	return &file_parsetier_v1_parsetier_proto_enumTypes[4]
+}
+
+func (x TokenizerStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TokenizerStatus.Descriptor instead.
+func (TokenizerStatus) EnumDescriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
+}
+
 // Where a constrained message starts with respect to reasoning.
 type ConstraintReasoning int32
 
@@ -338,11 +396,11 @@ func (x ConstraintReasoning) String() string {
 }
 
 func (ConstraintReasoning) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[4].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[5].Descriptor()
 }
 
 func (ConstraintReasoning) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[4]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[5]
 }
 
 func (x ConstraintReasoning) Number() protoreflect.EnumNumber {
@@ -351,7 +409,7 @@ func (x ConstraintReasoning) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConstraintReasoning.Descriptor instead.
 func (ConstraintReasoning) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
 }
 
 // One message of a `Parse` stream. Its parts apply in field order — `open`, then every step in
@@ -2221,7 +2279,13 @@ type ModelInfo struct {
 	// Human-readable description.
 	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
 	// What the format can express.
-	Capabilities  *Capabilities `protobuf:"bytes,6,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities *Capabilities `protobuf:"bytes,6,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// Whether the tokenizer is a real vocabulary present on the server, a packaged one not
+	// installed, or one the operator must configure (no package ships that family's vocabulary;
+	// the server never substitutes a made-up one).
+	TokenizerStatus TokenizerStatus `protobuf:"varint,7,opt,name=tokenizer_status,json=tokenizerStatus,proto3,enum=parsetier.v1.TokenizerStatus" json:"tokenizer_status,omitempty"`
+	// What to install or configure while the tokenizer is not ready; empty when it is.
+	TokenizerHint string `protobuf:"bytes,8,opt,name=tokenizer_hint,json=tokenizerHint,proto3" json:"tokenizer_hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2296,6 +2360,20 @@ func (x *ModelInfo) GetCapabilities() *Capabilities {
 		return x.Capabilities
 	}
 	return nil
+}
+
+func (x *ModelInfo) GetTokenizerStatus() TokenizerStatus {
+	if x != nil {
+		return x.TokenizerStatus
+	}
+	return TokenizerStatus_TOKENIZER_STATUS_UNSPECIFIED
+}
+
+func (x *ModelInfo) GetTokenizerHint() string {
+	if x != nil {
+		return x.TokenizerHint
+	}
+	return ""
 }
 
 // What a model's output format can express.
@@ -2687,14 +2765,16 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x06events\x18\x03 \x03(\v2\x13.parsetier.v1.EventR\x06events\"\x13\n" +
 	"\x11ListModelsRequest\"E\n" +
 	"\x12ListModelsResponse\x12/\n" +
-	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\xe8\x01\n" +
+	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\xd9\x02\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06format\x18\x02 \x01(\tR\x06format\x12\x1c\n" +
 	"\ttokenizer\x18\x03 \x01(\tR\ttokenizer\x12/\n" +
 	"\x13tokenizer_available\x18\x04 \x01(\bR\x12tokenizerAvailable\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12>\n" +
-	"\fcapabilities\x18\x06 \x01(\v2\x1a.parsetier.v1.CapabilitiesR\fcapabilities\"K\n" +
+	"\fcapabilities\x18\x06 \x01(\v2\x1a.parsetier.v1.CapabilitiesR\fcapabilities\x12H\n" +
+	"\x10tokenizer_status\x18\a \x01(\x0e2\x1d.parsetier.v1.TokenizerStatusR\x0ftokenizerStatus\x12%\n" +
+	"\x0etokenizer_hint\x18\b \x01(\tR\rtokenizerHint\"K\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\treasoning\x18\x01 \x01(\bR\treasoning\x12\x1d\n" +
 	"\n" +
@@ -2737,7 +2817,12 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x1aEVENT_KIND_TOOL_CALL_START\x10\x05\x12\x1d\n" +
 	"\x19EVENT_KIND_TOOL_ARGUMENTS\x10\x06\x12\x1c\n" +
 	"\x18EVENT_KIND_TOOL_CALL_END\x10\a\x12\x12\n" +
-	"\x0eEVENT_KIND_END\x10\b*\xc1\x01\n" +
+	"\x0eEVENT_KIND_END\x10\b*\x98\x01\n" +
+	"\x0fTokenizerStatus\x12 \n" +
+	"\x1cTOKENIZER_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16TOKENIZER_STATUS_READY\x10\x01\x12\"\n" +
+	"\x1eTOKENIZER_STATUS_NOT_INSTALLED\x10\x02\x12#\n" +
+	"\x1fTOKENIZER_STATUS_NOT_CONFIGURED\x10\x03*\xc1\x01\n" +
 	"\x13ConstraintReasoning\x12$\n" +
 	" CONSTRAINT_REASONING_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CONSTRAINT_REASONING_NONE\x10\x01\x12\x1e\n" +
@@ -2764,93 +2849,95 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 	return file_parsetier_v1_parsetier_proto_rawDescData
 }
 
-var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(ToolChoiceMode)(0),             // 0: parsetier.v1.ToolChoiceMode
 	(OutputKind)(0),                 // 1: parsetier.v1.OutputKind
 	(FinishReason)(0),               // 2: parsetier.v1.FinishReason
 	(EventKind)(0),                  // 3: parsetier.v1.EventKind
-	(ConstraintReasoning)(0),        // 4: parsetier.v1.ConstraintReasoning
-	(*ParseRequest)(nil),            // 5: parsetier.v1.ParseRequest
-	(*Open)(nil),                    // 6: parsetier.v1.Open
-	(*ResumePoint)(nil),             // 7: parsetier.v1.ResumePoint
-	(*CompletionOptions)(nil),       // 8: parsetier.v1.CompletionOptions
-	(*Tool)(nil),                    // 9: parsetier.v1.Tool
-	(*ToolChoice)(nil),              // 10: parsetier.v1.ToolChoice
-	(*Step)(nil),                    // 11: parsetier.v1.Step
-	(*StepLogprobs)(nil),            // 12: parsetier.v1.StepLogprobs
-	(*Finish)(nil),                  // 13: parsetier.v1.Finish
-	(*ParseResponse)(nil),           // 14: parsetier.v1.ParseResponse
-	(*Delta)(nil),                   // 15: parsetier.v1.Delta
-	(*TokenLogprob)(nil),            // 16: parsetier.v1.TokenLogprob
-	(*TopLogprob)(nil),              // 17: parsetier.v1.TopLogprob
-	(*ToolCallDelta)(nil),           // 18: parsetier.v1.ToolCallDelta
-	(*Event)(nil),                   // 19: parsetier.v1.Event
-	(*Final)(nil),                   // 20: parsetier.v1.Final
-	(*Usage)(nil),                   // 21: parsetier.v1.Usage
-	(*AssistantMessage)(nil),        // 22: parsetier.v1.AssistantMessage
-	(*ToolCall)(nil),                // 23: parsetier.v1.ToolCall
-	(*ParseOnceRequest)(nil),        // 24: parsetier.v1.ParseOnceRequest
-	(*ParseOnceResponse)(nil),       // 25: parsetier.v1.ParseOnceResponse
-	(*ListModelsRequest)(nil),       // 26: parsetier.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),      // 27: parsetier.v1.ListModelsResponse
-	(*ModelInfo)(nil),               // 28: parsetier.v1.ModelInfo
-	(*Capabilities)(nil),            // 29: parsetier.v1.Capabilities
-	(*BuildConstraintRequest)(nil),  // 30: parsetier.v1.BuildConstraintRequest
-	(*BuildConstraintResponse)(nil), // 31: parsetier.v1.BuildConstraintResponse
-	(*MessageStartAnchor)(nil),      // 32: parsetier.v1.MessageStartAnchor
-	nil,                             // 33: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(TokenizerStatus)(0),            // 4: parsetier.v1.TokenizerStatus
+	(ConstraintReasoning)(0),        // 5: parsetier.v1.ConstraintReasoning
+	(*ParseRequest)(nil),            // 6: parsetier.v1.ParseRequest
+	(*Open)(nil),                    // 7: parsetier.v1.Open
+	(*ResumePoint)(nil),             // 8: parsetier.v1.ResumePoint
+	(*CompletionOptions)(nil),       // 9: parsetier.v1.CompletionOptions
+	(*Tool)(nil),                    // 10: parsetier.v1.Tool
+	(*ToolChoice)(nil),              // 11: parsetier.v1.ToolChoice
+	(*Step)(nil),                    // 12: parsetier.v1.Step
+	(*StepLogprobs)(nil),            // 13: parsetier.v1.StepLogprobs
+	(*Finish)(nil),                  // 14: parsetier.v1.Finish
+	(*ParseResponse)(nil),           // 15: parsetier.v1.ParseResponse
+	(*Delta)(nil),                   // 16: parsetier.v1.Delta
+	(*TokenLogprob)(nil),            // 17: parsetier.v1.TokenLogprob
+	(*TopLogprob)(nil),              // 18: parsetier.v1.TopLogprob
+	(*ToolCallDelta)(nil),           // 19: parsetier.v1.ToolCallDelta
+	(*Event)(nil),                   // 20: parsetier.v1.Event
+	(*Final)(nil),                   // 21: parsetier.v1.Final
+	(*Usage)(nil),                   // 22: parsetier.v1.Usage
+	(*AssistantMessage)(nil),        // 23: parsetier.v1.AssistantMessage
+	(*ToolCall)(nil),                // 24: parsetier.v1.ToolCall
+	(*ParseOnceRequest)(nil),        // 25: parsetier.v1.ParseOnceRequest
+	(*ParseOnceResponse)(nil),       // 26: parsetier.v1.ParseOnceResponse
+	(*ListModelsRequest)(nil),       // 27: parsetier.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 28: parsetier.v1.ListModelsResponse
+	(*ModelInfo)(nil),               // 29: parsetier.v1.ModelInfo
+	(*Capabilities)(nil),            // 30: parsetier.v1.Capabilities
+	(*BuildConstraintRequest)(nil),  // 31: parsetier.v1.BuildConstraintRequest
+	(*BuildConstraintResponse)(nil), // 32: parsetier.v1.BuildConstraintResponse
+	(*MessageStartAnchor)(nil),      // 33: parsetier.v1.MessageStartAnchor
+	nil,                             // 34: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
-	6,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
-	11, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
-	13, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
-	9,  // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
-	10, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	33, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	7,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
+	12, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
+	14, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
+	10, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
+	11, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
+	34, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
-	7,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
-	8,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
+	8,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
+	9,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
 	0,  // 9: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
-	12, // 10: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
+	13, // 10: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
 	2,  // 11: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	15, // 12: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	19, // 13: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	20, // 14: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	18, // 15: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	16, // 16: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
-	17, // 17: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
+	16, // 12: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	20, // 13: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	21, // 14: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	19, // 15: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	17, // 16: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
+	18, // 17: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
 	3,  // 18: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
 	2,  // 19: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	21, // 20: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	22, // 21: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	16, // 22: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
-	23, // 23: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	6,  // 24: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	13, // 25: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	12, // 26: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
-	20, // 27: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	15, // 28: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	19, // 29: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	28, // 30: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	29, // 31: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	6,  // 32: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
-	4,  // 33: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
-	32, // 34: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	5,  // 35: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	24, // 36: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	26, // 37: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	30, // 38: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	14, // 39: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	25, // 40: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	27, // 41: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	31, // 42: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	39, // [39:43] is the sub-list for method output_type
-	35, // [35:39] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	22, // 20: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	23, // 21: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	17, // 22: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
+	24, // 23: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	7,  // 24: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	14, // 25: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	13, // 26: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
+	21, // 27: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	16, // 28: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	20, // 29: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	29, // 30: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	30, // 31: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	4,  // 32: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
+	7,  // 33: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	5,  // 34: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	33, // 35: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	6,  // 36: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	25, // 37: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	27, // 38: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	31, // 39: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	15, // 40: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	26, // 41: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	28, // 42: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	32, // 43: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	40, // [40:44] is the sub-list for method output_type
+	36, // [36:40] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -2873,7 +2960,7 @@ func file_parsetier_v1_parsetier_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,

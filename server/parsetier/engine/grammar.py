@@ -94,6 +94,40 @@ class State:
 
 
 @dataclass(frozen=True, slots=True)
+class Preset:
+    """A model that speaks a format: one ``[[presets]]`` table of the format file."""
+
+    name: str
+    tokenizer: str | None
+    """A packaged vocabulary's key, or None: no package ships this family's vocabulary, so the
+    preset serves only once the user configures the model's tokenizer directory."""
+    description: str = ""
+    thinking: bool | None = None
+    """The chat template's default thinking switch, used when a request leaves it unset."""
+    serves: tuple[str, ...] = ()
+    """Hugging Face repos whose output this preset parses (informational, shown by ListModels)."""
+
+
+def _preset(spec: Any, source: str) -> Preset:
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise GrammarError(f"{source}: every [[presets]] entry needs a name")
+    where = f"{source}: preset {spec['name']!r}"
+    unknown = set(spec) - {"name", "tokenizer", "description", "thinking", "serves"}
+    if unknown:
+        raise GrammarError(f"{where}: unknown key(s) {sorted(unknown)}")
+    tokenizer = spec.get("tokenizer")
+    thinking = spec.get("thinking")
+    serves = spec.get("serves", [])
+    if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+        raise GrammarError(f"{where}: tokenizer must be a source key (omit it when none is packaged)")
+    if thinking is not None and not isinstance(thinking, bool):
+        raise GrammarError(f"{where}: thinking must be true or false")
+    if not isinstance(serves, list) or not all(isinstance(r, str) for r in serves):
+        raise GrammarError(f"{where}: serves must be a list of repo names")
+    return Preset(spec["name"], tokenizer, str(spec.get("description", "")), thinking, tuple(serves))
+
+
+@dataclass(frozen=True, slots=True)
 class Grammar:
     """A format, validated but not yet bound to a vocabulary."""
 
@@ -113,8 +147,8 @@ class Grammar:
     tool_call_id: str = "derived"
     """``derived`` (``chatcmpl-tool-<hex>`` from the request, see ``parsetier.call_ids``) or
     ``format`` (the id the model wrote, e.g. Kimi's)."""
-    presets: tuple[Mapping[str, Any], ...] = ()
-    """Models that speak this format: ``[[presets]]`` tables (name, tokenizer, description, thinking)."""
+    presets: tuple[Preset, ...] = ()
+    """Models that speak this format (the file's ``[[presets]]`` tables)."""
 
     @property
     def has_reasoning(self) -> bool:
@@ -352,7 +386,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
         prompt={str(k): str(v) for k, v in data.get("prompt", {}).items()},
         value_trim=str(data.get("value_trim", "newline")),
         tool_call_id=str(data.get("tool_call_id", "derived")),
-        presets=tuple(data.get("presets", ())),
+        presets=tuple(_preset(p, source) for p in data.get("presets", ())),
     )
     _check_references(grammar, source)
     return grammar
@@ -372,9 +406,6 @@ def _check_references(g: Grammar, source: str) -> None:
         if tname not in g.terminals:
             raise GrammarError(f"{source}: prompt names unknown terminal {tname!r}")
         need(state, f"prompt[{tname}]")
-    for preset in g.presets:
-        if "name" not in preset or "tokenizer" not in preset:
-            raise GrammarError(f"{source}: every [[presets]] entry needs a name and a tokenizer")
     for s in g.states.values():
         need(s.text_next or "", f"state {s.name!r} text_next")
         for tname, t in s.on.items():

@@ -1,22 +1,23 @@
-"""The format registry: every model family is a TOML grammar file, looked up by name.
+"""Format registries: every model family is a TOML grammar file, looked up by name.
 
-Built-in formats are the ``*.toml`` files beside this module; users add their own with
-``parsetier serve --config`` (``format_files``), through the very same loader. The schema is
-documented in ``docs/formats.md``.
+Built-in formats are the ``*.toml`` files beside this module, read once per process. A
+``FormatRegistry`` is one server's set: the built-ins plus the user's format files
+(``parsetier serve --config``, ``format_files``), read by the very same loader. Each model registry
+owns one; nothing is global and mutable. The schema is documented in ``docs/formats.md``.
 """
 
 from __future__ import annotations
 
-import threading
+import functools
+import logging
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from parsetier.engine.grammar import Grammar, GrammarError, grammar_from_dict
 
 _BUILTIN_DIR = Path(__file__).parent
-_registry: dict[str, Grammar] = {}
-_lock = threading.Lock()
-_builtins_loaded = False
+_log = logging.getLogger("parsetier.formats")
 
 
 class UnknownFormat(KeyError):
@@ -25,7 +26,7 @@ class UnknownFormat(KeyError):
 
 
 def load_file(path: str | Path) -> Grammar:
-    """Read and validate one format file (no registration)."""
+    """Read and validate one format file."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -34,40 +35,43 @@ def load_file(path: str | Path) -> Grammar:
     return grammar_from_dict(data, source=str(path))
 
 
-def register(grammar: Grammar) -> Grammar:
-    with _lock:
-        _registry[grammar.name] = grammar
-    return grammar
+@functools.cache
+def builtins() -> Mapping[str, Grammar]:
+    """The built-in formats by name (each file's name is its format's name)."""
+    out: dict[str, Grammar] = {}
+    for file in sorted(_BUILTIN_DIR.glob("*.toml")):
+        grammar = load_file(file)
+        if grammar.name != file.stem:
+            raise GrammarError(f"{file}: name {grammar.name!r} must equal the file name {file.stem!r}")
+        out[grammar.name] = grammar
+    return out
 
 
-def register_file(path: str | Path) -> Grammar:
-    _load_builtins()
-    return register(load_file(path))
+class FormatRegistry:
+    """One server's formats: the built-ins, plus user format files added at start-up."""
 
+    def __init__(self) -> None:
+        self._formats: dict[str, Grammar] = dict(builtins())
 
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    with _lock:
-        if _builtins_loaded:
-            return
-        for file in sorted(_BUILTIN_DIR.glob("*.toml")):
-            grammar = load_file(file)
-            if grammar.name != file.stem:
-                raise GrammarError(f"{file}: name {grammar.name!r} must equal the file name {file.stem!r}")
-            _registry.setdefault(grammar.name, grammar)
-        _builtins_loaded = True
+    def add_file(self, path: str | Path, override: bool = False) -> Grammar:
+        """Add a user format file. A name already taken (a built-in, or an earlier file) is an error
+        unless ``override`` says replacing it is meant; the replacement is then logged."""
+        grammar = load_file(path)
+        if grammar.name in self._formats:
+            if not override:
+                raise GrammarError(
+                    f"{path}: format name {grammar.name!r} is already taken (a built-in or an earlier "
+                    "file); rename it, or list the file under override_format_files to replace it"
+                )
+            _log.warning("format %r replaced by %s", grammar.name, path)
+        self._formats[grammar.name] = grammar
+        return grammar
 
+    def get(self, name: str) -> Grammar:
+        try:
+            return self._formats[name]
+        except KeyError:
+            raise UnknownFormat(f"unknown format {name!r}; known: {', '.join(self.names())}") from None
 
-def get(name: str) -> Grammar:
-    _load_builtins()
-    try:
-        return _registry[name]
-    except KeyError:
-        raise UnknownFormat(f"unknown format {name!r}; known: {', '.join(names())}") from None
-
-
-def names() -> list[str]:
-    _load_builtins()
-    return sorted(_registry)
+    def names(self) -> list[str]:
+        return sorted(self._formats)

@@ -12,7 +12,7 @@ import grpc
 from parsetier.constraints import InvalidTool, Underivable
 from parsetier.models import UnknownModel
 from parsetier.session import InvalidInput, SessionError, WrongState
-from parsetier.tokenizer_sources import TokenizerUnavailable
+from parsetier.tokenizers import TokenizerUnavailable
 
 
 class ServiceError(Exception):

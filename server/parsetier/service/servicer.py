@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model, ModelRegistry, TokenizerState
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
@@ -28,6 +28,12 @@ from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord,
 from parsetier.service.stream import StreamSession, parse_once
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+
+_TOKENIZER_STATUS = {
+    TokenizerState.READY: pb.TOKENIZER_STATUS_READY,
+    TokenizerState.NOT_INSTALLED: pb.TOKENIZER_STATUS_NOT_INSTALLED,
+    TokenizerState.NOT_CONFIGURED: pb.TOKENIZER_STATUS_NOT_CONFIGURED,
+}
 
 OFF_LOOP_BYTES = 32 * 1024
 """Client messages at least this large (about 8k token ids) are parsed in a worker thread: a
@@ -172,6 +178,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                     format=info.format,
                     tokenizer=info.tokenizer,
                     tokenizer_available=info.tokenizer_available,
+                    tokenizer_status=_TOKENIZER_STATUS[info.tokenizer_state],
+                    tokenizer_hint=info.tokenizer_hint,
                     description=info.description,
                     capabilities=pb.Capabilities(reasoning=info.reasoning, tool_calls=info.tool_calls),
                 )

