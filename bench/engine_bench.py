@@ -66,7 +66,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 try:
     import parsetier  # noqa: F401
@@ -75,6 +74,30 @@ except ImportError:  # running from a checkout without PYTHONPATH=server
 
 from tokenizers.decoders import DecodeStream
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from format_renderers import (
+    Call,
+    Parts,
+    hermes_call,
+    raw_value,
+    render_deepseek_r1,
+    render_deepseek_v31,
+    render_dsml,
+    render_gemma4,
+    render_glm47,
+    render_harmony,
+    render_kimi_k2,
+    render_kimi_k3,
+    render_llama3,
+    render_llama4,
+    render_minimax,
+    render_mistral_tekken,
+    render_mistral_v3,
+    render_qwen35,
+    render_seed_oss,
+    xml_call,
+)
 from parsetier.detokenizer import TokenScanner
 from parsetier.messages import Message, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
@@ -126,19 +149,6 @@ def _code(rng: random.Random, chars: int) -> str:
     return "\n".join(lines)[:chars]
 
 
-Call = tuple[str, dict[str, Any]]
-"""A tool call as rendered: its name and its arguments as the JSON value the parse must give back."""
-
-
-@dataclass(frozen=True)
-class Parts:
-    """What an output says, before a family's syntax is applied; also what ``parse`` must return."""
-
-    reasoning: str
-    content: str
-    calls: tuple[Call, ...]
-
-
 @dataclass(frozen=True)
 class Workload:
     """Output texts for one family, as the model writes them (markers included)."""
@@ -177,10 +187,6 @@ def _written_span(text: str, value: str, after: int = 0) -> tuple[int, int]:
     raise WorkloadError(f"argument value {value[:40]!r}… is not written in the text")
 
 
-def _hermes_call(name: str, args: dict[str, object]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args}, ensure_ascii=False)}\n</tool_call>"
-
-
 def qwen3_workload() -> Workload:
     rng = random.Random(7)
     reasoning = _prose(rng, 700)
@@ -198,14 +204,14 @@ def qwen3_workload() -> Workload:
             },
         ),
     ]
-    mixed = f"<think>\n{reasoning}\n</think>\n\n{content}\n\n" + "\n".join(_hermes_call(*c) for c in calls)
+    mixed = f"<think>\n{reasoning}\n</think>\n\n{content}\n\n" + "\n".join(hermes_call(*c) for c in calls)
     short_value = _prose(rng, 40)[:100]
     long_value = _code(rng, 16_000)
     arg_calls: list[Call] = [
         ("note", {"text": short_value}),
         ("write_file", {"path": "big.py", "content": long_value}),
     ]
-    arguments = "Writing both files.\n\n" + _hermes_call(*arg_calls[0]) + "\n" + _hermes_call(*arg_calls[1])
+    arguments = "Writing both files.\n\n" + hermes_call(*arg_calls[0]) + "\n" + hermes_call(*arg_calls[1])
     short = _span(arguments, json.dumps(short_value, ensure_ascii=False)[1:-1])
     long = _span(arguments, json.dumps(long_value, ensure_ascii=False)[1:-1], short[1])
     return Workload(
@@ -216,11 +222,6 @@ def qwen3_workload() -> Workload:
         expect_mixed=Parts(reasoning, content, tuple(calls)),
         expect_arguments=Parts("", "Writing both files.", tuple(arg_calls)),
     )
-
-
-def _xml_call(name: str, params: dict[str, str]) -> str:
-    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
-    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
 
 
 def qwen3_coder_workload() -> Workload:
@@ -234,7 +235,7 @@ def qwen3_coder_workload() -> Workload:
         ("update_rows", {"rows": rows}),
     ]
     mixed = f"<think>\n{reasoning}\n</think>\n\n{content}\n\n" + "\n".join(
-        _xml_call(name, {k: _raw(v) for k, v in args.items()}) for name, args in calls
+        xml_call(name, {k: raw_value(v) for k, v in args.items()}) for name, args in calls
     )
     short_value = _prose(rng, 40)[:100]
     long_value = _code(rng, 16_000)
@@ -244,9 +245,9 @@ def qwen3_coder_workload() -> Workload:
     ]
     arguments = (
         "Writing both files.\n\n"
-        + _xml_call("note", {"text": short_value})
+        + xml_call("note", {"text": short_value})
         + "\n"
-        + _xml_call("write_file", {"path": "big.py", "content": long_value})
+        + xml_call("write_file", {"path": "big.py", "content": long_value})
     )
     short = _span(arguments, short_value)
     long = _span(arguments, long_value, short[1])
@@ -327,174 +328,6 @@ def _argument_parts(reasoning: bool) -> Parts:
     return Parts("Two files to write." if reasoning else "", "Writing both files.", calls)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _raw(value: Any) -> str:
-    """An XML-style parameter value: strings verbatim, anything else as JSON (``tojson``)."""
-    return value if isinstance(value, str) else _json(value)
-
-
-def _pyraw(value: Any) -> str:
-    """Seed-OSS renders non-strings with Jinja's ``string`` filter: Python literals."""
-    return value if isinstance(value, str) else repr(value)
-
-
-def _gemma(value: Any) -> str:
-    """Gemma 4 object notation: bare keys, ``<|"|>``-delimited raw strings, bare scalars."""
-    if isinstance(value, str):
-        return f'<|"|>{value}<|"|>'
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_gemma(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_gemma(v) for v in value) + "]"
-    return _json(value)
-
-
-def _k3_type(value: Any) -> str:
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return "object" if isinstance(value, dict) else "array"
-
-
-def render_qwen35(p: Parts) -> str:
-    calls = "\n".join(_xml_call(n, {k: _raw(v) for k, v in a.items()}) for n, a in p.calls)
-    return f"{p.reasoning}\n</think>\n\n{p.content}\n\n{calls}"
-
-
-def render_deepseek_r1(p: Parts) -> str:
-    calls = "\n".join(
-        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{_json(a)}\n```<｜tool▁call▁end｜>"
-        for n, a in p.calls
-    )
-    return f"<think>\n{p.reasoning}\n</think>\n\n{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
-
-
-def render_deepseek_v31(p: Parts) -> str:
-    # V3.1 calls tools in non-thinking mode (its template's default): no reasoning.
-    calls = "".join(
-        f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{_json(a)}<｜tool▁call▁end｜>" for n, a in p.calls
-    )
-    return f"{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
-
-
-def _render_dsml(wrapper: str) -> Callable[[Parts], str]:
-    """DSML (V3.2: ``function_calls``, V4: ``tool_calls``); thinking on, so the prompt opened
-    ``<think>`` and the output starts inside the reasoning."""
-
-    def param(key: str, value: Any) -> str:
-        string = isinstance(value, str)
-        attr = "true" if string else "false"
-        body = value if string else _json(value)
-        return f'<｜DSML｜parameter name="{key}" string="{attr}">{body}</｜DSML｜parameter>\n'
-
-    def render(p: Parts) -> str:
-        invokes = "".join(
-            f'<｜DSML｜invoke name="{n}">\n'
-            + "".join(param(k, v) for k, v in a.items())
-            + "</｜DSML｜invoke>\n"
-            for n, a in p.calls
-        )
-        calls = f"\n\n<｜DSML｜{wrapper}>\n{invokes}</｜DSML｜{wrapper}>"
-        return f"{p.reasoning}</think>{p.content}{calls}"
-
-    return render
-
-
-def render_glm47(p: Parts) -> str:
-    calls = "".join(
-        f"<tool_call>{n}"
-        + "".join(f"<arg_key>{k}</arg_key><arg_value>{_raw(v)}</arg_value>" for k, v in a.items())
-        + "</tool_call>"
-        for n, a in p.calls
-    )
-    return f"{p.reasoning}</think>{p.content}{calls}"
-
-
-def render_minimax(p: Parts) -> str:
-    invokes = "".join(
-        f'<invoke name="{n}">\n'
-        + "".join(f'<parameter name="{k}">{_raw(v)}</parameter>\n' for k, v in a.items())
-        + "</invoke>\n"
-        for n, a in p.calls
-    )
-    return f"{p.reasoning}\n</think>\n\n{p.content}\n<minimax:tool_call>\n{invokes}</minimax:tool_call>"
-
-
-def render_seed_oss(p: Parts) -> str:
-    calls = "".join(
-        f"\n<seed:tool_call>\n<function={n}>\n"
-        + "".join(f"<parameter={k}>{_pyraw(v)}</parameter>\n" for k, v in a.items())
-        + "</function>\n</seed:tool_call>"
-        for n, a in p.calls
-    )
-    return f"<seed:think>{p.reasoning}</seed:think>\n{p.content}\n{calls}"
-
-
-def render_kimi_k2(p: Parts) -> str:
-    calls = "".join(
-        f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{_json(a)}<|tool_call_end|>"
-        for i, (n, a) in enumerate(p.calls)
-    )
-    return f"{p.reasoning}</think>{p.content}<|tool_calls_section_begin|>{calls}<|tool_calls_section_end|>"
-
-
-def render_kimi_k3(p: Parts) -> str:
-    calls = "".join(
-        f'<|open|>call tool="{n}" index="{i}"<|sep|>'
-        + "".join(
-            f'<|open|>argument key="{k}" type="{_k3_type(v)}"<|sep|>{_raw(v)}<|close|>argument<|sep|>'
-            for k, v in a.items()
-        )
-        + "<|close|>call<|sep|>"
-        for i, (n, a) in enumerate(p.calls, 1)
-    )
-    return (
-        f"{p.reasoning}<|close|>think<|sep|><|open|>response<|sep|>{p.content}<|close|>response<|sep|>"
-        f"<|open|>tools<|sep|>{calls}<|close|>tools<|sep|><|close|>message<|sep|>"
-    )
-
-
-def render_gemma4(p: Parts) -> str:
-    calls = "".join(f"<|tool_call>call:{n}{_gemma(a)}<tool_call|>" for n, a in p.calls)
-    return f"<|channel>thought\n{p.reasoning}\n<channel|>{p.content}{calls}"
-
-
-def render_harmony(p: Parts) -> str:
-    # Consecutive call messages: what gpt-oss writes for parallel calls when <|call|> is not a stop.
-    header = "<|start|>assistant to=functions.{}<|channel|>commentary <|constrain|>json<|message|>"
-    calls = "".join(f"{header.format(n)}{_json(a)}<|call|>" for n, a in p.calls)
-    return (
-        f"<|channel|>analysis<|message|>{p.reasoning}<|end|>"
-        f"<|start|>assistant<|channel|>commentary<|message|>{p.content}<|end|>{calls}"
-    )
-
-
-def render_llama3(p: Parts) -> str:
-    calls = "; ".join(_json({"name": n, "parameters": a}) for n, a in p.calls)
-    return f"{p.content}<|python_tag|>{calls}"
-
-
-def render_llama4(p: Parts) -> str:
-    calls = ", ".join(f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})" for n, a in p.calls)
-    return f"{p.content}<|python_start|>[{calls}]<|python_end|>"
-
-
-def render_mistral_tekken(p: Parts) -> str:
-    calls = "".join(f"[TOOL_CALLS]{n}[ARGS]{_json(a)}" for n, a in p.calls)
-    return f"[THINK]{p.reasoning}[/THINK]{p.content}{calls}"
-
-
-def render_mistral_v3(p: Parts) -> str:
-    calls = ", ".join(_json({"name": n, "arguments": a}) for n, a in p.calls)
-    return f"{p.content}[TOOL_CALLS] [{calls}]"
-
-
 @dataclass(frozen=True)
 class Family:
     """How one family writes an output: a renderer, whether it reasons, the generation prompt's tail."""
@@ -531,8 +364,8 @@ WORKLOADS: dict[str, Callable[[Model], Workload]] = {
     "qwen3.5": Family(render_qwen35, prompt="<|im_start|>assistant\n<think>\n").workload,
     "deepseek-r1": Family(render_deepseek_r1).workload,
     "deepseek-v3.1": Family(render_deepseek_v31, reasoning=False).workload,
-    "deepseek-v3.2": Family(_render_dsml("function_calls"), prompt="<｜Assistant｜><think>").workload,
-    "deepseek-v4": Family(_render_dsml("tool_calls"), prompt="<｜Assistant｜><think>").workload,
+    "deepseek-v3.2": Family(render_dsml("function_calls"), prompt="<｜Assistant｜><think>").workload,
+    "deepseek-v4": Family(render_dsml("tool_calls"), prompt="<｜Assistant｜><think>").workload,
     "glm-4.7": Family(render_glm47, prompt="<|assistant|><think>").workload,
     "minimax-m2": Family(render_minimax, prompt="]~b]ai\n<think>\n").workload,
     "seed-oss": Family(render_seed_oss).workload,

@@ -1,0 +1,201 @@
+"""Test scaffolding shared by the round-trip properties and the engine benchmark: how each family
+writes an output, given what it says (``Parts``). For families whose chat template and vocabulary
+are on no package index these are the only renderers; the others are proven through their own
+templates (``chat_rendering``). Shapes follow docs/formats/.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Call = tuple[str, dict[str, Any]]
+"""A tool call as rendered: its name and its arguments as the JSON value the parse must give back."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What an output says, before a family's syntax is applied; also what ``parse`` must return."""
+
+    reasoning: str
+    content: str
+    calls: tuple[Call, ...]
+
+
+def hermes_call(name: str, args: dict[str, object]) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args}, ensure_ascii=False)}\n</tool_call>"
+
+
+def xml_call(name: str, params: dict[str, str]) -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def json_value(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def raw_value(value: Any) -> str:
+    """An XML-style parameter value: strings verbatim, anything else as JSON (``tojson``)."""
+    return value if isinstance(value, str) else json_value(value)
+
+
+def pyraw_value(value: Any) -> str:
+    """Seed-OSS renders non-strings with Jinja's ``string`` filter: Python literals."""
+    return value if isinstance(value, str) else repr(value)
+
+
+def gemma_value(value: Any) -> str:
+    """Gemma 4 object notation: bare keys, ``<|"|>``-delimited raw strings, bare scalars."""
+    if isinstance(value, str):
+        return f'<|"|>{value}<|"|>'
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{gemma_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(gemma_value(v) for v in value) + "]"
+    return json_value(value)
+
+
+def k3_type(value: Any) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "object" if isinstance(value, dict) else "array"
+
+
+def render_qwen35(p: Parts) -> str:
+    calls = "\n".join(xml_call(n, {k: raw_value(v) for k, v in a.items()}) for n, a in p.calls)
+    return f"{p.reasoning}\n</think>\n\n{p.content}\n\n{calls}"
+
+
+def render_deepseek_r1(p: Parts) -> str:
+    calls = "\n".join(
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{json_value(a)}\n```<｜tool▁call▁end｜>"
+        for n, a in p.calls
+    )
+    return f"<think>\n{p.reasoning}\n</think>\n\n{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
+
+
+def render_deepseek_v31(p: Parts) -> str:
+    # V3.1 calls tools in non-thinking mode (its template's default): no reasoning.
+    calls = "".join(
+        f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{json_value(a)}<｜tool▁call▁end｜>" for n, a in p.calls
+    )
+    return f"{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
+
+
+def render_dsml(wrapper: str) -> Callable[[Parts], str]:
+    """DSML (V3.2: ``function_calls``, V4: ``tool_calls``); thinking on, so the prompt opened
+    ``<think>`` and the output starts inside the reasoning."""
+
+    def param(key: str, value: Any) -> str:
+        string = isinstance(value, str)
+        attr = "true" if string else "false"
+        body = value if string else json_value(value)
+        return f'<｜DSML｜parameter name="{key}" string="{attr}">{body}</｜DSML｜parameter>\n'
+
+    def render(p: Parts) -> str:
+        invokes = "".join(
+            f'<｜DSML｜invoke name="{n}">\n'
+            + "".join(param(k, v) for k, v in a.items())
+            + "</｜DSML｜invoke>\n"
+            for n, a in p.calls
+        )
+        calls = f"\n\n<｜DSML｜{wrapper}>\n{invokes}</｜DSML｜{wrapper}>"
+        return f"{p.reasoning}</think>{p.content}{calls}"
+
+    return render
+
+
+def render_glm47(p: Parts) -> str:
+    calls = "".join(
+        f"<tool_call>{n}"
+        + "".join(f"<arg_key>{k}</arg_key><arg_value>{raw_value(v)}</arg_value>" for k, v in a.items())
+        + "</tool_call>"
+        for n, a in p.calls
+    )
+    return f"{p.reasoning}</think>{p.content}{calls}"
+
+
+def render_minimax(p: Parts) -> str:
+    invokes = "".join(
+        f'<invoke name="{n}">\n'
+        + "".join(f'<parameter name="{k}">{raw_value(v)}</parameter>\n' for k, v in a.items())
+        + "</invoke>\n"
+        for n, a in p.calls
+    )
+    return f"{p.reasoning}\n</think>\n\n{p.content}\n<minimax:tool_call>\n{invokes}</minimax:tool_call>"
+
+
+def render_seed_oss(p: Parts) -> str:
+    calls = "".join(
+        f"\n<seed:tool_call>\n<function={n}>\n"
+        + "".join(f"<parameter={k}>{pyraw_value(v)}</parameter>\n" for k, v in a.items())
+        + "</function>\n</seed:tool_call>"
+        for n, a in p.calls
+    )
+    return f"<seed:think>{p.reasoning}</seed:think>\n{p.content}\n{calls}"
+
+
+def render_kimi_k2(p: Parts) -> str:
+    calls = "".join(
+        f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{json_value(a)}<|tool_call_end|>"
+        for i, (n, a) in enumerate(p.calls)
+    )
+    return f"{p.reasoning}</think>{p.content}<|tool_calls_section_begin|>{calls}<|tool_calls_section_end|>"
+
+
+def render_kimi_k3(p: Parts) -> str:
+    calls = "".join(
+        f'<|open|>call tool="{n}" index="{i}"<|sep|>'
+        + "".join(
+            f'<|open|>argument key="{k}" type="{k3_type(v)}"<|sep|>{raw_value(v)}<|close|>argument<|sep|>'
+            for k, v in a.items()
+        )
+        + "<|close|>call<|sep|>"
+        for i, (n, a) in enumerate(p.calls, 1)
+    )
+    return (
+        f"{p.reasoning}<|close|>think<|sep|><|open|>response<|sep|>{p.content}<|close|>response<|sep|>"
+        f"<|open|>tools<|sep|>{calls}<|close|>tools<|sep|><|close|>message<|sep|>"
+    )
+
+
+def render_gemma4(p: Parts) -> str:
+    calls = "".join(f"<|tool_call>call:{n}{gemma_value(a)}<tool_call|>" for n, a in p.calls)
+    return f"<|channel>thought\n{p.reasoning}\n<channel|>{p.content}{calls}"
+
+
+def render_harmony(p: Parts) -> str:
+    # Consecutive call messages: what gpt-oss writes for parallel calls when <|call|> is not a stop.
+    header = "<|start|>assistant to=functions.{}<|channel|>commentary <|constrain|>json<|message|>"
+    calls = "".join(f"{header.format(n)}{json_value(a)}<|call|>" for n, a in p.calls)
+    return (
+        f"<|channel|>analysis<|message|>{p.reasoning}<|end|>"
+        f"<|start|>assistant<|channel|>commentary<|message|>{p.content}<|end|>{calls}"
+    )
+
+
+def render_llama3(p: Parts) -> str:
+    calls = "; ".join(json_value({"name": n, "parameters": a}) for n, a in p.calls)
+    return f"{p.content}<|python_tag|>{calls}"
+
+
+def render_llama4(p: Parts) -> str:
+    calls = ", ".join(f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})" for n, a in p.calls)
+    return f"{p.content}<|python_start|>[{calls}]<|python_end|>"
+
+
+def render_mistral_tekken(p: Parts) -> str:
+    calls = "".join(f"[TOOL_CALLS]{n}[ARGS]{json_value(a)}" for n, a in p.calls)
+    return f"[THINK]{p.reasoning}[/THINK]{p.content}{calls}"
+
+
+def render_mistral_v3(p: Parts) -> str:
+    calls = ", ".join(json_value({"name": n, "arguments": a}) for n, a in p.calls)
+    return f"{p.content}[TOOL_CALLS] [{calls}]"
