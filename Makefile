@@ -23,7 +23,7 @@ export PATH := $(CURDIR)/.tools/bin:$(PATH):/usr/sbin:/usr/local/go/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: serve test deps lint buf proto bench conformance venv clean
+.PHONY: serve test deps lint buf proto bench conformance venv clean fuzz
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,13 @@ lint: $(TEST_STAMP)
 proto: $(TEST_STAMP)
 	$(PY) client/python/generate.py
 	PYTHON=$(abspath $(PY)) client/go/generate.sh
+
+## fuzz: the long fuzz run (FUZZ_EXAMPLES per test, 3 tests: 102,000 cases by default); counts by
+## status code go to FUZZ_REPORT (JSON)
+FUZZ_EXAMPLES ?= 34000
+FUZZ_REPORT ?= fuzz-report.json
+fuzz: $(TEST_STAMP)
+	PARSETIER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PARSETIER_FUZZ_REPORT=$(FUZZ_REPORT) $(PY) -m pytest -q tests/test_fuzz.py
 
 ## conformance: replay the canitoolcall suite through a live server; rewrite docs/conformance.md
 conformance: $(TEST_STAMP)

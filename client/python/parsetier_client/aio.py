@@ -32,12 +32,56 @@ async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError
     )
 
 
+_TRANSPORT_LOSS = (
+    "stream removed",
+    "socket closed",
+    "connection reset",
+    "broken pipe",
+    "rst_stream",
+    "internal error from core",  # a write whose transport broke under it
+)
+"""Details of an INTERNAL status that grpc's asyncio client reports when the connection dropped
+under a call (a write in flight, or a reset mid-stream): the server never sent it."""
+
+
+def connection_loss_as_unavailable(error: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+    """The error with a lost connection reported as UNAVAILABLE (retryable), whatever race in
+    grpc's client turned it into INTERNAL."""
+    details = (error.details() or "").lower()
+    if error.code() == grpc.StatusCode.INTERNAL and any(word in details for word in _TRANSPORT_LOSS):
+        return grpc.aio.AioRpcError(
+            grpc.StatusCode.UNAVAILABLE,
+            error.initial_metadata(),
+            error.trailing_metadata(),
+            f"connection to the server lost ({error.details()})",
+        )
+    return error
+
+
 async def _write(call: grpc.aio.StreamStreamCall, message: pb.ParseRequest) -> None:
     """Write, or raise the status the server already ended the call with."""
     try:
         await call.write(message)
     except asyncio.InvalidStateError:
-        raise await _status_error(call) from None
+        raise connection_loss_as_unavailable(await _status_error(call)) from None
+    except grpc.aio.AioRpcError as exc:
+        raise connection_loss_as_unavailable(await _final_status(call, exc)) from None
+
+
+async def _final_status(call: grpc.aio.StreamStreamCall, error: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+    """A write failed with grpc's own INTERNAL ("Internal error from Core": the transport broke
+    under it); the call's status says what happened (UNAVAILABLE when the connection is gone)."""
+    if error.code() != grpc.StatusCode.INTERNAL:
+        return error
+    try:
+        status = await asyncio.wait_for(_status_error(call), FINAL_STATUS_WAIT)
+    except TimeoutError:
+        return error
+    return status if status.code() not in (grpc.StatusCode.OK, grpc.StatusCode.INTERNAL) else error
+
+
+FINAL_STATUS_WAIT = 5.0
+"""Seconds a failed write waits for the call's own status."""
 
 
 async def _await_admission(call: grpc.aio.StreamStreamCall) -> None:
@@ -80,21 +124,23 @@ class AsyncParseStream:
         self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side."""
-        await self._call.write(
-            pb.ParseRequest(
-                steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
-            )
+        message = pb.ParseRequest(
+            steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
         )
+        await _write(self._call, message)
         await self._call.done_writing()
 
     def cancel(self) -> None:
         self._call.cancel()
 
     async def __aiter__(self) -> AsyncIterator[pb.ParseResponse]:
-        async for message in self._call:
-            if message.HasField("final"):
-                self.final = message.final
-            yield message
+        try:
+            async for message in self._call:
+                if message.HasField("final"):
+                    self.final = message.final
+                yield message
+        except grpc.aio.AioRpcError as exc:
+            raise connection_loss_as_unavailable(exc) from None
 
     async def deltas(self) -> AsyncIterator[pb.Delta]:
         async for message in self:
@@ -164,6 +210,8 @@ class AsyncClient:
         try:
             async for message in call:
                 yield message
+        except grpc.aio.AioRpcError as exc:
+            raise connection_loss_as_unavailable(exc) from None
         finally:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)

@@ -49,13 +49,22 @@ class ParseStream:
         self.final: pb.Final | None = None
 
     def send(self, *steps: StepLike) -> None:
-        """Send one or more decode steps (token-id lists or text) in one message."""
+        """Send one or more decode steps (token-id lists or text) in one message.
+
+        Raises the call's ``grpc.RpcError`` once the call is over (the server ended it, or the
+        connection is gone: ``UNAVAILABLE``), instead of queueing messages nobody will read."""
+        self._check_live()
         self._queue.put(pb.ParseRequest(steps=[step_message(s) for s in steps]))
+
+    def _check_live(self) -> None:
+        if self._call.done() and self._call.code() != grpc.StatusCode.OK:
+            raise self._call  # the call object is the RpcError its iteration raises
 
     def finish(
         self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side."""
+        self._check_live()
         self._queue.put(
             pb.ParseRequest(
                 steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
