@@ -3,6 +3,7 @@ raising ``ServiceError`` for requests the proto can express but the contract rej
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from parsetier.engine import json_bounds
@@ -168,18 +169,16 @@ def step_logprobs_of(logprobs: pb.StepLogprobs) -> StepLogprobs:
     return StepLogprobs(logprobs.token_logprobs, logprobs.top_token_ids, logprobs.top_logprobs)
 
 
-def logprob_to_pb(lp: TokenLogprob) -> pb.TokenLogprob:
-    return pb.TokenLogprob(
-        token_id=lp.token_id,
-        token=lp.token,
-        bytes=lp.bytes,
-        logprob=lp.logprob,
-        text_offset=lp.text_offset,
-        top_logprobs=[
-            pb.TopLogprob(token_id=t.token_id, token=t.token, bytes=t.bytes, logprob=t.logprob)
-            for t in lp.top_logprobs
-        ],
-    )
+def add_logprobs(target, logprobs: Sequence[TokenLogprob]) -> None:
+    """Append resolved logprobs to a repeated ``TokenLogprob`` field in place: about half the cost
+    of building each message and copying it in (top-k 20 is 21 messages per token)."""
+    add = target.add
+    for lp in logprobs:
+        message = add(token_id=lp.token_id, token=lp.token, bytes=lp.bytes, logprob=lp.logprob)
+        message.text_offset = lp.text_offset
+        add_top = message.top_logprobs.add
+        for t in lp.top_logprobs:
+            add_top(token_id=t.token_id, token=t.token, bytes=t.bytes, logprob=t.logprob)
 
 
 def finish_of(finish: pb.Finish) -> tuple[str, int | str | None]:
@@ -207,7 +206,7 @@ def delta_to_pb(delta: Delta) -> pb.Delta:
         ],
     )
     if delta.logprobs:
-        out.logprobs.extend(logprob_to_pb(lp) for lp in delta.logprobs)
+        add_logprobs(out.logprobs, delta.logprobs)
     if delta.token_ids:
         out.token_ids.extend(delta.token_ids)
     return out
@@ -225,7 +224,7 @@ def event_to_pb(event: Event) -> pb.Event:
 
 def final_to_pb(final: Final) -> pb.Final:
     message = final.message
-    return pb.Final(
+    out = pb.Final(
         finish_reason=_FINISH_OUT[final.finish_reason],
         usage=pb.Usage(
             completion_tokens=final.usage.completion_tokens,
@@ -236,9 +235,10 @@ def final_to_pb(final: Final) -> pb.Final:
             reasoning=message.reasoning,
             tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
         ),
-        logprobs=[logprob_to_pb(lp) for lp in final.logprobs],
         token_ids=final.token_ids,
     )
+    add_logprobs(out.logprobs, final.logprobs)
+    return out
 
 
 def wants(output: int, *, unary: bool) -> tuple[bool, bool]:
