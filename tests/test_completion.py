@@ -132,6 +132,16 @@ def test_eos_is_a_stop_when_the_stack_sends_neither_reason_nor_stop_id(client, r
     assert cut == "Hello 你好<|im_end|>"
 
 
+@pytest.mark.parametrize(("model", "eos"), [("gpt-oss", "<|return|>"), ("mistral-small-3.2", "</s>")])
+def test_eos_of_presets_whose_vocabulary_ships_no_config(client, registry, model, eos):
+    tokenizer = registry.get(model).tokenizer
+    ids = tokenizer.encode("Hello 你好", add_special_tokens=False).ids
+    eos_id = tokenizer.token_to_id(eos)
+    assert eos_id in registry.get(model).eos_token_ids
+    _, got = complete(client, model, [ids, [eos_id]], pb.Finish(), skip_special_tokens=False)
+    assert got == tokenizer.decode(ids)
+
+
 def test_eos_from_the_user_tokenizer_config(client, registry):
     model = registry.get("user-wordpiece")
     eos = model.tokenizer.token_to_id("[EOS]")

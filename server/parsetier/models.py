@@ -111,7 +111,13 @@ class Model:
 def presets_of(grammar: Grammar) -> list[ModelSpec]:
     return [
         ModelSpec(
-            p.name, grammar.name, p.tokenizer, p.description or grammar.description, p.thinking, p.serves
+            p.name,
+            grammar.name,
+            p.tokenizer,
+            p.description or grammar.description,
+            p.thinking,
+            p.serves,
+            eos_token_ids=p.eos_token_ids,
         )
         for p in grammar.presets
     ]

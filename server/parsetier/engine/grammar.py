@@ -106,13 +106,16 @@ class Preset:
     """The chat template's default thinking switch, used when a request leaves it unset."""
     serves: tuple[str, ...] = ()
     """Hugging Face repos whose output this preset parses (informational, shown by ListModels)."""
+    eos_token_ids: tuple[int, ...] = ()
+    """Ids that end the output, for vocabularies shipped without a generation_config.json or
+    tokenizer_config.json that would name them (see ``parsetier.eos``)."""
 
 
 def _preset(spec: Any, source: str) -> Preset:
     if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str) or not spec["name"]:
         raise GrammarError(f"{source}: every [[presets]] entry needs a name")
     where = f"{source}: preset {spec['name']!r}"
-    unknown = set(spec) - {"name", "tokenizer", "description", "thinking", "serves"}
+    unknown = set(spec) - {"name", "tokenizer", "description", "thinking", "serves", "eos_token_ids"}
     if unknown:
         raise GrammarError(f"{where}: unknown key(s) {sorted(unknown)}")
     tokenizer = spec.get("tokenizer")
@@ -124,7 +127,11 @@ def _preset(spec: Any, source: str) -> Preset:
         raise GrammarError(f"{where}: thinking must be true or false")
     if not isinstance(serves, list) or not all(isinstance(r, str) for r in serves):
         raise GrammarError(f"{where}: serves must be a list of repo names")
-    return Preset(spec["name"], tokenizer, str(spec.get("description", "")), thinking, tuple(serves))
+    eos = spec.get("eos_token_ids", [])
+    if not isinstance(eos, list) or not all(isinstance(i, int) and i >= 0 for i in eos):
+        raise GrammarError(f"{where}: eos_token_ids must be a list of token ids")
+    description = str(spec.get("description", ""))
+    return Preset(spec["name"], tokenizer, description, thinking, tuple(serves), tuple(eos))
 
 
 @dataclass(frozen=True, slots=True)
