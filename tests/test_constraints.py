@@ -1,5 +1,6 @@
-"""Constraints derived from the format files: they compile in llguidance, reject what they must,
-and what a random walk through them generates parses back into valid calls.
+"""Constraints derived from the format files: they compile in llguidance and in xgrammar's C++
+core, reject what they must, accept what the models' chat templates render, and what a random
+walk through them generates parses back into valid calls.
 
 The walks use llguidance's token masks over the real tokenizer, so special-token markers are
 produced by id exactly as a constrained engine would produce them.
@@ -396,3 +397,35 @@ def test_template_rendered_messages_are_accepted_and_parse_back(preset: str) -> 
         assert matcher.consume_tokens(ids) and matcher.is_accepting(), (output, matcher.get_error())
         message, _, _ = parse(m, options, ids)
         assert [json.loads(c.arguments) for c in message.tool_calls] == calls, output
+
+
+# --- xgrammar's own compiler ------------------------------------------------------------------
+
+
+def test_every_structural_tag_compiles_in_xgrammar() -> None:
+    """Every derived tag goes through xgrammar's C++ core (its crates.io bindings, built by
+    `make deps` into .tools/bin), the torch-free way to run xgrammar itself."""
+    import shutil
+    import subprocess
+
+    checker = shutil.which("xgrammar-check") or str(Path(__file__).parents[1] / ".tools/bin/xgrammar-check")
+    assert Path(checker).exists(), "xgrammar-check is missing: run `make deps` (.ci/setup builds it)"
+    tags = []
+    for preset in sorted(p for p in DERIVABLE.values() if p):
+        bound = model(preset).grammar
+        for mode in ("auto", "none", "required", "named"):
+            for parallel in (True, False):
+                for reasoning in ("off", "open", "optional", "inside"):
+                    try:
+                        root = derive(bound, request(mode, parallel, reasoning))
+                    except Underivable:
+                        continue
+                    tags.append(json.dumps(to_structural_tag(root), ensure_ascii=False))
+    run = subprocess.run(
+        [checker], input="\n".join(tags), capture_output=True, text=True, timeout=300, check=False
+    )
+    answers = run.stdout.splitlines()
+    assert len(answers) == len(tags) > 100
+    failures = [(tag, answer) for tag, answer in zip(tags, answers, strict=True) if answer != "ok"]
+    assert not failures, failures[:3]
+    assert run.returncode == 0
