@@ -207,6 +207,7 @@ def _serve(args: argparse.Namespace) -> int:
     preload = _preload(args.preload, registry)
     limits = Limits(
         max_message_bytes=args.max_message_bytes,
+        max_reply_bytes=args.max_reply_bytes,
         max_steps_per_message=args.max_steps_per_message,
         max_tokens_per_session=args.max_tokens_per_session,
         max_sessions=args.max_sessions,

@@ -64,13 +64,21 @@ def read_token(path: str | Path) -> str:
     raise ValueError(f"{path} holds no token")
 
 
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The largest message a parsetier server sends (its ``--max-reply-bytes`` default); clients
+accept that much, not grpc's 4 MiB default, so every reply a server sends can be received."""
+RECEIVE_OPTIONS = (("grpc.max_receive_message_length", MAX_REPLY_BYTES),)
+
+
 def sync_channel(target: str, tls: Tls | None) -> grpc.Channel:
     if tls is None:
-        return grpc.insecure_channel(target)
-    return grpc.secure_channel(target, tls.credentials(), options=tls.channel_options())
+        return grpc.insecure_channel(target, options=RECEIVE_OPTIONS)
+    return grpc.secure_channel(target, tls.credentials(), options=[*tls.channel_options(), *RECEIVE_OPTIONS])
 
 
 def aio_channel(target: str, tls: Tls | None) -> grpc.aio.Channel:
     if tls is None:
-        return grpc.aio.insecure_channel(target)
-    return grpc.aio.secure_channel(target, tls.credentials(), options=tls.channel_options())
+        return grpc.aio.insecure_channel(target, options=RECEIVE_OPTIONS)
+    return grpc.aio.secure_channel(
+        target, tls.credentials(), options=[*tls.channel_options(), *RECEIVE_OPTIONS]
+    )

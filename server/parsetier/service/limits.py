@@ -27,6 +27,10 @@ class Limits:
     """Open sessions (Parse streams and ParseOnce calls) at once."""
     idle_timeout: float = 300.0
     """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
+    max_reply_bytes: int = 64 * 1024 * 1024
+    """Largest message the server sends (grpc's send limit, and what the Python clients accept).
+    The session limits keep ordinary replies far below it; a reply that would be larger ends the
+    session with RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
     max_loop_lag: float = 0.1
     """Seconds the event loop may run behind before new sessions are refused (0: never)."""
     max_watch_streams: int = 256
@@ -39,6 +43,13 @@ class Limits:
     def check_tokens(self, total: int) -> None:
         if total > self.max_tokens_per_session:
             raise exhausted(f"session exceeds {self.max_tokens_per_session} tokens")
+
+    def check_reply(self, size: int) -> None:
+        if size > self.max_reply_bytes:
+            raise exhausted(
+                f"the reply would be {size} bytes, more than the {self.max_reply_bytes} the server sends "
+                "in one message; send fewer steps per message, or split the output across sessions"
+            )
 
     def check_text(self, total_bytes: int) -> None:
         if total_bytes > self.max_text_bytes_per_session:

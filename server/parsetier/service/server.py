@@ -133,6 +133,7 @@ async def build_server(
         interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_send_message_length", limits.max_reply_bytes),
             ("grpc.so_reuseport", 0),  # a port already in use is an error, not a shared socket
         ]
     )

@@ -143,6 +143,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 await context.send_initial_metadata(())
             reply = await _off_loop_if_large(message, stream.apply, message)
             if reply is not None:
+                self.limits.check_reply(reply.ByteSize())
                 await _write(context, reply)
 
     # --- ParseOnce -------------------------------------------------------------------------
@@ -158,7 +159,9 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             request = _decoded(request)
             record.model, record.request_id = request.open.model, request.open.request_id
             model = await self._model(request.open.model)
-            result.append(await _off_loop_if_large(request, parse_once, model, request, self.limits, record))
+            response = await _off_loop_if_large(request, parse_once, model, request, self.limits, record)
+            self.limits.check_reply(response.ByteSize())
+            result.append(response)
 
         status = await self._guarded(record, run(), context)
         await _end(record, status, context)
