@@ -41,6 +41,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-message-bytes", type=int, default=defaults.max_message_bytes, help="default %(default)s"
     )
     parser.add_argument(
+        "--max-reply-bytes",
+        type=int,
+        default=defaults.max_reply_bytes,
+        help="largest message the server sends; clients must accept as much (default %(default)s)",
+    )
+    parser.add_argument(
         "--max-steps-per-message",
         type=int,
         default=defaults.max_steps_per_message,
