@@ -27,6 +27,8 @@ for _path in (ROOT / "tests", ROOT / "client" / "python", ROOT / "server"):
 from canitoolcall.adapters.base import AdapterUnavailable  # noqa: E402
 
 import marker_tokenizers  # noqa: E402
+
+ROUND_TRIP_HEADING = "## Round-trip properties"
 from conformance.adapter import Connection  # noqa: E402
 from conformance.report import failure_lines, render, to_json  # noqa: E402
 from conformance.run import (  # noqa: E402
@@ -89,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
 
     report = render(run)
     if args.write:
-        args.write.write_text(report + "\n", encoding="utf-8")
+        # The round-trip section is written by hand from tests/test_roundtrip.py: keep it.
+        previous = args.write.read_text(encoding="utf-8") if args.write.is_file() else ""
+        kept = previous[previous.find(ROUND_TRIP_HEADING) :] if ROUND_TRIP_HEADING in previous else ""
+        args.write.write_text(report + "\n" + ("\n" + kept if kept else ""), encoding="utf-8")
     elif not args.json:
         print(report)
     if args.json:

