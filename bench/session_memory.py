@@ -96,8 +96,7 @@ def _start_server() -> tuple[subprocess.Popen, int]:
             continue
         if record.get("msg") == "listening":
             port = record["port"]
-        if record.get("msg") == "models loaded":
-            break
+            break  # the warm-up session below waits for the model
     threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the log pipe flowing
     return proc, port
 
