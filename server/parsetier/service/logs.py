@@ -75,6 +75,8 @@ class SessionRecord:
     client_messages: int = 0
     server_messages: int = 0
     finish_reason: str = ""
+    replayed: int = 0
+    """A resumed session: the client messages it replayed silently (``Open.resume``)."""
     outcome: str = "OK"
     """``OK`` or the gRPC status code name the session ended with."""
     error: str = ""

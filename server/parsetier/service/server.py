@@ -52,14 +52,19 @@ class ServerHandle:
         return "mutual TLS" if tls.client_ca is not None else "TLS"
 
     async def drain(self, grace: float) -> bool:
-        """Stop taking sessions, let open ones finish for up to ``grace`` s, stop the server.
+        """Stop taking sessions, hand resumable ones off at once (``Open.resumable``: their
+        clients resume elsewhere), let the others finish for up to ``grace`` s, stop the server.
 
         True when every open session finished within the grace."""
         self.servicer.gate.draining = True
         metrics.draining()
         await self.health.enter_graceful_shutdown()
         open_sessions = self.servicer.gate.active
-        SERVER_LOG.info("draining", extra={"fields": {"open_sessions": open_sessions, "grace_s": grace}})
+        handed_off = self.servicer.hand_off()  # resumable sessions move now; the rest get the grace
+        SERVER_LOG.info(
+            "draining",
+            extra={"fields": {"open_sessions": open_sessions, "handed_off": handed_off, "grace_s": grace}},
+        )
         clean = await self.servicer.gate.wait_idle(grace)
         cut = self.servicer.gate.active  # counted before stop(): cancelled sessions leave the gate
         # Idle: a short grace lets HTTP/2 finish its shutdown handshake (GOAWAY, PING) with proxies

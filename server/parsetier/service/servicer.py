@@ -41,6 +41,10 @@ thread hop costs tens of microseconds, such a message milliseconds to seconds. T
 handed back to the event loop every few milliseconds, so the other streams keep moving."""
 REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused stream waits for the client's first message before the status is sent."""
+HANDOFF_MESSAGE = "server is draining: resume this session on another server"
+"""The status message (with UNAVAILABLE) a draining server hands resumable sessions off with."""
+HANDOFF_TRAILER = (("parsetier-handoff", "resume"),)
+"""Trailing metadata of a hand-off, so a client can tell it from other UNAVAILABLE ends."""
 
 Status = tuple[grpc.StatusCode, str]
 T = TypeVar("T")
@@ -90,6 +94,20 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self.limits = limits
         self.gate = SessionGate(limits.max_sessions)
         self.admission = Admission(limits.max_loop_lag)
+        self._reading: set[asyncio.Task] = set()
+        """Resumable streams waiting for their client's next message (hand-off candidates)."""
+        self._handed_off: set[asyncio.Task] = set()
+
+    def hand_off(self) -> int:
+        """Drain: tell every resumable session to move now; returns how many were waiting.
+
+        A stream is interrupted only while it waits for its next message, never in the middle of
+        one, so every reply it wrote is whole; one busy right now moves at its next read."""
+        waiting = list(self._reading)
+        for task in waiting:
+            self._handed_off.add(task)
+            task.cancel()
+        return len(waiting)
 
     # --- Parse -----------------------------------------------------------------------------
 
@@ -116,7 +134,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         stream = StreamSession(self.limits, record)
         while True:
             try:
-                message = await asyncio.wait_for(context.read(), self.limits.idle_timeout)
+                message = await self._next_message(context, stream)
             except TimeoutError:
                 if stream.finished:
                     return None  # the client has its result and merely did not close
@@ -145,6 +163,26 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             if reply is not None:
                 self.limits.check_reply(reply.ByteSize())
                 await _write(context, reply)
+
+    async def _next_message(self, context: grpc.aio.ServicerContext, stream: StreamSession) -> Any:
+        """The client's next message; for a resumable session while draining, the hand-off."""
+        if not (stream.resumable and not stream.finished):
+            return await asyncio.wait_for(context.read(), self.limits.idle_timeout)
+        if self.gate.draining:
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, HANDOFF_MESSAGE)
+        task = asyncio.current_task()
+        assert task is not None
+        self._reading.add(task)
+        try:
+            return await asyncio.wait_for(context.read(), self.limits.idle_timeout)
+        except asyncio.CancelledError:
+            if task not in self._handed_off:
+                raise
+            self._handed_off.discard(task)
+            task.uncancel()
+            raise ServiceError(grpc.StatusCode.UNAVAILABLE, HANDOFF_MESSAGE) from None
+        finally:
+            self._reading.discard(task)
 
     # --- ParseOnce -------------------------------------------------------------------------
 
@@ -254,7 +292,8 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
     try:
         if status is not None:
             record.outcome, record.error = status[0].name, status[1]
-            await context.abort(status[0], clip(status[1], MAX_MESSAGE_CHARS))
+            trailer = HANDOFF_TRAILER if status[1] == HANDOFF_MESSAGE else ()
+            await context.abort(status[0], clip(status[1], MAX_MESSAGE_CHARS), trailing_metadata=trailer)
     except grpc.aio.AbortError:
         raise  # the status is on its way: this is how grpc.aio ends a call with a status
     except Exception:

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from parsetier import session as core
 from parsetier.completion import CompletionSession, open_session
 from parsetier.models import Model
+from parsetier.resume import Replay
 from parsetier.service import convert
 from parsetier.service.errors import invalid, out_of_order
 from parsetier.service.limits import Limits
@@ -68,6 +69,10 @@ class StreamSession:
         self.want_deltas = True
         self.want_events = False
         self.finished = False
+        self.resumable = False
+        """The client can resume elsewhere: a draining server hands the session off."""
+        self.replay: Replay | None = None
+        """A resumed session's silent history (``parsetier.resume``)."""
         self._sequence = 0
 
     @property
@@ -83,6 +88,10 @@ class StreamSession:
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options)
         self.model = model
+        self.resumable = open_.resumable
+        if open_.HasField("resume"):
+            self.replay = Replay(open_.resume.client_messages, open_.resume.sequence)
+            self.record.replayed = open_.resume.client_messages
 
     def check_order(self, message: pb.ParseRequest) -> None:
         """Protocol-order errors, checked before anything in the message is applied."""
@@ -101,6 +110,8 @@ class StreamSession:
         counts the message in ``record.client_messages`` when it reads it."""
         self.limits.check_steps(len(message.steps))
         if not message.steps and not message.HasField("finish"):
+            if self.replay is not None and self.replay.silent(self.record.client_messages):
+                self.replay.replayed(self.record.client_messages, False, False)
             return None  # an Open alone, or an empty keep-alive message
         session = self.session
         assert session is not None and self.model is not None
@@ -127,7 +138,20 @@ class StreamSession:
             reason, matched = convert.finish_of(message.finish)
             outputs.append(session.finish(reason, matched_stop=matched))
             self.finished = True
+        replay = self.replay
+        if replay is not None and replay.silent(self.record.client_messages):
+            produced = self._produces(outputs)
+            replay.replayed(self.record.client_messages, produced, self.finished)
+            self._sequence += produced
+            return None
         return self._reply(outputs)
+
+    def _produces(self, outputs: list[core.StepOutput]) -> bool:
+        """Whether these outputs make a reply (what ``_reply`` decides, without building it)."""
+        return any(
+            out.final is not None or (self.want_deltas and out.deltas) or (self.want_events and out.events)
+            for out in outputs
+        )
 
     def _reply(self, outputs: list[core.StepOutput]) -> pb.ParseResponse | None:
         reply = pb.ParseResponse(client_messages=self.record.client_messages)
