@@ -88,14 +88,30 @@ def _glm(i: int) -> tuple[str, str, str, str]:
     )
 
 
+def _seed(i: int) -> tuple[str, str, str, str]:
+    a = _args(i)
+    return (
+        "",
+        f"<seed:think>Session {i} looks up City{i}.</seed:think>\nOn it, {i}.\n<seed:tool_call>\n"
+        f"<function=get_weather>\n<parameter=city>{a['city']}</parameter>\n"
+        f"<parameter=unit>{a['unit']}</parameter>\n</function>\n</seed:tool_call>",
+        f"Session {i} looks up City{i}.",
+        f"On it, {i}.",
+    )
+
+
 FAMILIES: dict[str, Callable[[int], tuple[str, str, str, str]]] = {
     "qwen3": _qwen3,
     "qwen3-coder": _qwen3_coder,
     "kimi-k2.6": _kimi,
     "gpt-oss": _harmony,
     "glm-4.5": _glm,
+    "seed-oss": _seed,
 }
 MODELS = tuple(FAMILIES)
+QUICK_MODELS = ("qwen3", "qwen3-coder", "kimi-k2.6", "seed-oss")
+"""Families whose tokenizers load in about a second: for tests that start (and restart) many
+backends. gpt-oss and GLM take several seconds each."""
 TOOLS = WEATHER_TOOLS
 
 
@@ -108,8 +124,8 @@ def _ids(model: str, text: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def sample(i: int) -> Output:
-    model = MODELS[i % len(MODELS)]
+def sample(i: int, models: tuple[str, ...] = MODELS) -> Output:
+    model = models[i % len(models)]
     prompt, text, reasoning, content = FAMILIES[model](i)
     call = ("get_weather", _args(i))
     return Output(model, _ids(model, prompt), _ids(model, text), reasoning, content, call)

@@ -16,7 +16,7 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client
 from parsetier_client.requests import finish_message, open_message
 
-SESSIONS = 10  # two per family
+SESSIONS = 12  # two per family
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""The fleet: Debian's nginx with deploy/nginx/parsetier.conf in front of two real parsetier servers.
+"""The fleet: Debian's nginx with deploy/nginx/parsetier.conf in front of two real parsetier servers,
+with clients that do not resume (``resume=False``; tests/test_fleet_resume.py has resuming ones).
 
 Each test renders the deploy file itself — only the backend addresses, the listen address and the
 access-log path are rewritten — includes it in a minimal main config whose pid, logs and temp paths
@@ -395,8 +396,11 @@ def wait_ended(server: ProcessServer, count: int, outcome: str = "OK") -> list[s
 
 
 def connect(target: str) -> AsyncClient:
-    """A client as a serving stack should configure one behind nginx: with HTTP/2 keepalive pings."""
-    return AsyncClient(target, channel=grpc.aio.insecure_channel(target, options=KEEPALIVE), timeout=60)
+    """A client as a serving stack should configure one behind nginx: with HTTP/2 keepalive pings.
+    Resume is off: these tests pin what a client that cannot resume sees (tests/test_fleet_resume.py
+    has the resuming clients)."""
+    channel = grpc.aio.insecure_channel(target, options=KEEPALIVE)
+    return AsyncClient(target, channel=channel, timeout=60, resume=False)
 
 
 def run(coro) -> object:
@@ -503,7 +507,10 @@ def test_backend_loss(fleet: Fleet, encode):
     # the sync client: when nginx answers before the Open is even written, grpc's asyncio client often
     # reports INTERNAL "Internal error from Core" instead of the status it received (grpc/grpc#36066).
     b.kill()
-    with Client(fleet.nginx.target, timeout=10) as sync_client, pytest.raises(grpc.RpcError) as nothing_left:
+    with (
+        Client(fleet.nginx.target, timeout=10, resume=False) as sync_client,
+        pytest.raises(grpc.RpcError) as nothing_left,
+    ):
         sync_client.parse_stream("qwen3", [outputs[0]], tools=WEATHER_TOOLS)
     assert nothing_left.value.code() == grpc.StatusCode.UNAVAILABLE
     assert nothing_left.value.details() == "parsetier: no backend available (nginx)"

@@ -63,7 +63,7 @@ def test_sigterm_drains_an_open_session(process_server, encode):
     half = len(ids) // 2
 
     async def run():
-        async with AsyncClient(server.target, timeout=30) as client:
+        async with AsyncClient(server.target, timeout=30, resume=False) as client:
             stream = await client.open("qwen3", tools=WEATHER_TOOLS, request_id="draining")
             for tid in ids[:half]:
                 await stream.send([tid])
@@ -72,7 +72,8 @@ def test_sigterm_drains_an_open_session(process_server, encode):
             await asyncio.to_thread(server.wait_for_log, "draining")
 
             assert _health(server.target) == health_pb2.HealthCheckResponse.NOT_SERVING
-            with Client(server.target, timeout=10) as sync_client, pytest.raises(grpc.RpcError) as refused:
+            sync_client = Client(server.target, timeout=10, resume=False)
+            with sync_client, pytest.raises(grpc.RpcError) as refused:
                 sync_client.parse_stream("qwen3", [[9707]])
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
             with pytest.raises(grpc.aio.AioRpcError) as refused_async:
@@ -107,7 +108,7 @@ def test_grace_expiry_cuts_a_stalled_session():
     with ProcessServer("--grace", "1", "--preload", "none") as server:
 
         async def run():
-            async with AsyncClient(server.target, timeout=30) as client:
+            async with AsyncClient(server.target, timeout=30, resume=False) as client:
                 stream = await client.open("qwen3")
                 await stream.send([9707])
                 signalled = time.monotonic()

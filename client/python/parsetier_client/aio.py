@@ -19,6 +19,7 @@ from parsetier_client.requests import (
     step_message,
 )
 from parsetier_client.result import ParseResult, collect
+from parsetier_client.resume import History, Progress, ResumePolicy, policy_of, retryable
 from parsetier_client.security import Tls, aio_channel, tls_of, token_metadata
 
 
@@ -110,37 +111,122 @@ async def _write_all(call: grpc.aio.StreamStreamCall, messages: Iterable[pb.Pars
 
 class AsyncParseStream:
     """One live session: ``await send(...)`` steps as they are generated, ``await finish()``,
-    and ``async for`` over the replies (from the same task or another one)."""
+    and ``async for`` over the replies (from the same task or another one).
 
-    def __init__(self, call: grpc.aio.StreamStreamCall) -> None:
-        self._call = call
+    With resume on (the client's default), the stream keeps the session's history (token ids)
+    and survives a broken stream — a dead or draining server, a lost connection, a proxy's reset:
+    it reconnects, resumes on whichever server the target reaches, and the iteration simply goes
+    on with the next reply. Statuses that are the request's own (INVALID_ARGUMENT, NOT_FOUND...)
+    surface as before; so does the last error once the retry budget is spent."""
+
+    def __init__(
+        self,
+        stub: pb_grpc.ParserServiceStub,
+        open_: pb.Open,
+        timeout: float | None = None,
+        policy: ResumePolicy | None = None,
+        metadata: tuple[tuple[str, str], ...] | None = None,
+    ) -> None:
+        self._stub = stub
+        self._timeout = timeout
+        self._metadata = metadata
+        self._policy = policy
+        if policy is not None:
+            open_.resumable = True
+        self._history = History(open_)
+        self._progress = Progress()
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._written = 0
+        """History messages written to the current call."""
+        self._half_closed: grpc.aio.StreamStreamCall | None = None
+        self._finished = False
+        self._lock = asyncio.Lock()
         self.final: pb.Final | None = None
+        self.resumes = 0
+        """How many times the session moved to a new stream."""
+
+    async def _connect(self) -> None:
+        """Open a new call (resuming from what was received, after the first) and wait for the
+        server to accept it; refusals are retried with backoff within the budget."""
+        point = self._progress.point() if self._call is not None else None
+        attempt = 0
+        while True:
+            call = self._stub.Parse(timeout=self._timeout, metadata=self._metadata)
+            try:
+                await _write(call, self._history.message(0, point))
+                await _await_admission(call)
+            except grpc.aio.AioRpcError as exc:
+                policy = self._policy
+                if policy is None or not retryable(exc.code(), exc.details()) or attempt >= policy.attempts:
+                    raise
+                await asyncio.sleep(policy.backoff(attempt))
+                attempt += 1
+                continue
+            async with self._lock:
+                self._call, self._written = call, 1
+            return
+
+    async def _pump(self) -> None:
+        """Write the history the current call has not had yet (and half-close after Finish).
+        A write that finds the call broken raises its status, unless the session will resume:
+        the reading side then moves it and re-sends everything."""
+        async with self._lock:
+            call = self._call
+            assert call is not None
+            try:
+                while self._written < len(self._history):
+                    await call.write(self._history.message(self._written))
+                    self._written += 1
+                if self._finished and self._half_closed is not call:
+                    await call.done_writing()
+                    self._half_closed = call
+            except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
+                error = connection_loss_as_unavailable(await _status_error(call))
+                if self._policy is None or not retryable(error.code(), error.details()):
+                    raise error from None
 
     async def send(self, *steps: StepLike) -> None:
         """Send one or more decode steps (token-id lists or text) in one message."""
-        await _write(self._call, pb.ParseRequest(steps=[step_message(s) for s in steps]))
+        self._history.record(pb.ParseRequest(steps=[step_message(s) for s in steps]))
+        await self._pump()
 
     async def finish(
         self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side."""
-        message = pb.ParseRequest(
-            steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
+        self._history.record(
+            pb.ParseRequest(
+                steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
+            )
         )
-        await _write(self._call, message)
-        await self._call.done_writing()
+        self._finished = True
+        await self._pump()
 
     def cancel(self) -> None:
-        self._call.cancel()
+        self._policy = None  # the caller's own cancel is never resumed
+        if self._call is not None:
+            self._call.cancel()
 
     async def __aiter__(self) -> AsyncIterator[pb.ParseResponse]:
-        try:
-            async for message in self._call:
-                if message.HasField("final"):
-                    self.final = message.final
-                yield message
-        except grpc.aio.AioRpcError as exc:
-            raise connection_loss_as_unavailable(exc) from None
+        while True:
+            call = self._call
+            assert call is not None
+            try:
+                async for message in call:
+                    if self._policy is not None:
+                        self._progress.received(message)
+                    if message.HasField("final"):
+                        self.final = message.final
+                    yield message
+                return
+            except grpc.aio.AioRpcError as exc:
+                if self.final is not None and self._policy is not None:
+                    return  # the session is complete; only the stream's ending broke
+                if self._policy is None or not retryable(exc.code(), exc.details()):
+                    raise connection_loss_as_unavailable(exc) from None
+            await self._connect()
+            self.resumes += 1
+            await self._pump()
 
     async def deltas(self) -> AsyncIterator[pb.Delta]:
         async for message in self:
@@ -159,12 +245,15 @@ class AsyncClient:
         timeout: float | None = None,
         tls: Tls | bool | None = None,
         token: str | None = None,
+        resume: bool | ResumePolicy = True,
     ) -> None:
         """``tls`` and ``token`` as for ``sync.Client``."""
         self.channel = channel or aio_channel(target, tls_of(tls))
         self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
         self.metadata = token_metadata(token)
+        self.resume = policy_of(resume)
+        """How streams resume after a break (``ResumePolicy``), or None: resume off."""
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -179,10 +268,11 @@ class AsyncClient:
         """Start a streaming session: send its Open and wait until the server accepted it
         (raises ``grpc.aio.AioRpcError`` with the server's status when it did not).
         ``options`` as for ``requests.open_message``."""
-        call = self.stub.Parse(timeout=self.timeout, metadata=self.metadata)
-        await _write(call, pb.ParseRequest(open=open_message(model, **options)))
-        await _await_admission(call)
-        return AsyncParseStream(call)
+        stream = AsyncParseStream(
+            self.stub, open_message(model, **options), self.timeout, self.resume, self.metadata
+        )
+        await stream._connect()
+        return stream
 
     async def parse_stream(
         self,
@@ -196,10 +286,29 @@ class AsyncClient:
         **options: Any,
     ) -> ParseResult:
         """One call: stream ``steps`` through a session; ``(message, deltas)`` as a ``ParseResult``."""
-        open_ = open_message(model, tools=tools, **options)
-        finish = finish_message(finish_reason, matched_stop)
-        messages = session_messages(open_, steps, finish, steps_per_message)
-        return collect([message async for message in self.parse(messages)])
+        if self.resume is None:
+            open_ = open_message(model, tools=tools, **options)
+            finish = finish_message(finish_reason, matched_stop)
+            messages = session_messages(open_, steps, finish, steps_per_message)
+            return collect([message async for message in self.parse(messages)])
+        stream = await self.open(model, tools=tools, **options)
+
+        async def write() -> None:
+            batch: list[StepLike] = []
+            for step in steps:
+                batch.append(step)
+                if len(batch) >= steps_per_message:
+                    await stream.send(*batch)
+                    batch = []
+            await stream.finish(finish_reason, matched_stop, steps=batch)
+
+        writer = asyncio.create_task(write())
+        try:
+            replies = [message async for message in stream]
+        finally:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+        return collect(replies)
 
     async def parse(self, messages: Iterable[pb.ParseRequest]) -> AsyncIterator[pb.ParseResponse]:
         """The raw stream: any client messages in, server messages out."""

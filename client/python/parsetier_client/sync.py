@@ -8,6 +8,8 @@ caller (or another thread) iterates the replies.
 from __future__ import annotations
 
 import queue
+import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -24,6 +26,7 @@ from parsetier_client.requests import (
     step_message,
 )
 from parsetier_client.result import ParseResult, collect
+from parsetier_client.resume import History, Progress, ResumePolicy, policy_of, retryable
 from parsetier_client.security import Tls, sync_channel, tls_of, token_metadata
 
 _CLOSE = object()
@@ -34,6 +37,12 @@ class ParseStream:
 
     Iterating yields ``ParseResponse``s (``deltas()`` flattens them to deltas); after the
     iteration ends, ``final`` holds the outcome. Errors raise ``grpc.RpcError`` from the iteration.
+
+    With resume on (the client's default), the stream keeps the session's history (token ids)
+    and survives a broken stream — a dead or draining server, a lost connection, a proxy's reset:
+    it reconnects with backoff, resumes on whichever server the target reaches, and the iteration
+    goes on with the next reply. Statuses that are the request's own surface as before; so does
+    the last error once the retry budget is spent. ``send`` may be called from another thread.
     """
 
     def __init__(
@@ -42,45 +51,106 @@ class ParseStream:
         open_: pb.Open,
         timeout: float | None = None,
         metadata: tuple[tuple[str, str], ...] | None = None,
+        policy: ResumePolicy | None = None,
     ) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._queue.put(pb.ParseRequest(open=open_))
-        self._call = stub.Parse(iter(self._queue.get, _CLOSE), timeout=timeout, metadata=metadata)
+        self._stub = stub
+        self._timeout = timeout
+        self._metadata = metadata
+        self._policy = policy
+        if policy is not None:
+            open_.resumable = True
+        self._history = History(open_)
+        self._progress = Progress()
+        self._lock = threading.Lock()
+        self._finished = False
         self.final: pb.Final | None = None
+        self.resumes = 0
+        """How many times the session moved to a new stream."""
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._call = self._start(None)
 
-    def send(self, *steps: StepLike) -> None:
-        """Send one or more decode steps (token-id lists or text) in one message.
+    def _start(self, point: pb.ResumePoint | None) -> Any:
+        """A call fed from a fresh queue: the Open (with ``point`` when resuming), then the rest
+        of the history and whatever is sent from now on. With resume on, the rest waits for the
+        server's headers, so a refusal arrives as the status the server sent."""
+        with self._lock:
+            self._queue = outgoing = queue.SimpleQueue()
+            for index in range(1, len(self._history)):
+                outgoing.put(self._history.message(index))
+            if self._finished:
+                outgoing.put(_CLOSE)
+        admitted = threading.Event()
+        holder: list[Any] = []
 
-        Raises the call's ``grpc.RpcError`` once the call is over (the server ended it, or the
-        connection is gone: ``UNAVAILABLE``), instead of queueing messages nobody will read."""
-        self._check_live()
-        self._queue.put(pb.ParseRequest(steps=[step_message(s) for s in steps]))
+        def requests() -> Iterator[pb.ParseRequest]:
+            yield self._history.message(0, point)
+            if self._policy is not None:
+                admitted.wait()
+                holder[0].initial_metadata()
+            yield from iter(outgoing.get, _CLOSE)
+
+        call = self._stub.Parse(requests(), timeout=self._timeout, metadata=self._metadata)
+        holder.append(call)
+        admitted.set()
+        return call
+
+    def _put(self, message: pb.ParseRequest, last: bool = False) -> None:
+        if self._policy is None:
+            self._check_live()
+        with self._lock:
+            self._history.record(message)
+            self._queue.put(message)
+            if last:
+                self._finished = True
+                self._queue.put(_CLOSE)
 
     def _check_live(self) -> None:
         if self._call.done() and self._call.code() != grpc.StatusCode.OK:
             raise self._call  # the call object is the RpcError its iteration raises
 
+    def send(self, *steps: StepLike) -> None:
+        """Send one or more decode steps (token-id lists or text) in one message.
+
+        With resume off, raises the call's ``grpc.RpcError`` once the call is over (the server
+        ended it, or the connection is gone: ``UNAVAILABLE``), instead of queueing messages nobody
+        will read; with resume on, a broken call is the iteration's to resume."""
+        self._put(pb.ParseRequest(steps=[step_message(s) for s in steps]))
+
     def finish(
         self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side."""
-        self._check_live()
-        self._queue.put(
-            pb.ParseRequest(
-                steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
-            )
-        )
-        self._queue.put(_CLOSE)
+        steps_ = [step_message(s) for s in steps]
+        self._put(pb.ParseRequest(steps=steps_, finish=finish_message(reason, matched_stop)), last=True)
 
     def cancel(self) -> None:
+        self._policy = None  # the caller's own cancel is never resumed
         self._call.cancel()
         self._queue.put(_CLOSE)
 
     def __iter__(self) -> Iterator[pb.ParseResponse]:
-        for message in self._call:
-            if message.HasField("final"):
-                self.final = message.final
-            yield message
+        attempt = 0
+        while True:
+            try:
+                for message in self._call:
+                    attempt = 0
+                    if self._policy is not None:
+                        self._progress.received(message)
+                    if message.HasField("final"):
+                        self.final = message.final
+                    yield message
+                return
+            except grpc.RpcError as exc:
+                policy = self._policy
+                if self.final is not None and policy is not None:
+                    return  # the session is complete; only the stream's ending broke
+                if policy is None or not retryable(exc.code(), exc.details()) or attempt >= policy.attempts:
+                    raise
+                self._queue.put(_CLOSE)  # end the broken call's request thread
+                time.sleep(policy.backoff(attempt) if attempt else 0)
+                attempt += 1
+            self.resumes += 1
+            self._call = self._start(self._progress.point())
 
     def deltas(self) -> Iterator[pb.Delta]:
         for message in self:
@@ -98,6 +168,7 @@ class Client:
         timeout: float | None = None,
         tls: Tls | bool | None = None,
         token: str | None = None,
+        resume: bool | ResumePolicy = True,
     ) -> None:
         """``tls``: ``True`` (system roots) or a ``Tls`` (CA, client certificate for mTLS, server
         name); ``token``: a bearer token sent with every call."""
@@ -105,6 +176,8 @@ class Client:
         self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
         self.metadata = token_metadata(token)
+        self.resume = policy_of(resume)
+        """How streams resume after a break (``ResumePolicy``), or None: resume off."""
 
     def __enter__(self) -> Client:
         return self
@@ -117,7 +190,8 @@ class Client:
 
     def open(self, model: str, **options: Any) -> ParseStream:
         """Start a streaming session; ``options`` are ``requests.open_message``'s keywords."""
-        return ParseStream(self.stub, open_message(model, **options), self.timeout, self.metadata)
+        open_ = open_message(model, **options)
+        return ParseStream(self.stub, open_, self.timeout, self.metadata, self.resume)
 
     def parse(self, messages: Iterable[pb.ParseRequest]) -> Iterator[pb.ParseResponse]:
         """The raw stream: any client messages in (pulled lazily), server messages out."""
@@ -136,11 +210,21 @@ class Client:
     ) -> ParseResult:
         """One call: stream ``steps`` through a session and return ``(message, deltas)``
         (a ``ParseResult``, which also has ``final``, ``finish_reason``, ``usage``, ``events``)."""
-        open_ = open_message(model, tools=tools, **options)
-        messages = session_messages(
-            open_, steps, finish_message(finish_reason, matched_stop), steps_per_message
-        )
-        return collect(list(self.parse(messages)))
+        if self.resume is None:
+            open_ = open_message(model, tools=tools, **options)
+            messages = session_messages(
+                open_, steps, finish_message(finish_reason, matched_stop), steps_per_message
+            )
+            return collect(list(self.parse(messages)))
+        stream = self.open(model, tools=tools, **options)
+        batch: list[StepLike] = []
+        for step in steps:
+            batch.append(step)
+            if len(batch) >= steps_per_message:
+                stream.send(*batch)
+                batch = []
+        stream.finish(finish_reason, matched_stop, steps=batch)
+        return collect(list(stream))
 
     def parse_once(
         self,
