@@ -35,8 +35,9 @@ import (
 // Client is a connection to one parsetier server (or one balanced target). It is safe for
 // concurrent use: open as many sessions on it as you like.
 type Client struct {
-	stub pb.ParserServiceClient
-	conn *grpc.ClientConn // nil when FromConn was given the caller's connection
+	stub   pb.ParserServiceClient
+	conn   *grpc.ClientConn // nil when FromConn was given the caller's connection
+	resume *ResumePolicy    // nil: resume off
 }
 
 // ClientOption configures NewClient.
@@ -46,6 +47,8 @@ type clientConfig struct {
 	creds     credentials.TransportCredentials
 	keepalive keepalive.ClientParameters
 	grpcOpts  []grpc.DialOption
+	resume    *ResumePolicy
+	noResume  bool
 }
 
 // ErrNoCredentials is NewClient's answer when no option chose the transport security.
@@ -152,13 +155,26 @@ func NewClient(target string, opts ...ClientOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{stub: pb.NewParserServiceClient(conn), conn: conn}, nil
+	if cfg.resume == nil && !cfg.noResume {
+		policy := DefaultResumePolicy()
+		cfg.resume = &policy
+	}
+	return &Client{stub: pb.NewParserServiceClient(conn), conn: conn, resume: cfg.resume}, nil
 }
 
 // FromConn wraps a connection the caller made and keeps owning (Close leaves it open), or any
-// grpc.ClientConnInterface such as a test fake.
-func FromConn(conn grpc.ClientConnInterface) *Client {
-	return &Client{stub: pb.NewParserServiceClient(conn)}
+// grpc.ClientConnInterface such as a test fake. Its sessions resume with DefaultResumePolicy;
+// pass WithoutResume (or WithResume) to change that.
+func FromConn(conn grpc.ClientConnInterface, opts ...ClientOption) *Client {
+	cfg := clientConfig{}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if cfg.resume == nil && !cfg.noResume {
+		policy := DefaultResumePolicy()
+		cfg.resume = &policy
+	}
+	return &Client{stub: pb.NewParserServiceClient(conn), resume: cfg.resume}
 }
 
 // Close closes the connection NewClient made; sessions still open on it fail.

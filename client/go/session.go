@@ -6,6 +6,7 @@ import (
 	"io"
 	"iter"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,35 +20,88 @@ import (
 // It carries codes.Canceled, as the server records the session.
 var ErrClosedEarly = status.Error(codes.Canceled, "parsetier: session closed before it ended")
 
-// Session is one request session: one Parse stream. As with any gRPC-Go stream, one goroutine
-// may Send/Finish while another receives (Recv, Messages or Deltas), but neither side may be
-// used from two goroutines at once; Close and Final may be called from anywhere. Receive on
-// its own goroutine while sending: the server answers only the messages that produced output,
-// so waiting for a reply after every Send can block forever, and a sender that never receives
-// eventually stalls on flow control.
+// Session is one request session: one Parse stream, or, after a break, the streams it resumed
+// on. As with any gRPC-Go stream, one goroutine may Send/Finish while another receives (Recv,
+// Messages or Deltas), but neither side may be used from two goroutines at once; Close and
+// Final may be called from anywhere. Receive on its own goroutine while sending: the server
+// answers only the messages that produced output, so waiting for a reply after every Send can
+// block forever, and a sender that never receives eventually stalls on flow control.
+//
+// With resume on (the client's default, see WithResume), the session keeps its history (token
+// ids) and survives a broken stream: a dead or draining server, a lost connection, a proxy's
+// reset. Recv reconnects with backoff, resumes on whichever server the target reaches (see
+// docs/service.md, "Resume"), and returns the next message as if nothing had happened; Send
+// never reports such a break. Statuses that are the request's own (InvalidArgument,
+// NotFound...) end the session as before, and so does the last error once the retry budget
+// is spent.
 type Session struct {
-	stream grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
+	client *Client
+	ctx    context.Context
 	cancel context.CancelFunc
+	policy *ResumePolicy // nil: resume off
 
-	mu    sync.Mutex
-	final *pb.Final
-	ended bool // Recv has returned io.EOF or the status that ended the stream
+	sendMu sync.Mutex // held while writing to the current stream: one writer at a time
+
+	mu         sync.Mutex // guards everything below
+	stream     grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
+	hist       history
+	written    int // history messages the current stream has had
+	finishing  bool
+	closedSend grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
+	point      pb.ResumePoint // client_messages and sequence of the last message received
+	resumes    int
+	final      *pb.Final
+	ended      bool // Recv has returned io.EOF or the status that ended the session
 }
 
 // Open starts a session for model. ctx bounds the whole session, not just this call. Open
 // waits until the server has accepted the Open (it sends response headers then), so an
 // unknown model (codes.NotFound) or bad options (codes.InvalidArgument) fail here instead of
-// at some later Recv. Close the session when done with it.
+// at some later Recv; with resume on, a server that refuses because it is draining
+// (codes.Unavailable) is retried. Close the session when done with it.
 func (c *Client) Open(ctx context.Context, model string, opts ...OpenOption) (*Session, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.stub.Parse(ctx)
+	open := openMessage(model, opts)
+	s := &Session{client: c, ctx: ctx, cancel: cancel, policy: c.resume}
+	if s.policy != nil {
+		open.Resumable = true
+	}
+	s.hist = newHistory(open)
+	stream, err := s.connect(nil)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
+	s.stream, s.written = stream, 1
+	return s, nil
+}
+
+// connect opens a stream with the session's Open (resuming from point unless nil) and waits
+// for the server to accept it, retrying refusals within the resume budget.
+func (s *Session) connect(point *pb.ResumePoint) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
+	for attempt := 0; ; attempt++ {
+		stream, err := s.accepted(point)
+		if err == nil {
+			return stream, nil
+		}
+		if s.policy == nil || !retryable(s.ctx, err) || attempt >= s.policy.Attempts {
+			return nil, err
+		}
+		select {
+		case <-time.After(s.policy.backoff(attempt)):
+		case <-s.ctx.Done():
+			return nil, status.FromContextError(s.ctx.Err()).Err()
+		}
+	}
+}
+
+func (s *Session) accepted(point *pb.ResumePoint) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
+	stream, err := s.client.stub.Parse(s.ctx)
+	if err != nil {
+		return nil, err
+	}
 	// An io.EOF from Send means the stream already ended; Header and Recv below say why.
-	if err := stream.Send(&pb.ParseRequest{Open: openMessage(model, opts)}); err != nil && !errors.Is(err, io.EOF) {
-		cancel()
+	if err := stream.Send(s.hist.message(0, point)); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	header, err := stream.Header()
@@ -60,10 +114,9 @@ func (c *Client) Open(ctx context.Context, model string, opts ...OpenOption) (*S
 		}
 	}
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	return &Session{stream: stream, cancel: cancel}, nil
+	return stream, nil
 }
 
 // Send sends decode steps, each a slice of the token ids one forward pass produced, in one
@@ -72,41 +125,134 @@ func (c *Client) Open(ctx context.Context, model string, opts ...OpenOption) (*S
 // not take a context: the session's context, given to Open, governs every send.
 //
 // As with gRPC-Go streams, io.EOF means the server has ended the stream; Recv returns why.
+// With resume on, a broken stream is not an error here: Recv resumes and re-sends.
 func (s *Session) Send(steps ...[]uint32) error {
 	msg := &pb.ParseRequest{Steps: make([]*pb.Step, len(steps))}
 	for i, ids := range steps {
 		msg.Steps[i] = &pb.Step{TokenIds: ids}
 	}
-	return s.stream.Send(msg)
+	return s.put(msg, false)
 }
 
 // Finish ends the output and closes the sending side: reason is Stop, Length or Abort
 // (Stop when zero), matchedStop what stopped generation. The server answers with the
 // message that carries the Final result.
 func (s *Session) Finish(reason pb.FinishReason, matchedStop MatchedStop) error {
-	err := s.stream.Send(&pb.ParseRequest{Finish: Finish{Reason: reason, Matched: matchedStop}.message()})
-	if err != nil {
-		return err
+	return s.put(&pb.ParseRequest{Finish: Finish{Reason: reason, Matched: matchedStop}.message()}, true)
+}
+
+func (s *Session) put(msg *pb.ParseRequest, finish bool) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	s.hist.record(msg)
+	s.finishing = s.finishing || finish
+	s.mu.Unlock()
+	return s.pump()
+}
+
+// pump writes the history the current stream has not had yet, then closes its sending side
+// after Finish. The caller holds sendMu.
+func (s *Session) pump() error {
+	for {
+		s.mu.Lock()
+		stream, index := s.stream, s.written
+		if index >= s.hist.len() {
+			closeSend := s.finishing && s.closedSend != stream
+			if closeSend {
+				s.closedSend = stream
+			}
+			s.mu.Unlock()
+			if closeSend {
+				return s.sendError(stream.CloseSend())
+			}
+			return nil
+		}
+		msg := s.hist.message(index, nil)
+		s.mu.Unlock()
+		if err := stream.Send(msg); err != nil {
+			return s.sendError(err)
+		}
+		s.mu.Lock()
+		s.written++
+		s.mu.Unlock()
 	}
-	return s.stream.CloseSend()
+}
+
+// sendError is what Send reports: nothing when the session will resume (Recv sees the break).
+func (s *Session) sendError(err error) error {
+	if err != nil && s.policy != nil {
+		return nil
+	}
+	return err
+}
+
+// Resumes is how many times the session has moved to a new stream.
+func (s *Session) Resumes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resumes
 }
 
 // Recv returns the server's next message: its deltas (and events, if asked for with
 // WithOutput), plus Final on the last one. After the last message it returns io.EOF; any
 // other error is the gRPC status that ended the session (see docs/service.md), for example
-// codes.InvalidArgument for a token id outside the model's vocabulary.
+// codes.InvalidArgument for a token id outside the model's vocabulary. With resume on, a
+// broken stream is resumed here, and the message returned is the next one all the same.
 func (s *Session) Recv() (*pb.ParseResponse, error) {
-	msg, err := s.stream.Recv()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		stream := s.stream
+		s.mu.Unlock()
+		msg, err := stream.Recv()
+		s.mu.Lock()
+		if err == nil {
+			if s.policy != nil && msg.GetSequence() != s.point.Sequence+1 {
+				s.ended = true
+				s.mu.Unlock()
+				return nil, status.Errorf(codes.Internal, "parsetier: message %d after %d: a gap or a repeat",
+					msg.GetSequence(), s.point.Sequence)
+			}
+			s.point.ClientMessages, s.point.Sequence = msg.GetClientMessages(), msg.GetSequence()
+			if msg.GetFinal() != nil {
+				s.final = msg.GetFinal()
+			}
+			s.mu.Unlock()
+			return msg, nil
+		}
+		complete := s.final != nil
+		if errors.Is(err, io.EOF) || (complete && s.policy != nil) || s.policy == nil || !retryable(s.ctx, err) {
+			s.ended = true
+			s.mu.Unlock()
+			if complete && s.policy != nil {
+				return nil, io.EOF // the session is complete; only its stream's ending broke
+			}
+			return nil, err
+		}
+		point := &pb.ResumePoint{ClientMessages: s.point.ClientMessages, Sequence: s.point.Sequence}
+		s.mu.Unlock()
+		if err := s.resume(point); err != nil {
+			s.mu.Lock()
+			s.ended = true
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+}
+
+// resume moves the session to a new stream from point and re-sends its history there.
+func (s *Session) resume(point *pb.ResumePoint) error {
+	stream, err := s.connect(point)
 	if err != nil {
-		s.ended = true
-		return nil, err
+		return err
 	}
-	if msg.GetFinal() != nil {
-		s.final = msg.GetFinal()
-	}
-	return msg, nil
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	s.stream, s.written, s.closedSend = stream, 1, nil
+	s.resumes++
+	s.mu.Unlock()
+	return s.pump()
 }
 
 // Messages iterates over the server's messages as Recv returns them. It stops after the final
