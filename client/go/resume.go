@@ -55,7 +55,9 @@ const serverFault = "internal error:"
 // connection went away (Unavailable: refused, unreachable, draining, handed off), the stream
 // was cut by a stopping server or reset by a proxy with CANCEL (Canceled, unless the
 // session's own context ended), or reset on the way (Internal, e.g. "stream terminated by
-// RST_STREAM", but not the server's own INTERNAL). Every other status is the request's own.
+// RST_STREAM", but not the server's own INTERNAL), or a proxy answered instead of a server
+// (Unknown from an unexpected HTTP status: nginx's "no backend" page is a 204 that gRPC-Go
+// cannot read as a status). Every other status is the request's own.
 func retryable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
@@ -66,6 +68,8 @@ func retryable(ctx context.Context, err error) bool {
 		return true
 	case codes.Internal:
 		return !strings.HasPrefix(st.Message(), serverFault)
+	case codes.Unknown:
+		return strings.Contains(st.Message(), "unexpected HTTP status code")
 	}
 	return false
 }
