@@ -110,11 +110,13 @@ class Progress:
     def __init__(self, total: int, phases: int) -> None:
         self.total = total
         self.sent = 0
+        self.opened = 0
         self.gates = [asyncio.Event() for _ in range(phases)]
         self.reached = [0] * phases
 
-    async def at(self, fraction: float) -> None:
-        while self.sent < fraction * self.total:
+    async def at(self, fraction: float, opened: int = 0) -> None:
+        """Until ``fraction`` of all steps are out (and ``opened`` sessions are open)."""
+        while self.sent < fraction * self.total or self.opened < opened:
             await asyncio.sleep(0.02)
 
 
@@ -123,6 +125,7 @@ async def run_session(
 ) -> tuple[list[bytes], int]:
     """One session through the resuming client: its replies' bytes and how often it moved."""
     stream = await client.open(out.model, **open_options(i, out))
+    progress.opened += 1
     replies: list[pb.ParseResponse] = []
 
     async def read() -> None:
@@ -329,3 +332,45 @@ def test_sigkill_with_the_go_client(fleet3: Fleet3, tmp_path: Path):
     moved = sum(r["resumes"] > 0 for r in results)
     print(f"\nGo client SIGKILL: {SESSIONS} sessions x 1 kill; {moved} resumed; all identical")
     assert moved >= SESSIONS // 6, moved
+
+
+def test_drain_of_200_open_sessions_hands_them_off():
+    """One backend holding 200 open sessions is SIGTERMed: it hands every session off and exits
+    within a few seconds (not its 20 s grace), cleanly; the sessions resume on the other backend
+    (the channel's second address, pick_first) and complete identical to an uninterrupted run."""
+    outs = outputs()
+    total = sum(len(o.ids) for o in outs)
+    with backend(free_port()) as a, backend(free_port()) as b:
+        for server in (a, b):
+            server.wait_for_log("models loaded", 120)
+        target = f"ipv4:{a.target},{b.target}"  # pick_first: everything on a while it listens
+
+        async def main():
+            want = await reference(b.target, outs)
+            progress = Progress(total, 2)
+            progress.gates[0].set()
+            pool = clients(target)
+            try:
+                sessions = start_sessions(pool, outs, progress)
+                await progress.at(0.25, opened=SESSIONS)
+                signalled = time.monotonic()
+                a.terminate()
+                code = await asyncio.to_thread(a.wait, 30)
+                drain = time.monotonic() - signalled
+                progress.gates[1].set()
+                got = await asyncio.gather(*sessions)
+            finally:
+                for client in pool:
+                    await client.close()
+            return want, got, code, drain
+
+        want, got, code, drain = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+        draining = next(r for r in a.logs if r.get("msg") == "draining")
+        stopped = next(r for r in a.logs if r.get("msg") == "stopped")
+    moved = check_identical(got, want)
+    print(f"\ndrain: {draining['open_sessions']} open sessions, {draining['handed_off']} handed off at once, "
+          f"exit after {drain:.2f} s; {moved} resumed; all identical")
+    assert code == 0 and stopped["clean"] is True and stopped["cut_sessions"] == 0
+    assert draining["open_sessions"] == SESSIONS, draining
+    assert moved == SESSIONS
+    assert drain < 5.0, f"the drain took {drain:.2f} s"
