@@ -55,14 +55,14 @@ def _qwen3_coder(i: int) -> tuple[str, str, str, str]:
     )
 
 
-def _kimi(i: int) -> tuple[str, str, str, str]:
+def _deepseek_r1(i: int) -> tuple[str, str, str, str]:
     return (
-        "<|im_assistant|>assistant<|im_middle|><think>",
-        f"Session {i} needs the weather.</think>Checking {i}.<|tool_calls_section_begin|>"
-        f"<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{json.dumps(_args(i))}"
-        "<|tool_call_end|><|tool_calls_section_end|>",
-        f"Session {i} needs the weather.",
-        f"Checking {i}.",
+        "",
+        f"<think>\nSession {i} checks City{i}.\n</think>\n\nOn it, {i}.<｜tool▁calls▁begin｜>"
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{json.dumps(_args(i))}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        f"Session {i} checks City{i}.",
+        f"On it, {i}.",
     )
 
 
@@ -88,30 +88,17 @@ def _glm(i: int) -> tuple[str, str, str, str]:
     )
 
 
-def _seed(i: int) -> tuple[str, str, str, str]:
-    a = _args(i)
-    return (
-        "",
-        f"<seed:think>Session {i} looks up City{i}.</seed:think>\nOn it, {i}.\n<seed:tool_call>\n"
-        f"<function=get_weather>\n<parameter=city>{a['city']}</parameter>\n"
-        f"<parameter=unit>{a['unit']}</parameter>\n</function>\n</seed:tool_call>",
-        f"Session {i} looks up City{i}.",
-        f"On it, {i}.",
-    )
-
-
 FAMILIES: dict[str, Callable[[int], tuple[str, str, str, str]]] = {
     "qwen3": _qwen3,
     "qwen3-coder": _qwen3_coder,
-    "kimi-k2.6": _kimi,
+    "deepseek-r1": _deepseek_r1,
     "gpt-oss": _harmony,
     "glm-4.5": _glm,
-    "seed-oss": _seed,
 }
 MODELS = tuple(FAMILIES)
-QUICK_MODELS = ("qwen3", "qwen3-coder", "kimi-k2.6", "seed-oss")
-"""Families whose tokenizers load in about a second: for tests that start (and restart) many
-backends. gpt-oss and GLM take several seconds each."""
+QUICK_MODELS = ("qwen3", "qwen3-coder", "deepseek-r1")
+"""Families whose tokenizers load in a few seconds: for tests that start (and restart) many
+backends. gpt-oss and GLM take several seconds more each."""
 TOOLS = WEATHER_TOOLS
 
 

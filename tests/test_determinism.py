@@ -16,7 +16,7 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client
 from parsetier_client.requests import finish_message, open_message
 
-SESSIONS = 12  # two per family
+SESSIONS = 10  # two per family
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,8 @@ def test_same_session_is_byte_identical_on_two_processes(two_servers, with_reque
 
 def test_call_ids_follow_the_documented_rule(two_servers):
     """The derived id is a keyed BLAKE2b of the request id and call index, in OpenAI's shape; another
-    request id gives another id; a format that writes its own ids (Kimi) keeps them."""
+    request id gives another id. (Formats whose model writes its own ids, Kimi's, keep them: the Kimi
+    family tests pin that.)"""
     import hashlib
 
     a, _ = two_servers
@@ -113,7 +114,3 @@ def test_call_ids_follow_the_documented_rule(two_servers):
     digest = hashlib.blake2b(b"rule-1\x000", key=b"parsetier.v1.tool-call-id", digest_size=12).hexdigest()
     assert first == f"chatcmpl-tool-{digest}"
     assert other != first
-    kimi = sample(2)
-    assert kimi.model.startswith("kimi")
-    final = list(a.parse(messages(kimi, "rule-1", split(kimi.ids, None))))[-1].final
-    assert [c.id for c in final.message.tool_calls] == ["functions.get_weather:0"]
