@@ -81,12 +81,11 @@ def test_resume_points_that_disagree_with_the_history_are_failed_precondition(cl
     for name, (client_messages, sequence) in cases.items():
         error = _status(client, resumed(messages, client_messages, sequence))
         assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, (name, error.details())
-    # A history that differs (another token where the original had one) disagrees too: the reply
-    # count up to the point changes, and it is refused rather than continued with wrong output.
+    # A history that differs so that the reply count up to the point changes (here: its steps
+    # lost, as a client that kept no history would re-send) is refused rather than continued with
+    # wrong output. (The check is on counts; see docs/service.md, "Resume".)
     altered = list(messages)
-    altered[1:last.client_messages] = [pb.ParseRequest(steps=[pb.Step(token_ids=[9707])])] * (
-        last.client_messages - 1
-    )
+    altered[1 : last.client_messages] = [pb.ParseRequest()] * (last.client_messages - 1)
     error = _status(client, resumed(altered, last.client_messages, last.sequence))
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
     assert "disagrees" in error.details()
