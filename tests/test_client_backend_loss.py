@@ -1,4 +1,5 @@
-"""A client whose server dies mid-session fails promptly with UNAVAILABLE, sync and async."""
+"""A client with resume off whose server dies mid-session fails promptly with UNAVAILABLE, sync and
+async. (With resume on, the default, the session moves to another server: tests/test_fleet_resume.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ PROMPT_SECONDS = 10.0
 
 
 def test_sync_send_fails_promptly_after_the_backend_died():
-    with ProcessServer("--preload", "qwen3") as server, Client(server.target, timeout=60) as client:
+    with ProcessServer("--preload", "qwen3") as server, Client(server.target, resume=False) as client:
         stream = client.open("qwen3")
         replies = iter(stream)
         stream.send([HELLO])
@@ -37,7 +38,7 @@ def test_async_client_reports_unavailable_after_the_backend_died():
     with ProcessServer("--preload", "qwen3") as server:
 
         async def run() -> tuple[grpc.StatusCode, str]:
-            async with AsyncClient(server.target, timeout=60) as client:
+            async with AsyncClient(server.target, timeout=60, resume=False) as client:
                 stream = await client.open("qwen3")
                 replies = stream.__aiter__()
                 await stream.send([HELLO])
