@@ -407,3 +407,16 @@ def test_hidden_reasoning_drops_the_same_logprobs_under_every_split(client, mode
     for most in (2, 3, 6, len(ids)):
         split = session(client, model, ids, random_steps(rng, len(ids), most), tops, include_reasoning=False)
         assert [t[0] for t in resolved(split)] == kept, most
+
+
+def test_a_resumable_client_keeps_logprob_steps_whole():
+    """The clients' resume history re-sends what was sent: a step's logprobs are not reduced to
+    its ids (they would be lost on the new stream)."""
+    from parsetier_client.resume import History
+
+    history = History(open_message("qwen3"))
+    step = logprob_step([9, 10], [-0.5, -1.0], [[(3, -2.0)], [(4, -3.0)]])
+    history.record(pb.ParseRequest(steps=[step]))
+    history.record(pb.ParseRequest(steps=[pb.Step(token_ids=[11])]))
+    assert history.message(1) == pb.ParseRequest(steps=[step])
+    assert list(history.message(2).steps[0].token_ids) == [11]

@@ -27,7 +27,7 @@ func LogprobStep(tokenIDs []uint32, logprobs []float32, top [][]Alternative) *pb
 
 // SendSteps sends ready-made steps (LogprobStep's, or text steps) in one message.
 func (s *Session) SendSteps(steps ...*pb.Step) error {
-	return s.stream.Send(&pb.ParseRequest{Steps: steps})
+	return s.put(&pb.ParseRequest{Steps: steps}, false)
 }
 
 // Logprobs gathers the resolved logprobs of deltas, in order (the session's, or one chunk's).

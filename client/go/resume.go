@@ -94,7 +94,7 @@ func (h *history) len() int { return len(h.ends) }
 func (h *history) record(msg *pb.ParseRequest) {
 	plain := msg.GetFinish() == nil
 	for _, step := range msg.GetSteps() {
-		plain = plain && len(step.GetTokenIds()) > 0
+		plain = plain && len(step.GetTokenIds()) > 0 && step.GetLogprobs() == nil // logprobs are kept whole
 	}
 	if plain {
 		for _, step := range msg.GetSteps() {

@@ -69,8 +69,9 @@ class History:
     """The client messages of one session, numbered as the server counts them (the Open's first).
 
     Token ids are kept in one array, about 4 bytes per token; messages that are more than a run
-    of ids (text steps, the Finish) are kept whole. A message of several id steps is re-sent as
-    one step of all its ids, which the server parses identically (it joins them anyway)."""
+    of ids (text steps, steps with logprobs, the Finish) are kept whole. A message of several id
+    steps is re-sent as one step of all its ids, which the server parses identically (it joins
+    them anyway)."""
 
     __slots__ = ("_ends", "_ids", "_whole", "open")
 
@@ -86,7 +87,8 @@ class History:
 
     def record(self, message: pb.ParseRequest) -> None:
         """Append a client message (not the Open's: that one is message 0 already)."""
-        if message.HasField("finish") or any(not step.token_ids for step in message.steps):
+        plain = all(step.token_ids and not step.HasField("logprobs") for step in message.steps)
+        if message.HasField("finish") or not plain:
             self._whole[len(self)] = message
         else:
             for step in message.steps:
