@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from grpc_servers import server_logs
-from parsetier.service import stream as stream_module
+from parsetier import protocol as protocol_module
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, open_message
 
@@ -71,7 +71,7 @@ def test_internal_errors_do_not_leak_exception_text(grpc_server, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("secret internals at 0xdeadbeef")
 
-    monkeypatch.setattr(stream_module.core.Session, "finish", broken)
+    monkeypatch.setattr(protocol_module.core.Session, "finish", broken)
     with server_logs() as logs, Client(grpc_server.target, timeout=30) as client:
         with pytest.raises(grpc.RpcError) as info:
             client.parse_once("qwen3", [9707])

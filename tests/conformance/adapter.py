@@ -2,7 +2,7 @@
 
 The sans-IO driver in ``canitoolcall_support`` calls the parse core directly; this adapter goes
 through everything a serving stack goes through instead — the Python client, protobuf, the
-servicer, ``StreamSession`` — so the published numbers are the service's, not the library's.
+servicer, the session protocol — so the published numbers are the service's, not the library's.
 
 What is sent is what a serving stack would send for the fixture's request:
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
+from parsetier import convert
 from parsetier.constraints import ConstraintRequest, derive, to_lark, to_structural_tag
 from parsetier.constraints.shape import reasoning_shape
 from parsetier.messages import SessionOptions
 from parsetier.models import Model
-from parsetier.service import convert
 from parsetier.session import kwargs_thinking, start_state
 from parsetier_api.v1 import parsetier_pb2 as pb
 

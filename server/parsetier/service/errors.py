@@ -1,22 +1,21 @@
-"""Caller errors as gRPC status codes, in one table so the contract in docs/service.md holds.
+"""Errors as gRPC status codes, in one place so the contract in docs/service.md holds.
 
-A ``ServiceError`` carries the status code chosen where the problem was found; exceptions from
-the core are mapped by type. Anything else is a server bug: INTERNAL, logged, and confined to the
-one stream that hit it.
+The protocol raises ``parsetier.status.ProtocolError`` (a grpc-free code); the service layer's own
+refusals (draining, the session gate) raise ``ServiceError`` with a ``grpc.StatusCode``. Anything
+else is a server bug: INTERNAL, logged, and confined to the one session that hit it.
 """
 
 from __future__ import annotations
 
 import grpc
 
-from parsetier.constraints import InvalidTool, Underivable
-from parsetier.models import UnknownModel
-from parsetier.session import InvalidInput, SessionError, WrongState
-from parsetier.tokenizers import TokenizerUnavailable
+from parsetier.status import ProtocolError, error_of
+
+__all__ = ["ServiceError", "exhausted", "grpc_code", "invalid", "out_of_order", "status_for"]
 
 
 class ServiceError(Exception):
-    """A request the service refuses, with the status code the contract assigns."""
+    """A request the service layer refuses, with the status code the contract assigns."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
@@ -36,21 +35,15 @@ def exhausted(message: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
+def grpc_code(error: ProtocolError) -> grpc.StatusCode:
+    return grpc.StatusCode[error.code.name]
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The status for an error the caller caused, or None for a server bug."""
     if isinstance(exc, ServiceError):
         return exc.code, exc.message
-    if isinstance(exc, UnknownModel):
-        return grpc.StatusCode.NOT_FOUND, str(exc)
-    if isinstance(exc, TokenizerUnavailable):
-        # Configured but not installed here: the operator's to fix, not the caller's request.
-        return grpc.StatusCode.FAILED_PRECONDITION, f"model's tokenizer is not available: {exc}"
-    if isinstance(exc, Underivable):
-        return grpc.StatusCode.FAILED_PRECONDITION, f"no constraint can be derived: {exc}"
-    if isinstance(exc, InvalidTool):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, WrongState):
-        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
-    if isinstance(exc, InvalidInput | SessionError):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    return None
+    error = error_of(exc)
+    if error is None:
+        return None
+    return grpc_code(error), error.message

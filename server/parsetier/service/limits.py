@@ -1,59 +1,16 @@
-"""What one client may cost the server, and the gate that counts open sessions.
-
-Limits protect the other sessions: a client that exceeds one gets RESOURCE_EXHAUSTED (or
-DEADLINE_EXCEEDED for idling) on its own stream and nothing else changes.
-"""
+"""The gate that counts a server's open sessions (the per-session limits are the protocol's:
+``parsetier.protocol.Limits``, re-exported here)."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import grpc
 
+from parsetier.protocol import Limits
 from parsetier.service.errors import ServiceError, exhausted
 
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_message_bytes: int = 4 * 1024 * 1024
-    """Largest client message gRPC accepts (larger ones fail with RESOURCE_EXHAUSTED)."""
-    max_steps_per_message: int = 4096
-    max_tokens_per_session: int = 1_000_000
-    """Output token ids one session may feed (the prompt tail is held to the same number)."""
-    max_text_bytes_per_session: int = 16 * 1024 * 1024
-    """UTF-8 bytes of already-detokenized text one session may feed."""
-    max_sessions: int = 1024
-    """Open sessions (Parse streams and ParseOnce calls) at once."""
-    idle_timeout: float = 300.0
-    """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
-    max_reply_bytes: int = 64 * 1024 * 1024
-    """Largest message the server sends (grpc's send limit, and what the Python clients accept).
-    The session limits keep ordinary replies far below it; a reply that would be larger ends the
-    session with RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
-    max_loop_lag: float = 0.1
-    """Seconds the event loop may run behind before new sessions are refused (0: never)."""
-    max_watch_streams: int = 256
-    """Health Watch and reflection streams open at once (each kind counted on its own)."""
-
-    def check_steps(self, count: int) -> None:
-        if count > self.max_steps_per_message:
-            raise exhausted(f"{count} steps in one message; the limit is {self.max_steps_per_message}")
-
-    def check_tokens(self, total: int) -> None:
-        if total > self.max_tokens_per_session:
-            raise exhausted(f"session exceeds {self.max_tokens_per_session} tokens")
-
-    def check_reply(self, size: int) -> None:
-        if size > self.max_reply_bytes:
-            raise exhausted(
-                f"the reply would be {size} bytes, more than the {self.max_reply_bytes} the server sends "
-                "in one message; send fewer steps per message, or split the output across sessions"
-            )
-
-    def check_text(self, total_bytes: int) -> None:
-        if total_bytes > self.max_text_bytes_per_session:
-            raise exhausted(f"session exceeds {self.max_text_bytes_per_session} bytes of text")
+__all__ = ["Limits", "SessionGate"]
 
 
 class SessionGate:

@@ -13,6 +13,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TextIO
 
+from parsetier.protocol import SessionCounts
+
 SESSION_LOG = logging.getLogger("parsetier.session")
 SERVER_LOG = logging.getLogger("parsetier.server")
 
@@ -58,25 +60,11 @@ def configure(level: str = "INFO", stream: TextIO | None = None) -> None:
 
 
 @dataclass(slots=True)
-class SessionRecord:
-    """What the ``session_end`` line says about one session; filled in as the session runs."""
+class SessionRecord(SessionCounts):
+    """What the ``session_end`` line says about one session: the protocol's counts (it fills them
+    in as the session runs) plus the RPC, the outcome and the duration."""
 
-    rpc: str
-    model: str = ""
-    request_id: str = ""
-    choice_index: int = 0
-    """Which of the request's choices the session was (``Open.choice_index``)."""
-    tokens: int = 0
-    """Output token ids received."""
-    text_bytes: int = 0
-    """Bytes of already-detokenized text received."""
-    deltas: int = 0
-    events: int = 0
-    client_messages: int = 0
-    server_messages: int = 0
-    finish_reason: str = ""
-    replayed: int = 0
-    """A resumed session: the client messages it replayed silently (``Open.resume``)."""
+    rpc: str = ""
     outcome: str = "OK"
     """``OK`` or the gRPC status code name the session ended with."""
     error: str = ""

@@ -1,5 +1,6 @@
-"""The ``parsetier.v1.ParserService`` servicer: reads client messages, hands them to ``StreamSession``,
-writes the replies, and turns every failure into the status code the contract names.
+"""The ``parsetier.v1.ParserService`` servicer: reads client messages, hands them to the session's
+``SessionProtocol``, loads the model it asks for, writes the replies, and turns every failure into
+the status code the contract names. Every rule about a session is the protocol's, not this file's.
 
 Each stream is one asyncio task with its own session object; an exception in one stream ends
 that stream only. Parsing runs inline on the event loop: a step costs microseconds to
@@ -19,13 +20,14 @@ import grpc
 from google.protobuf.message import Message
 
 from parsetier.models import Model, ModelRegistry, TokenizerState
+from parsetier.protocol import NeedModel, Reply, SessionProtocol, once_request, once_response
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
 from parsetier.service.errors import ServiceError, status_for
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip
-from parsetier.service.stream import StreamSession, parse_once
+from parsetier.status import ProtocolError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
@@ -131,40 +133,47 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             await asyncio.wait_for(context.read(), REFUSAL_READ_TIMEOUT)
 
     async def _run_stream(self, record: SessionRecord, context: grpc.aio.ServicerContext) -> Status | None:
-        stream = StreamSession(self.limits, record)
+        protocol = SessionProtocol(self.limits, record)
         while True:
             try:
-                message = await self._next_message(context, stream)
+                message = await self._next_message(context, protocol)
             except TimeoutError:
-                if stream.finished:
-                    return None  # the client has its result and merely did not close
-                return (
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"no message for {self.limits.idle_timeout:g} s; the session was dropped",
-                )
+                protocol.idle()
+                return None  # the client has its result and merely did not close
             if message is grpc.aio.EOF:
-                if stream.finished:
-                    return None
-                if context.cancelled():
+                if not protocol.finished and context.cancelled():
                     raise ClientGone()
-                return grpc.StatusCode.FAILED_PRECONDITION, "the stream was closed before Finish"
+                protocol.receive_eof()
+                return None
             message = _decoded(message)
-            record.client_messages += 1
-            stream.check_order(message)
-            if message.HasField("open"):
-                record.model = message.open.model
-                record.request_id = message.open.request_id
-                model = await self._model(message.open.model)
-                stream.open(model, message.open)
+            reply = await self._drive(protocol, message)
+            if reply.opened:
                 # Headers go out only once the Open is accepted: a client may wait for them
                 # before sending steps, so errors in the Open never race its next writes.
                 await context.send_initial_metadata(())
-            reply = await _off_loop_if_large(message, stream.apply, message)
-            if reply is not None:
-                self.limits.check_reply(reply.ByteSize())
-                await _write(context, reply)
+            if reply.response is not None:
+                self.limits.check_reply(reply.response.ByteSize())
+                await _write(context, reply.response)
 
-    async def _next_message(self, context: grpc.aio.ServicerContext, stream: StreamSession) -> Any:
+    async def _drive(self, protocol: SessionProtocol, message: pb.ParseRequest) -> Reply:
+        """Hand a message to the protocol; load the model it asks for; return its reply."""
+        result = await _off_loop_if_large(message, protocol.receive, message)
+        if isinstance(result, NeedModel):
+            model = await self._load(protocol, result)
+            return await _off_loop_if_large(message, protocol.supply_model, model)
+        return result
+
+    async def _load(self, protocol: SessionProtocol, need: NeedModel) -> Model:
+        """The model; a load failure fails the protocol with the contract's error."""
+        try:
+            return await self._model(need.name)
+        except Exception as exc:
+            error = protocol.fail(exc)
+            if error is None:
+                raise
+            raise error from None
+
+    async def _next_message(self, context: grpc.aio.ServicerContext, stream: SessionProtocol) -> Any:
         """The client's next message; for a resumable session while draining, the hand-off."""
         if not (stream.resumable and not stream.finished):
             return await asyncio.wait_for(context.read(), self.limits.idle_timeout)
@@ -190,14 +199,17 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self, request: pb.ParseOnceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ParseOnceResponse:
         record = SessionRecord(rpc="ParseOnce")
+        protocol = SessionProtocol(self.limits, record, unary=True)
         result: list[pb.ParseOnceResponse] = []
 
         async def run() -> None:
             nonlocal request
             request = _decoded(request)
-            record.model, record.request_id = request.open.model, request.open.request_id
-            model = await self._model(request.open.model)
-            response = await _off_loop_if_large(request, parse_once, model, request, self.limits, record)
+            first = protocol.receive(once_request(request))
+            assert isinstance(first, NeedModel)
+            model = await self._load(protocol, first)
+            reply = await _off_loop_if_large(request, protocol.supply_model, model)
+            response = once_response(reply)
             self.limits.check_reply(response.ByteSize())
             result.append(response)
 
@@ -265,9 +277,9 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             self.gate.check_open()
             self.admission.check(record.rpc)
             self.gate.enter()
-        except ServiceError as exc:
+        except (ServiceError, ProtocolError) as exc:
             work.close()
-            return exc.code, exc.message
+            return status_for(exc)
         try:
             return await work
         except asyncio.CancelledError:

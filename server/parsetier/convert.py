@@ -17,7 +17,7 @@ from parsetier.messages import (
     TokenLogprob,
     Tool,
 )
-from parsetier.service.errors import invalid
+from parsetier.status import invalid
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 _TOOL_CHOICE_MODES = {

@@ -1,0 +1,447 @@
+"""The protocol of one request session, sans-IO: every rule about what may come when, what is
+counted, which limits hold and what the server answers lives in this file.
+
+Theory of operation
+-------------------
+A ``SessionProtocol`` is fed the client's messages of one session, in order, and answers each
+with what to send. It never reads, writes, sleeps or loads anything: like h11's ``Connection`` it
+is a state machine the I/O layer drives::
+
+    protocol = SessionProtocol(limits)
+    result = protocol.receive(message)             # a ParseRequest
+    if isinstance(result, NeedModel):              # the message opens the session
+        result = protocol.supply_model(load(result.name))
+    send(result.response)                          # a Reply; response None means "send nothing"
+    ...
+    protocol.receive_eof()                         # the client closed its side
+    protocol.idle()                                # the client went silent too long
+
+Every RPC drives the same object and differs only in framing:
+
+- ``Parse``: one stream, one protocol; each ``ParseRequest`` is passed to ``receive``.
+- ``ParseOnce``: a one-message session, ``SessionProtocol(limits, unary=True)`` fed
+  ``once_request(request)`` (open + one step + finish); ``once_response`` reshapes its reply.
+- the multiplexed RPC: a table key → protocol; each item's ``ParseRequest`` goes to its
+  session's ``receive``, so a multiplexed session answers byte for byte like a ``Parse`` stream.
+
+States (``State``)::
+
+    AWAIT_OPEN ──open──► LOADING ──supply_model──► STREAMING ──finish──► FINISHED
+         │                  │                          │
+         └───── any ProtocolError or session error ────┴──────────────► FAILED
+
+Errors are ``ProtocolError`` with a ``Code`` (see ``parsetier.status``); errors from the session
+(a bad token id, a call out of order) are translated to it here. After an error the protocol is
+``FAILED`` and refuses everything: the caller ends the session with that code.
+
+Counting: ``counts.client_messages`` is every message received (empty keep-alives too);
+``sequence`` numbers the replies that carried something, 1, 2, 3...; tokens and text bytes count
+towards the per-session limits, the prompt tail on its own (it is not output).
+
+Batching: the token ids of consecutive id steps in one message are concatenated into one
+``Session.feed`` call — parsing is split-invariant, so the output is the same as feeding them one
+by one, at a fraction of the per-call cost — and everything one message produced goes into one
+reply.
+
+Resume (the seam for a resume point in ``Open``)
+-----------------------------------------------
+A resumed session replays a history the client already has output for, silently, then continues
+as if the stream had never broken. It belongs here, in ``_start``, after the ``Session`` exists
+and before the opening message's own steps are applied:
+
+1. feed the history's steps through ``_feed`` (same limits and counting: they are this session's
+   tokens) and drop the outputs — the client has them;
+2. set ``self.sequence`` and ``self.counts.client_messages`` from the resume point, so the next
+   reply continues the numbering the client saw;
+3. return to ``supply_model``, which applies the opening message's steps/finish as usual.
+
+The servicers need no change: they only see ``NeedModel`` and ``Reply`` as today.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from parsetier import convert
+from parsetier import session as core
+from parsetier.completion import CompletionSession, open_session
+from parsetier.models import Model
+from parsetier.resume import Replay
+from parsetier.status import Code, ProtocolError, error_of, exhausted, invalid, out_of_order
+from parsetier_api.v1 import parsetier_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one client may cost the server. Past a limit the session (or call) ends with
+    RESOURCE_EXHAUSTED (idling: DEADLINE_EXCEEDED) and nothing else changes."""
+
+    max_message_bytes: int = 4 * 1024 * 1024
+    """Largest client message gRPC accepts (larger ones fail with RESOURCE_EXHAUSTED)."""
+    max_steps_per_message: int = 4096
+    max_tokens_per_session: int = 1_000_000
+    """Output token ids one session may feed (the prompt tail is held to the same number)."""
+    max_text_bytes_per_session: int = 16 * 1024 * 1024
+    """UTF-8 bytes of already-detokenized text one session may feed."""
+    max_sessions: int = 1024
+    """Open sessions (Parse streams and ParseOnce calls) at once."""
+    idle_timeout: float = 300.0
+    """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
+    max_reply_bytes: int = 64 * 1024 * 1024
+    """Largest message the server sends (grpc's send limit, and what the Python clients accept).
+    The session limits keep ordinary replies far below it; a reply that would be larger ends the
+    session with RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
+    max_loop_lag: float = 0.1
+    """Seconds the event loop may run behind before new sessions are refused (0: never)."""
+    max_watch_streams: int = 256
+    """Health Watch and reflection streams open at once (each kind counted on its own)."""
+
+    def check_steps(self, count: int) -> None:
+        if count > self.max_steps_per_message:
+            raise exhausted(f"{count} steps in one message; the limit is {self.max_steps_per_message}")
+
+    def check_tokens(self, total: int) -> None:
+        if total > self.max_tokens_per_session:
+            raise exhausted(f"session exceeds {self.max_tokens_per_session} tokens")
+
+    def check_reply(self, size: int) -> None:
+        if size > self.max_reply_bytes:
+            raise exhausted(
+                f"the reply would be {size} bytes, more than the {self.max_reply_bytes} the server sends "
+                "in one message; send fewer steps per message, or split the output across sessions"
+            )
+
+    def check_text(self, total_bytes: int) -> None:
+        if total_bytes > self.max_text_bytes_per_session:
+            raise exhausted(f"session exceeds {self.max_text_bytes_per_session} bytes of text")
+
+
+@dataclass(slots=True)
+class SessionCounts:
+    """What a session has received and sent so far (its log line reports these)."""
+
+    model: str = ""
+    request_id: str = ""
+    choice_index: int = 0
+    """Which of the request's choices the session was (``Open.choice_index``)."""
+    tokens: int = 0
+    """Output token ids received (plus the ``text_tokens`` of text steps)."""
+    text_bytes: int = 0
+    """Bytes of already-detokenized text received."""
+    deltas: int = 0
+    events: int = 0
+    client_messages: int = 0
+    server_messages: int = 0
+    finish_reason: str = ""
+    replayed: int = 0
+    """A resumed session: the client messages it replayed silently (``Open.resume``)."""
+
+
+class State(enum.Enum):
+    AWAIT_OPEN = "await_open"
+    LOADING = "loading"
+    STREAMING = "streaming"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class NeedModel:
+    """The message opens the session: load the model ``name`` and pass it to ``supply_model``."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What to send for one client message. ``response`` is None when the message produced
+    nothing to send; ``opened`` is True for the message whose Open was just accepted (a stream
+    sends its headers then); ``finished`` once the final result is in ``response``."""
+
+    response: pb.ParseResponse | None
+    opened: bool = False
+    finished: bool = False
+
+
+def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list[int] | pb.Step]:
+    """Group steps into feed calls: runs of id steps become one id list; a text-only step, and
+    an id step with logprobs (or every id step, ``per_step``: its ids belong on its own delta),
+    stays a step of its own. A step with ids ignores its text (see ``Step.text``)."""
+    ids: list[int] = []
+    for step in steps:
+        if step.token_ids and (per_step or step.HasField("logprobs")):
+            if ids:
+                yield ids
+                ids = []
+            yield step
+        elif step.token_ids:
+            ids.extend(step.token_ids)
+        elif step.text or step.text_tokens or step.HasField("logprobs"):
+            if ids:
+                yield ids
+                ids = []
+            yield step
+    if ids:
+        yield ids
+
+
+def _index(steps: Sequence[pb.Step], step: pb.Step) -> int:
+    return next(i for i, s in enumerate(steps) if s is step)
+
+
+def _feed_step(
+    session: core.Session | CompletionSession, step: pb.Step, steps: Sequence[pb.Step]
+) -> core.StepOutput:
+    """One id step fed on its own, with its logprobs; errors in them name the step."""
+    if not step.HasField("logprobs"):
+        return session.feed(step.token_ids)
+    try:
+        return session.feed(step.token_ids, convert.step_logprobs_of(step.logprobs))
+    except core.InvalidInput as exc:
+        raise invalid(f"steps[{_index(steps, step)}].{exc}") from None
+
+
+FEED_PIECE = 8192
+"""Ids per ``Session.feed`` call. Parsing is split-invariant, so a long run fed in pieces gives
+the same output; between pieces the thread that parses a large message (see the servicer) lets
+the event loop take the GIL back, which one long call into the tokenizer would not."""
+
+
+def feed_in_pieces(session: core.Session | CompletionSession, ids: Sequence[int]) -> list[core.StepOutput]:
+    return [session.feed(ids[at : at + FEED_PIECE]) for at in range(0, len(ids), FEED_PIECE)]
+
+
+class SessionProtocol:
+    """The rules of one session (see the module docstring). Not thread-safe: one caller at a
+    time, though that caller may hand a large message to a worker thread."""
+
+    def __init__(self, limits: Limits, counts: SessionCounts | None = None, *, unary: bool = False) -> None:
+        self.limits = limits
+        self.counts = counts if counts is not None else SessionCounts()
+        """Filled in as the session runs; pass the log record to have it counted directly."""
+        self.unary = unary
+        """ParseOnce: ``Open.output`` unset means FINAL_ONLY instead of DELTAS."""
+        self.state = State.AWAIT_OPEN
+        self.sequence = 0
+        """Number of the last reply that carried something."""
+        self.session: core.Session | CompletionSession | None = None
+        self.want_deltas = True
+        self.want_events = False
+        self._pending: pb.ParseRequest | None = None
+        self.resumable = False
+        """The client can resume elsewhere: a draining server hands the session off."""
+        self.replay: Replay | None = None
+        """A resumed session's silent history (``parsetier.resume``), until it is replayed."""
+
+    @property
+    def finished(self) -> bool:
+        return self.state is State.FINISHED
+
+    # ------------------------------------------------------------------ input
+    def receive(self, message: pb.ParseRequest) -> NeedModel | Reply:
+        """One client message: its reply, or ``NeedModel`` when it opens the session."""
+        self.counts.client_messages += 1
+        with self._failing():
+            self._check_order(message)
+            self.limits.check_steps(len(message.steps))
+            if message.HasField("open"):
+                self.counts.model = message.open.model
+                self.counts.request_id = message.open.request_id
+                self._pending = message
+                self.state = State.LOADING
+                return NeedModel(message.open.model)
+            return Reply(self._apply(message), finished=self.finished)
+
+    def supply_model(self, model: Model) -> Reply:
+        """The model the opening message named; starts the session and applies that message."""
+        if self.state is not State.LOADING or self._pending is None:
+            raise RuntimeError(f"supply_model in state {self.state.name}")
+        message, self._pending = self._pending, None
+        with self._failing():
+            self._start(model, message.open)
+            self.state = State.STREAMING
+            return Reply(self._apply(message), opened=True, finished=self.finished)
+
+    def fail(self, exc: BaseException) -> ProtocolError | None:
+        """Mark the session failed by ``exc`` (e.g. the model would not load); its contract
+        error, or None when ``exc`` is a server bug."""
+        self.state = State.FAILED
+        self._pending = None
+        return error_of(exc)
+
+    def receive_eof(self) -> None:
+        """The client closed its side: fine after Finish, an error before."""
+        if self.state is not State.FINISHED:
+            self.state = State.FAILED
+            raise out_of_order("the stream was closed before Finish")
+
+    def idle(self) -> None:
+        """The client sent nothing for ``limits.idle_timeout``: fine once the result is out (the
+        client merely did not close), an error before."""
+        if self.state is not State.FINISHED:
+            self.state = State.FAILED
+            raise ProtocolError(
+                Code.DEADLINE_EXCEEDED,
+                f"no message for {self.limits.idle_timeout:g} s; the session was dropped",
+            )
+
+    # ------------------------------------------------------------------ rules
+    def _check_order(self, message: pb.ParseRequest) -> None:
+        """Order errors, checked before anything in the message is applied."""
+        state = self.state
+        has_data = bool(message.steps) or message.HasField("finish")
+        if state is State.FAILED:
+            raise out_of_order("the session has already ended with an error")
+        if state is State.LOADING:
+            raise RuntimeError("receive while the model is loading")
+        if state is State.FINISHED and (has_data or message.HasField("open")):
+            raise out_of_order("the session is finished; no data may follow Finish")
+        if message.HasField("open") and state is not State.AWAIT_OPEN:
+            raise out_of_order("the session is already open; Open may only come in the first message")
+        if state is State.AWAIT_OPEN and not message.HasField("open") and has_data:
+            raise out_of_order("the stream must start with Open before steps or Finish")
+
+    def _start(self, model: Model, open_: pb.Open) -> None:
+        """Create the session for an accepted Open. (A resume point would replay here.)"""
+        options = convert.options_of(open_)
+        self.counts.choice_index = options.choice_index
+        self.want_deltas, self.want_events = convert.wants(open_.output, unary=self.unary)
+        options = dataclasses.replace(options, collect_in_final=not self.want_deltas)
+        self.limits.check_tokens(len(options.prompt_token_ids))
+        self.session = open_session(model, options)
+        self.resumable = open_.resumable
+        if open_.HasField("resume"):  # the resume seam: the history replays silently in _apply
+            self.replay = Replay(open_.resume.client_messages, open_.resume.sequence)
+            self.counts.replayed = open_.resume.client_messages
+
+    def _apply(self, message: pb.ParseRequest) -> pb.ParseResponse | None:
+        replay = self.replay
+        silent = replay is not None and replay.silent(self.counts.client_messages)
+        if not message.steps and not message.HasField("finish"):
+            if silent:
+                self._replayed(False)
+            return None  # an Open alone, or an empty keep-alive message
+        outputs = self._feed(message.steps)
+        if message.HasField("finish"):
+            assert self.session is not None
+            reason, matched = convert.finish_of(message.finish)
+            outputs.append(self.session.finish(reason, matched_stop=matched))
+            self.state = State.FINISHED
+        if silent:
+            produced = self._produces(outputs)
+            self._replayed(produced)
+            self.sequence += produced
+            return None
+        return self._reply(outputs)
+
+    def _replayed(self, produced: bool) -> None:
+        """Account for one silent message of a resumed session's history."""
+        replay = self.replay
+        assert replay is not None
+        n = self.counts.client_messages
+        replay.replayed(n, produced, self.state is State.FINISHED)
+        if n >= replay.until:
+            self.replay = None  # the history is replayed: the session goes on as usual
+
+    def _produces(self, outputs: list[core.StepOutput]) -> bool:
+        """Whether these outputs make a reply (what ``_reply`` decides, without building it)."""
+        return any(
+            out.final is not None or (self.want_deltas and out.deltas) or (self.want_events and out.events)
+            for out in outputs
+        )
+
+    def _feed(self, steps: Sequence[pb.Step]) -> list[core.StepOutput]:
+        session, counts, limits = self.session, self.counts, self.limits
+        assert session is not None
+        outputs: list[core.StepOutput] = []
+        for run in step_runs(steps, session.options.return_token_ids):
+            if isinstance(run, pb.Step) and run.token_ids:
+                counts.tokens += len(run.token_ids)
+                limits.check_tokens(counts.tokens)
+                outputs.append(_feed_step(session, run, steps))
+            elif isinstance(run, pb.Step):
+                if run.HasField("logprobs"):
+                    raise invalid(f"steps[{_index(steps, run)}].logprobs: a text step has no logprobs")
+                counts.text_bytes += len(run.text.encode("utf-8"))
+                limits.check_text(counts.text_bytes)
+                counts.tokens += run.text_tokens
+                limits.check_tokens(counts.tokens)
+                outputs.append(session.feed_text(run.text, run.text_tokens))
+            else:
+                counts.tokens += len(run)
+                limits.check_tokens(counts.tokens)
+                outputs += feed_in_pieces(session, run)
+        return outputs
+
+    def _reply(self, outputs: list[core.StepOutput]) -> pb.ParseResponse | None:
+        counts = self.counts
+        reply = pb.ParseResponse(client_messages=counts.client_messages)
+        want_deltas, want_events = self.want_deltas, self.want_events
+        for out in outputs:
+            if want_deltas and out.deltas:
+                reply.deltas.extend([convert.delta_to_pb(d) for d in out.deltas])
+            if want_events and out.events:
+                reply.events.extend([convert.event_to_pb(e) for e in out.events])
+            if out.final is not None:
+                reply.final.CopyFrom(convert.final_to_pb(out.final))
+                counts.finish_reason = out.final.finish_reason
+        if not reply.deltas and not reply.events and not reply.HasField("final"):
+            return None
+        self.sequence += 1
+        reply.sequence = self.sequence
+        counts.deltas += len(reply.deltas)
+        counts.events += len(reply.events)
+        counts.server_messages += 1
+        return reply
+
+    def _failing(self) -> _FailOnError:
+        return _FailOnError(self)
+
+
+class _FailOnError:
+    """Context manager: any exception marks the protocol FAILED; session errors become
+    ``ProtocolError`` (server bugs pass through unchanged, for the servicer to log)."""
+
+    __slots__ = ("protocol",)
+
+    def __init__(self, protocol: SessionProtocol) -> None:
+        self.protocol = protocol
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None:
+            return False
+        error = self.protocol.fail(exc)
+        if error is not None and error is not exc:
+            raise error from None
+        return False
+
+
+# ---------------------------------------------------------------------- ParseOnce framing
+def once_request(request: pb.ParseOnceRequest) -> pb.ParseRequest:
+    """A ParseOnce call as the one message of a session: open, the whole output as one step,
+    finish. Limits then hold exactly as for a ``Parse`` stream sent that message."""
+    if request.HasField("logprobs") and not request.token_ids:
+        raise invalid("logprobs: they need token_ids (text has no logprobs)")
+    message = pb.ParseRequest(open=request.open, finish=request.finish)
+    if request.token_ids or request.text or request.text_tokens:
+        step = message.steps.add(text=request.text, text_tokens=request.text_tokens)
+        step.token_ids.extend(request.token_ids)
+        if request.HasField("logprobs"):
+            step.logprobs.CopyFrom(request.logprobs)
+    return message
+
+
+def once_response(reply: Reply) -> pb.ParseOnceResponse:
+    """The unary response for the one reply of a ParseOnce session."""
+    response = pb.ParseOnceResponse()
+    if reply.response is not None:
+        response.final.CopyFrom(reply.response.final)
+        response.deltas.extend(reply.response.deltas)
+        response.events.extend(reply.response.events)
+    return response
