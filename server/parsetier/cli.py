@@ -38,6 +38,18 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="open sessions at once; more are refused; default %(default)s",
     )
     parser.add_argument(
+        "--max-sessions-per-stream",
+        type=int,
+        default=defaults.max_sessions_per_stream,
+        help="open sessions on one ParseBatch stream; an open past it is refused; default %(default)s",
+    )
+    parser.add_argument(
+        "--max-items-per-message",
+        type=int,
+        default=defaults.max_items_per_message,
+        help="session entries in one ParseBatch message; more end the stream; default %(default)s",
+    )
+    parser.add_argument(
         "--max-message-bytes", type=int, default=defaults.max_message_bytes, help="default %(default)s"
     )
     parser.add_argument(
@@ -217,6 +229,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_steps_per_message=args.max_steps_per_message,
         max_tokens_per_session=args.max_tokens_per_session,
         max_sessions=args.max_sessions,
+        max_sessions_per_stream=args.max_sessions_per_stream,
+        max_items_per_message=args.max_items_per_message,
         idle_timeout=args.idle_timeout,
         max_loop_lag=args.max_loop_lag_ms / 1000,
         max_watch_streams=args.max_watch_streams,

@@ -1,5 +1,5 @@
 """Proto messages ↔ the core's value types. Pure functions, no grpc status handling beyond
-raising ``ServiceError`` for requests the proto can express but the contract rejects."""
+raising ``ProtocolError`` for requests the proto can express but the contract rejects."""
 
 from __future__ import annotations
 

@@ -73,6 +73,12 @@ from parsetier.resume import Replay
 from parsetier.status import Code, ProtocolError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
+Input = pb.ParseRequest | pb.SessionInput
+"""A session's client message: a ``Parse`` stream's, or one entry of a ``ParseBatch`` message
+(the same fields: ``open``, ``steps``, ``finish``)."""
+Output = pb.ParseResponse | pb.SessionOutput
+"""A session's reply: a ``ParseResponse``, or one entry of a ``ParseBatchResponse``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -86,8 +92,12 @@ class Limits:
     """Output token ids one session may feed (the prompt tail is held to the same number)."""
     max_text_bytes_per_session: int = 16 * 1024 * 1024
     """UTF-8 bytes of already-detokenized text one session may feed."""
-    max_sessions: int = 1024
-    """Open sessions (Parse streams and ParseOnce calls) at once."""
+    max_sessions: int = 4096
+    """Open sessions at once on the server (Parse streams, ParseOnce calls, ParseBatch sessions)."""
+    max_sessions_per_stream: int = 2048
+    """Open sessions on one ParseBatch stream; an open past it is refused (that session only)."""
+    max_items_per_message: int = 2048
+    """Session entries in one ParseBatch message; more end the stream (a framing limit)."""
     idle_timeout: float = 300.0
     """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
     max_reply_bytes: int = 64 * 1024 * 1024
@@ -241,8 +251,11 @@ class SessionProtocol:
         return self.state is State.FINISHED
 
     # ------------------------------------------------------------------ input
-    def receive(self, message: pb.ParseRequest) -> NeedModel | Reply:
-        """One client message: its reply, or ``NeedModel`` when it opens the session."""
+    def receive(self, message: Input, into: Output | None = None) -> NeedModel | Reply:
+        """One client message: its reply, or ``NeedModel`` when it opens the session.
+
+        ``into`` is the message the reply is written into (a new ``ParseResponse`` when None);
+        when nothing came out it is left untouched and ``Reply.response`` is None."""
         self.counts.client_messages += 1
         with self._failing():
             self._check_order(message)
@@ -253,9 +266,9 @@ class SessionProtocol:
                 self._pending = message
                 self.state = State.LOADING
                 return NeedModel(message.open.model)
-            return Reply(self._apply(message), finished=self.finished)
+            return Reply(self._apply(message, into), finished=self.state is State.FINISHED)
 
-    def supply_model(self, model: Model) -> Reply:
+    def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
         if self.state is not State.LOADING or self._pending is None:
             raise RuntimeError(f"supply_model in state {self.state.name}")
@@ -263,7 +276,7 @@ class SessionProtocol:
         with self._failing():
             self._start(model, message.open)
             self.state = State.STREAMING
-            return Reply(self._apply(message), opened=True, finished=self.finished)
+            return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
 
     def fail(self, exc: BaseException) -> ProtocolError | None:
         """Mark the session failed by ``exc`` (e.g. the model would not load); its contract
@@ -289,7 +302,7 @@ class SessionProtocol:
             )
 
     # ------------------------------------------------------------------ rules
-    def _check_order(self, message: pb.ParseRequest) -> None:
+    def _check_order(self, message: Input) -> None:
         """Order errors, checked before anything in the message is applied."""
         state = self.state
         has_data = bool(message.steps) or message.HasField("finish")
@@ -317,15 +330,16 @@ class SessionProtocol:
             self.replay = Replay(open_.resume.client_messages, open_.resume.sequence)
             self.counts.replayed = open_.resume.client_messages
 
-    def _apply(self, message: pb.ParseRequest) -> pb.ParseResponse | None:
+    def _apply(self, message: Input, into: Output | None) -> Output | None:
         replay = self.replay
         silent = replay is not None and replay.silent(self.counts.client_messages)
-        if not message.steps and not message.HasField("finish"):
+        finish = message.HasField("finish")
+        if not message.steps and not finish:
             if silent:
                 self._replayed(False)
             return None  # an Open alone, or an empty keep-alive message
         outputs = self._feed(message.steps)
-        if message.HasField("finish"):
+        if finish:
             assert self.session is not None
             reason, matched = convert.finish_of(message.finish)
             outputs.append(self.session.finish(reason, matched_stop=matched))
@@ -335,7 +349,7 @@ class SessionProtocol:
             self._replayed(produced)
             self.sequence += produced
             return None
-        return self._reply(outputs)
+        return self._reply(outputs, into)
 
     def _replayed(self, produced: bool) -> None:
         """Account for one silent message of a resumed session's history."""
@@ -376,24 +390,28 @@ class SessionProtocol:
                 outputs += feed_in_pieces(session, run)
         return outputs
 
-    def _reply(self, outputs: list[core.StepOutput]) -> pb.ParseResponse | None:
-        counts = self.counts
-        reply = pb.ParseResponse(client_messages=counts.client_messages)
+    def _reply(self, outputs: list[core.StepOutput], into: Output | None) -> Output | None:
+        """Fill the reply from the outputs; None (and ``into`` untouched) when there is nothing."""
         want_deltas, want_events = self.want_deltas, self.want_events
-        for out in outputs:
-            if want_deltas and out.deltas:
-                reply.deltas.extend([convert.delta_to_pb(d) for d in out.deltas])
-            if want_events and out.events:
-                reply.events.extend([convert.event_to_pb(e) for e in out.events])
-            if out.final is not None:
-                reply.final.CopyFrom(convert.final_to_pb(out.final))
-                counts.finish_reason = out.final.finish_reason
-        if not reply.deltas and not reply.events and not reply.HasField("final"):
+        deltas = [d for out in outputs for d in out.deltas] if want_deltas else []
+        events = [e for out in outputs for e in out.events] if want_events else []
+        final = outputs[-1].final if outputs else None
+        if not deltas and not events and final is None:
             return None
+        counts = self.counts
+        reply = pb.ParseResponse() if into is None else into
         self.sequence += 1
         reply.sequence = self.sequence
-        counts.deltas += len(reply.deltas)
-        counts.events += len(reply.events)
+        reply.client_messages = counts.client_messages
+        if deltas:
+            reply.deltas.extend([convert.delta_to_pb(d) for d in deltas])
+        if events:
+            reply.events.extend([convert.event_to_pb(e) for e in events])
+        if final is not None:
+            reply.final.CopyFrom(convert.final_to_pb(final))
+            counts.finish_reason = final.finish_reason
+        counts.deltas += len(deltas)
+        counts.events += len(events)
         counts.server_messages += 1
         return reply
 
@@ -420,6 +438,200 @@ class _FailOnError:
         if error is not None and error is not exc:
             raise error from None
         return False
+
+
+# ---------------------------------------------------------------------- ParseBatch framing
+@dataclass(frozen=True, slots=True)
+class NeedModels:
+    """The message opens sessions of models this stream has not used yet: load each and pass
+    them (or the exception its load raised) to ``BatchProtocol.supply_models``."""
+
+    names: tuple[str, ...]
+
+
+class BatchHooks:
+    """What a ``BatchProtocol`` asks of its host when sessions begin and end; the defaults
+    admit everything and forget. The servicer's hooks count sessions in the server's gate and
+    log each session's end."""
+
+    def new_counts(self) -> SessionCounts:
+        return SessionCounts()
+
+    def admit(self) -> None:
+        """Raise ``ProtocolError`` to refuse a new session (the server is full or draining)."""
+
+    def ended(self, counts: SessionCounts, error: ProtocolError | None, admitted: bool) -> None:
+        """A session ended: finished (``error`` None), failed, cancelled or cut with its stream."""
+
+
+CANCELLED_BY_CLIENT = "the client cancelled the session"
+INTERNAL_MESSAGE = "internal server error; the server log has the details"
+"""A server bug's status says nothing about the exception (its text may hold request data)."""
+
+
+class BatchProtocol:
+    """The rules of one ``ParseBatch`` stream: a table of key → ``SessionProtocol``, one reply per
+    client message. Each entry goes to its session's protocol exactly as a ``Parse`` message
+    would, so a multiplexed session answers byte for byte like a stream.
+
+    Errors: a session's error (anything its protocol raises, a refused open, a server bug in its
+    parsing) ends that session — its entry in the reply carries the status — and the stream goes
+    on. Malformed framing (an entry without a key) and the stream's own limit on entries per
+    message raise ``ProtocolError``: the stream ends, and ``close`` ends its sessions.
+    """
+
+    def __init__(self, limits: Limits, hooks: BatchHooks | None = None) -> None:
+        self.limits = limits
+        self.hooks = hooks or BatchHooks()
+        self.sessions: dict[str, SessionProtocol] = {}
+        self.models: dict[str, Model] = {}
+        """Models this stream's sessions use, looked up once per stream."""
+        self.client_messages = 0
+        self._pending: pb.ParseBatchRequest | None = None
+        self._load_errors: dict[str, BaseException] = {}
+
+    # ------------------------------------------------------------------ input
+    def receive(self, message: pb.ParseBatchRequest) -> NeedModels | pb.ParseBatchResponse:
+        """One client message (one engine step): the reply, or the models to load first."""
+        self.client_messages += 1
+        entries = message.sessions
+        if len(entries) > self.limits.max_items_per_message:
+            limit = self.limits.max_items_per_message
+            raise exhausted(f"{len(entries)} session entries in one message; the limit is {limit}")
+        models = self.models
+        missing = {e.open.model for e in entries if e.HasField("open") and e.open.model not in models}
+        if missing:
+            self._pending = message
+            return NeedModels(tuple(sorted(missing)))
+        return self._apply(message)
+
+    def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
+        """The models ``NeedModels`` named, or the exception each load raised (that name's opens
+        fail with its status; nothing else does)."""
+        message, self._pending = self._pending, None
+        if message is None:
+            raise RuntimeError("supply_models without a pending message")
+        for name, model in loaded.items():
+            if isinstance(model, BaseException):
+                self._load_errors[name] = model
+            else:
+                self.models[name] = model
+        try:
+            return self._apply(message)
+        finally:
+            self._load_errors.clear()
+
+    def receive_eof(self) -> None:
+        """The client closed its side: sessions still open are dropped; the stream ends OK."""
+        self.close(ProtocolError(Code.CANCELLED, "the stream was closed before the session finished"))
+
+    def idle(self) -> None:
+        """No message for ``limits.idle_timeout``: fine with no session open, else the stream ends."""
+        if self.sessions:
+            raise ProtocolError(
+                Code.DEADLINE_EXCEEDED,
+                f"no message for {self.limits.idle_timeout:g} s with {len(self.sessions)} sessions open",
+            )
+
+    def close(self, error: ProtocolError) -> None:
+        """The stream is over: end every session still open with ``error``."""
+        sessions, self.sessions = self.sessions, {}
+        for protocol in sessions.values():
+            protocol.state = State.FAILED
+            self.hooks.ended(protocol.counts, error, True)
+
+    # ------------------------------------------------------------------ rules
+    def _apply(self, message: pb.ParseBatchRequest) -> pb.ParseBatchResponse:
+        entries = message.sessions
+        keys = [entry.key for entry in entries]
+        if not all(keys):
+            raise invalid("every session entry needs a non-empty key")
+        response = pb.ParseBatchResponse(client_messages=self.client_messages)
+        outputs = response.sessions
+        sessions = self.sessions
+        seen: set[str] = set()
+        for key, entry in zip(keys, entries, strict=True):
+            protocol = sessions.get(key)
+            if key in seen:
+                error = invalid(f"session {key!r} appears twice in one message")
+                self._end_with(outputs, key, protocol, error)
+                continue
+            seen.add(key)
+            if entry.cancel:
+                if protocol is not None:
+                    self._end_with(outputs, key, protocol, ProtocolError(Code.CANCELLED, CANCELLED_BY_CLIENT))
+                continue  # cancelling a session that already ended is a harmless race
+            if protocol is None:
+                protocol = self._open(outputs, key, entry)
+                if protocol is None:
+                    continue
+            output = outputs.add()
+            try:
+                reply = protocol.receive(entry, output)
+                if isinstance(reply, NeedModel):
+                    reply = protocol.supply_model(self._model(reply.name), output)
+            except Exception as exc:
+                del outputs[-1]
+                error = error_of(exc)
+                if error is None:  # a server bug, confined to this session; the host logs it
+                    error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
+                    error.__cause__ = exc
+                self._end_with(outputs, key, protocol, error)
+                continue
+            if reply.response is None:
+                del outputs[-1]
+            else:
+                output.key = key
+            if reply.finished:
+                del sessions[key]
+                self.hooks.ended(protocol.counts, None, True)
+        return response
+
+    def _open(self, outputs, key: str, entry: pb.SessionInput) -> SessionProtocol | None:
+        """A new session for ``key``, or None when its first entry is refused (answered in
+        ``outputs``)."""
+        if not entry.HasField("open"):
+            _status(outputs, key, out_of_order(f"no open session {key!r}: its first entry must carry open"))
+            return None
+        counts = self.hooks.new_counts()
+        counts.model, counts.request_id = entry.open.model, entry.open.request_id
+        if len(self.sessions) >= self.limits.max_sessions_per_stream:
+            error = exhausted(f"the stream has {len(self.sessions)} open sessions; the limit is "
+                              f"{self.limits.max_sessions_per_stream}")
+            return self._refuse(outputs, key, counts, error)
+        try:
+            self.hooks.admit()
+        except ProtocolError as error:
+            return self._refuse(outputs, key, counts, error)
+        protocol = SessionProtocol(self.limits, counts)
+        self.sessions[key] = protocol
+        return protocol
+
+    def _refuse(self, outputs, key: str, counts: SessionCounts, error: ProtocolError) -> None:
+        counts.client_messages += 1
+        _status(outputs, key, error)
+        self.hooks.ended(counts, error, False)
+        return None
+
+    def _model(self, name: str) -> Model:
+        error = self._load_errors.get(name)
+        if error is not None:
+            raise error
+        return self.models[name]
+
+    def _end_with(self, outputs, key: str, protocol: SessionProtocol | None, error: ProtocolError) -> None:
+        """End a session with ``error`` and say so in the reply."""
+        _status(outputs, key, error)
+        if protocol is not None and self.sessions.get(key) is protocol:
+            del self.sessions[key]
+            protocol.state = State.FAILED
+            self.hooks.ended(protocol.counts, error, True)
+
+
+def _status(outputs, key: str, error: ProtocolError) -> None:
+    output = outputs.add(key=key)
+    output.status.code = int(error.code)
+    output.status.message = error.message
 
 
 # ---------------------------------------------------------------------- ParseOnce framing

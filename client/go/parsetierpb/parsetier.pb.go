@@ -2618,6 +2618,354 @@ func (x *MessageStartAnchor) GetInReasoning() bool {
 	return false
 }
 
+// One engine step of a `ParseBatch` stream: what happened to each session it touches.
+type ParseBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per session, applied in order. A key may appear at most once per message
+	// (a second entry for it ends that session with INVALID_ARGUMENT).
+	Sessions      []*SessionInput `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParseBatchRequest) Reset() {
+	*x = ParseBatchRequest{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParseBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParseBatchRequest) ProtoMessage() {}
+
+func (x *ParseBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParseBatchRequest.ProtoReflect.Descriptor instead.
+func (*ParseBatchRequest) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ParseBatchRequest) GetSessions() []*SessionInput {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// One session's part of an engine step. Its `open`, `steps` and `finish` mean exactly what they
+// mean in a `ParseRequest` of a `Parse` stream, and apply in that order.
+type SessionInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client's name for the session, unique among the stream's open sessions; any non-empty
+	// string (an empty key is malformed framing: INVALID_ARGUMENT ends the stream). A key is free
+	// again once its session has ended (final result, error or cancel).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Opens the session: required in the key's first entry, forbidden afterwards.
+	Open *Open `protobuf:"bytes,2,opt,name=open,proto3" json:"open,omitempty"`
+	// Decode steps, as in `ParseRequest.steps`.
+	Steps []*Step `protobuf:"bytes,3,rep,name=steps,proto3" json:"steps,omitempty"`
+	// Ends the output, as in `ParseRequest.finish`; the session's result then carries `final`.
+	Finish *Finish `protobuf:"bytes,4,opt,name=finish,proto3" json:"finish,omitempty"`
+	// Drops the session (e.g. the request was aborted) without a final result; its result carries
+	// the status CANCELLED. Other fields of the entry are ignored.
+	Cancel        bool `protobuf:"varint,5,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInput) Reset() {
+	*x = SessionInput{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInput) ProtoMessage() {}
+
+func (x *SessionInput) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInput.ProtoReflect.Descriptor instead.
+func (*SessionInput) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SessionInput) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SessionInput) GetOpen() *Open {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *SessionInput) GetSteps() []*Step {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *SessionInput) GetFinish() *Finish {
+	if x != nil {
+		return x.Finish
+	}
+	return nil
+}
+
+func (x *SessionInput) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+// The answer to one client message of a `ParseBatch` stream (always exactly one per message).
+type ParseBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many client messages the server had consumed when it produced this one: the 1-based
+	// index of the client message this answers.
+	ClientMessages uint64 `protobuf:"varint,1,opt,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
+	// One entry per session that produced anything for this message, in the order of the request's
+	// entries. Sessions whose tokens produced no output yet are absent.
+	Sessions      []*SessionOutput `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ParseBatchResponse) Reset() {
+	*x = ParseBatchResponse{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ParseBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ParseBatchResponse) ProtoMessage() {}
+
+func (x *ParseBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ParseBatchResponse.ProtoReflect.Descriptor instead.
+func (*ParseBatchResponse) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ParseBatchResponse) GetClientMessages() uint64 {
+	if x != nil {
+		return x.ClientMessages
+	}
+	return 0
+}
+
+func (x *ParseBatchResponse) GetSessions() []*SessionOutput {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// One session's output for one client message: what a `ParseResponse` of a `Parse` stream fed
+// the same messages would carry, or the status that ended the session.
+type SessionOutput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's key, as the client sent it.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// 1, 2, 3, ... over this session's outputs that carried deltas, events or a final result.
+	Sequence uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// How many of this session's entries the server had consumed (as `ParseResponse.client_messages`).
+	ClientMessages uint64 `protobuf:"varint,3,opt,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
+	// The OpenAI-style deltas produced, in order (if the session asked for deltas).
+	Deltas []*Delta `protobuf:"bytes,4,rep,name=deltas,proto3" json:"deltas,omitempty"`
+	// The semantic events produced, in order (if the session asked for events).
+	Events []*Event `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	// Set on the session's last output when it finished normally.
+	Final *Final `protobuf:"bytes,6,opt,name=final,proto3" json:"final,omitempty"`
+	// Set when the session ended without a final result (an error, or CANCELLED after a cancel);
+	// the key is then free. Output already sent for the session stays valid.
+	Status        *SessionStatus `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionOutput) Reset() {
+	*x = SessionOutput{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionOutput) ProtoMessage() {}
+
+func (x *SessionOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionOutput.ProtoReflect.Descriptor instead.
+func (*SessionOutput) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SessionOutput) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SessionOutput) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *SessionOutput) GetClientMessages() uint64 {
+	if x != nil {
+		return x.ClientMessages
+	}
+	return 0
+}
+
+func (x *SessionOutput) GetDeltas() []*Delta {
+	if x != nil {
+		return x.Deltas
+	}
+	return nil
+}
+
+func (x *SessionOutput) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *SessionOutput) GetFinal() *Final {
+	if x != nil {
+		return x.Final
+	}
+	return nil
+}
+
+func (x *SessionOutput) GetStatus() *SessionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// Why a multiplexed session ended, as a gRPC status would say it.
+type SessionStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A `google.rpc.Code` value (3 INVALID_ARGUMENT, 5 NOT_FOUND, 8 RESOURCE_EXHAUSTED, ...), the
+	// code a `Parse` stream would have ended with.
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// A message for the person debugging the client.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionStatus) Reset() {
+	*x = SessionStatus{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionStatus) ProtoMessage() {}
+
+func (x *SessionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionStatus.ProtoReflect.Descriptor instead.
+func (*SessionStatus) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SessionStatus) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SessionStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_parsetier_v1_parsetier_proto protoreflect.FileDescriptor
 
 const file_parsetier_v1_parsetier_proto_rawDesc = "" +
@@ -2789,7 +3137,29 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x15message_start_anchors\x18\x05 \x03(\v2 .parsetier.v1.MessageStartAnchorR\x13messageStartAnchors\"K\n" +
 	"\x12MessageStartAnchor\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12!\n" +
-	"\fin_reasoning\x18\x02 \x01(\bR\vinReasoning*\x87\x01\n" +
+	"\fin_reasoning\x18\x02 \x01(\bR\vinReasoning\"K\n" +
+	"\x11ParseBatchRequest\x126\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1a.parsetier.v1.SessionInputR\bsessions\"\xb8\x01\n" +
+	"\fSessionInput\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
+	"\x04open\x18\x02 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12(\n" +
+	"\x05steps\x18\x03 \x03(\v2\x12.parsetier.v1.StepR\x05steps\x12,\n" +
+	"\x06finish\x18\x04 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\x12\x16\n" +
+	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"v\n" +
+	"\x12ParseBatchResponse\x12'\n" +
+	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x127\n" +
+	"\bsessions\x18\x02 \x03(\v2\x1b.parsetier.v1.SessionOutputR\bsessions\"\xa0\x02\n" +
+	"\rSessionOutput\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12'\n" +
+	"\x0fclient_messages\x18\x03 \x01(\x04R\x0eclientMessages\x12+\n" +
+	"\x06deltas\x18\x04 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
+	"\x06events\x18\x05 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12)\n" +
+	"\x05final\x18\x06 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x123\n" +
+	"\x06status\x18\a \x01(\v2\x1b.parsetier.v1.SessionStatusR\x06status\"=\n" +
+	"\rSessionStatus\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*\x87\x01\n" +
 	"\x0eToolChoiceMode\x12 \n" +
 	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
@@ -2828,13 +3198,15 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x19CONSTRAINT_REASONING_NONE\x10\x01\x12\x1e\n" +
 	"\x1aCONSTRAINT_REASONING_BLOCK\x10\x02\x12\"\n" +
 	"\x1eCONSTRAINT_REASONING_CONTINUED\x10\x03\x12!\n" +
-	"\x1dCONSTRAINT_REASONING_OPTIONAL\x10\x042\xd4\x02\n" +
+	"\x1dCONSTRAINT_REASONING_OPTIONAL\x10\x042\xa9\x03\n" +
 	"\rParserService\x12D\n" +
 	"\x05Parse\x12\x1a.parsetier.v1.ParseRequest\x1a\x1b.parsetier.v1.ParseResponse(\x010\x01\x12L\n" +
 	"\tParseOnce\x12\x1e.parsetier.v1.ParseOnceRequest\x1a\x1f.parsetier.v1.ParseOnceResponse\x12O\n" +
 	"\n" +
 	"ListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponse\x12^\n" +
-	"\x0fBuildConstraint\x12$.parsetier.v1.BuildConstraintRequest\x1a%.parsetier.v1.BuildConstraintResponseB\x8d\x01\n" +
+	"\x0fBuildConstraint\x12$.parsetier.v1.BuildConstraintRequest\x1a%.parsetier.v1.BuildConstraintResponse\x12S\n" +
+	"\n" +
+	"ParseBatch\x12\x1f.parsetier.v1.ParseBatchRequest\x1a .parsetier.v1.ParseBatchResponse(\x010\x01B\x8d\x01\n" +
 	"\x10dev.parsetier.v1B\x0eParsetierProtoP\x01Z@github.com/parsetier/parsetier/client/go/parsetierpb;parsetierpb\xf8\x01\x01\xa2\x02\x03PTX\xaa\x02\fParsetier.V1\xca\x02\fParsetier\\V1b\x06proto3"
 
 var (
@@ -2850,7 +3222,7 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 }
 
 var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(ToolChoiceMode)(0),             // 0: parsetier.v1.ToolChoiceMode
 	(OutputKind)(0),                 // 1: parsetier.v1.OutputKind
@@ -2886,7 +3258,12 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(*BuildConstraintRequest)(nil),  // 31: parsetier.v1.BuildConstraintRequest
 	(*BuildConstraintResponse)(nil), // 32: parsetier.v1.BuildConstraintResponse
 	(*MessageStartAnchor)(nil),      // 33: parsetier.v1.MessageStartAnchor
-	nil,                             // 34: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(*ParseBatchRequest)(nil),       // 34: parsetier.v1.ParseBatchRequest
+	(*SessionInput)(nil),            // 35: parsetier.v1.SessionInput
+	(*ParseBatchResponse)(nil),      // 36: parsetier.v1.ParseBatchResponse
+	(*SessionOutput)(nil),           // 37: parsetier.v1.SessionOutput
+	(*SessionStatus)(nil),           // 38: parsetier.v1.SessionStatus
+	nil,                             // 39: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	7,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
@@ -2894,7 +3271,7 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	14, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
 	10, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
 	11, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	34, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	39, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
 	8,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
 	9,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
@@ -2925,19 +3302,30 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	7,  // 33: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
 	5,  // 34: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
 	33, // 35: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	6,  // 36: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	25, // 37: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	27, // 38: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	31, // 39: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	15, // 40: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	26, // 41: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	28, // 42: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	32, // 43: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	40, // [40:44] is the sub-list for method output_type
-	36, // [36:40] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	35, // 36: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
+	7,  // 37: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
+	12, // 38: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
+	14, // 39: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
+	37, // 40: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
+	16, // 41: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
+	20, // 42: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
+	21, // 43: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
+	38, // 44: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
+	6,  // 45: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	25, // 46: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	27, // 47: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	31, // 48: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	34, // 49: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	15, // 50: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	26, // 51: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	28, // 52: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	32, // 53: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	36, // 54: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	50, // [50:55] is the sub-list for method output_type
+	45, // [45:50] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -2961,7 +3349,7 @@ func file_parsetier_v1_parsetier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   29,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

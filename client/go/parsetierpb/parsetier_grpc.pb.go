@@ -36,6 +36,7 @@ const (
 	ParserService_ParseOnce_FullMethodName       = "/parsetier.v1.ParserService/ParseOnce"
 	ParserService_ListModels_FullMethodName      = "/parsetier.v1.ParserService/ListModels"
 	ParserService_BuildConstraint_FullMethodName = "/parsetier.v1.ParserService/BuildConstraint"
+	ParserService_ParseBatch_FullMethodName      = "/parsetier.v1.ParserService/ParseBatch"
 )
 
 // ParserServiceClient is the client API for ParserService service.
@@ -60,6 +61,13 @@ type ParserServiceClient interface {
 	// cannot be expressed are FAILED_PRECONDITION saying why; a tool the format cannot write (a
 	// name holding its markup) is INVALID_ARGUMENT. See docs/constrained-decoding.md.
 	BuildConstraint(ctx context.Context, in *BuildConstraintRequest, opts ...grpc.CallOption) (*BuildConstraintResponse, error)
+	// Many request sessions over one stream: one client message per engine step. Each message
+	// carries, for any number of sessions (named by client-chosen keys), an open, steps, a finish or
+	// a cancel; the server answers every client message with exactly one `ParseBatchResponse`
+	// holding the output of each session that produced any. A session's output is exactly what a
+	// `Parse` stream fed the same messages produces. Errors end only their session (its result
+	// carries the status); only malformed framing or the stream's own limits end the stream.
+	ParseBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ParseBatchRequest, ParseBatchResponse], error)
 }
 
 type parserServiceClient struct {
@@ -113,6 +121,19 @@ func (c *parserServiceClient) BuildConstraint(ctx context.Context, in *BuildCons
 	return out, nil
 }
 
+func (c *parserServiceClient) ParseBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ParseBatchRequest, ParseBatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ParserService_ServiceDesc.Streams[1], ParserService_ParseBatch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ParseBatchRequest, ParseBatchResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParserService_ParseBatchClient = grpc.BidiStreamingClient[ParseBatchRequest, ParseBatchResponse]
+
 // ParserServiceServer is the server API for ParserService service.
 // All implementations must embed UnimplementedParserServiceServer
 // for forward compatibility.
@@ -135,6 +156,13 @@ type ParserServiceServer interface {
 	// cannot be expressed are FAILED_PRECONDITION saying why; a tool the format cannot write (a
 	// name holding its markup) is INVALID_ARGUMENT. See docs/constrained-decoding.md.
 	BuildConstraint(context.Context, *BuildConstraintRequest) (*BuildConstraintResponse, error)
+	// Many request sessions over one stream: one client message per engine step. Each message
+	// carries, for any number of sessions (named by client-chosen keys), an open, steps, a finish or
+	// a cancel; the server answers every client message with exactly one `ParseBatchResponse`
+	// holding the output of each session that produced any. A session's output is exactly what a
+	// `Parse` stream fed the same messages produces. Errors end only their session (its result
+	// carries the status); only malformed framing or the stream's own limits end the stream.
+	ParseBatch(grpc.BidiStreamingServer[ParseBatchRequest, ParseBatchResponse]) error
 	mustEmbedUnimplementedParserServiceServer()
 }
 
@@ -156,6 +184,9 @@ func (UnimplementedParserServiceServer) ListModels(context.Context, *ListModelsR
 }
 func (UnimplementedParserServiceServer) BuildConstraint(context.Context, *BuildConstraintRequest) (*BuildConstraintResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BuildConstraint not implemented")
+}
+func (UnimplementedParserServiceServer) ParseBatch(grpc.BidiStreamingServer[ParseBatchRequest, ParseBatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method ParseBatch not implemented")
 }
 func (UnimplementedParserServiceServer) mustEmbedUnimplementedParserServiceServer() {}
 func (UnimplementedParserServiceServer) testEmbeddedByValue()                       {}
@@ -239,6 +270,13 @@ func _ParserService_BuildConstraint_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParserService_ParseBatch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ParserServiceServer).ParseBatch(&grpc.GenericServerStream[ParseBatchRequest, ParseBatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ParserService_ParseBatchServer = grpc.BidiStreamingServer[ParseBatchRequest, ParseBatchResponse]
+
 // ParserService_ServiceDesc is the grpc.ServiceDesc for ParserService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -263,6 +301,12 @@ var ParserService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Parse",
 			Handler:       _ParserService_Parse_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ParseBatch",
+			Handler:       _ParserService_ParseBatch_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

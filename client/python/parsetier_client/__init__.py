@@ -8,6 +8,7 @@ Imports only grpc, protobuf and the generated ``parsetier_api`` stubs — never 
 """
 
 from parsetier_client.aio import AsyncClient, AsyncParseStream
+from parsetier_client.batch import AsyncBatch, Batch, StepBuilder, session_error
 from parsetier_client.requests import finish_message, logprob_step, open_message, step_logprobs, step_message
 from parsetier_client.result import (
     ParseResult,
@@ -22,11 +23,14 @@ from parsetier_client.security import Tls
 from parsetier_client.sync import Client, ParseStream
 
 __all__ = [
+    "AsyncBatch",
     "AsyncClient",
     "AsyncParseStream",
+    "Batch",
     "Client",
     "ParseResult",
     "ParseStream",
+    "StepBuilder",
     "Tls",
     "chat_logprobs",
     "completion_logprobs",
@@ -37,6 +41,7 @@ __all__ = [
     "logprob_step",
     "message_dict",
     "open_message",
+    "session_error",
     "step_logprobs",
     "step_message",
 ]

@@ -10,6 +10,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.batch import AsyncBatch
 from parsetier_client.requests import (
     StepLike,
     finish_message,
@@ -348,6 +349,10 @@ class AsyncClient:
             **options,
         )
         return await self.stub.ParseOnce(request, timeout=self.timeout, metadata=self.metadata)
+
+    def batch(self) -> AsyncBatch:
+        """A ``ParseBatch`` stream: many sessions, one round trip per engine step (see ``batch``)."""
+        return AsyncBatch(self.stub, timeout=self.timeout)
 
     async def list_models(self) -> list[pb.ModelInfo]:
         request = pb.ListModelsRequest()

@@ -17,6 +17,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.batch import Batch
 from parsetier_client.requests import (
     StepLike,
     finish_message,
@@ -250,6 +251,10 @@ class Client:
             **options,
         )
         return self.stub.ParseOnce(request, timeout=self.timeout, metadata=self.metadata)
+
+    def batch(self) -> Batch:
+        """A ``ParseBatch`` stream: many sessions, one round trip per engine step (see ``batch``)."""
+        return Batch(self.stub, timeout=self.timeout)
 
     def list_models(self) -> list[pb.ModelInfo]:
         reply = self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata)

@@ -16,7 +16,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from parsetier.service.errors import ServiceError, invalid
+from parsetier.service.errors import ProtocolError, invalid
 
 
 class Undecodable:
@@ -29,7 +29,7 @@ class Undecodable:
         self.size = size
         self.error = error
 
-    def refusal(self) -> ServiceError:
+    def refusal(self) -> ProtocolError:
         return invalid(f"the {self.size}-byte message is not a valid {self.type_name}: {self.error}")
 
 

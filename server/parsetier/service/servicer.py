@@ -20,14 +20,24 @@ import grpc
 from google.protobuf.message import Message
 
 from parsetier.models import Model, ModelRegistry, TokenizerState
-from parsetier.protocol import NeedModel, Reply, SessionProtocol, once_request, once_response
+from parsetier.protocol import (
+    BatchHooks,
+    BatchProtocol,
+    NeedModel,
+    NeedModels,
+    Reply,
+    SessionCounts,
+    SessionProtocol,
+    once_request,
+    once_response,
+)
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
-from parsetier.service.errors import ServiceError, status_for
+from parsetier.service.errors import ServiceError, grpc_code, status_for
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip
-from parsetier.status import ProtocolError
+from parsetier.status import Code, ProtocolError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
@@ -217,6 +227,55 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         await _end(record, status, context)
         return result[0] if result else pb.ParseOnceResponse()  # empty only when the client is gone
 
+    # --- ParseBatch ------------------------------------------------------------------------
+
+    async def ParseBatch(
+        self, request_iterator: AsyncIterator[pb.ParseBatchRequest], context: grpc.aio.ServicerContext
+    ) -> None:
+        if self.gate.draining:
+            await self._await_first_message(context)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
+        batch = BatchProtocol(self.limits, _GatedSessions(self.gate))
+        error: ProtocolError | None = None
+        try:
+            await context.send_initial_metadata(())
+            while True:
+                try:
+                    message = await asyncio.wait_for(context.read(), self.limits.idle_timeout)
+                except TimeoutError:
+                    batch.idle()
+                    return
+                if message is grpc.aio.EOF:
+                    batch.receive_eof()
+                    return
+                reply = await _off_loop_if_large(message, batch.receive, _decoded(message))
+                if isinstance(reply, NeedModels):
+                    loaded = {name: await self._model_or_error(name) for name in reply.names}
+                    reply = await _off_loop_if_large(message, batch.supply_models, loaded)
+                await _write(context, reply)
+        except ProtocolError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            batch.close(ProtocolError(Code.CANCELLED, "the client cancelled the stream"))
+            raise
+        except ClientGone:
+            batch.close(ProtocolError(Code.CANCELLED, "the client went away"))
+            return
+        except Exception as exc:
+            SERVER_LOG.error("internal error in ParseBatch stream", exc_info=exc)
+            error = ProtocolError(Code.INTERNAL, "internal server error; the server log has the details")
+        finally:
+            if error is not None:
+                batch.close(ProtocolError(error.code, f"the stream ended: {error.message}"))
+        if error is not None:
+            await context.abort(grpc_code(error), error.message)
+
+    async def _model_or_error(self, name: str) -> Model | BaseException:
+        try:
+            return await self._model(name)
+        except Exception as exc:
+            return exc
+
     # --- ListModels ------------------------------------------------------------------------
 
     async def ListModels(
@@ -312,3 +371,34 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
         record.outcome, record.error = "CANCELLED", ""
     finally:
         record.emit()
+
+
+class _GatedSessions(BatchHooks):
+    """A ParseBatch stream's sessions count in the server's session gate (so drain waits for them
+    and ``--max-sessions`` holds across RPCs), and each gets its ``session_end`` log line."""
+
+    def __init__(self, gate: SessionGate) -> None:
+        self.gate = gate
+
+    def new_counts(self) -> SessionCounts:
+        return SessionRecord(rpc="ParseBatch")
+
+    def admit(self) -> None:
+        try:
+            self.gate.enter()
+        except ServiceError as exc:  # the gate speaks grpc; a multiplexed session's status does not
+            raise ProtocolError(Code[exc.code.name], exc.message) from None
+
+    def ended(self, counts: SessionCounts, error: ProtocolError | None, admitted: bool) -> None:
+        if admitted:
+            self.gate.leave()
+        assert isinstance(counts, SessionRecord)
+        if error is not None:
+            if error.code is Code.INTERNAL:
+                SERVER_LOG.error(
+                    "internal error in session",
+                    exc_info=error.__cause__,
+                    extra={"fields": {"request_id": counts.request_id}},
+                )
+            counts.outcome, counts.error = error.code.name, error.message
+        counts.emit()

@@ -433,3 +433,57 @@ class MessageStartAnchor(_message.Message):
     text: str
     in_reasoning: bool
     def __init__(self, text: _Optional[str] = ..., in_reasoning: _Optional[bool] = ...) -> None: ...
+
+class ParseBatchRequest(_message.Message):
+    __slots__ = ("sessions",)
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionInput]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInput, _Mapping]]] = ...) -> None: ...
+
+class SessionInput(_message.Message):
+    __slots__ = ("key", "open", "steps", "finish", "cancel")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    open: Open
+    steps: _containers.RepeatedCompositeFieldContainer[Step]
+    finish: Finish
+    cancel: bool
+    def __init__(self, key: _Optional[str] = ..., open: _Optional[_Union[Open, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class ParseBatchResponse(_message.Message):
+    __slots__ = ("client_messages", "sessions")
+    CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    client_messages: int
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionOutput]
+    def __init__(self, client_messages: _Optional[int] = ..., sessions: _Optional[_Iterable[_Union[SessionOutput, _Mapping]]] = ...) -> None: ...
+
+class SessionOutput(_message.Message):
+    __slots__ = ("key", "sequence", "client_messages", "deltas", "events", "final", "status")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    sequence: int
+    client_messages: int
+    deltas: _containers.RepeatedCompositeFieldContainer[Delta]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    final: Final
+    status: SessionStatus
+    def __init__(self, key: _Optional[str] = ..., sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., status: _Optional[_Union[SessionStatus, _Mapping]] = ...) -> None: ...
+
+class SessionStatus(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...

@@ -55,6 +55,11 @@ class ParserServiceStub:
                 request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintRequest.SerializeToString,
                 response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintResponse.FromString,
                 _registered_method=True)
+        self.ParseBatch = channel.stream_stream(
+                '/parsetier.v1.ParserService/ParseBatch',
+                request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchRequest.SerializeToString,
+                response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchResponse.FromString,
+                _registered_method=True)
 
 
 class ParserServiceServicer:
@@ -97,6 +102,18 @@ class ParserServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ParseBatch(self, request_iterator, context):
+        """Many request sessions over one stream: one client message per engine step. Each message
+        carries, for any number of sessions (named by client-chosen keys), an open, steps, a finish or
+        a cancel; the server answers every client message with exactly one `ParseBatchResponse`
+        holding the output of each session that produced any. A session's output is exactly what a
+        `Parse` stream fed the same messages produces. Errors end only their session (its result
+        carries the status); only malformed framing or the stream's own limits end the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParserServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -119,6 +136,11 @@ def add_ParserServiceServicer_to_server(servicer, server):
                     servicer.BuildConstraint,
                     request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintRequest.FromString,
                     response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintResponse.SerializeToString,
+            ),
+            'ParseBatch': grpc.stream_stream_rpc_method_handler(
+                    servicer.ParseBatch,
+                    request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchRequest.FromString,
+                    response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -230,6 +252,33 @@ class ParserService:
             '/parsetier.v1.ParserService/BuildConstraint',
             parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintRequest.SerializeToString,
             parsetier__api_dot_v1_dot_parsetier__pb2.BuildConstraintResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ParseBatch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/parsetier.v1.ParserService/ParseBatch',
+            parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchRequest.SerializeToString,
+            parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
