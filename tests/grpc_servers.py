@@ -108,7 +108,10 @@ class ProcessServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> ProcessServer:
-        cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", *self.args]
+        # One process unless a test asks for workers: the default follows the machine's cores, and
+        # tests of one server's behaviour must not depend on how many this machine has.
+        workers = () if "--workers" in self.args else ("--workers", "1")
+        cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", *workers, *self.args]
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env()
         )

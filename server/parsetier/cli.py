@@ -90,6 +90,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "others load on their first request",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="server processes sharing the port (SO_REUSEPORT), each on its own core; "
+        "default: the number of cores; 1 serves in this process",
+    )
+    parser.add_argument(
         "--reflection",
         choices=("auto", "on", "off"),
         default="auto",
@@ -202,6 +209,41 @@ def _start_metrics(args: argparse.Namespace) -> bool:
     return True
 
 
+def _serve_workers(args: argparse.Namespace, workers: int, registry, limits, preload, security) -> int:
+    """``--workers N``: N server processes on one port (``parsetier.service.workers``). Metrics
+    are merged over the workers (prometheus_client's multiprocess mode) and served by the
+    supervisor."""
+    import os
+    import tempfile
+
+    from parsetier.service.workers import serve_workers
+
+    metrics_on = args.metrics_port is not None
+    if metrics_on:
+        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="parsetier-metrics-"))
+    try:
+        return serve_workers(
+            workers,
+            registry,
+            limits,
+            args.host,
+            args.port,
+            args.grace,
+            preload,
+            args.log_level,
+            server_options={
+                "reflection_on": REFLECTION[args.reflection],
+                "security": security,
+                "otel": args.otel,  # each worker makes its tracer: exporter threads do not survive a fork
+            },
+            metrics_on=metrics_on,
+            after_fork=(lambda: _start_metrics(args)) if metrics_on else None,
+        )
+    except OSError as exc:
+        problem = f"cannot listen on {args.host}:{args.port}: {exc.strerror}"
+        raise UsageError("--host/--port", problem) from None
+
+
 def _announce(handle, registry, host: str) -> None:
     """One human-readable summary on stdout (the JSON logs go to stderr)."""
     infos = registry.describe()
@@ -219,6 +261,7 @@ def _serve(args: argparse.Namespace) -> int:
     from parsetier.service import Limits, logs, serve
     from parsetier.service.security import SecurityConfigError
     from parsetier.service.server import ListenError
+    from parsetier.service.workers import default_workers
 
     logs.configure(args.log_level)
     registry = _registry(args.config)
@@ -236,6 +279,10 @@ def _serve(args: argparse.Namespace) -> int:
         max_watch_streams=args.max_watch_streams,
     )
     _check_tracing(args.otel)
+    security = _security(args)
+    workers = args.workers if args.workers is not None else default_workers()
+    if workers > 1:
+        return _serve_workers(args, workers, registry, limits, preload, security)
     metrics_on = _start_metrics(args)
     try:
         clean = asyncio.run(
@@ -248,7 +295,7 @@ def _serve(args: argparse.Namespace) -> int:
                 on_ready=lambda handle: _announce(handle, registry, args.host),
                 preload=preload,
                 reflection_on=REFLECTION[args.reflection],
-                security=_security(args),
+                security=security,
                 metrics_on=metrics_on,
                 otel=args.otel,
             )

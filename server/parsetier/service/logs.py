@@ -33,7 +33,12 @@ def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
 
 
 class JsonFormatter(logging.Formatter):
-    """``{"ts", "level", "logger", "msg", ...fields}``; extra fields come from ``extra={"fields": {...}}``."""
+    """``{"ts", "level", "logger", "msg", ...fields}``; extra fields come from ``extra={"fields": {...}}``,
+    and ``static`` fields (e.g. which worker process wrote the line) are on every line."""
+
+    def __init__(self, static: dict[str, object] | None = None) -> None:
+        super().__init__()
+        self.static = dict(static or {})
 
     def format(self, record: logging.LogRecord) -> str:
         data = {
@@ -42,6 +47,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **self.static,
         }
         data.update(getattr(record, "fields", {}))
         if record.exc_info:
@@ -49,10 +55,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, ensure_ascii=False, default=str)
 
 
-def configure(level: str = "INFO", stream: TextIO | None = None) -> None:
-    """Send parsetier's logs to ``stream`` (stderr) as JSON lines."""
+def configure(
+    level: str = "INFO", stream: TextIO | None = None, fields: dict[str, object] | None = None
+) -> None:
+    """Send parsetier's logs to ``stream`` (stderr) as JSON lines, each carrying ``fields``."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter(fields))
     root = logging.getLogger("parsetier")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -114,6 +114,7 @@ async def build_server(
     security: Security | None = None,
     metrics_on: bool = False,
     tracer: Any = None,
+    reuse_port: bool = False,
 ) -> ServerHandle:
     """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``).
 
@@ -122,7 +123,9 @@ async def build_server(
     ``security``: TLS / mTLS files and a bearer-token file (``parsetier.service.security``).
     ``metrics_on``: measure RPCs into this process's Prometheus metrics (``metrics.enable``); the
     HTTP endpoint is served separately (``metrics.serve_http``). ``tracer``: an OpenTelemetry tracer
-    for one span per RPC (``parsetier.service.tracing``); None leaves tracing out entirely."""
+    for one span per RPC (``parsetier.service.tracing``); None leaves tracing out entirely.
+    ``reuse_port`` shares the port with other processes (``--workers``); otherwise a port already
+    in use is an error."""
     limits = limits or Limits()
     guard = SecurityState(security) if security is not None else None
     interceptors: list[grpc.aio.ServerInterceptor] = []
@@ -139,7 +142,7 @@ async def build_server(
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             ("grpc.max_send_message_length", limits.max_reply_bytes),
-            ("grpc.so_reuseport", 0),  # a port already in use is an error, not a shared socket
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ]
     )
     servicer = ParserServicer(registry, limits)
@@ -152,7 +155,7 @@ async def build_server(
         reflection_on = reflection.is_loopback(host)
     if reflection_on:
         reflection.enable(server, (SERVICE_NAME, health.SERVICE_NAME), StreamCount(limits.max_watch_streams))
-    check_bindable(host, port)
+    check_bindable(host, port, reuse_port)
     credentials = guard.server_credentials() if guard is not None else None
     try:
         if credentials is not None:
