@@ -197,19 +197,37 @@ def finish_of(finish: pb.Finish) -> tuple[str, int | str | None]:
 
 
 def delta_to_pb(delta: Delta) -> pb.Delta:
-    out = pb.Delta(
-        reasoning=delta.reasoning,
-        content=delta.content,
-        tool_calls=[
-            pb.ToolCallDelta(index=t.index, id=t.id or "", name=t.name or "", arguments=t.arguments)
-            for t in delta.tool_calls
-        ],
-    )
+    message = pb.Delta()
+    fill_delta(message, delta)
+    return message
+
+
+def add_deltas(target, deltas) -> None:
+    """Append ``deltas`` to a repeated ``Delta`` field in place (``extend`` would build each
+    message, then copy it)."""
+    add = target.add
+    for delta in deltas:
+        if delta.tool_calls or delta.logprobs or delta.token_ids:
+            fill_delta(add(), delta)
+        elif delta.reasoning:
+            add(reasoning=delta.reasoning, content=delta.content)
+        else:
+            add(content=delta.content)
+
+
+def fill_delta(message: pb.Delta, delta: Delta) -> None:
+    if delta.reasoning:
+        message.reasoning = delta.reasoning
+    if delta.content:
+        message.content = delta.content
+    if delta.tool_calls:
+        add = message.tool_calls.add
+        for t in delta.tool_calls:
+            add(index=t.index, id=t.id or "", name=t.name or "", arguments=t.arguments)
     if delta.logprobs:
-        add_logprobs(out.logprobs, delta.logprobs)
+        add_logprobs(message.logprobs, delta.logprobs)
     if delta.token_ids:
-        out.token_ids.extend(delta.token_ids)
-    return out
+        message.token_ids.extend(delta.token_ids)
 
 
 def event_to_pb(event: Event) -> pb.Event:

@@ -176,6 +176,10 @@ class Reply:
     finished: bool = False
 
 
+_NOTHING = Reply(None)
+"""The reply to a message that produced nothing."""
+
+
 def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list[int] | pb.Step]:
     """Group steps into feed calls: runs of id steps become one id list; a text-only step, and
     an id step with logprobs (or every id step, ``per_step``: its ids belong on its own delta),
@@ -257,6 +261,10 @@ class SessionProtocol:
         ``into`` is the message the reply is written into (a new ``ParseResponse`` when None);
         when nothing came out it is left untouched and ``Reply.response`` is None."""
         self.counts.client_messages += 1
+        if self.state is State.STREAMING and len(message.steps) == 1:
+            fast = self._receive_one_step(message, into)
+            if fast is not None:
+                return fast
         with self._failing():
             self._check_order(message)
             self.limits.check_steps(len(message.steps))
@@ -267,6 +275,49 @@ class SessionProtocol:
                 self.state = State.LOADING
                 return NeedModel(message.open.model)
             return Reply(self._apply(message, into), finished=self.state is State.FINISHED)
+
+    def _receive_one_step(self, message: Input, into: Output | None) -> Reply | None:
+        """The engine's usual message, one step of token ids into an open session, without the
+        general path's generality (same rules, same output); None when it is not that message."""
+        step = message.steps[0]
+        ids = step.token_ids
+        if not ids or message.HasField("finish") or message.HasField("open") or step.HasField("logprobs"):
+            return None
+        self.counts.client_messages -= 1  # feed_ids counts it
+        reply = pb.ParseResponse() if into is None else into
+        return Reply(reply) if self.feed_ids(ids, reply) else _NOTHING
+
+    def feed_ids(self, ids: Sequence[int], into: Output) -> bool:
+        """A message of one token-id step for a STREAMING session (the caller has checked that it
+        carries nothing else): the same rules and output as ``receive``, written into ``into``;
+        whether anything was written. The hot path of both streaming RPCs."""
+        counts = self.counts
+        counts.client_messages += 1
+        try:
+            counts.tokens += len(ids)
+            if counts.tokens > self.limits.max_tokens_per_session:
+                self.limits.check_tokens(counts.tokens)
+            out = self.session.feed(ids)  # type: ignore[union-attr]
+        except Exception as exc:
+            error = self.fail(exc)
+            if error is None or error is exc:
+                raise
+            raise error from None
+        deltas = out.deltas if self.want_deltas else ()
+        events = out.events if self.want_events else ()
+        if not deltas and not events:
+            return False
+        self.sequence += 1
+        into.sequence = self.sequence
+        into.client_messages = counts.client_messages
+        if deltas:
+            convert.add_deltas(into.deltas, deltas)
+            counts.deltas += len(deltas)
+        if events:
+            into.events.extend([convert.event_to_pb(e) for e in events])
+            counts.events += len(events)
+        counts.server_messages += 1
+        return True
 
     def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
@@ -404,7 +455,7 @@ class SessionProtocol:
         reply.sequence = self.sequence
         reply.client_messages = counts.client_messages
         if deltas:
-            reply.deltas.extend([convert.delta_to_pb(d) for d in deltas])
+            convert.add_deltas(reply.deltas, deltas)
         if events:
             reply.events.extend([convert.event_to_pb(e) for e in events])
         if final is not None:
@@ -494,7 +545,7 @@ class BatchProtocol:
     def receive(self, message: pb.ParseBatchRequest) -> NeedModels | pb.ParseBatchResponse:
         """One client message (one engine step): the reply, or the models to load first."""
         self.client_messages += 1
-        entries = message.sessions
+        entries = list(message.sessions)
         if len(entries) > self.limits.max_items_per_message:
             limit = self.limits.max_items_per_message
             raise exhausted(f"{len(entries)} session entries in one message; the limit is {limit}")
@@ -503,7 +554,7 @@ class BatchProtocol:
         if missing:
             self._pending = message
             return NeedModels(tuple(sorted(missing)))
-        return self._apply(message)
+        return self._apply(entries)
 
     def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
         """The models ``NeedModels`` named, or the exception each load raised (that name's opens
@@ -517,7 +568,7 @@ class BatchProtocol:
             else:
                 self.models[name] = model
         try:
-            return self._apply(message)
+            return self._apply(list(message.sessions))
         finally:
             self._load_errors.clear()
 
@@ -541,8 +592,7 @@ class BatchProtocol:
             self.hooks.ended(protocol.counts, error, True)
 
     # ------------------------------------------------------------------ rules
-    def _apply(self, message: pb.ParseBatchRequest) -> pb.ParseBatchResponse:
-        entries = message.sessions
+    def _apply(self, entries: list[pb.SessionInput]) -> pb.ParseBatchResponse:
         keys = [entry.key for entry in entries]
         if not all(keys):
             raise invalid("every session entry needs a non-empty key")
@@ -550,6 +600,7 @@ class BatchProtocol:
         outputs = response.sessions
         sessions = self.sessions
         seen: set[str] = set()
+        streaming = State.STREAMING
         for key, entry in zip(keys, entries, strict=True):
             protocol = sessions.get(key)
             if key in seen:
@@ -557,6 +608,23 @@ class BatchProtocol:
                 self._end_with(outputs, key, protocol, error)
                 continue
             seen.add(key)
+            if protocol is not None and protocol.state is streaming:
+                # The hot path: one token-id step for an open session, nothing else.
+                steps = entry.steps
+                plain = not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
+                if plain and len(steps) == 1 and not steps[0].HasField("logprobs"):
+                    ids = steps[0].token_ids
+                    if ids:
+                        output = outputs.add()
+                        try:
+                            if protocol.feed_ids(ids, output):
+                                output.key = key
+                            else:
+                                del outputs[-1]
+                        except Exception as exc:
+                            del outputs[-1]
+                            self._end_with(outputs, key, protocol, _session_error(exc))
+                        continue
             if entry.cancel:
                 if protocol is not None:
                     self._end_with(outputs, key, protocol, ProtocolError(Code.CANCELLED, CANCELLED_BY_CLIENT))
@@ -572,11 +640,7 @@ class BatchProtocol:
                     reply = protocol.supply_model(self._model(reply.name), output)
             except Exception as exc:
                 del outputs[-1]
-                error = error_of(exc)
-                if error is None:  # a server bug, confined to this session; the host logs it
-                    error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
-                    error.__cause__ = exc
-                self._end_with(outputs, key, protocol, error)
+                self._end_with(outputs, key, protocol, _session_error(exc))
                 continue
             if reply.response is None:
                 del outputs[-1]
@@ -626,6 +690,16 @@ class BatchProtocol:
             del self.sessions[key]
             protocol.state = State.FAILED
             self.hooks.ended(protocol.counts, error, True)
+
+
+def _session_error(exc: Exception) -> ProtocolError:
+    """The error that ends a multiplexed session; a server bug becomes INTERNAL for that session
+    alone (``__cause__`` keeps the exception for the host's log)."""
+    error = error_of(exc)
+    if error is None:
+        error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
+        error.__cause__ = exc
+    return error
 
 
 def _status(outputs, key: str, error: ProtocolError) -> None:

@@ -1,0 +1,853 @@
+"""Service benchmark: what a token, a message and a session cost the server, against the ceiling of
+a same-proto echo server measured in the same run, and what it costs in memory.
+
+Run:  python bench/service_bench.py [--quick] [--no-write]
+
+Writes the "## Service" section of docs/performance.md (tables, PNG plots under
+docs/performance/) unless ``--no-write``; other sections of that file are left as they are.
+
+Every figure is a ratio against a baseline of the same run, or a plain cost:
+
+1. **Echo ceiling.** ``Parse`` at 1, 4 and 16 tokens per message and ``ParseBatch`` at 64, 256 and
+   1,024 sessions × 1 token per step, parsetier vs an echo server speaking the same proto (it
+   answers every message with a reply of the same shape and parses nothing). Throughput is tokens
+   per second of *server CPU* (``/proc``), so a shared, noisy machine changes it little; the server
+   is pinned to one core and the load generator to the other.
+2. **Server CPU** per token, per message and per session item, and the per-item cost beyond the
+   session's own parsing (``Session.feed`` of the same tokens, timed in this process).
+3. **Paced load**, one token per session per step, at a fixed rate: the round trip from writing a
+   step to reading its reply, parsetier minus echo at each percentile (p50, p99, p99.9).
+4. **Memory** per open session, idle and mid-tool-call, for both RPCs (server RSS growth / sessions).
+5. **Workers**: tokens per server-CPU-second with 1 and 2 workers; RSS per worker, and the
+   proportional set size (PSS, shared pages split between the processes) in total, for 1 and 4
+   workers, with the models loaded before the fork and lazily in each worker.
+
+The machine is shared with other developers: absolute numbers move with their load; the ratios
+move much less. ``--quick`` runs a smaller version of everything (for a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python")]
+
+import grpc  # noqa: E402
+
+from parsetier_api.v1 import parsetier_pb2 as pb  # noqa: E402
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc  # noqa: E402
+
+DOC = ROOT / "docs" / "performance.md"
+PLOTS = ROOT / "docs" / "performance"
+SECTION = "## Service"
+
+OUTPUT = (
+    "<think>\nThe user asks for the weather in Paris and the local time in Tokyo. Both are "
+    "independent lookups, so I can call the two tools at once and then answer in one sentence. "
+    "Paris wants celsius; Tokyo only needs a time zone.\n</think>\n\n"
+    "Let me look both of those up for you."
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_time", "arguments": {"tz": "Asia/Tokyo"}}\n</tool_call>'
+)
+TOOLS = json.dumps(
+    [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+    ]
+)
+SERVER_CPU = 0
+CLIENT_CPU = 1
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------
+# servers
+
+
+class Server:
+    """A server subprocess on 127.0.0.1 (parsetier, or this file's echo server)."""
+
+    def __init__(self, argv: list[str], pin: int | None = SERVER_CPU) -> None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:2]))
+        self.proc = subprocess.Popen(
+            argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+        )
+        self.logs: list[dict] = []
+        self.port = 0
+        self._ready = threading.Event()
+        many = "--workers" in argv and argv[argv.index("--workers") + 1] != "1"
+        self._want = "workers listening" if many or "--lazy-workers" in argv else "listening"
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._ready.wait(300):
+            self.stop()
+            raise RuntimeError(f"server did not start: {self.logs[-5:]}")
+        if pin is not None:
+            for pid in self.pids():
+                os.sched_setaffinity(pid, {pin})
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self.logs.append(record)
+            if record.get("msg") == self._want:
+                self.port = record["port"]
+                self._ready.set()
+
+    def pids(self) -> list[int]:
+        for record in self.logs:
+            if record.get("msg") == "workers listening":
+                return [self.proc.pid, *record["pids"]]
+        return [self.proc.pid]
+
+    def wait_for_logs(self, msg: str, count: int, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while sum(r.get("msg") == msg for r in self.logs) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fewer than {count} {msg!r} lines")
+            time.sleep(0.1)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu(self) -> float:
+        """CPU seconds used so far by the server's processes."""
+        total = 0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        return total / CLK_TCK
+
+    def memory(self) -> list[tuple[int, int]]:
+        """(RSS, PSS) in bytes of each of the server's processes."""
+        out = []
+        for pid in self.pids():
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            rss = int(re.search(r"^Rss:\s+(\d+)", text, re.M).group(1)) * 1024
+            pss = int(re.search(r"^Pss:\s+(\d+)", text, re.M).group(1)) * 1024
+            out.append((rss, pss))
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def parsetier_server(workers: int = 1, pin: int | None = SERVER_CPU) -> Server:
+    argv = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3"]
+    argv += [
+        "--max-sessions",
+        "20000",
+        "--max-sessions-per-stream",
+        "4096",
+        "--max-items-per-message",
+        "4096",
+    ]
+    server = Server([*argv, "--workers", str(workers)], pin)
+    server.wait_for_logs("models loaded", 1)
+    return server
+
+
+def echo_server() -> Server:
+    return Server([sys.executable, str(Path(__file__).resolve()), "--echo-server"])
+
+
+class EchoServicer(pb_grpc.ParserServiceServicer):
+    """Same proto, no parsing: one reply of the usual shape per message (4 characters of content
+    per token), one output per session entry for ParseBatch."""
+
+    async def Parse(self, request_iterator, context):
+        sequence = 0
+        messages = 0
+        async for message in request_iterator:
+            messages += 1
+            tokens = sum(len(s.token_ids) for s in message.steps)
+            if tokens or message.HasField("finish"):
+                sequence += 1
+                reply = pb.ParseResponse(sequence=sequence, client_messages=messages)
+                reply.deltas.add(content="abcd" * tokens)
+                if message.HasField("finish"):
+                    reply.final.finish_reason = pb.FINISH_REASON_STOP
+                yield reply
+
+    async def ParseBatch(self, request_iterator, context):
+        messages = 0
+        async for message in request_iterator:
+            messages += 1
+            reply = pb.ParseBatchResponse(client_messages=messages)
+            for entry in message.sessions:
+                tokens = sum(len(s.token_ids) for s in entry.steps)
+                if tokens or entry.HasField("finish"):
+                    out = reply.sessions.add(key=entry.key, sequence=messages, client_messages=messages)
+                    out.deltas.add(content="abcd" * tokens)
+            yield reply
+
+
+async def run_echo_server() -> None:
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+    pb_grpc.add_ParserServiceServicer_to_server(EchoServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(json.dumps({"msg": "listening", "port": port}), file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# load
+
+
+def workload() -> list[int]:
+    import tokenizers
+
+    from parsetier.models import ModelRegistry
+
+    model = ModelRegistry().get("qwen3")
+    assert isinstance(model.tokenizer, tokenizers.Tokenizer)
+    return model.tokenizer.encode(OUTPUT, add_special_tokens=False).ids
+
+
+def _channel(target: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(
+        target,
+        options=[
+            ("grpc.use_local_subchannel_pool", 1),
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ],
+    )
+
+
+async def parse_load(target: str, ids: list[int], per_message: int, streams: int, rounds: int) -> int:
+    """``streams`` concurrent Parse sessions, each fed the workload ``rounds`` times in turn;
+    returns the tokens sent."""
+    channel = _channel(target)
+    stub = pb_grpc.ParserServiceStub(channel)
+    open_ = pb.Open(model="qwen3", tools_json=TOOLS)
+    chunks = [ids[i : i + per_message] for i in range(0, len(ids), per_message)]
+
+    async def one() -> None:
+        for _ in range(rounds):
+            call = stub.Parse()
+            await call.write(pb.ParseRequest(open=open_))
+            await call.initial_metadata()
+
+            async def reader(call=call) -> None:
+                async for _ in call:
+                    pass
+
+            task = asyncio.create_task(reader())
+            for chunk in chunks:
+                await call.write(pb.ParseRequest(steps=[pb.Step(token_ids=chunk)]))
+            await call.write(pb.ParseRequest(finish=pb.Finish()))
+            await call.done_writing()
+            await task
+
+    await asyncio.gather(*(one() for _ in range(streams)))
+    await channel.close()
+    return streams * rounds * len(ids)
+
+
+def _opens(keys: list[str]) -> pb.ParseBatchRequest:
+    return pb.ParseBatchRequest(
+        sessions=[pb.SessionInput(key=k, open=pb.Open(model="qwen3", tools_json=TOOLS)) for k in keys]
+    )
+
+
+def _step(keys: list[str], position: list[int], ids: list[int]) -> tuple[pb.ParseBatchRequest, int]:
+    """One engine step: one token for every session; a session past the end of the output
+    finishes, and opens again (with its first token) in the next step. Returns the message and
+    the tokens in it."""
+    message = pb.ParseBatchRequest()
+    entries = message.sessions
+    tokens = 0
+    for i, key in enumerate(keys):
+        p = position[i]
+        entry = entries.add(key=key)
+        if p == len(ids):
+            entry.finish.SetInParent()
+            position[i] = -1
+            continue
+        if p == -1:
+            entry.open.model, entry.open.tools_json = "qwen3", TOOLS
+            p = 0
+        entry.steps.add().token_ids.append(ids[p])
+        position[i] = p + 1
+        tokens += 1
+    return message, tokens
+
+
+async def batch_load(target: str, ids: list[int], sessions: int, steps: int, streams: int = 1) -> int:
+    """ParseBatch streams of ``sessions`` sessions each, one token per session per step, two steps
+    in flight; sessions start at different points of the output and start over when done.
+    Returns the tokens sent."""
+
+    async def one(index: int) -> int:
+        channel = _channel(target)
+        call = pb_grpc.ParserServiceStub(channel).ParseBatch()
+        keys = [f"s{index}-{i}" for i in range(sessions)]
+        position = [i % len(ids) for i in range(sessions)]
+        await call.write(_opens(keys))
+        await call.read()
+        sent = in_flight = 0
+        for _ in range(steps):
+            message, tokens = _step(keys, position, ids)
+            sent += tokens
+            await call.write(message)
+            in_flight += 1
+            if in_flight == 2:
+                await call.read()
+                in_flight -= 1
+        while in_flight:
+            await call.read()
+            in_flight -= 1
+        await call.done_writing()
+        await call.code()
+        await channel.close()
+        return sent
+
+    return sum(await asyncio.gather(*(one(i) for i in range(streams))))
+
+
+def measured(server: Server, coroutine) -> tuple[int, float, float]:
+    """Run a load; (tokens, server CPU seconds, wall seconds)."""
+    cpu, wall = server.cpu(), time.monotonic()
+    tokens = asyncio.run(coroutine)
+    return tokens, server.cpu() - cpu, time.monotonic() - wall
+
+
+# ---------------------------------------------------------------------------------------------
+# measurements
+
+
+@dataclass
+class Results:
+    quick: bool
+    ceiling: list[dict] = field(default_factory=list)
+    cpu: dict = field(default_factory=dict)
+    paced: list[dict] = field(default_factory=list)
+    memory: list[dict] = field(default_factory=list)
+    scaling: list[dict] = field(default_factory=list)
+    workers_memory: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def echo_ceiling(results: Results, ids: list[int]) -> None:
+    q = results.quick
+    cases = [("Parse", f"{k} tokens/message", k) for k in (1, 4, 16)]
+    cases += [("ParseBatch", f"{n} sessions x 1 token/step", n) for n in (64, 256, 1024)]
+    rates: dict[tuple[str, str], dict[str, float]] = {}
+    for kind, make in (("parsetier", parsetier_server), ("echo", echo_server)):
+        with make() as server:
+            for rpc, label, n in cases:
+                if rpc == "Parse":
+                    load = parse_load(
+                        server.target, ids, n, streams=32, rounds=1 if q else max(1, 8 // n) + 1
+                    )
+                else:
+                    steps = (20 if q else 120) * 256 // n + 10
+                    load = batch_load(server.target, ids, n, steps=steps)
+                tokens, cpu, wall = measured(server, load)
+                rates.setdefault((rpc, label), {})[kind] = tokens / cpu if cpu else float("nan")
+                rates[(rpc, label)][kind + "_cpu_us"] = cpu / tokens * 1e6
+                rates[(rpc, label)][kind + "_wall"] = tokens / wall
+    for (rpc, label), r in rates.items():
+        results.ceiling.append({"rpc": rpc, "load": label, **r, "ratio": r["parsetier"] / r["echo"]})
+
+
+def feed_cost(ids: list[int], reps: int) -> float:
+    """µs of CPU per token for Session.feed one token at a time (the session's own parsing)."""
+    from parsetier.messages import SessionOptions, Tool
+    from parsetier.models import ModelRegistry
+    from parsetier.session import Session
+
+    model = ModelRegistry().get("qwen3")
+    tools = tuple(Tool(name=n, parameters={"type": "object"}) for n in ("get_weather", "get_time"))
+    samples = []
+    for _ in range(reps):
+        sessions = [Session(model, SessionOptions(tools=tools)) for _ in range(64)]
+        started = time.process_time()
+        for token in ids:
+            for session in sessions:
+                session.feed([token])
+        for session in sessions:
+            session.finish("stop")
+        samples.append((time.process_time() - started) / (len(ids) * len(sessions)) * 1e6)
+    return statistics.median(samples)
+
+
+def cpu_costs(results: Results, ids: list[int]) -> None:
+    by = {(r["rpc"], r["load"]): r for r in results.ceiling}
+    per_message = by[("Parse", "1 tokens/message")]["parsetier_cpu_us"]
+    per_token_16 = by[("Parse", "16 tokens/message")]["parsetier_cpu_us"]
+    per_item = by[("ParseBatch", "256 sessions x 1 token/step")]["parsetier_cpu_us"]
+    echo_item = by[("ParseBatch", "256 sessions x 1 token/step")]["echo_cpu_us"]
+    feed = feed_cost(ids, 3 if results.quick else 5)
+    results.cpu = {
+        "per_message": per_message,
+        "per_token_16": per_token_16,
+        "per_item": per_item,
+        "echo_item": echo_item,
+        "feed": feed,
+        "beyond_parsing": per_item - feed,
+        "beyond_parsing_and_echo": per_item - feed - echo_item,
+    }
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float, float]:
+    samples = sorted(samples)
+
+    def at(q: float) -> float:
+        return samples[min(len(samples) - 1, int(q * len(samples)))]
+
+    return at(0.5), at(0.99), at(0.999)
+
+
+async def paced_parse(target: str, ids: list[int], sessions: int, rate: float, seconds: float) -> list[float]:
+    """``sessions`` Parse streams, each sending one token every 1/rate s (start times spread);
+    the round trip of every message that got a reply, in ms."""
+    channels = [_channel(target) for _ in range(4)]
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+    period = 1 / rate
+
+    async def one(i: int) -> None:
+        stub = pb_grpc.ParserServiceStub(channels[i % 4])
+        await asyncio.sleep(period * i / sessions)
+        while time.monotonic() < deadline:
+            call = stub.Parse()
+            await call.write(pb.ParseRequest(open=pb.Open(model="qwen3", tools_json=TOOLS)))
+            await call.initial_metadata()
+            sent: dict[int, float] = {}
+
+            async def reader(call=call, sent=sent) -> None:
+                async for reply in call:
+                    at = sent.pop(reply.client_messages, None)
+                    if at is not None:
+                        latencies.append((time.perf_counter() - at) * 1000)
+
+            task = asyncio.create_task(reader())
+            tick = time.monotonic()
+            for n, token in enumerate(ids, start=2):
+                tick += period
+                await asyncio.sleep(max(0.0, tick - time.monotonic()))
+                sent[n] = time.perf_counter()
+                await call.write(pb.ParseRequest(steps=[pb.Step(token_ids=[token])]))
+                if time.monotonic() > deadline:
+                    break
+            await call.write(pb.ParseRequest(finish=pb.Finish()))
+            await call.done_writing()
+            await task
+
+    await asyncio.gather(*(one(i) for i in range(sessions)))
+    for channel in channels:
+        await channel.close()
+    return latencies[len(latencies) // 10 :]  # the first tenth is warm-up
+
+
+async def paced_batch(target: str, ids: list[int], sessions: int, rate: float, seconds: float) -> list[float]:
+    """One ParseBatch stream of ``sessions`` sessions stepped ``rate`` times a second, one token
+    per session per step; the round trip of every step, in ms."""
+    channel = _channel(target)
+    call = pb_grpc.ParserServiceStub(channel).ParseBatch()
+    keys = [f"k{i}" for i in range(sessions)]
+    await call.write(_opens(keys))
+    await call.read()
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+
+    async def reader() -> None:
+        while True:
+            reply = await call.read()
+            if reply is grpc.aio.EOF:
+                return
+            at = sent.pop(reply.client_messages, None)
+            if at is not None:
+                latencies.append((time.perf_counter() - at) * 1000)
+
+    task = asyncio.create_task(reader())
+    position = [i % len(ids) for i in range(sessions)]
+    tick = time.monotonic()
+    n = 1
+    deadline = tick + seconds
+    while time.monotonic() < deadline:
+        message, _ = _step(keys, position, ids)
+        tick += 1 / rate
+        await asyncio.sleep(max(0.0, tick - time.monotonic()))
+        n += 1
+        sent[n] = time.perf_counter()
+        await call.write(message)
+    await call.done_writing()
+    await task
+    await channel.close()
+    return latencies[len(latencies) // 10 :]
+
+
+def paced(results: Results, ids: list[int]) -> None:
+    seconds = 5 if results.quick else 20
+    cases = [
+        ("Parse", 250, 20.0, paced_parse),
+        ("ParseBatch", 1000, 20.0, paced_batch),
+    ]
+    measured_: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for kind, make in (("parsetier", parsetier_server), ("echo", echo_server)):
+        with make() as server:
+            for rpc, sessions, rate, fn in cases:
+                measured_[(rpc, kind)] = _percentiles(
+                    asyncio.run(fn(server.target, ids, sessions, rate, seconds))
+                )
+    for rpc, sessions, rate, _ in cases:
+        ours, echo = measured_[(rpc, "parsetier")], measured_[(rpc, "echo")]
+        results.paced.append(
+            {
+                "rpc": rpc,
+                "load": f"{sessions} sessions x {rate:g} steps/s",
+                "parsetier": ours,
+                "echo": echo,
+                "added": tuple(a - b for a, b in zip(ours, echo, strict=True)),
+            }
+        )
+
+
+def memory_per_session(results: Results, ids: list[int]) -> None:
+    """Server RSS growth per open session: idle (opened), then mid-tool-call."""
+    mid = ids.index(151657) + 8  # inside the first tool call's arguments
+    count = 200 if results.quick else 1000
+
+    async def parse_sessions(server: Server) -> tuple[float, float]:
+        channels = [_channel(server.target) for _ in range(4)]
+        calls = []
+        before = server.memory()[0][0]
+        for i in range(count):
+            call = pb_grpc.ParserServiceStub(channels[i % 4]).Parse()
+            await call.write(pb.ParseRequest(open=pb.Open(model="qwen3", tools_json=TOOLS)))
+            calls.append(call)
+        for call in calls:
+            await call.initial_metadata()
+        await asyncio.sleep(1)
+        idle = server.memory()[0][0]
+        for call in calls:
+            await call.write(pb.ParseRequest(steps=[pb.Step(token_ids=ids[:mid])]))
+            await call.read()
+        await asyncio.sleep(1)
+        busy = server.memory()[0][0]
+        for call in calls:
+            call.cancel()
+        for channel in channels:
+            await channel.close()
+        return (idle - before) / count, (busy - before) / count
+
+    async def batch_sessions(server: Server) -> tuple[float, float]:
+        channel = _channel(server.target)
+        call = pb_grpc.ParserServiceStub(channel).ParseBatch()
+        before = server.memory()[0][0]
+        keys = [f"m{i}" for i in range(count)]
+        await call.write(_opens(keys))
+        await call.read()
+        await asyncio.sleep(1)
+        idle = server.memory()[0][0]
+        await call.write(
+            pb.ParseBatchRequest(
+                sessions=[pb.SessionInput(key=k, steps=[pb.Step(token_ids=ids[:mid])]) for k in keys]
+            )
+        )
+        await call.read()
+        await asyncio.sleep(1)
+        busy = server.memory()[0][0]
+        call.cancel()
+        await channel.close()
+        return (idle - before) / count, (busy - before) / count
+
+    for rpc, fn in (("Parse", parse_sessions), ("ParseBatch", batch_sessions)):
+        with parsetier_server() as server:
+            asyncio.run(batch_load(server.target, ids, 16, 40))  # warm the allocator and the loop
+            idle, busy = asyncio.run(fn(server))
+            results.memory.append({"rpc": rpc, "sessions": count, "idle": idle, "mid_tool_call": busy})
+
+
+def worker_scaling(results: Results, ids: list[int]) -> None:
+    steps = 30 if results.quick else 150
+    for workers in (1, 2):
+        with parsetier_server(workers, pin=None) as server:
+            tokens, cpu, wall = measured(server, batch_load(server.target, ids, 128, steps, streams=8))
+            results.scaling.append(
+                {"workers": workers, "tokens_per_cpu_s": tokens / cpu, "tokens_per_s": tokens / wall}
+            )
+
+
+def workers_memory(results: Results) -> None:
+    """RSS per worker and PSS in total, models loaded before the fork or lazily per worker."""
+    preload = "qwen3"
+    for workers in (1, 4):
+        for mode in ("before fork", "lazily") if workers > 1 else ("one process",):
+            if mode == "lazily":
+                argv = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--lazy-workers",
+                    str(workers),
+                    preload,
+                ]
+            else:
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "parsetier.cli",
+                    "serve",
+                    "--port",
+                    "0",
+                    "--workers",
+                    str(workers),
+                ]
+                argv += ["--preload", preload]
+            server = Server(argv, pin=None)
+            try:
+                server.wait_for_logs("models loaded", workers if mode == "lazily" else 1)
+                time.sleep(2)
+                memory = server.memory()
+            finally:
+                server.stop()
+            worker_rss = [rss for rss, _ in (memory[1:] if workers > 1 else memory)]
+            results.workers_memory.append(
+                {
+                    "workers": workers,
+                    "mode": mode,
+                    "worker_rss": statistics.mean(worker_rss),
+                    "supervisor_rss": memory[0][0] if workers > 1 else 0,
+                    "total_rss": sum(rss for rss, _ in memory),
+                    "total_pss": sum(pss for _, pss in memory),
+                }
+            )
+
+
+def run_lazy_workers(workers: int, preload: str) -> int:
+    from parsetier.models import ModelRegistry
+    from parsetier.protocol import Limits
+    from parsetier.service.workers import serve_workers
+
+    return serve_workers(
+        workers, ModelRegistry(), Limits(), "127.0.0.1", 0, 10.0, [preload], load_before_fork=False
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def report(results: Results) -> str:
+    mib = 1024 * 1024
+    lines = [
+        SECTION,
+        "",
+        "Generated by `bench/service_bench.py` (`make bench`)"
+        + (" in `--quick` mode (small runs: indicative only)" if results.quick else "")
+        + ". Server pinned to one core, load generator on the other, on a 2-core machine shared with"
+        " other developers: absolute figures move with their load, ratios against the echo server of"
+        " the same run much less. Tokens per second are per second of server CPU.",
+        "",
+        "### Echo ceiling",
+        "",
+        "| RPC | load | parsetier tokens/s per core | echo tokens/s per core | parsetier / echo |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results.ceiling:
+        lines.append(
+            f"| {r['rpc']} | {r['load']} | {r['parsetier']:,.0f} | {r['echo']:,.0f} | {r['ratio']:.2f} |"
+        )
+    by = {(r["rpc"], r["load"]): r for r in results.ceiling}
+    parse1 = by[("Parse", "1 tokens/message")]["parsetier"]
+    batch256 = by[("ParseBatch", "256 sessions x 1 token/step")]["parsetier"]
+    c = results.cpu
+    lines += [
+        "",
+        f"ParseBatch at 256 sessions × 1 token per step: {batch256:,.0f} tokens/s per server core, "
+        f"{batch256 / parse1:.1f}× `Parse` at one token per message in the same run.",
+        "",
+        "![echo ceiling](performance/service_ceiling.png)",
+        "",
+        "### Server CPU",
+        "",
+        "| what | µs of server CPU |",
+        "|---|---|",
+        "| per `Parse` message of 1 token (everything: gRPC, protobuf, protocol, parsing) | "
+        f"{c['per_message']:.1f} |",
+        f"| per token, `Parse` at 16 tokens per message | {c['per_token_16']:.1f} |",
+        f"| per session item, `ParseBatch` 256 × 1 token | {c['per_item']:.1f} |",
+        f"| of which the session's own parsing (`Session.feed` of one token, in process) | {c['feed']:.1f} |",
+        f"| per item beyond the session's parsing | {c['beyond_parsing']:.1f} |",
+        f"| per item, the echo server (gRPC + protobuf of the same messages) | {c['echo_item']:.1f} |",
+        f"| per item beyond parsing and the echo's transport cost | {c['beyond_parsing_and_echo']:.1f} |",
+        "",
+        "### Paced load",
+        "",
+        "One token per session per step at a fixed rate; round trip from writing a step to reading"
+        " its reply, measured at the client, in ms; *added* is parsetier minus the echo server at the"
+        " same percentile.",
+        "",
+        "| RPC | load | parsetier p50 / p99 / p99.9 | echo p50 / p99 / p99.9 | added p50 / p99 / p99.9 |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results.paced:
+        fmt = " / ".join
+        lines.append(
+            f"| {r['rpc']} | {r['load']} | {fmt(f'{v:.2f}' for v in r['parsetier'])} | "
+            f"{fmt(f'{v:.2f}' for v in r['echo'])} | {fmt(f'{v:.2f}' for v in r['added'])} |"
+        )
+    lines += [
+        "",
+        "![paced latency](performance/service_paced.png)",
+        "",
+        "### Memory per open session",
+        "",
+        "| RPC | sessions | KiB per idle session | KiB per session mid-tool-call |",
+        "|---|---|---|---|",
+    ]
+    for r in results.memory:
+        lines.append(
+            f"| {r['rpc']} | {r['sessions']} | {r['idle'] / 1024:.1f} | {r['mid_tool_call'] / 1024:.1f} |"
+        )
+    lines += [
+        "",
+        "### Workers",
+        "",
+        "| workers | tokens per server-CPU-second | tokens per second (wall) |",
+        "|---|---|---|",
+    ]
+    for r in results.scaling:
+        lines.append(f"| {r['workers']} | {r['tokens_per_cpu_s']:,.0f} | {r['tokens_per_s']:,.0f} |")
+    lines += [
+        "",
+        "Memory with the Qwen3 tokenizer loaded (RSS counts shared pages in every process; PSS splits"
+        " them, so the PSS total is what the machine really spends):",
+        "",
+        "| workers | models loaded | RSS per worker (MiB) | supervisor RSS (MiB) | total RSS (MiB) "
+        "| total PSS (MiB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results.workers_memory:
+        lines.append(
+            f"| {r['workers']} | {r['mode']} | {r['worker_rss'] / mib:.0f} | "
+            f"{r['supervisor_rss'] / mib:.0f} | {r['total_rss'] / mib:.0f} | {r['total_pss'] / mib:.0f} |"
+        )
+    lines += [""] + [f"- {note}" for note in results.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def plots(results: Results) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = [f"{r['rpc']}\n{r['load']}" for r in results.ceiling]
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], [r["parsetier"] for r in results.ceiling], 0.4, label="parsetier")
+    ax.bar([i + 0.2 for i in x], [r["echo"] for r in results.ceiling], 0.4, label="echo (no parsing)")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("tokens per second of server CPU")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title("Throughput per server core vs the same-proto echo ceiling")
+    fig.tight_layout()
+    fig.savefig(PLOTS / "service_ceiling.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    names = ["p50", "p99", "p99.9"]
+    for i, r in enumerate(results.paced):
+        ax.bar([j + i * 0.4 - 0.2 for j in range(3)], r["added"], 0.4, label=f"{r['rpc']} ({r['load']})")
+    ax.set_xticks(range(3), names)
+    ax.set_ylabel("added latency, ms")
+    ax.legend(fontsize=8)
+    ax.set_title("Paced load: round trip minus the echo server's")
+    fig.tight_layout()
+    fig.savefig(PLOTS / "service_paced.png", dpi=110)
+    plt.close(fig)
+
+
+def write_section(text: str) -> None:
+    """Replace the "## Service" section of docs/performance.md (or add it), keeping the rest."""
+    old = DOC.read_text(encoding="utf-8") if DOC.exists() else "# Performance\n"
+    start = old.find(f"\n{SECTION}\n")
+    if start < 0:
+        new = old.rstrip() + "\n\n" + text
+    else:
+        end = old.find("\n## ", start + len(SECTION) + 2)
+        profile = old.find("\n### Profile", start)  # hand-written profile notes inside the section
+        keep = old[profile:end] if 0 <= profile < (end if end >= 0 else len(old)) else ""
+        tail = old[end:] if end >= 0 else ""
+        new = old[: start + 1] + text + keep.rstrip("\n") + ("\n" if keep else "") + tail
+    DOC.write_text(new, encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lazy-workers", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.echo_server:
+        asyncio.run(run_echo_server())
+        return 0
+    if args.lazy_workers:
+        return run_lazy_workers(int(args.lazy_workers[0]), args.lazy_workers[1])
+    os.sched_setaffinity(0, {CLIENT_CPU})
+    results = Results(quick=args.quick)
+    ids = workload()
+    steps = [
+        ("echo ceiling", lambda: echo_ceiling(results, ids)),
+        ("server CPU", lambda: cpu_costs(results, ids)),
+        ("paced load", lambda: paced(results, ids)),
+        ("memory per session", lambda: memory_per_session(results, ids)),
+        ("worker scaling", lambda: worker_scaling(results, ids)),
+        ("worker memory", lambda: workers_memory(results)),
+    ]
+    for name, step in steps:
+        started = time.monotonic()
+        step()
+        print(f"{name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+    text = report(results)
+    print(text)
+    if not args.no_write:
+        plots(results)
+        write_section(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
