@@ -188,6 +188,7 @@ class EchoServicer(pb_grpc.ParserServiceServicer):
     per token), one output per session entry for ParseBatch."""
 
     async def Parse(self, request_iterator, context):
+        await context.send_initial_metadata(())  # as parsetier does once the Open is accepted
         sequence = 0
         messages = 0
         async for message in request_iterator:
@@ -380,6 +381,7 @@ def echo_ceiling(results: Results, ids: list[int]) -> None:
                     steps = (20 if q else 120) * 256 // n + 10
                     load = batch_load(server.target, ids, n, steps=steps)
                 tokens, cpu, wall = measured(server, load)
+                print(f"  {kind} {rpc} {label}: {tokens} tokens, {cpu:.2f} s CPU", file=sys.stderr)
                 rates.setdefault((rpc, label), {})[kind] = tokens / cpu if cpu else float("nan")
                 rates[(rpc, label)][kind + "_cpu_us"] = cpu / tokens * 1e6
                 rates[(rpc, label)][kind + "_wall"] = tokens / wall
@@ -521,15 +523,14 @@ def paced(results: Results, ids: list[int]) -> None:
         ("Parse", 250, 20.0, paced_parse),
         ("ParseBatch", 1000, 20.0, paced_batch),
     ]
-    measured_: dict[tuple[str, str], tuple[float, float, float]] = {}
+    measured_: dict[tuple[str, int, str], tuple[float, float, float]] = {}
     for kind, make in (("parsetier", parsetier_server), ("echo", echo_server)):
         with make() as server:
             for rpc, sessions, rate, fn in cases:
-                measured_[(rpc, kind)] = _percentiles(
-                    asyncio.run(fn(server.target, ids, sessions, rate, seconds))
-                )
+                samples = asyncio.run(fn(server.target, ids, sessions, rate, seconds))
+                measured_[(rpc, sessions, kind)] = _percentiles(samples)
     for rpc, sessions, rate, _ in cases:
-        ours, echo = measured_[(rpc, "parsetier")], measured_[(rpc, "echo")]
+        ours, echo = measured_[(rpc, sessions, "parsetier")], measured_[(rpc, sessions, "echo")]
         results.paced.append(
             {
                 "rpc": rpc,
@@ -788,10 +789,17 @@ def plots(results: Results) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     names = ["p50", "p99", "p99.9"]
+    width = 0.8 / max(1, len(results.paced))
     for i, r in enumerate(results.paced):
-        ax.bar([j + i * 0.4 - 0.2 for j in range(3)], r["added"], 0.4, label=f"{r['rpc']} ({r['load']})")
+        ax.bar(
+            [j + (i - len(results.paced) / 2 + 0.5) * width for j in range(3)],
+            r["added"],
+            width,
+            label=f"{r['rpc']} ({r['load']})",
+        )
     ax.set_xticks(range(3), names)
     ax.set_ylabel("added latency, ms")
+    ax.set_yscale("symlog", linthresh=1)
     ax.legend(fontsize=8)
     ax.set_title("Paced load: round trip minus the echo server's")
     fig.tight_layout()
