@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from parsetier.protocol import (
     once_request,
     once_response,
 )
+from parsetier.service import metrics
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
@@ -235,7 +237,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         if self.gate.draining:
             await self._await_first_message(context)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
-        batch = BatchProtocol(self.limits, _GatedSessions(self.gate))
+        batch = BatchProtocol(self.limits, _GatedSessions(self.gate, frozenset(self.registry.names())))
         error: ProtocolError | None = None
         try:
             await context.send_initial_metadata(())
@@ -377,8 +379,9 @@ class _GatedSessions(BatchHooks):
     """A ParseBatch stream's sessions count in the server's session gate (so drain waits for them
     and ``--max-sessions`` holds across RPCs), and each gets its ``session_end`` log line."""
 
-    def __init__(self, gate: SessionGate) -> None:
+    def __init__(self, gate: SessionGate, models: frozenset[str]) -> None:
         self.gate = gate
+        self.models = models
 
     def new_counts(self) -> SessionCounts:
         return SessionRecord(rpc="ParseBatch")
@@ -402,3 +405,6 @@ class _GatedSessions(BatchHooks):
                 )
             counts.outcome, counts.error = error.code.name, error.message
         counts.emit()
+        model = counts.model if counts.model in self.models else "other"  # bounded label values
+        seconds = time.monotonic() - counts.started
+        metrics.session_ended("ParseBatch", model, counts.outcome, counts.tokens, counts.deltas, seconds)
