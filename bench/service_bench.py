@@ -173,6 +173,8 @@ def parsetier_server(workers: int = 1, pin: int | None = SERVER_CPU) -> Server:
         "4096",
         "--max-items-per-message",
         "4096",
+        "--max-loop-lag-ms",  # measure the load, do not shed it
+        "0",
     ]
     server = Server([*argv, "--workers", str(workers)], pin)
     server.wait_for_logs("models loaded", 1)
