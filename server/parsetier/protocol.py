@@ -261,7 +261,7 @@ class SessionProtocol:
         ``into`` is the message the reply is written into (a new ``ParseResponse`` when None);
         when nothing came out it is left untouched and ``Reply.response`` is None."""
         self.counts.client_messages += 1
-        if self.state is State.STREAMING and len(message.steps) == 1:
+        if self.state is State.STREAMING and self.replay is None and len(message.steps) == 1:
             fast = self._receive_one_step(message, into)
             if fast is not None:
                 return fast
@@ -608,7 +608,7 @@ class BatchProtocol:
                 self._end_with(outputs, key, protocol, error)
                 continue
             seen.add(key)
-            if protocol is not None and protocol.state is streaming:
+            if protocol is not None and protocol.state is streaming and protocol.replay is None:
                 # The hot path: one token-id step for an open session, nothing else.
                 steps = entry.steps
                 plain = not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
