@@ -59,7 +59,8 @@ def test_two_workers_share_the_port_and_drain_on_one_sigterm(encode):
 
         async def drain_with_open_sessions() -> list:
             clients = [
-                AsyncClient(server.target, channel=_aio_own_connection(server.target)) for _ in range(4)
+                AsyncClient(server.target, channel=_aio_own_connection(server.target), resume=False)
+                for _ in range(4)  # resume off: they must finish within the grace, not be handed off
             ]
             try:
                 streams = [
