@@ -114,3 +114,45 @@ def test_replayed_history_counts_towards_the_session_limits(client, registry, en
     with ThreadServer(registry, limits) as server, Client(server.target) as small:
         error = _status(small, resumed(messages, *point))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+
+
+def test_a_parse_batch_session_resumes_like_a_stream(client, encode):
+    """Per session on the multiplexed RPC: a session re-opened on a new ParseBatch stream with a
+    resume point, its entries re-sent as before, gets exactly the outputs it had not received,
+    while another session on the same stream runs as usual."""
+    messages = session(encode)
+
+    def batch(entries_per_message: list[list[pb.SessionInput]]) -> list[pb.SessionOutput]:
+        requests = [pb.ParseBatchRequest(sessions=entries) for entries in entries_per_message]
+        return [out for reply in client.stub.ParseBatch(iter(requests), timeout=60) for out in reply.sessions]
+
+    def entries(key: str, msgs: list[pb.ParseRequest]) -> list[list[pb.SessionInput]]:
+        return [
+            [
+                pb.SessionInput(
+                    key=key,
+                    open=m.open if m.HasField("open") else None,
+                    steps=m.steps,
+                    finish=m.finish if m.HasField("finish") else None,
+                )
+            ]
+            for m in msgs
+        ]
+
+    full = batch(entries("a", messages))
+    assert [o.sequence for o in full] == list(range(1, len(full) + 1))
+    mid = full[len(full) // 3]
+    resumed_entries = entries("a", resumed(messages, mid.client_messages, mid.sequence))
+    fresh = entries("b", messages)
+    both = batch([ra + fb for ra, fb in zip(resumed_entries, fresh, strict=True)])
+    rest = [o for o in both if o.key == "a"]
+    assert [o.SerializeToString(deterministic=True) for o in rest] == [
+        o.SerializeToString(deterministic=True) for o in full[len(full) // 3 + 1 :]
+    ]
+    other = [o for o in both if o.key == "b"]
+    assert [o.SerializeToString(deterministic=True) for o in other] == [
+        pb.SessionOutput(
+            key="b", **{f.name: v for f, v in o.ListFields() if f.name != "key"}
+        ).SerializeToString(deterministic=True)
+        for o in full
+    ]
