@@ -135,6 +135,7 @@ struct SessionCallbacks {
 };
 
 class SessionReactor;
+class Batch;
 
 // One live request session. Send/Finish may be called from one thread while another calls Next;
 // Cancel, Final and Wait may be called from any thread. Destroying a session that has not ended
@@ -191,6 +192,10 @@ class Client {
   // Starts a session and waits until the server has accepted its Open, so an unknown model
   // (NOT_FOUND) or bad options (INVALID_ARGUMENT) throw Error here rather than later.
   std::unique_ptr<Session> Open(const OpenOptions& options, SessionCallbacks callbacks = {});
+
+  // A multiplexed ParseBatch stream (include "parsetier/batch.h"); `timeout` bounds the whole
+  // stream (zero: none).
+  std::unique_ptr<Batch> OpenBatch(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // The whole output with the unary RPC: the same result as a stream fed every token at once.
   v1::ParseOnceResponse ParseOnce(const OpenOptions& options, const std::vector<uint32_t>& token_ids,
