@@ -208,6 +208,7 @@ def _worker_main(supervisor: _Supervisor, index: int, ready_write: int | None) -
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _drain_when_orphaned()
     logs.configure(supervisor.log_level, fields={"worker": index})
     if supervisor.metrics_on:
         from parsetier.service import metrics
@@ -234,6 +235,18 @@ def _worker_main(supervisor: _Supervisor, index: int, ready_write: int | None) -
         )
     )
     return 0 if clean else 1
+
+
+def _drain_when_orphaned() -> None:
+    """Linux: SIGTERM this worker when the supervisor dies (even by SIGKILL), so no worker is left
+    serving a port nobody manages; the worker then drains like any other."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the supervisor's SIGTERM is the only way down
 
 
 def _read_ready(fd: int, expected: int, timeout: float) -> int:
