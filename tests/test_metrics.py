@@ -116,7 +116,8 @@ def test_undecodable_requests_are_counted_not_crashed_on(metered):
 
 def test_open_sessions_and_drain_state(metered):
     async def run() -> None:
-        async with AsyncClient(metered.target, timeout=60) as client:
+        # resume=False: a resuming client is handed off at once by the drain; this one stays.
+        async with AsyncClient(metered.target, timeout=60, resume=False) as client:
             stream = await client.open("qwen3")
             await stream.send([9707])
             deadline = time.monotonic() + 10

@@ -259,7 +259,7 @@ def _announce(handle, registry, host: str) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from parsetier.service import Limits, logs, serve
-    from parsetier.service.security import SecurityConfigError
+    from parsetier.service.security import SecurityConfigError, SecurityState
     from parsetier.service.server import ListenError
     from parsetier.service.workers import default_workers
 
@@ -280,6 +280,11 @@ def _serve(args: argparse.Namespace) -> int:
     )
     _check_tracing(args.otel)
     security = _security(args)
+    if security is not None:
+        try:
+            SecurityState(security)  # bad TLS or token files fail here, before any worker forks
+        except SecurityConfigError as exc:
+            raise UsageError(exc.flag, str(exc)) from None
     workers = args.workers if args.workers is not None else default_workers()
     if workers > 1:
         return _serve_workers(args, workers, registry, limits, preload, security)
