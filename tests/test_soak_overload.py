@@ -39,8 +39,8 @@ OVERLOAD_IDS = 4000
 """Ids per overload message: a few ms of parsing each on the event loop (the engine's fast path
 made 1,500 too light to overload a quiet machine), so 400 sessions at once are far more than the
 loop can serve within its lag limit."""
-REFUSAL_SECONDS = 10.0
-"""A refusal waits for its turn on the busy loop: 2-6 s measured on a quiet machine. Admission that
+REFUSAL_SECONDS = 30.0
+"""A refusal waits for its turn on the busy loop: 2-12 s measured on a quiet machine. Admission that
 answers before the loop is free is a known gap (docs/service.md)."""
 MEMORY_SLACK = 1.25
 
