@@ -55,7 +55,8 @@ def _warm() -> None:
 def server() -> Iterator[ProcessServer]:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         warming = pool.submit(_warm)
-        with ProcessServer("--config", str(marker_tokenizers.config_file()), "--max-loop-lag-ms", "0") as process:
+        config = str(marker_tokenizers.config_file())
+        with ProcessServer("--config", config, "--max-loop-lag-ms", "0") as process:
             warming.result()
             yield process
 
