@@ -228,6 +228,11 @@ def feed_in_pieces(session: core.Session | CompletionSession, ids: Sequence[int]
     return [session.feed(ids[at : at + FEED_PIECE]) for at in range(0, len(ids), FEED_PIECE)]
 
 
+def _joined(outputs: list[core.StepOutput]) -> core.StepOutput:
+    """The outputs of consecutive feeds as one (feeds have no final)."""
+    return core.StepOutput([d for o in outputs for d in o.deltas], [e for o in outputs for e in o.events])
+
+
 class SessionProtocol:
     """The rules of one session (see the module docstring). Not thread-safe: one caller at a
     time, though that caller may hand a large message to a worker thread."""
@@ -297,7 +302,10 @@ class SessionProtocol:
             counts.tokens += len(ids)
             if counts.tokens > self.limits.max_tokens_per_session:
                 self.limits.check_tokens(counts.tokens)
-            out = self.session.feed(ids)  # type: ignore[union-attr]
+            if len(ids) <= FEED_PIECE:
+                out = self.session.feed(ids)  # type: ignore[union-attr]
+            else:  # a large message: in pieces, so its thread hands the GIL back between them
+                out = _joined(feed_in_pieces(self.session, ids))  # type: ignore[arg-type]
         except Exception as exc:
             error = self.fail(exc)
             if error is None or error is exc:
