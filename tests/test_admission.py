@@ -15,6 +15,9 @@ from grpc_servers import ThreadServer
 from parsetier.service import Limits
 from parsetier.service.admission import Admission, LoopLag
 from parsetier.service.errors import ServiceError
+from parsetier_client import Client, session_error
+
+HELLO = 9707  # "Hello" in Qwen3
 
 
 def test_lag_follows_a_saturated_loop_and_ignores_one_pause():
@@ -103,3 +106,56 @@ def _then_wait(items: list, release: threading.Event):
     """A request stream that sends ``items`` and then stays open until ``release``."""
     yield from items
     release.wait(30)
+
+
+def test_parse_batch_opens_are_refused_per_session_while_the_loop_lags(registry):
+    """A ParseBatch open passes the same load check as a Parse stream: while the server's loop
+    lags, that open alone is refused with UNAVAILABLE; the stream, and sessions opened once the
+    lag is gone, go on."""
+    with (
+        ThreadServer(registry, Limits(max_loop_lag=0.05)) as server,
+        Client(server.target, timeout=60) as client,
+        client.batch() as batch,
+    ):
+        admission = server.handle.servicer.admission
+        batch.open("warm", "qwen3")
+        batch.feed("warm", [HELLO])
+        batch.finish("warm")
+        assert batch.step()["warm"].final.message.content == "Hello"
+        busy = threading.Event()
+        busy.set()
+
+        async def saturate() -> None:  # every tick of the server's loop comes late
+            while busy.is_set():
+                time.sleep(0.08)
+                await asyncio.sleep(0)
+
+        load = asyncio.run_coroutine_threadsafe(saturate(), server.loop)
+        _wait_for(server, lambda: admission.lag.current() > 0.05)
+        batch.open("refused", "qwen3")
+        batch.feed("refused", [HELLO])
+        out = batch.step()["refused"]
+        assert session_error(out) is not None
+        code, message = session_error(out)
+        assert code == grpc.StatusCode.UNAVAILABLE and "overloaded" in message, (code, message)
+        assert admission.refused >= 1
+        busy.clear()
+        load.result(10)
+        _wait_for(server, lambda: admission.lag.current() <= 0.05)
+        batch.open("later", "qwen3")
+        batch.feed("later", [HELLO])
+        batch.finish("later")
+        assert batch.step()["later"].final.message.content == "Hello"
+        assert server.handle.servicer.gate.active == 0  # the refused open never held a slot
+
+
+def _wait_for(server: ThreadServer, condition, timeout: float = 20.0) -> None:
+    """Poll ``condition`` on the server's own loop (where the lag probe runs) until it holds."""
+
+    async def check() -> bool:
+        return condition()
+
+    deadline = time.monotonic() + timeout
+    while not server.run_coroutine(check()):
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.05)

@@ -4,10 +4,10 @@ The measure is event-loop lag: every stream, every reply and every accept runs o
 loop of a worker process, so how late the loop runs a short timer is how late every client's
 next reply will be. A session count cannot tell that (1,000 idle streams cost nothing, 200 busy
 ones saturate a core). While the lag stays above ``max_lag``, new ``Parse`` / ``ParseOnce`` /
-``BuildConstraint`` calls are refused with ``UNAVAILABLE`` before any work is done (nothing was
-parsed, so a retry — after a backoff, or on another backend — is always safe), and the refusal
-is logged. Sessions already admitted keep running: shedding new work is what gives them their
-latency back.
+``BuildConstraint`` calls and new ``ParseBatch`` sessions (each on its own) are refused with
+``UNAVAILABLE`` before any work is done (nothing was parsed, so a retry — after a backoff, or on
+another backend — is always safe), and the refusal is logged. Sessions already admitted keep
+running: shedding new work is what gives them their latency back.
 
 Health ``Watch`` and reflection streams are long-lived too; they are counted against their own
 limit (``max_watch_streams``), so watchers cannot pile up without bound.
@@ -111,7 +111,6 @@ class Admission:
                 f"{self.max_lag * 1000:.0f} ms); nothing was processed: retry after a backoff or on "
                 "another backend",
             )
-
 
     def _log(self, rpc: str, lag: float) -> None:
         """One ``overloaded`` line per ``LOG_EVERY`` seconds at most, with the refusals since the

@@ -237,7 +237,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         if self.gate.draining:
             await self._await_first_message(context)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
-        batch = BatchProtocol(self.limits, _GatedSessions(self.gate, frozenset(self.registry.names())))
+        hooks = _GatedSessions(self.gate, self.admission, frozenset(self.registry.names()))
+        batch = BatchProtocol(self.limits, hooks)
         error: ProtocolError | None = None
         try:
             await context.send_initial_metadata(())
@@ -326,9 +327,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         # Loading a tokenizer takes a while the first time; keep the event loop free meanwhile.
         return await asyncio.to_thread(self.registry.get, name)
 
-    async def _guarded(
-        self, record: SessionRecord, work, context: grpc.aio.ServicerContext
-    ) -> Status | None:
+    async def _guarded(self, record: SessionRecord, work, context: grpc.aio.ServicerContext) -> Status | None:
         """Run one session's work inside the session gate; return its error status (``_end``
         sends it and logs the session).
 
@@ -376,11 +375,13 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
 
 
 class _GatedSessions(BatchHooks):
-    """A ParseBatch stream's sessions count in the server's session gate (so drain waits for them
-    and ``--max-sessions`` holds across RPCs), and each gets its ``session_end`` log line."""
+    """A ParseBatch stream's sessions pass the admission a ``Parse`` stream passes (drain, load,
+    ``--max-sessions``, in that order), count in the server's session gate (so drain waits for
+    them and ``--max-sessions`` holds across RPCs), and each gets its ``session_end`` log line."""
 
-    def __init__(self, gate: SessionGate, models: frozenset[str]) -> None:
+    def __init__(self, gate: SessionGate, admission: Admission, models: frozenset[str]) -> None:
         self.gate = gate
+        self.admission = admission
         self.models = models
 
     def new_counts(self) -> SessionCounts:
@@ -388,6 +389,8 @@ class _GatedSessions(BatchHooks):
 
     def admit(self) -> None:
         try:
+            self.gate.check_open()
+            self.admission.check("ParseBatch")
             self.gate.enter()
         except ServiceError as exc:  # the gate speaks grpc; a multiplexed session's status does not
             raise ProtocolError(Code[exc.code.name], exc.message) from None
