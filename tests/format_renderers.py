@@ -199,3 +199,82 @@ def render_mistral_tekken(p: Parts) -> str:
 def render_mistral_v3(p: Parts) -> str:
     calls = ", ".join(json_value({"name": n, "arguments": a}) for n, a in p.calls)
     return f"{p.content}[TOOL_CALLS] [{calls}]"
+
+
+# Nemotron 3, Step-3.5 / 3.7, MiMo, Ling 3, Hunyuan Hy3: no chat template next to a real
+# vocabulary on PyPI, so these follow the templates as read (docs/formats/qwen3-xml.md, glm.md,
+# hunyuan.md say what was read where, and what could not be verified).
+
+
+def template_value(value: Any) -> str:
+    """Qwen3-Coder-style templates: objects/arrays ``tojson``, other values Jinja's ``string``
+    filter (``True``, ``None``, ``1e-05``), strings verbatim."""
+    if isinstance(value, dict | list):
+        return json_value(value)
+    return value if isinstance(value, str) else str(value)
+
+
+def coder_call(name: str, args: dict[str, Any], compact: bool = False) -> str:
+    """``<tool_call>\\n<function=N>\\n<parameter=K>\\nV\\n</parameter>\\n…`` (``compact``: MiMo's
+    values without wrapping newlines)."""
+    wrap = "" if compact else "\n"
+    body = "".join(f"<parameter={k}>{wrap}{template_value(v)}{wrap}</parameter>\n" for k, v in args.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def render_nemotron3(p: Parts, thinking: bool) -> str:
+    """After ``<think>\\n`` (thinking on) or ``<think></think>`` (off) in the prompt."""
+    calls = "\n".join(coder_call(n, a) for n, a in p.calls)
+    answer = f"{p.content}\n{calls}" if calls else p.content
+    return f"{p.reasoning}\n</think>\n{answer}" if thinking else answer
+
+
+def render_step3p5(p: Parts) -> str:
+    """After the always-present ``<think>\\n``: calls follow the content and each other directly."""
+    return f"{p.reasoning}\n</think>\n{p.content}" + "".join(coder_call(n, a) for n, a in p.calls)
+
+
+def render_mimo(p: Parts, thinking: bool) -> str:
+    calls = "\n".join(coder_call(n, a, compact=True) for n, a in p.calls)
+    answer = f"{p.content}\n{calls}" if calls else p.content
+    return f"<think>{p.reasoning}</think>{answer}" if thinking else answer
+
+
+def render_ling3(p: Parts, thinking: bool) -> str:
+    """GLM-4.7 compact calls; with reasoning and calls but no answer the model may skip
+    ``</think>`` (a ``<tool_call>`` ends the reasoning)."""
+    calls = "".join(
+        f"<tool_call>{n}"
+        + "".join(f"<arg_key>{k}</arg_key><arg_value>{raw_value(v)}</arg_value>" for k, v in a.items())
+        + "</tool_call>"
+        for n, a in p.calls
+    )
+    if not thinking:
+        return p.content + calls
+    close = "" if calls and not p.content else "</think>"
+    return f"<think>{p.reasoning}{close}{p.content}{calls}"
+
+
+HY3_SUFFIX = ":opensource"
+
+
+def hy3_marker(marker: str) -> str:
+    """A Hy3 marker as the released vocabulary spells it (``<tool_calls:opensource>``)."""
+    return marker[:-1] + HY3_SUFFIX + ">"
+
+
+def render_hy3(p: Parts, thinking: bool) -> str:
+    """After ``<think>`` (low/high effort) or ``<think></think>`` (no_think) in the prompt."""
+    m = hy3_marker
+    calls = "".join(
+        f"{m('<tool_call>')}{n}{m('<tool_sep>')}\n"
+        + "".join(
+            f"{m('<arg_key>')}{k}{m('</arg_key>')}\n{m('<arg_value>')}{raw_value(v)}{m('</arg_value>')}\n"
+            for k, v in a.items()
+        )
+        + f"{m('</tool_call>')}\n"
+        for n, a in p.calls
+    )
+    block = f"{m('<tool_calls>')}\n{calls}{m('</tool_calls>')}" if calls else ""
+    answer = f"{p.content}\n\n{block}" if block and p.content else p.content + block
+    return f"{p.reasoning}{m('</think>')}\n\n{answer}" if thinking else answer

@@ -1,8 +1,9 @@
 """Test scaffolding: marker tokenizers for the families whose vocabulary is on no package index.
 
-Kimi K2/K3, Gemma 4, Seed-OSS and Llama 4 ship no tokenizer on PyPI. To drive their formats in
-token-id mode anyway, the tests build a tiny byte-level tokenizer (one token per byte) that carries
-the family's marker tokens as single special tokens at their real ids. It is saved as a
+Kimi K2/K3, Gemma 4, Seed-OSS, Llama 4, Nemotron 3, Step-3.5, MiMo, Ling 3 and Hunyuan Hy3 ship
+no tokenizer on PyPI. To drive their formats in token-id mode anyway, the tests build a tiny
+byte-level tokenizer (one token per byte) that carries the family's marker tokens as single special
+tokens, at their real ids where those are known (see each family's note below). It is saved as a
 ``tokenizer.json`` directory and configured as the preset's tokenizer, exactly as a user points a
 preset at the model's real tokenizer directory; the server itself never makes a vocabulary up.
 """
@@ -105,6 +106,31 @@ _LLAMA4_SYNTHETIC = (
 )  # fmt: skip
 
 
+# Nemotron 3, Step-3.5 / 3.7, MiMo, Ling 3, Hunyuan Hy3: no vocabulary on PyPI. Nemotron 3's ChatML
+# and reasoning markers sit low in its 131072-token vocabulary (<|im_end|> 11 and <think> 12 as a
+# public NVIDIA test spells them; 10 and 13-15 follow the same block, not verified against the
+# tokenizer). No public source read gave the others' ids: their markers get ids from 200000 on
+# (not the real ones, which are unknown here) and hold the texts their templates write (Hy3 with
+# the released checkpoints' ":opensource" suffix, so the suffix binding is what the round trip
+# exercises).
+NEMOTRON3_IDS: dict[str, int] = {
+    "<|im_start|>": 10, "<|im_end|>": 11, "<think>": 12, "</think>": 13,
+    "<tool_call>": 14, "</tool_call>": 15,
+}  # fmt: skip
+_CHATML_THINK_CALL = ("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>")
+_LING3_SYNTHETIC = (
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+    "</arg_value>", "<|role_end|>",
+)  # fmt: skip
+_HY3_SYNTHETIC = (
+    *(t[:-1] + ":opensource>" for t in (
+        "<think>", "</think>", "<tool_calls>", "</tool_calls>", "<tool_call>", "</tool_call>", "<tool_sep>",
+        "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    )),
+    "<｜hy_Assistant:opensource｜>", "<｜hy_eos:opensource｜>",
+)  # fmt: skip
+
+
 def _with_synthetic(verified: Mapping[str, int], synthetic: Iterable[str], start: int) -> dict[str, int]:
     out = dict(verified)
     for i, marker in enumerate(synthetic):
@@ -118,6 +144,11 @@ MARKERS: dict[str, dict[str, int]] = {
     "gemma-4": _with_synthetic(GEMMA4_VERIFIED, _GEMMA4_SYNTHETIC, 262144),
     "seed-oss": _with_synthetic({}, _SEED_OSS_SYNTHETIC, 155136),
     "llama-4": _with_synthetic(LLAMA4_VERIFIED, _LLAMA4_SYNTHETIC, 202048),
+    "nemotron-3": dict(NEMOTRON3_IDS),
+    "step-3.5": _with_synthetic({}, _CHATML_THINK_CALL, 200000),
+    "mimo": _with_synthetic({}, _CHATML_THINK_CALL, 200000),
+    "ling-3": _with_synthetic({}, _LING3_SYNTHETIC, 200000),
+    "hy3": _with_synthetic({}, _HY3_SYNTHETIC, 200000),
 }
 """Marker tokenizer name → its markers."""
 
@@ -128,6 +159,11 @@ PRESET_MARKERS: dict[str, str] = {
     "gemma-4": "gemma-4",
     "seed-oss": "seed-oss",
     "llama4": "llama-4",
+    "nemotron-3": "nemotron-3",
+    "step-3.5": "step-3.5",
+    "mimo": "mimo",
+    "ling-3": "ling-3",
+    "hy3": "hy3",
 }
 """Preset → the marker tokenizer the tests configure for it."""
 

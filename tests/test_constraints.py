@@ -54,6 +54,10 @@ DERIVABLE = {
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
+    "step3p5": None,
+    "mimo": None,
+    "ling3": None,
+    "hy3": None,
 }
 UNDERIVABLE = {"gemma4", "harmony", "kimi_k3", "llama4_pythonic"}
 WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1")

@@ -331,6 +331,26 @@ def _own(
     return OwnRenderer(name, write, lambda thinking: prompt)
 
 
+def _own_thinking(
+    name: str, render: Callable[[fr.Parts, bool], str], prompt: Callable[[bool], str]
+) -> OwnRenderer:
+    """Like ``_own``, for renderers whose output and generation prompt follow the thinking switch."""
+
+    def write(msg: Message, thinking: bool) -> str:
+        parts = fr.Parts(msg.get("reasoning_content", ""), msg.get("content", ""), tuple(expected(msg)[2]))
+        return render(parts, thinking)
+
+    return OwnRenderer(name, write, prompt)
+
+
+CHATML_TURN = "<|im_start|>assistant\n"
+HY3_MARKERS = tuple(
+    fr.hy3_marker(m)
+    for m in ("</arg_value>", "</arg_key>", "<arg_key>", "<arg_value>", "</tool_call>", "<tool_call>",
+              "</tool_calls>", "<tool_sep>")
+)  # fmt: skip
+
+
 def _qwen3_coder(p: fr.Parts) -> str:
     calls = "\n".join(fr.xml_call(n, {k: fr.raw_value(v) for k, v in a.items()}) for n, a in p.calls)
     return f"{p.content}\n\n{calls}" if p.content else calls
@@ -394,6 +414,22 @@ FAMILIES: list[Family] = [
     Family("Llama 4 (pythonic)", "llama4",
            _own("format_renderers (Llama 4)", fr.render_llama4, calls_only=True), "marker", xml=False,
            reasoning=False),
+    # Nemotron 3, Step-3.5 / 3.7, MiMo, Ling 3, Hunyuan Hy3 (format_renderers, marker tokenizers)
+    Family("Nemotron 3", "nemotron-3",
+           _own_thinking("format_renderers (Nemotron 3)", fr.render_nemotron3,
+                         lambda t: CHATML_TURN + ("<think>\n" if t else "<think></think>")),
+           "marker", QWEN_XML_MARKERS),
+    Family("Step-3.5 / 3.7", "step-3.5",
+           _own("format_renderers (Step-3.5)", fr.render_step3p5, CHATML_TURN + "<think>\n"),
+           "marker", QWEN_XML_MARKERS, always_thinking=True),
+    Family("MiMo", "mimo", _own_thinking("format_renderers (MiMo)", fr.render_mimo, lambda t: CHATML_TURN),
+           "marker", QWEN_XML_MARKERS, prompt_thinking=False),
+    Family("Ling 3", "ling-3", _own_thinking("format_renderers (Ling 3)", fr.render_ling3, lambda t: ""),
+           "marker", GLM_MARKERS, prompt_thinking=False),
+    Family("Hunyuan Hy3", "hy3",
+           _own_thinking("format_renderers (Hy3)", fr.render_hy3,
+                         lambda t: fr.hy3_marker("<think>") + ("" if t else fr.hy3_marker("</think>"))),
+           "marker", HY3_MARKERS),
 ]  # fmt: skip
 
 

@@ -156,6 +156,10 @@ class Grammar:
     ``format`` (the id the model wrote, e.g. Kimi's)."""
     presets: tuple[Preset, ...] = ()
     """Models that speak this format (the file's ``[[presets]]`` tables)."""
+    token_suffix: str = ""
+    """A regex: an added token spelled like a marker with this suffix before its closing ``>``
+    (Hunyuan Hy3's ``<tool_calls:opensource>``) stands for that marker when the vocabulary has
+    no token spelled exactly like it. The suffix is read off the vocabulary, never assumed."""
 
     @property
     def has_reasoning(self) -> bool:
@@ -206,12 +210,15 @@ class BoundGrammar:
     def build(cls, grammar: Grammar, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
         added = tokenizer.get_added_tokens_decoder()
         added_text = {tok.content: tid for tid, tok in added.items()}
+        spelled = _suffixed_markers(grammar.token_suffix, added_text)
+        marker_ids = {**{text: tid for text, (tid, _) in spelled.items()}, **added_text}
         # Added tokens that occur inside some terminal, longest first so ``<|a|>`` wins over ``a``.
         used: dict[str, int] = {}
         for literal in grammar.terminals.values():
-            for text in sorted(added_text, key=len, reverse=True):
+            for text in sorted(marker_ids, key=len, reverse=True):
                 if _looks_like_marker(text) and text in literal:
-                    used.setdefault(text, added_text[text])
+                    used.setdefault(text, marker_ids[text])
+        real_text = {text: spelled[text][1] if text in spelled else text for text in used}
         ordered = sorted(used.items(), key=lambda kv: kv[1])
         sentinel_of_text = {text: chr(SENTINEL_BASE + i) for i, (text, _) in enumerate(ordered)}
         splitter = (
@@ -254,7 +261,7 @@ class BoundGrammar:
             vocab_size=vocab_size,
             patterns=patterns,
             sentinel_of_id=sentinel_of_id,
-            text_of_sentinel={s: text for text, s in sentinel_of_text.items()},
+            text_of_sentinel={s: real_text[text] for text, s in sentinel_of_text.items()},
             dropped_ids=frozenset(special - set(sentinel_of_id)),
             token_text={tid: tok.content for tid, tok in added.items()},
             terminal_of_pattern=terminal_of_pattern,
@@ -298,6 +305,20 @@ def run_states(grammar: Grammar, patterns: Mapping[str, str]) -> frozenset[str]:
         if all((grammar.states[s].kind == "reasoning") == reasoning for s in seen):
             safe.add(name)
     return frozenset(safe)
+
+
+def _suffixed_markers(suffix: str, added_text: Mapping[str, int]) -> dict[str, tuple[int, str]]:
+    """Marker text → (id, the token's own text) for added tokens that carry ``suffix`` before
+    their closing ``>`` and whose bare spelling is not a token itself."""
+    if not suffix:
+        return {}
+    shape = regex.compile(r"(<.*?)(?:" + suffix + r")>")
+    out: dict[str, tuple[int, str]] = {}
+    for text, tid in added_text.items():
+        m = shape.fullmatch(text)
+        if m and m.group(1) + ">" not in added_text:
+            out.setdefault(m.group(1) + ">", (tid, text))
+    return out
 
 
 def _follow_pattern(patterns: list[str]) -> regex.Pattern[str] | None:
@@ -394,9 +415,20 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
         value_trim=str(data.get("value_trim", "newline")),
         tool_call_id=str(data.get("tool_call_id", "derived")),
         presets=tuple(_preset(p, source) for p in data.get("presets", ())),
+        token_suffix=_token_suffix(data.get("token_suffix", ""), source),
     )
     _check_references(grammar, source)
     return grammar
+
+
+def _token_suffix(value: Any, source: str) -> str:
+    if not isinstance(value, str):
+        raise GrammarError(f"{source}: token_suffix must be a regex string")
+    try:
+        regex.compile(value)
+    except regex.error as exc:
+        raise GrammarError(f"{source}: token_suffix: {exc}") from None
+    return value
 
 
 def _check_references(g: Grammar, source: str) -> None:

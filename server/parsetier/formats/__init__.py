@@ -13,6 +13,7 @@ import logging
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from parsetier.engine.grammar import Grammar, GrammarError, grammar_from_dict
 
@@ -25,14 +26,44 @@ class UnknownFormat(KeyError):
         return str(self.args[0]) if self.args else "unknown format"
 
 
-def load_file(path: str | Path) -> Grammar:
-    """Read and validate one format file."""
-    path = Path(path)
+def _read(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise GrammarError(f"{path}: {exc}") from None
-    return grammar_from_dict(data, source=str(path))
+
+
+def extended(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A format file's data with ``extends = "<built-in>"`` resolved.
+
+    Families that speak a built-in format with other defaults (Step-3.5's template always opens
+    the reasoning; MiMo writes parameter values without wrapping newlines) say only what differs:
+    top-level keys replace the base's, ``[terminals]`` and ``[states]`` entries replace the base's
+    entries of the same name (a state is replaced whole), and ``[[presets]]`` are the file's own.
+    """
+    base_name = data.get("extends")
+    if base_name is None:
+        return dict(data)
+    base_file = _BUILTIN_DIR / f"{base_name}.toml"
+    if not isinstance(base_name, str) or not base_file.is_file():
+        raise GrammarError(f"{source}: extends names no built-in format: {base_name!r}")
+    base = _read(base_file)
+    if "extends" in base:
+        raise GrammarError(f"{source}: extends {base_name!r}, which extends another format")
+    out = {k: v for k, v in base.items() if k != "presets"}
+    for key, value in data.items():
+        if key in ("terminals", "states"):
+            out[key] = {**base.get(key, {}), **value}
+        elif key != "extends":
+            out[key] = value
+    out["presets"] = list(data.get("presets", ()))
+    return out
+
+
+def load_file(path: str | Path) -> Grammar:
+    """Read and validate one format file (resolving ``extends``)."""
+    path = Path(path)
+    return grammar_from_dict(extended(_read(path), str(path)), source=str(path))
 
 
 @functools.cache
