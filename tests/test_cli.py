@@ -37,6 +37,7 @@ REPLAY = ["replay", "--server", "127.0.0.1:1", "--model", "qwen3"]
         (["serve", "--preload", "no-such-model"], "--preload"),
         (["serve", "--reflection", "maybe"], "--reflection"),
         (["serve", "--log-level", "loud"], "--log-level"),
+        (["serve", "--max-reply-bytes", "100"], "--max-reply-bytes"),
         (["serve", "--host", "203.0.113.1", "--port", "0", "--preload", "none"], "--host/--port"),
         ([*REPLAY, "--tools", "[{"], "--tools"),
         ([*REPLAY, "--tools", "missing.json"], "--tools"),

@@ -64,7 +64,8 @@ def test_go_client_against_real_server():
     go = go_binary()
     with ProcessServer("--preload", "qwen3") as server:
         env = dict(os.environ, PARSETIER_SERVER=server.target)
-        argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "-skip", "TestSecure", "./..."]
+        skip = "TestSecure|TestReplyParts"  # each needs a server of its own (tests below)
+        argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "-skip", skip, "./..."]
         code, output = run_go(argv, env=env)
         assert code == 0, f"go test failed (exit {code}):\n{output}"
         assert "--- SKIP" not in output, f"Go tests skipped instead of running:\n{output}"
@@ -101,6 +102,20 @@ def test_go_client_against_real_server():
             time.sleep(0.05)
     assert len(ends) == 5, f"expected 5 session_end lines from the Go client: {server.logs}"
     assert all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in ends), ends
+
+
+def test_go_client_joins_a_reply_sent_in_parts():
+    """Replies past a small --max-reply-bytes come in parts; the Go session and batch join them."""
+    go = go_binary()
+    limit = 256 * 1024
+    with ProcessServer("--preload", "qwen3", "--max-reply-bytes", str(limit)) as server:
+        env = dict(os.environ, PARSETIER_SERVER=server.target, PARSETIER_PARTS_SERVER=server.target)
+        env["PARSETIER_PARTS_LIMIT"] = str(limit)
+        argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "-run", "^TestReplyParts$", "."]
+        code, output = run_go(argv, env=env)
+    assert code == 0, f"go test -run TestReplyParts failed (exit {code}):\n{output}"
+    for name in ("RawStreamIsInParts", "SessionJoinsThem", "BatchJoinsThem"):
+        assert f"--- PASS: TestReplyParts/{name}" in output, f"{name} did not run:\n{output}"
 
 
 def test_go_client_tls_mtls_and_tokens(tmp_path):

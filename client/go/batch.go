@@ -107,7 +107,7 @@ func (b *Batch) Send() error {
 // deltas, events, a final result or ended with a status, in the order of that step's entries.
 // An error is the status that ended the stream.
 func (b *Batch) Recv() ([]*pb.SessionOutput, error) {
-	reply, err := b.stream.Recv()
+	reply, err := recvWhole(b.stream.Recv, func() *pb.ParseBatchResponse { return new(pb.ParseBatchResponse) })
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")

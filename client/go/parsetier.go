@@ -136,6 +136,12 @@ func DefaultKeepalive() keepalive.ClientParameters {
 	return keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second, PermitWithoutStream: false}
 }
 
+// MaxReplyBytes is the largest message NewClient's connection receives: the server's default
+// --max-reply-bytes (a server never sends more than its own; larger replies come in parts).
+// gRPC-Go's default of 4 MiB is too small for a final result that repeats a long output. A
+// connection given to FromConn keeps its own limit.
+const MaxReplyBytes = 64 << 20
+
 // NewClient returns a client for target ("host:port", or any gRPC target such as
 // "dns:///parsetier.internal:50051"). One option must choose the transport security; without
 // one it returns ErrNoCredentials. The connection is made lazily, on the first RPC.
@@ -150,6 +156,7 @@ func NewClient(target string, opts ...ClientOption) (*Client, error) {
 	dial := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(cfg.creds),
 		grpc.WithKeepaliveParams(cfg.keepalive),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxReplyBytes)),
 	}, cfg.grpcOpts...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {

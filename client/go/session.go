@@ -204,7 +204,7 @@ func (s *Session) Recv() (*pb.ParseResponse, error) {
 		s.mu.Lock()
 		stream := s.stream
 		s.mu.Unlock()
-		msg, err := stream.Recv()
+		msg, err := recvWhole(stream.Recv, func() *pb.ParseResponse { return new(pb.ParseResponse) })
 		s.mu.Lock()
 		if err == nil {
 			if s.policy != nil && msg.GetSequence() != s.point.Sequence+1 {

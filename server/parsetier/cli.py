@@ -14,6 +14,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 REFLECTION = {"auto": None, "on": True, "off": False}
 
 
+MIN_REPLY_BYTES = 4096
+"""The least ``--max-reply-bytes``: larger replies go in parts of about that size, and smaller
+parts would cost a message each for almost nothing."""
+
+
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from parsetier.service.limits import Limits
 
@@ -266,6 +271,9 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     registry = _registry(args.config)
     preload = _preload(args.preload, registry)
+    if args.max_reply_bytes < MIN_REPLY_BYTES:
+        problem = f"{args.max_reply_bytes} is too small to send replies in; the least is {MIN_REPLY_BYTES}"
+        raise UsageError("--max-reply-bytes", problem)
     limits = Limits(
         max_message_bytes=args.max_message_bytes,
         max_reply_bytes=args.max_reply_bytes,

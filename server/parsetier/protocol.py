@@ -80,6 +80,12 @@ Output = pb.ParseResponse | pb.SessionOutput
 """A session's reply: a ``ParseResponse``, or one entry of a ``ParseBatchResponse``."""
 
 
+StreamReply = pb.ParseResponse | pb.ParseBatchResponse
+"""A reply of a streaming RPC: one that may be sent in parts."""
+PART_OVERHEAD = 32
+"""Bytes a reply part's framing adds around its data (tags and two length varints: at most 14)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one client may cost the server. Past a limit the session (or call) ends with
@@ -102,8 +108,9 @@ class Limits:
     """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
     max_reply_bytes: int = 64 * 1024 * 1024
     """Largest message the server sends (grpc's send limit, and what the Python clients accept).
-    The session limits keep ordinary replies far below it; a reply that would be larger ends the
-    session with RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
+    The session limits keep ordinary replies far below it; a streamed reply that would be larger
+    is sent in parts (``in_parts``); a unary one (``ParseOnce``) cannot be, and ends the call with
+    RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
     max_loop_lag: float = 0.1
     """Seconds the event loop may run behind before new sessions are refused (0: never)."""
     max_watch_streams: int = 256
@@ -118,11 +125,28 @@ class Limits:
             raise exhausted(f"session exceeds {self.max_tokens_per_session} tokens")
 
     def check_reply(self, size: int) -> None:
+        """A unary reply (one message, no parts) must fit in one message."""
         if size > self.max_reply_bytes:
             raise exhausted(
                 f"the reply would be {size} bytes, more than the {self.max_reply_bytes} the server sends "
-                "in one message; send fewer steps per message, or split the output across sessions"
+                "in one message; a Parse stream sends a result this large in parts"
             )
+
+    def in_parts(self, reply: StreamReply) -> list[StreamReply]:
+        """The messages that carry one streamed reply: the reply itself when it fits in
+        ``max_reply_bytes``, else pieces of its serialized bytes, each a message of the same type
+        with only ``part`` set and each within the limit (``ParseResponse.part`` in the proto).
+        Nothing is lost, and the cost is one extra copy of only the replies that need it."""
+        limit = self.max_reply_bytes
+        if reply.ByteSize() <= limit:
+            return [reply]
+        data = reply.SerializeToString()
+        size = max(1, limit - PART_OVERHEAD)
+        kind = type(reply)
+        return [
+            kind(part=pb.ReplyPart(data=data[at : at + size], more=at + size < len(data)))
+            for at in range(0, len(data), size)
+        ]
 
     def check_text(self, total_bytes: int) -> None:
         if total_bytes > self.max_text_bytes_per_session:
@@ -668,8 +692,10 @@ class BatchProtocol:
         counts = self.hooks.new_counts()
         counts.model, counts.request_id = entry.open.model, entry.open.request_id
         if len(self.sessions) >= self.limits.max_sessions_per_stream:
-            error = exhausted(f"the stream has {len(self.sessions)} open sessions; the limit is "
-                              f"{self.limits.max_sessions_per_stream}")
+            error = exhausted(
+                f"the stream has {len(self.sessions)} open sessions; the limit is "
+                f"{self.limits.max_sessions_per_stream}"
+            )
             return self._refuse(outputs, key, counts, error)
         try:
             self.hooks.admit()

@@ -1274,7 +1274,14 @@ type ParseResponse struct {
 	// The semantic events produced, in order (if the session asked for events).
 	Events []*Event `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
 	// Set only on the last message of the stream.
-	Final         *Final `protobuf:"bytes,5,opt,name=final,proto3" json:"final,omitempty"`
+	Final *Final `protobuf:"bytes,5,opt,name=final,proto3" json:"final,omitempty"`
+	// Set only when the reply was too large for one server message (larger than the server's
+	// `--max-reply-bytes`, its gRPC send limit): the reply is then sent as several messages that
+	// carry nothing but `part`. Join their `part.data` in order, through the one whose `more` is
+	// false, and parse the bytes as a `ParseResponse`: that is the reply, `sequence` and all. The
+	// pieces are one reply (they are not counted in `sequence` or `client_messages`); the Python
+	// and Go clients join them, so their callers never see `part`.
+	Part          *ReplyPart `protobuf:"bytes,6,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1344,6 +1351,68 @@ func (x *ParseResponse) GetFinal() *Final {
 	return nil
 }
 
+func (x *ParseResponse) GetPart() *ReplyPart {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+// A piece of a reply too large for one message (`ParseResponse.part`, `ParseBatchResponse.part`).
+type ReplyPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the whole reply's serialized form.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// True on every piece but the reply's last.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplyPart) Reset() {
+	*x = ReplyPart{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplyPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplyPart) ProtoMessage() {}
+
+func (x *ReplyPart) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplyPart.ProtoReflect.Descriptor instead.
+func (*ReplyPart) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplyPart) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReplyPart) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 // One OpenAI-style streaming delta. Empty fields mean "nothing of that kind".
 type Delta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1367,7 +1436,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1448,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1461,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Delta) GetReasoning() string {
@@ -1459,7 +1528,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1540,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1553,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TokenLogprob) GetTokenId() uint32 {
@@ -1546,7 +1615,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1627,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1640,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -1619,7 +1688,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1700,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1713,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1695,7 +1764,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1776,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1789,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Event) GetKind() EventKind {
@@ -1779,7 +1848,7 @@ type Final struct {
 
 func (x *Final) Reset() {
 	*x = Final{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1860,7 @@ func (x *Final) String() string {
 func (*Final) ProtoMessage() {}
 
 func (x *Final) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1873,7 @@ func (x *Final) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Final.ProtoReflect.Descriptor instead.
 func (*Final) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Final) GetFinishReason() FinishReason {
@@ -1855,7 +1924,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1936,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1949,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Usage) GetCompletionTokens() uint32 {
@@ -1912,7 +1981,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +1993,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2006,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AssistantMessage) GetContent() string {
@@ -1977,7 +2046,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2058,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2071,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCall) GetId() string {
@@ -2048,7 +2117,7 @@ type ParseOnceRequest struct {
 
 func (x *ParseOnceRequest) Reset() {
 	*x = ParseOnceRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2129,7 @@ func (x *ParseOnceRequest) String() string {
 func (*ParseOnceRequest) ProtoMessage() {}
 
 func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2142,7 @@ func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceRequest.ProtoReflect.Descriptor instead.
 func (*ParseOnceRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ParseOnceRequest) GetOpen() *Open {
@@ -2133,7 +2202,7 @@ type ParseOnceResponse struct {
 
 func (x *ParseOnceResponse) Reset() {
 	*x = ParseOnceResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2214,7 @@ func (x *ParseOnceResponse) String() string {
 func (*ParseOnceResponse) ProtoMessage() {}
 
 func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2227,7 @@ func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceResponse.ProtoReflect.Descriptor instead.
 func (*ParseOnceResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{20}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ParseOnceResponse) GetFinal() *Final {
@@ -2191,7 +2260,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2272,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2285,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{21}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{22}
 }
 
 // The server's models.
@@ -2230,7 +2299,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2311,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2324,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{22}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -2292,7 +2361,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2373,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2386,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{23}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -2389,7 +2458,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2470,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2483,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{24}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Capabilities) GetReasoning() bool {
@@ -2444,7 +2513,7 @@ type BuildConstraintRequest struct {
 
 func (x *BuildConstraintRequest) Reset() {
 	*x = BuildConstraintRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2525,7 @@ func (x *BuildConstraintRequest) String() string {
 func (*BuildConstraintRequest) ProtoMessage() {}
 
 func (x *BuildConstraintRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2538,7 @@ func (x *BuildConstraintRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConstraintRequest.ProtoReflect.Descriptor instead.
 func (*BuildConstraintRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{25}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BuildConstraintRequest) GetOpen() *Open {
@@ -2500,7 +2569,7 @@ type BuildConstraintResponse struct {
 
 func (x *BuildConstraintResponse) Reset() {
 	*x = BuildConstraintResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2581,7 @@ func (x *BuildConstraintResponse) String() string {
 func (*BuildConstraintResponse) ProtoMessage() {}
 
 func (x *BuildConstraintResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2594,7 @@ func (x *BuildConstraintResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConstraintResponse.ProtoReflect.Descriptor instead.
 func (*BuildConstraintResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{26}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BuildConstraintResponse) GetStructuralTagJson() string {
@@ -2576,7 +2645,7 @@ type MessageStartAnchor struct {
 
 func (x *MessageStartAnchor) Reset() {
 	*x = MessageStartAnchor{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2657,7 @@ func (x *MessageStartAnchor) String() string {
 func (*MessageStartAnchor) ProtoMessage() {}
 
 func (x *MessageStartAnchor) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2670,7 @@ func (x *MessageStartAnchor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageStartAnchor.ProtoReflect.Descriptor instead.
 func (*MessageStartAnchor) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{27}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MessageStartAnchor) GetText() string {
@@ -2630,7 +2699,7 @@ type ParseBatchRequest struct {
 
 func (x *ParseBatchRequest) Reset() {
 	*x = ParseBatchRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2711,7 @@ func (x *ParseBatchRequest) String() string {
 func (*ParseBatchRequest) ProtoMessage() {}
 
 func (x *ParseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2724,7 @@ func (x *ParseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ParseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{28}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ParseBatchRequest) GetSessions() []*SessionInput {
@@ -2688,7 +2757,7 @@ type SessionInput struct {
 
 func (x *SessionInput) Reset() {
 	*x = SessionInput{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2769,7 @@ func (x *SessionInput) String() string {
 func (*SessionInput) ProtoMessage() {}
 
 func (x *SessionInput) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2782,7 @@ func (x *SessionInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInput.ProtoReflect.Descriptor instead.
 func (*SessionInput) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{29}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SessionInput) GetKey() string {
@@ -2759,14 +2828,18 @@ type ParseBatchResponse struct {
 	ClientMessages uint64 `protobuf:"varint,1,opt,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
 	// One entry per session that produced anything for this message, in the order of the request's
 	// entries. Sessions whose tokens produced no output yet are absent.
-	Sessions      []*SessionOutput `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Sessions []*SessionOutput `protobuf:"bytes,2,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// A piece of a reply too large for one message, as `ParseResponse.part`: join the pieces'
+	// `data` and parse it as a `ParseBatchResponse`. The pieces of one reply answer one client
+	// message together (still one reply per client message).
+	Part          *ReplyPart `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParseBatchResponse) Reset() {
 	*x = ParseBatchResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2851,7 @@ func (x *ParseBatchResponse) String() string {
 func (*ParseBatchResponse) ProtoMessage() {}
 
 func (x *ParseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2864,7 @@ func (x *ParseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ParseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{30}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ParseBatchResponse) GetClientMessages() uint64 {
@@ -2804,6 +2877,13 @@ func (x *ParseBatchResponse) GetClientMessages() uint64 {
 func (x *ParseBatchResponse) GetSessions() []*SessionOutput {
 	if x != nil {
 		return x.Sessions
+	}
+	return nil
+}
+
+func (x *ParseBatchResponse) GetPart() *ReplyPart {
+	if x != nil {
+		return x.Part
 	}
 	return nil
 }
@@ -2833,7 +2913,7 @@ type SessionOutput struct {
 
 func (x *SessionOutput) Reset() {
 	*x = SessionOutput{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2925,7 @@ func (x *SessionOutput) String() string {
 func (*SessionOutput) ProtoMessage() {}
 
 func (x *SessionOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2938,7 @@ func (x *SessionOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOutput.ProtoReflect.Descriptor instead.
 func (*SessionOutput) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{31}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionOutput) GetKey() string {
@@ -2924,7 +3004,7 @@ type SessionStatus struct {
 
 func (x *SessionStatus) Reset() {
 	*x = SessionStatus{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3016,7 @@ func (x *SessionStatus) String() string {
 func (*SessionStatus) ProtoMessage() {}
 
 func (x *SessionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3029,7 @@ func (x *SessionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStatus.ProtoReflect.Descriptor instead.
 func (*SessionStatus) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{32}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SessionStatus) GetCode() int32 {
@@ -3041,13 +3121,17 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\rstop_token_id\x18\x02 \x01(\rH\x00R\vstopTokenId\x12!\n" +
 	"\vstop_string\x18\x03 \x01(\tH\x00R\n" +
 	"stopStringB\x0e\n" +
-	"\fmatched_stop\"\xd9\x01\n" +
+	"\fmatched_stop\"\x86\x02\n" +
 	"\rParseResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12'\n" +
 	"\x0fclient_messages\x18\x02 \x01(\x04R\x0eclientMessages\x12+\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
 	"\x06events\x18\x04 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12)\n" +
-	"\x05final\x18\x05 \x01(\v2\x13.parsetier.v1.FinalR\x05final\"\xd4\x01\n" +
+	"\x05final\x18\x05 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x12+\n" +
+	"\x04part\x18\x06 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\"3\n" +
+	"\tReplyPart\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\xd4\x01\n" +
 	"\x05Delta\x12\x1c\n" +
 	"\treasoning\x18\x01 \x01(\tR\treasoning\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12:\n" +
@@ -3145,10 +3229,11 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x04open\x18\x02 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12(\n" +
 	"\x05steps\x18\x03 \x03(\v2\x12.parsetier.v1.StepR\x05steps\x12,\n" +
 	"\x06finish\x18\x04 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\x12\x16\n" +
-	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"v\n" +
+	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"\xa3\x01\n" +
 	"\x12ParseBatchResponse\x12'\n" +
 	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x127\n" +
-	"\bsessions\x18\x02 \x03(\v2\x1b.parsetier.v1.SessionOutputR\bsessions\"\xa0\x02\n" +
+	"\bsessions\x18\x02 \x03(\v2\x1b.parsetier.v1.SessionOutputR\bsessions\x12+\n" +
+	"\x04part\x18\x03 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\"\xa0\x02\n" +
 	"\rSessionOutput\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12'\n" +
@@ -3222,7 +3307,7 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 }
 
 var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(ToolChoiceMode)(0),             // 0: parsetier.v1.ToolChoiceMode
 	(OutputKind)(0),                 // 1: parsetier.v1.OutputKind
@@ -3240,30 +3325,31 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(*StepLogprobs)(nil),            // 13: parsetier.v1.StepLogprobs
 	(*Finish)(nil),                  // 14: parsetier.v1.Finish
 	(*ParseResponse)(nil),           // 15: parsetier.v1.ParseResponse
-	(*Delta)(nil),                   // 16: parsetier.v1.Delta
-	(*TokenLogprob)(nil),            // 17: parsetier.v1.TokenLogprob
-	(*TopLogprob)(nil),              // 18: parsetier.v1.TopLogprob
-	(*ToolCallDelta)(nil),           // 19: parsetier.v1.ToolCallDelta
-	(*Event)(nil),                   // 20: parsetier.v1.Event
-	(*Final)(nil),                   // 21: parsetier.v1.Final
-	(*Usage)(nil),                   // 22: parsetier.v1.Usage
-	(*AssistantMessage)(nil),        // 23: parsetier.v1.AssistantMessage
-	(*ToolCall)(nil),                // 24: parsetier.v1.ToolCall
-	(*ParseOnceRequest)(nil),        // 25: parsetier.v1.ParseOnceRequest
-	(*ParseOnceResponse)(nil),       // 26: parsetier.v1.ParseOnceResponse
-	(*ListModelsRequest)(nil),       // 27: parsetier.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),      // 28: parsetier.v1.ListModelsResponse
-	(*ModelInfo)(nil),               // 29: parsetier.v1.ModelInfo
-	(*Capabilities)(nil),            // 30: parsetier.v1.Capabilities
-	(*BuildConstraintRequest)(nil),  // 31: parsetier.v1.BuildConstraintRequest
-	(*BuildConstraintResponse)(nil), // 32: parsetier.v1.BuildConstraintResponse
-	(*MessageStartAnchor)(nil),      // 33: parsetier.v1.MessageStartAnchor
-	(*ParseBatchRequest)(nil),       // 34: parsetier.v1.ParseBatchRequest
-	(*SessionInput)(nil),            // 35: parsetier.v1.SessionInput
-	(*ParseBatchResponse)(nil),      // 36: parsetier.v1.ParseBatchResponse
-	(*SessionOutput)(nil),           // 37: parsetier.v1.SessionOutput
-	(*SessionStatus)(nil),           // 38: parsetier.v1.SessionStatus
-	nil,                             // 39: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(*ReplyPart)(nil),               // 16: parsetier.v1.ReplyPart
+	(*Delta)(nil),                   // 17: parsetier.v1.Delta
+	(*TokenLogprob)(nil),            // 18: parsetier.v1.TokenLogprob
+	(*TopLogprob)(nil),              // 19: parsetier.v1.TopLogprob
+	(*ToolCallDelta)(nil),           // 20: parsetier.v1.ToolCallDelta
+	(*Event)(nil),                   // 21: parsetier.v1.Event
+	(*Final)(nil),                   // 22: parsetier.v1.Final
+	(*Usage)(nil),                   // 23: parsetier.v1.Usage
+	(*AssistantMessage)(nil),        // 24: parsetier.v1.AssistantMessage
+	(*ToolCall)(nil),                // 25: parsetier.v1.ToolCall
+	(*ParseOnceRequest)(nil),        // 26: parsetier.v1.ParseOnceRequest
+	(*ParseOnceResponse)(nil),       // 27: parsetier.v1.ParseOnceResponse
+	(*ListModelsRequest)(nil),       // 28: parsetier.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 29: parsetier.v1.ListModelsResponse
+	(*ModelInfo)(nil),               // 30: parsetier.v1.ModelInfo
+	(*Capabilities)(nil),            // 31: parsetier.v1.Capabilities
+	(*BuildConstraintRequest)(nil),  // 32: parsetier.v1.BuildConstraintRequest
+	(*BuildConstraintResponse)(nil), // 33: parsetier.v1.BuildConstraintResponse
+	(*MessageStartAnchor)(nil),      // 34: parsetier.v1.MessageStartAnchor
+	(*ParseBatchRequest)(nil),       // 35: parsetier.v1.ParseBatchRequest
+	(*SessionInput)(nil),            // 36: parsetier.v1.SessionInput
+	(*ParseBatchResponse)(nil),      // 37: parsetier.v1.ParseBatchResponse
+	(*SessionOutput)(nil),           // 38: parsetier.v1.SessionOutput
+	(*SessionStatus)(nil),           // 39: parsetier.v1.SessionStatus
+	nil,                             // 40: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	7,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
@@ -3271,61 +3357,63 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	14, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
 	10, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
 	11, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	39, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	40, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
 	8,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
 	9,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
 	0,  // 9: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
 	13, // 10: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
 	2,  // 11: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	16, // 12: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	20, // 13: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	21, // 14: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	19, // 15: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	17, // 16: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
-	18, // 17: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
-	3,  // 18: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
-	2,  // 19: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	22, // 20: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	23, // 21: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	17, // 22: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
-	24, // 23: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	7,  // 24: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	14, // 25: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	13, // 26: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
-	21, // 27: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	16, // 28: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	20, // 29: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	29, // 30: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	30, // 31: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	4,  // 32: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
-	7,  // 33: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
-	5,  // 34: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
-	33, // 35: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	35, // 36: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
-	7,  // 37: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
-	12, // 38: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
-	14, // 39: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
-	37, // 40: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
-	16, // 41: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
-	20, // 42: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
-	21, // 43: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
-	38, // 44: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
-	6,  // 45: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	25, // 46: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	27, // 47: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	31, // 48: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	34, // 49: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
-	15, // 50: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	26, // 51: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	28, // 52: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	32, // 53: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	36, // 54: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
-	50, // [50:55] is the sub-list for method output_type
-	45, // [45:50] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	17, // 12: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	21, // 13: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	22, // 14: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	16, // 15: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
+	20, // 16: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	18, // 17: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
+	19, // 18: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
+	3,  // 19: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
+	2,  // 20: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
+	23, // 21: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	24, // 22: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	18, // 23: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
+	25, // 24: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	7,  // 25: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	14, // 26: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	13, // 27: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
+	22, // 28: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	17, // 29: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	21, // 30: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	30, // 31: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	31, // 32: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	4,  // 33: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
+	7,  // 34: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	5,  // 35: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	34, // 36: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	36, // 37: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
+	7,  // 38: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
+	12, // 39: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
+	14, // 40: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
+	38, // 41: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
+	16, // 42: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
+	17, // 43: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
+	21, // 44: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
+	22, // 45: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
+	39, // 46: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
+	6,  // 47: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	26, // 48: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	28, // 49: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	32, // 50: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	35, // 51: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	15, // 52: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	27, // 53: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	29, // 54: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	33, // 55: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	37, // 56: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	52, // [52:57] is the sub-list for method output_type
+	47, // [47:52] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -3349,7 +3437,7 @@ func file_parsetier_v1_parsetier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -11,6 +11,7 @@ import grpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch import AsyncBatch
+from parsetier_client.parts import joined_async
 from parsetier_client.requests import (
     StepLike,
     finish_message,
@@ -213,7 +214,7 @@ class AsyncParseStream:
             call = self._call
             assert call is not None
             try:
-                async for message in call:
+                async for message in joined_async(call):
                     if self._policy is not None:
                         self._progress.received(message)
                     if message.HasField("final"):
@@ -318,7 +319,7 @@ class AsyncClient:
         call = self.stub.Parse(timeout=self.timeout, metadata=self.metadata)
         writer = asyncio.create_task(_write_all(call, messages))
         try:
-            async for message in call:
+            async for message in joined_async(call):
                 yield message
         except grpc.aio.AioRpcError as exc:
             raise connection_loss_as_unavailable(exc) from None

@@ -29,6 +29,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.parts import Joiner, joined
 from parsetier_client.requests import StepLike, finish_message, open_message, step_message
 
 _CLOSE = object()
@@ -97,7 +98,7 @@ class Batch(StepBuilder):
         super().__init__()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._call = stub.ParseBatch(iter(self._queue.get, _CLOSE), timeout=timeout)
-        self._replies = iter(self._call)
+        self._replies = joined(self._call)
         self.in_flight = 0
         """Steps sent whose replies have not been received yet."""
         self._ended = False
@@ -150,6 +151,7 @@ class AsyncBatch(StepBuilder):
     def __init__(self, stub: pb_grpc.ParserServiceStub, timeout: float | None = None) -> None:
         super().__init__()
         self._call = stub.ParseBatch(timeout=timeout)
+        self._joiner = Joiner()
         self.in_flight = 0
         self._ended = False
 
@@ -158,14 +160,17 @@ class AsyncBatch(StepBuilder):
         self.in_flight += 1
 
     async def receive(self) -> dict[str, pb.SessionOutput]:
-        try:
-            reply = await self._call.read()
-        except grpc.aio.AioRpcError:
-            self._ended = True
-            raise
-        if reply is grpc.aio.EOF:
-            self._ended = True
-            raise await self._status()
+        reply = None
+        while reply is None:
+            try:
+                message = await self._call.read()
+            except grpc.aio.AioRpcError:
+                self._ended = True
+                raise
+            if message is grpc.aio.EOF:
+                self._ended = True
+                raise await self._status()
+            reply = self._joiner.push(message)
         self.in_flight -= 1
         return outputs_of(reply)
 

@@ -18,6 +18,7 @@ import grpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch import Batch
+from parsetier_client.parts import joined
 from parsetier_client.requests import (
     StepLike,
     finish_message,
@@ -133,7 +134,7 @@ class ParseStream:
         attempt = 0
         while True:
             try:
-                for message in self._call:
+                for message in joined(self._call):
                     attempt = 0
                     if self._policy is not None:
                         self._progress.received(message)
@@ -196,7 +197,7 @@ class Client:
 
     def parse(self, messages: Iterable[pb.ParseRequest]) -> Iterator[pb.ParseResponse]:
         """The raw stream: any client messages in (pulled lazily), server messages out."""
-        return iter(self.stub.Parse(iter(messages), timeout=self.timeout, metadata=self.metadata))
+        return joined(self.stub.Parse(iter(messages), timeout=self.timeout, metadata=self.metadata))
 
     def parse_stream(
         self,

@@ -164,8 +164,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 # before sending steps, so errors in the Open never race its next writes.
                 await context.send_initial_metadata(())
             if reply.response is not None:
-                self.limits.check_reply(reply.response.ByteSize())
-                await _write(context, reply.response)
+                for message in self.limits.in_parts(reply.response):
+                    await _write(context, message)
 
     async def _drive(self, protocol: SessionProtocol, message: pb.ParseRequest) -> Reply:
         """Hand a message to the protocol; load the model it asks for; return its reply."""
@@ -255,7 +255,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 if isinstance(reply, NeedModels):
                     loaded = {name: await self._model_or_error(name) for name in reply.names}
                     reply = await _off_loop_if_large(message, batch.supply_models, loaded)
-                await _write(context, reply)
+                for part in self.limits.in_parts(reply):
+                    await _write(context, part)
         except ProtocolError as exc:
             error = exc
         except asyncio.CancelledError:

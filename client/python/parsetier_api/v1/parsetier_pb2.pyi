@@ -219,18 +219,28 @@ class Finish(_message.Message):
     def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ...) -> None: ...
 
 class ParseResponse(_message.Message):
-    __slots__ = ("sequence", "client_messages", "deltas", "events", "final")
+    __slots__ = ("sequence", "client_messages", "deltas", "events", "final", "part")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     client_messages: int
     deltas: _containers.RepeatedCompositeFieldContainer[Delta]
     events: _containers.RepeatedCompositeFieldContainer[Event]
     final: Final
-    def __init__(self, sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ...) -> None: ...
+    part: ReplyPart
+    def __init__(self, sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ...) -> None: ...
+
+class ReplyPart(_message.Message):
+    __slots__ = ("data", "more")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    more: bool
+    def __init__(self, data: _Optional[bytes] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class Delta(_message.Message):
     __slots__ = ("reasoning", "content", "tool_calls", "logprobs", "token_ids")
@@ -455,12 +465,14 @@ class SessionInput(_message.Message):
     def __init__(self, key: _Optional[str] = ..., open: _Optional[_Union[Open, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
 
 class ParseBatchResponse(_message.Message):
-    __slots__ = ("client_messages", "sessions")
+    __slots__ = ("client_messages", "sessions", "part")
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
     client_messages: int
     sessions: _containers.RepeatedCompositeFieldContainer[SessionOutput]
-    def __init__(self, client_messages: _Optional[int] = ..., sessions: _Optional[_Iterable[_Union[SessionOutput, _Mapping]]] = ...) -> None: ...
+    part: ReplyPart
+    def __init__(self, client_messages: _Optional[int] = ..., sessions: _Optional[_Iterable[_Union[SessionOutput, _Mapping]]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ...) -> None: ...
 
 class SessionOutput(_message.Message):
     __slots__ = ("key", "sequence", "client_messages", "deltas", "events", "final", "status")
