@@ -15,6 +15,9 @@ from parsetier.models import ModelRegistry, TokenizerState, UnknownModel
 from parsetier.session import parse
 from parsetier.tokenizers import TokenizerUnavailable
 
+PEER_XML_PRESETS = ("nemotron-3", "step-3.5", "mimo", "ling-3", "hy3")
+"""Presets of families peers serve whose vocabulary no package ships (docs/formats/qwen3-xml.md)."""
+
 USER_FORMAT = textwrap.dedent(
     """
     # A made-up family on the Qwen3 vocabulary: [[reason]]…[[/reason]] and
@@ -173,7 +176,7 @@ def test_presets_without_a_packaged_vocabulary_wait_for_a_configured_tokenizer(t
     one configured, and opening them fails with what to do, until the config points at one."""
     registry = ModelRegistry()
     infos = {i.name: i for i in registry.describe()}
-    for name in ("kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4"):
+    for name in ("kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4", *PEER_XML_PRESETS):
         info = infos[name]
         assert (info.tokenizer, info.tokenizer_available, info.tokenizer_state) == (
             "",
