@@ -276,5 +276,5 @@ def render_hy3(p: Parts, thinking: bool) -> str:
         for n, a in p.calls
     )
     block = f"{m('<tool_calls>')}\n{calls}{m('</tool_calls>')}" if calls else ""
-    answer = f"{p.content}\n\n{block}" if block and p.content else p.content + block
-    return f"{p.reasoning}{m('</think>')}\n\n{answer}" if thinking else answer
+    answer = p.content + block
+    return f"{p.reasoning}{m('</think>')}{answer}" if thinking else answer

@@ -106,10 +106,11 @@ _LLAMA4_SYNTHETIC = (
 )  # fmt: skip
 
 
-# Nemotron 3, Step-3.5 / 3.7, MiMo, Ling 3, Hunyuan Hy3: no vocabulary on PyPI. Nemotron 3's ChatML
-# and reasoning markers sit low in its 131072-token vocabulary (<|im_end|> 11 and <think> 12 as a
-# public NVIDIA test spells them; 10 and 13-15 follow the same block, not verified against the
-# tokenizer). No public source read gave the others' ids: their markers get ids from 200000 on
+# Nemotron 3, Step-3.5 / 3.7, MiMo, Ling 3, Hunyuan Hy3: no vocabulary on PyPI. Nemotron 3's markers
+# sit low in its 131072-token vocabulary: <|im_start|> 10, <|im_end|> 11, <think> 12, </think> 13 as
+# NVIDIA's own Nemotron 3 Nano contract test spells them, <tool_call> 14, </tool_call> 15 as another
+# public Nemotron test does (read from tests, not the tokenizer itself). No public source read gave
+# the others' ids: their markers get ids from 200000 on
 # (not the real ones, which are unknown here) and hold the texts their templates write (Hy3 with
 # the released checkpoints' ":opensource" suffix, so the suffix binding is what the round trip
 # exercises).

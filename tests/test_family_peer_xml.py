@@ -152,10 +152,10 @@ def test_hy3_suffixed_marker_tokens_bind_by_id() -> None:
     text = (
         "Two lookups."
         + hy3_marker("</think>")
-        + "\n\nOn it."
+        + "On it."
         + hy3_block(hy3_call("get_weather", ("city", "Paris"), ("days", "2")), hy3_call("get_time"))
     )
-    ids = enc(HY3, text)
+    ids = [*enc(HY3, text), *enc(HY3, "<｜hy_eos:opensource｜>")]  # the stop never reaches the output
     assert len(enc(HY3, hy3_marker("<tool_calls>"))) == 1
     low_effort = prompted(HY3, hy3_marker("<think>"), tools=TOOLS)
     want = ("On it.", "Two lookups.", (WEATHER, ("get_time", "{}")))
