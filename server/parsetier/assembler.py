@@ -54,19 +54,19 @@ class Assembler:
                 if not text:
                     return []
                 self._content.append(text)
-                return [Delta(content=text)]
+                return [Delta("", text)]
             if kind is EventKind.REASONING:
                 text = self._reasoning_edges.push(ev.text)
                 if not text or not self._show_reasoning:
                     return []
                 self._reasoning.append(text)
-                return [Delta(reasoning=text)]
+                return [Delta(text)]
             if kind is EventKind.TOOL_ARGUMENTS and not self._buffer_calls:
                 call = self._open.get(ev.tool_index)
                 if call is None:
                     return []
                 call.arguments.append(ev.text)
-                return [Delta(tool_calls=(ToolCallDelta(call.delivered_index, ev.text),))]
+                return [Delta("", "", (ToolCallDelta(call.delivered_index, ev.text),))]
         out = _DeltaRuns()
         for ev in events:
             kind = ev.kind
@@ -205,12 +205,12 @@ class _DeltaRuns:
             return
         text = "".join(self._pieces)
         if kind == "content":
-            self._done.append(Delta(content=text))
+            self._done.append(Delta("", text))
         elif kind == "reasoning":
-            self._done.append(Delta(reasoning=text))
+            self._done.append(Delta(text))
         else:
             index, call_id, name = self._head
-            self._done.append(Delta(tool_calls=(ToolCallDelta(index, text, call_id, name),)))
+            self._done.append(Delta("", "", (ToolCallDelta(index, text, call_id, name),)))
         self._kind, self._pieces = None, []
 
     def deltas(self) -> list[Delta]:
