@@ -77,6 +77,11 @@ _WRITTEN = {
     "seed-oss": "\n<seed:tool_call>\n<function=f>\n<parameter=a>"
     + VALUE
     + "</parameter>\n</function>\n</seed:tool_call>",
+    # Hy3's own grammar (the other families peers serve reuse qwen3_coder's and glm's, covered above)
+    "hy3": "<tool_calls:opensource>\n<tool_call:opensource>f<tool_sep:opensource>\n<arg_key:opensource>a"
+    + "</arg_key:opensource>\n<arg_value:opensource>"
+    + VALUE
+    + "</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
 }
 """Families without a call fixture in the suite, and those whose fixture call has no bare value
 (Llama 4's pythonic calls, Gemma 4): a call as their tests write it."""
