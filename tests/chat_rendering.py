@@ -219,3 +219,44 @@ class OwnRenderer:
         self, history: list[Message], assistant: Message, tools: list[dict], thinking: bool
     ) -> tuple[str, str]:
         return self.prompt(thinking), self.write(assistant, thinking)
+
+
+@dataclass(frozen=True)
+class CohereMelody:
+    """Cohere's own renderer (``cohere-melody``, the package vLLM's Cohere parser also uses): its
+    Command 3 (``render_cmd3``) or Command 4 (``render_cmd4``) template."""
+
+    version: int = 3
+
+    @property
+    def name(self) -> str:
+        return f"cohere-melody render_cmd{self.version}"
+
+    def render(
+        self, history: list[Message], assistant: Message, tools: list[dict], thinking: bool
+    ) -> tuple[str, str]:
+        import cohere_melody
+
+        render = getattr(cohere_melody, f"render_cmd{self.version}")
+        available = [t["function"] for t in tools]
+        first = [{"role": m["role"], "content": [{"type": "text", "text": m["content"]}]} for m in history]
+        content: list[dict[str, str]] = []
+        if assistant.get("reasoning_content"):
+            content.append({"type": "thinking", "thinking": assistant["reasoning_content"]})
+        if assistant.get("content"):
+            content.append({"type": "text", "text": assistant["content"]})
+        turn: dict[str, Any] = {"role": "chatbot", "content": content}
+        if assistant.get("tool_calls"):
+            turn["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "parameters": json.dumps(c["function"]["arguments"], ensure_ascii=False),
+                }
+                for c in assistant["tool_calls"]
+            ]
+        prompt = render({"messages": first, "available_tools": available})
+        full = render({"messages": [*first, turn], "available_tools": available})
+        assert full.startswith(prompt), f"{self.name}: the turn does not extend the prompt"
+        output = full[len(prompt) :]
+        return prompt, output[: output.index("<|END_OF_TURN_TOKEN|>")]

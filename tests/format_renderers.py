@@ -278,3 +278,30 @@ def render_hy3(p: Parts, thinking: bool) -> str:
     block = f"{m('<tool_calls>')}\n{calls}{m('</tool_calls>')}" if calls else ""
     answer = p.content + block
     return f"{p.reasoning}{m('</think>')}{answer}" if thinking else answer
+
+
+# --- JSON / pythonic families (Granite, ERNIE, Cohere, xLAM) ----------------------------------------
+def render_granite4(p: Parts) -> str:
+    """Granite 4.0's template: the content, then one ``<tool_call>`` block per call on its own
+    line; with thinking (4.2) the prompt opened ``<think>``, so the output starts in the reasoning."""
+    calls = "\n".join(hermes_call(n, a) for n, a in p.calls)
+    body = f"{p.content}\n{calls}" if p.content and calls else p.content + calls
+    return f"{p.reasoning}\n</think>\n\n{body}" if p.reasoning else body
+
+
+def render_granite3(p: Parts) -> str:
+    """Granite 3.x's template: a message with calls is ``<|tool_call|>`` and the list of the calls'
+    ``function`` objects (``tojson(indent=4)``); its text content is not rendered."""
+    if not p.calls:
+        return p.content
+    functions = [{"name": n, "arguments": a} for n, a in p.calls]
+    return "<|tool_call|>" + json.dumps(functions, ensure_ascii=False, indent=4)
+
+
+def render_ernie45(p: Parts) -> str:
+    """ERNIE 4.5 thinking, as the model writes it after the prompt opened ``<think>``: the
+    reasoning, ``</think>``, then ``<response>`` around the answer and one ``<tool_call>`` block
+    per call (the shape of real outputs quoted in transformers' response-parsing tests)."""
+    response = f"<response>\n{p.content}\n</response>\n" if p.content else ""
+    calls = "".join(hermes_call(n, a) + "\n" for n, a in p.calls)
+    return f"{p.reasoning}\n</think>\n\n{response}{calls}"

@@ -1,9 +1,10 @@
 """Test scaffolding: marker tokenizers for the families whose vocabulary is on no package index.
 
-Kimi K2/K3, Gemma 4, Seed-OSS, Llama 4, Nemotron 3, Step-3.5, MiMo, Ling 3 and Hunyuan Hy3 ship
-no tokenizer on PyPI. To drive their formats in token-id mode anyway, the tests build a tiny
-byte-level tokenizer (one token per byte) that carries the family's marker tokens as single special
-tokens, at their real ids where those are known (see each family's note below). It is saved as a
+Kimi K2/K3, Gemma 4, Seed-OSS, Llama 4, Nemotron 3, Step-3.5, MiMo, Ling 3, Hunyuan Hy3, Granite 4 /
+3.x, ERNIE 4.5 and Cohere Command ship no tokenizer on PyPI. To drive their formats in token-id mode
+anyway, the tests build a tiny byte-level tokenizer (one token per byte) that carries the family's
+marker tokens as single special tokens, at their real ids where those are known (see each family's
+note below). It is saved as a
 ``tokenizer.json`` directory and configured as the preset's tokenizer, exactly as a user points a
 preset at the model's real tokenizer directory; the server itself never makes a vocabulary up.
 """
@@ -130,6 +131,37 @@ _HY3_SYNTHETIC = (
     )),
     "<｜hy_Assistant:opensource｜>", "<｜hy_eos:opensource｜>",
 )  # fmt: skip
+# --- JSON / pythonic families added with the round-trip properties (their own block) -------------
+# Granite 4: the ids of IBM's published added-token list (tokenizer.json of granite-4.0-h-*; the
+# 100352-token vocabulary). <tool_call>/</tool_call>/<think>/</think> are added, non-special tokens.
+GRANITE4_VERIFIED: dict[str, int] = {
+    "<|end_of_text|>": 100257,
+    "<|start_of_role|>": 100264,
+    "<|end_of_role|>": 100265,
+    "<tool_call>": 100270,
+    "</tool_call>": 100271,
+    "<think>": 100274,
+    "</think>": 100275,
+}
+# Granite 3.x: no published id found; its markers sit above the 49155-token vocabulary.
+_GRANITE3_SYNTHETIC = ("<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>", "<|end_of_text|>")
+# ERNIE 4.5: no published id found; its markers sit above the 103424-token vocabulary.
+# Cohere Command: no published id found; its control tokens sit above the 256000-token vocabulary.
+_COHERE_SYNTHETIC = (
+    "<BOS_TOKEN>", "<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|USER_TOKEN|>", "<|CHATBOT_TOKEN|>",
+    "<|SYSTEM_TOKEN|>", "<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>",
+    "<|START_ACTION|>", "<|END_ACTION|>", "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>", "<|START_TEXT|>",
+    "<|END_TEXT|>",
+)  # fmt: skip
+_ERNIE45_SYNTHETIC = (
+    "</s>",
+    "<think>",
+    "</think>",
+    "<response>",
+    "</response>",
+    "<tool_call>",
+    "</tool_call>",
+)
 
 
 def _with_synthetic(verified: Mapping[str, int], synthetic: Iterable[str], start: int) -> dict[str, int]:
@@ -150,6 +182,11 @@ MARKERS: dict[str, dict[str, int]] = {
     "mimo": _with_synthetic({}, _CHATML_THINK_CALL, 200000),
     "ling-3": _with_synthetic({}, _LING3_SYNTHETIC, 200000),
     "hy3": _with_synthetic({}, _HY3_SYNTHETIC, 200000),
+    # JSON / pythonic families
+    "granite-4": dict(GRANITE4_VERIFIED),
+    "granite-3": _with_synthetic({}, _GRANITE3_SYNTHETIC, 49155),
+    "ernie-4.5": _with_synthetic({}, _ERNIE45_SYNTHETIC, 103424),
+    "cohere-command": _with_synthetic({}, _COHERE_SYNTHETIC, 256000),
 }
 """Marker tokenizer name → its markers."""
 
@@ -165,6 +202,11 @@ PRESET_MARKERS: dict[str, str] = {
     "mimo": "mimo",
     "ling-3": "ling-3",
     "hy3": "hy3",
+    # JSON / pythonic families
+    "granite-4": "granite-4",
+    "granite-3": "granite-3",
+    "ernie-4.5-thinking": "ernie-4.5",
+    "command-a": "cohere-command",
 }
 """Preset → the marker tokenizer the tests configure for it."""
 

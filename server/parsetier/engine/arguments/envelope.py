@@ -11,13 +11,24 @@ from parsetier.engine import json_bounds
 from parsetier.engine.arguments.common import SENTINEL, CallsReader, Emit
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN, JsonValueScanner
 
+# Keys a call object may carry besides its name and arguments, skipped before and between them:
+# ``"type": "function"`` (Llama 3's example) and the id the model numbered the call with (Cohere
+# Command's ``"tool_call_id": "0"``; the delivered id is still derived, docs/engine.md).
+_SKIPPED = r'(?:(?:"type"\s*:\s*"function"|"(?:id|tool_call_id)"\s*:\s*"(?:[^"\\]|\\.)*")\s*,\s*)*'
+_NAME_KEY = r'"(?:name|tool_name)"'
 _HEAD = regex.compile(
-    r'\s*\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?'
-    r'"name"\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\S)',
+    r"\s*\{\s*"
+    + _SKIPPED
+    + _NAME_KEY
+    + r'\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"\s*,\s*'
+    + _SKIPPED
+    + r'"(?:arguments|parameters)"\s*:\s*(?=\S)',
     regex.DOTALL,
 )
-_HEAD_ARGS_FIRST = regex.compile(r'\s*\{\s*"(?:arguments|parameters)"\s*:\s*(?=\S)', regex.DOTALL)
-_NAME_AFTER = regex.compile(r'\s*,\s*"name"\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"', regex.DOTALL)
+_HEAD_ARGS_FIRST = regex.compile(
+    r"\s*\{\s*" + _SKIPPED + r'"(?:arguments|parameters)"\s*:\s*(?=\S)', regex.DOTALL
+)
+_NAME_AFTER = regex.compile(r"\s*,\s*" + _NAME_KEY + r'\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"', regex.DOTALL)
 # Either the opening bracket, or (no bracket) the first non-space character of a bare call list; written
 # without an optional "[" so that a buffer ending right after "[" is a complete match, not a partial one.
 _LIST_OPEN = regex.compile(r"\s*(?:(?P<open>\[)|(?=[^\s\[]))", regex.DOTALL)
@@ -43,8 +54,18 @@ class EnvelopeReader(CallsReader):
     """
 
     __slots__ = (
-        "_args", "_begin", "_bracketed", "_buffer", "_end", "_head", "_list", "_phase", "_scanner", "calls",
-        "raw", "status",
+        "_args",
+        "_begin",
+        "_bracketed",
+        "_buffer",
+        "_end",
+        "_head",
+        "_list",
+        "_phase",
+        "_scanner",
+        "calls",
+        "raw",
+        "status",
     )
 
     def __init__(self, allow_list: bool, begin: Emit, args: Emit, end: Callable[[], None]) -> None:
@@ -184,7 +205,6 @@ class EnvelopeReader(CallsReader):
             except (ValueError, TypeError):
                 return raw
         return raw
-
 
 
 def _unescape(json_string_body: str) -> str:
