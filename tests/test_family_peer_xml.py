@@ -7,14 +7,18 @@ behaviours where the families differ from the formats they reuse, and where peer
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import llguidance
 import pytest
 
 import marker_tokenizers
-from engine_helpers import tools
+from engine_helpers import run_text, tools
 from family_support import enc, plain, prompted, split_check
 from format_renderers import hy3_marker
+from parsetier.constraints.build import ConstraintRequest, derive
+from parsetier.constraints.ir import to_lark, to_structural_tag
 from parsetier.engine.grammar import GrammarError
 from parsetier.formats import FormatRegistry
 from parsetier.messages import SessionOptions
@@ -193,6 +197,32 @@ def test_hy3_bare_marker_vocabulary(tmp_path: Path) -> None:
     same = str
     text = hy3_block(hy3_call("get_weather", ("city", "Paris"), ("days", "2"), m=same), m=same)
     assert split_check(model, enc(model, text), OPTS) == ("", "", (WEATHER,))
+
+
+def test_hy3_text_steps_with_suffixed_markers() -> None:
+    """A stack that detokenizes itself sends text: the suffixed marker texts are matched literally."""
+    text = "Hi." + hy3_block(hy3_call("get_weather", ("city", "Paris"), ("days", "2")))
+    pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
+    message = run_text(HY3, pieces, OPTS).final.message
+    assert (message.content, [(c.name, c.arguments) for c in message.tool_calls]) == ("Hi.", [WEATHER])
+
+
+def test_hy3_constraint_writes_the_vocabulary_s_marker_tokens() -> None:
+    """A derived constraint names the markers by the vocabulary's own (suffixed) tokens, so what a
+    constrained engine generates parses back into the call."""
+    root = derive(HY3.grammar, ConstraintRequest(TOOLS, "required", None, True, "off"))
+    assert "<tool_calls:opensource>" in json.dumps(to_structural_tag(root), ensure_ascii=False)
+    tokenizer = llguidance.LLTokenizer(HY3.tokenizer.to_str(), n_vocab=HY3.vocab_size)
+
+    def matcher() -> llguidance.LLMatcher:
+        m = llguidance.LLMatcher(tokenizer, to_lark(root), log_level=0)
+        assert not m.is_error(), m.get_error()
+        return m
+
+    block = hy3_block(hy3_call("get_weather", ("city", "Paris"), ("days", "2")))
+    accepted = matcher()
+    assert accepted.consume_tokens(enc(HY3, block)) and accepted.is_accepting(), accepted.get_error()
+    assert not matcher().consume_tokens(plain(HY3, block))  # the same text without the marker tokens
 
 
 # ---------------------------------------------------------------------------- format-file keys
