@@ -15,7 +15,15 @@ from collections.abc import Callable, Sequence
 
 from parsetier.call_ids import id_maker
 from parsetier.engine import json_bounds
-from parsetier.engine.events import Event, EventKind
+from parsetier.engine.events import (
+    CONTENT,
+    REASONING,
+    REASONING_START,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    Event,
+)
 from parsetier.messages import Delta, Message, SessionOptions, ToolCall, ToolCallDelta
 
 
@@ -49,19 +57,19 @@ class Assembler:
         if len(events) == 1:  # one token's event, the commonest feed: no runs to merge
             ev = events[0]
             kind = ev.kind
-            if kind is EventKind.CONTENT:
+            if kind is CONTENT:
                 text = self._content_edges.push(ev.text)
                 if not text:
                     return []
                 self._content.append(text)
                 return [Delta("", text)]
-            if kind is EventKind.REASONING:
+            if kind is REASONING:
                 text = self._reasoning_edges.push(ev.text)
                 if not text or not self._show_reasoning:
                     return []
                 self._reasoning.append(text)
                 return [Delta(text)]
-            if kind is EventKind.TOOL_ARGUMENTS and not self._buffer_calls:
+            if kind is TOOL_ARGUMENTS and not self._buffer_calls:
                 call = self._open.get(ev.tool_index)
                 if call is None:
                     return []
@@ -70,27 +78,27 @@ class Assembler:
         out = _DeltaRuns()
         for ev in events:
             kind = ev.kind
-            if kind is EventKind.CONTENT:
+            if kind is CONTENT:
                 text = self._content_edges.push(ev.text)
                 if text:
                     self._content.append(text)
                     out.text("content", text)
-            elif kind is EventKind.REASONING:
+            elif kind is REASONING:
                 text = self._reasoning_edges.push(ev.text)
                 if text and self._show_reasoning:
                     self._reasoning.append(text)
                     out.text("reasoning", text)
-            elif kind is EventKind.REASONING_START:
+            elif kind is REASONING_START:
                 self._reasoning_edges = EdgeTrim()
-            elif kind is EventKind.TOOL_CALL_START:
+            elif kind is TOOL_CALL_START:
                 self._start(ev, out)
-            elif kind is EventKind.TOOL_ARGUMENTS:
+            elif kind is TOOL_ARGUMENTS:
                 call = self._open.get(ev.tool_index)
                 if call is not None:
                     call.arguments.append(ev.text)
                     if not self._buffer_calls:
                         out.arguments(call.delivered_index, ev.text)
-            elif kind is EventKind.TOOL_CALL_END:
+            elif kind is TOOL_CALL_END:
                 self._end(ev, out)
         return out.deltas()
 

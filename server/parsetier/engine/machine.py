@@ -41,11 +41,23 @@ from parsetier.engine.arguments import (
     PythonCallsReader,
     json_string_fragment,
 )
-from parsetier.engine.events import Event, EventKind
+from parsetier.engine.events import (
+    CONTENT,
+    END,
+    REASONING,
+    REASONING_END,
+    REASONING_START,
+    TOOL_ARGUMENTS,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    Event,
+    EventKind,
+)
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
 from parsetier.engine.json_scan import COMPLETE, OPEN
 
 _CAPTURE_LIMIT = 4096
+_new_event = tuple.__new__
 
 
 class Machine:
@@ -127,7 +139,7 @@ class Machine:
                 self._params.close()
             else:
                 self._args("{}")
-        self._emit(EventKind.END, index=self._index)
+        self._emit(END, index=self._index)
         return self._take()
 
     # ------------------------------------------------------------------ core loop
@@ -242,7 +254,7 @@ class Machine:
         self._args_emitted = False
         self._params = None
         call_id = format_id if self._format_ids and format_id else ""
-        self._emit(EventKind.TOOL_CALL_START, name, self._index, call_id)
+        self._emit(TOOL_CALL_START, name, self._index, call_id)
         self._current_tool = name
 
     def _envelope_begin(self, name: str) -> None:
@@ -261,11 +273,11 @@ class Machine:
         one, every reader ends the value), so it becomes its token's text JSON-escaped."""
         if self._call_open and fragment:
             self._args_emitted = True
-            if SENTINEL_RE.search(fragment) is not None:
+            if not fragment.isascii() and SENTINEL_RE.search(fragment) is not None:
                 table = self._bound.text_of_sentinel
                 escaped = lambda m: json_string_fragment(table.get(m.group(0), ""))  # noqa: E731
                 fragment = SENTINEL_RE.sub(escaped, fragment)
-            self._emit(EventKind.TOOL_ARGUMENTS, fragment, self._index)
+            self._emit(TOOL_ARGUMENTS, fragment, self._index)
 
     def _call_end(self) -> None:
         if not self._call_open:
@@ -275,7 +287,7 @@ class Machine:
         elif not self._args_emitted:
             self._args("{}")
         self._params = None
-        self._emit(EventKind.TOOL_CALL_END, index=self._index)
+        self._emit(TOOL_CALL_END, index=self._index)
         self._call_open = False
 
     def _passthrough_if_no_call(self, closing: str) -> None:
@@ -283,7 +295,7 @@ class Machine:
         reader = self._reader
         raw = reader.unclaimed() if reader is not None else None
         if raw is not None:
-            self._emit_text(EventKind.CONTENT, self._opening + raw + closing)
+            self._emit_text(CONTENT, self._opening + raw + closing)
 
     # ------------------------------------------------------------------ events
     def _emit_text(self, kind: EventKind, text: str) -> None:
@@ -294,7 +306,7 @@ class Machine:
             self._emit(kind, self._restore(text))
 
     def _restore(self, text: str) -> str:
-        if SENTINEL_RE.search(text) is None:
+        if text.isascii() or SENTINEL_RE.search(text) is None:  # isascii is O(1): a flag
             return text
         table = self._bound.text_of_sentinel
         return SENTINEL_RE.sub(lambda m: table.get(m.group(0), ""), text)
@@ -302,14 +314,12 @@ class Machine:
     def _emit(self, kind: EventKind, text: str = "", index: int = -1, call_id: str = "") -> None:
         """Events of a call (and ``END``) carry the current ``tool_index``; text and reasoning
         brackets carry -1."""
-        self._events.append(Event(kind, text, index, self._tokens, call_id))
+        self._events.append(_new_event(Event, (kind, text, index, self._tokens, call_id)))
         self._tokens = 0
 
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
         return events
-
-
 
 
 # ---------------------------------------------------------------------------------------------- kinds
@@ -329,21 +339,21 @@ class _Kind:
 
 
 def _content_text(m: Machine, text: str) -> None:
-    m._emit_text(EventKind.CONTENT, text)
+    m._emit_text(CONTENT, text)
 
 
 def _reasoning_text(m: Machine, text: str) -> None:
-    m._emit_text(EventKind.REASONING, text)
+    m._emit_text(REASONING, text)
 
 
 def _reasoning_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
     if previous != "reasoning":
-        m._emit(EventKind.REASONING_START)
+        m._emit(REASONING_START)
 
 
 def _reasoning_leave(m: Machine, target: State | None, pattern: str) -> None:
     if target is None or target.kind != "reasoning":
-        m._emit(EventKind.REASONING_END)
+        m._emit(REASONING_END)
 
 
 def _capture_text(m: Machine, text: str) -> None:
@@ -367,7 +377,7 @@ def _value_text(m: Machine, text: str) -> None:
 def _reader_text(m: Machine, text: str) -> None:
     """Text of a reader's state that the reader did not take."""
     if m._reader is not None:
-        m._emit_text(EventKind.CONTENT, m._reader.rest(text))
+        m._emit_text(CONTENT, m._reader.rest(text))
 
 
 def _json_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
@@ -464,4 +474,3 @@ def _xml_unescape(text: str) -> str:
         return chr(code) if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else m.group(0)
 
     return _XML_REF.sub(one, text)
-
