@@ -75,6 +75,9 @@ class JinjaTemplate:
     end_of_turn: Sequence[str] = ()
     """Texts that end the assistant turn (the stop token and what follows it are not output)."""
     thinking_kwarg: str = "enable_thinking"
+    thinking_values: tuple[Any, Any] | None = None
+    """What ``thinking_kwarg`` is set to with thinking on / off (MiniMax-M3's ``thinking_mode``
+    strings), when it is not the switch itself."""
     name: str = ""
     reasoning_before: str | None = None
     """For templates that drop a turn's reasoning (DeepSeek R1 / V3.1 render turns in history form):
@@ -97,7 +100,8 @@ class JinjaTemplate:
     ) -> tuple[str, str]:
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        kwargs = {self.thinking_kwarg: thinking, **self.special}
+        switch = thinking if self.thinking_values is None else self.thinking_values[0 if thinking else 1]
+        kwargs = {self.thinking_kwarg: switch, **self.special}
         prompt, _ = render_jinja_template(
             [history], tools=tools, chat_template=self.template, add_generation_prompt=True, **kwargs
         )

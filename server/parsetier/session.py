@@ -96,11 +96,15 @@ def _prompt_text_state(
 
 
 def kwargs_thinking(options: SessionOptions) -> bool | None:
+    """The thinking switch the chat template was given: ``enable_thinking`` / ``thinking`` (a
+    boolean), or MiniMax-M3's ``thinking_mode`` (``enabled`` / ``disabled``; ``adaptive`` leaves
+    it to the model, so the format's initial state decides)."""
     for key in ("enable_thinking", "thinking"):
         value = options.chat_template_kwargs.get(key)
         if value is not None:
             return str(value).strip().lower() in ("true", "1", "yes", "on")
-    return None
+    mode = str(options.chat_template_kwargs.get("thinking_mode", "")).strip().lower()
+    return {"enabled": True, "disabled": False}.get(mode)
 
 
 def _tool_schemas(options: SessionOptions) -> dict[str, dict[str, Any]]:

@@ -23,11 +23,13 @@ import tokenizers
 
 from parsetier.engine.lexer import TerminalSet
 
-STATE_KINDS = frozenset({"content", "reasoning", "skip", "capture", "value", "json", "envelope"})
+STATE_KINDS = frozenset({"content", "reasoning", "skip", "capture", "value", "json", "envelope", "elements"})
 """content/reasoning: text is shown as such; skip: text is dropped; capture: text is collected
 for the next transition (a tool name, a parameter key, a header); value: text is one parameter
 value of the current call; json: text is the call's arguments as one JSON value; envelope: text is
-a JSON object carrying the name and the arguments (``{"name": …, "arguments": …}``)."""
+a JSON object carrying the name and the arguments (``{"name": …, "arguments": …}``); elements:
+text is the call's arguments as one element per argument, tags starting with the ``tag``
+terminal (MiniMax-M3's ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``)."""
 
 ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
 DIALECTS = frozenset({"json", "gemma", "python"})
@@ -88,6 +90,9 @@ class State:
     """What the end of the output means here when the model stopped by itself (finish ``stop``):
     GLM's ``<tool_call>NAME`` then the stop token is a call without arguments. Not used when the
     output was cut (``length``/``abort``): a capture cut short is not known to be whole."""
+    item: str = "item"
+    """elements states: the name of an array's child elements (``<item>``), for arrays the
+    schema does not type."""
     unescape: str = "none"
     """capture states: ``xml`` decodes XML character references (``&amp;`` ``&quot;`` ``&#38;``…)
     in the rule's groups, for names and keys written as attribute values (Kimi K3's ``key="q&amp;a"``)."""
@@ -167,7 +172,7 @@ class Grammar:
 
     @property
     def has_tool_calls(self) -> bool:
-        return any(s.kind in ("json", "envelope", "value") for s in self.states.values())
+        return any(s.kind in ("json", "envelope", "value", "elements") for s in self.states.values())
 
     def bind(self, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
         return BoundGrammar.build(self, tokenizer)
@@ -401,6 +406,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             spec.get("text_next"),
             dialect,
             end=end,
+            item=str(spec.get("item", "item")),
             unescape=unescape,
         )
     grammar = Grammar(
@@ -455,6 +461,8 @@ def _check_references(g: Grammar, source: str) -> None:
             need(s.end.next, f"state {s.name!r} end")
         for r in s.rules:
             need(r.next, f"state {s.name!r} rule")
+        if s.kind == "elements" and "tag" not in g.terminals:
+            raise GrammarError(f"{source}: state {s.name!r} reads elements: it needs a terminal named 'tag'")
     if g.value_trim not in ("newline", "none"):
         raise GrammarError(f"{source}: value_trim must be 'newline' or 'none'")
     if g.tool_call_id not in ("derived", "format"):

@@ -34,6 +34,7 @@ from typing import Any
 
 from parsetier.engine.arguments import (
     ArgumentReader,
+    ElementArgsReader,
     EnvelopeReader,
     GemmaArgsReader,
     JsonArgsReader,
@@ -91,6 +92,8 @@ class Machine:
         self._params: ParamWriter | None = None
         self._reader: ArgumentReader | None = None
         self._args_emitted = False
+        self._args_closed = False
+        """The arguments' JSON is whole (an elements reader closed it when its state was left)."""
         self._opening = ""
         self._current_tool = ""
         self._ending = False
@@ -132,7 +135,10 @@ class Machine:
             self._fire(state.end, "", state)
         # An unfinished capture (name, header) is not shown.
         self._kind.leave(self, None, "")
-        if self._call_open and (self._params is not None or not self._args_emitted):
+        if self._call_open and self._args_closed:
+            if not cut:
+                self._call_end()
+        elif self._call_open and (self._params is not None or not self._args_emitted):
             if not cut:
                 self._call_end()
             elif self._params is not None:
@@ -156,6 +162,8 @@ class Machine:
                     self._fire(state.done, "", self._state)
                     continue
                 if reader.status == OPEN:
+                    if pos < n:  # an undecided tail (a tag still being written): wait for more
+                        self._hold = buf[pos:]
                     return
                 continue
             match, hold = self._tsets[state.name].scan(buf, pos)
@@ -252,6 +260,7 @@ class Machine:
         self._index += 1
         self._call_open = True
         self._args_emitted = False
+        self._args_closed = False
         self._params = None
         call_id = format_id if self._format_ids and format_id else ""
         self._emit(TOOL_CALL_START, name, self._index, call_id)
@@ -401,6 +410,20 @@ def _envelope_leave(m: Machine, target: State | None, pattern: str) -> None:
     m._passthrough_if_no_call(pattern)
 
 
+def _elements_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
+    patterns = m._bound.patterns
+    stops = tuple(patterns[t] for t in state.on)
+    tool = m._tools.get(m._current_tool, {}) if m._call_open else {}
+    m._reader = ElementArgsReader(patterns["tag"], state.item, stops, tool, m._args)
+
+
+def _elements_leave(m: Machine, target: State | None, pattern: str) -> None:
+    reader = m._reader
+    if isinstance(reader, ElementArgsReader) and m._call_open:
+        reader.close()
+        m._args_closed = True
+
+
 _KINDS: Mapping[str, _Kind] = {
     "content": _Kind(text=_content_text),
     "reasoning": _Kind(text=_reasoning_text, enter=_reasoning_enter, leave=_reasoning_leave),
@@ -409,6 +432,7 @@ _KINDS: Mapping[str, _Kind] = {
     "value": _Kind(text=_value_text),
     "json": _Kind(text=_reader_text, enter=_json_enter),
     "envelope": _Kind(text=_reader_text, enter=_envelope_enter, leave=_envelope_leave),
+    "elements": _Kind(text=_reader_text, enter=_elements_enter, leave=_elements_leave),
 }
 """Every state kind of ``grammar.STATE_KINDS``, and what it does."""
 

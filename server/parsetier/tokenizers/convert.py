@@ -180,6 +180,28 @@ def add_specials(tok: Tokenizer, specials: Mapping[str, int]) -> None:
             raise ValueError(f"special token {content!r} landed on id {got}, expected {want}")
 
 
+def add_config_tokens(tok: Tokenizer, config: Mapping[str, Any]) -> None:
+    """Add the ``added_tokens_decoder`` entries of a ``tokenizer_config.json`` that ``tok`` lacks,
+    each on its stated id (as transformers does when it loads the pair); an entry whose id is
+    taken by another token, or that cannot land on its id, is an error, never a guess."""
+    entries = sorted(((int(i), e) for i, e in (config.get("added_tokens_decoder") or {}).items()))
+    for tid, entry in entries:
+        content = entry["content"]
+        have = tok.id_to_token(tid)
+        if have is not None:
+            if have != content:
+                raise ValueError(f"added token {content!r}: id {tid} is {have!r} in the vocabulary")
+            continue
+        token = AddedToken(
+            content, special=bool(entry.get("special")), normalized=bool(entry.get("normalized"))
+        )
+        (tok.add_special_tokens if token.special else tok.add_tokens)([token])
+        if tok.token_to_id(content) != tid:
+            raise ValueError(
+                f"added token {content!r} landed on id {tok.token_to_id(content)}, expected {tid}"
+            )
+
+
 # o200k's pre-tokenizer (same regex for o200k_base and o200k_harmony).
 O200K_PATTERN = "|".join(
     [

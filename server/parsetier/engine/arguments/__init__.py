@@ -9,6 +9,8 @@
 * ``EnvelopeReader`` — the name travels inside the JSON (Hermes ``{"name": …, "arguments": …}``,
   Llama, Mistral's older list form): the call starts once the name is known and the arguments
   value begins; if the envelope never takes shape the raw text is handed back for passthrough.
+* ``ElementArgsReader`` — one element per argument, nested elements for objects and arrays
+  (MiniMax-M3's ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``), typed by the tool's schema.
 * ``GemmaArgsReader`` — Gemma 4's ``{key:<|"|>text<|"|>,n:1}`` notation, translated to JSON.
 * ``PythonCallsReader`` — pythonic call lists (Llama 4), Python literals translated to JSON.
 
@@ -18,6 +20,7 @@ hands it the state's remaining text (``rest``) and asks once, on leaving, for te
 """
 
 from parsetier.engine.arguments.common import ArgumentReader, Emit, json_string_fragment
+from parsetier.engine.arguments.elements import ElementArgsReader
 from parsetier.engine.arguments.envelope import EnvelopeReader
 from parsetier.engine.arguments.gemma import GemmaArgsReader
 from parsetier.engine.arguments.json_args import JsonArgsReader
@@ -26,6 +29,7 @@ from parsetier.engine.arguments.python_calls import PythonCallsReader
 
 __all__ = [
     "ArgumentReader",
+    "ElementArgsReader",
     "Emit",
     "EnvelopeReader",
     "GemmaArgsReader",
