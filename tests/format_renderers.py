@@ -312,3 +312,20 @@ def render_xlam(p: Parts) -> str:
     ``{"name": …, "arguments": …}`` and nothing else."""
     calls = ", ".join(f'{{"name": "{n}", "arguments": {json_value(a)}}}' for n, a in p.calls)
     return f"[{calls}]"
+
+
+def lfm2_value(value: Any) -> str:
+    """LFM2.5's template: strings in single quotes as they are, dicts ``tojson``, anything else
+    Jinja's ``string`` filter (Python literals)."""
+    if isinstance(value, str):
+        return f"'{value}'"
+    return json_value(value) if isinstance(value, dict) else str(value)
+
+
+def render_lfm2(p: Parts) -> str:
+    """LFM2.5's template: ``<think>…</think>`` (the model writes it), the content, then one
+    ``<|tool_call_start|>[f(k=v, …), …]<|tool_call_end|>`` list."""
+    think = f"<think>{p.reasoning}</think>" if p.reasoning else ""
+    calls = ", ".join(f"{n}({', '.join(f'{k}={lfm2_value(v)}' for k, v in a.items())})" for n, a in p.calls)
+    block = f"<|tool_call_start|>[{calls}]<|tool_call_end|>" if p.calls else ""
+    return think + p.content + block

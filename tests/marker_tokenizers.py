@@ -153,6 +153,15 @@ _COHERE_SYNTHETIC = (
     "<|START_ACTION|>", "<|END_ACTION|>", "<|START_TOOL_RESULT|>", "<|END_TOOL_RESULT|>", "<|START_TEXT|>",
     "<|END_TEXT|>",
 )  # fmt: skip
+# LFM2: no published id found; its markers sit above the 65536-token vocabulary.
+_LFM2_SYNTHETIC = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<|tool_call_start|>",
+    "<|tool_call_end|>",
+)
 _ERNIE45_SYNTHETIC = (
     "</s>",
     "<think>",
@@ -187,6 +196,7 @@ MARKERS: dict[str, dict[str, int]] = {
     "granite-3": _with_synthetic({}, _GRANITE3_SYNTHETIC, 49155),
     "ernie-4.5": _with_synthetic({}, _ERNIE45_SYNTHETIC, 103424),
     "cohere-command": _with_synthetic({}, _COHERE_SYNTHETIC, 256000),
+    "lfm2": _with_synthetic({}, _LFM2_SYNTHETIC, 65536),
 }
 """Marker tokenizer name → its markers."""
 
@@ -207,6 +217,7 @@ PRESET_MARKERS: dict[str, str] = {
     "granite-3": "granite-3",
     "ernie-4.5-thinking": "ernie-4.5",
     "command-a": "cohere-command",
+    "lfm2": "lfm2",
 }
 """Preset → the marker tokenizer the tests configure for it."""
 

@@ -400,6 +400,9 @@ def _parts(msg: Message) -> fr.Parts:
     return fr.Parts(msg.get("reasoning_content", ""), msg.get("content", ""), tuple(expected(msg)[2]))
 
 
+LFM2_UNQUOTABLE = frozenset({"it's", "C:\\path\\to", "line one\nline two"})
+"""LFM2's template writes string values in single quotes unescaped: a quote, a backslash or a newline
+in a string cannot round-trip (docs/formats/lfm2.md)."""
 XLAM = _own("format_renderers (xLAM-2)", fr.render_xlam, calls_only=True)
 
 FAMILIES: list[Family] = [
@@ -489,6 +492,10 @@ FAMILIES: list[Family] = [
            content_with_calls=False),
     Family("Cohere Command 4", "command-a", CohereMelody(4), "marker", COHERE_MARKERS, xml=False,
            content_with_calls=False),
+    Family("LFM2 / LFM2.5", "lfm2",
+           _own("format_renderers (LFM2.5)", fr.render_lfm2, "<|im_start|>assistant\n"), "marker",
+           ("<|tool_call_end|>", "<|tool_call_start|>", "</think>", ")", "]"), xml=False,
+           exclude_words=LFM2_UNQUOTABLE),
     # JSON / pythonic families on real vocabularies (our renderers: the templates' shapes)
     Family("xLAM-2 (Llama)", "xlam-2-llama", XLAM, "llama3", (*JSON_MARKERS, "</think>", "[TOOL_CALLS]"),
            xml=False, reasoning=False, content_with_calls=False, bare_json=True),

@@ -398,8 +398,10 @@ def _json_enter(m: Machine, state: State, pattern: str, previous: str | None) ->
 
 def _envelope_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
     m._opening = pattern
-    if state.dialect == "python":
-        m._reader = PythonCallsReader(m._envelope_begin, m._args, m._call_end)
+    if state.dialect in ("python", "python_json"):
+        m._reader = PythonCallsReader(
+            m._envelope_begin, m._args, m._call_end, json_literals=state.dialect == "python_json"
+        )
     else:
         m._reader = EnvelopeReader(state.allow_list, m._envelope_begin, m._args, m._call_end)
 

@@ -28,11 +28,12 @@ _PY_TOKEN_LIMIT = 4096
 _PY_DELIMITERS = frozenset(",:)]}")
 
 
-def _py_scalar(token: str) -> str | None:
-    """A bare Python literal → its JSON text, or None when it is not a literal (a variable name)."""
+def _py_scalar(token: str, json_literals: bool = False) -> str | None:
+    """A bare Python literal → its JSON text, or None when it is not a literal (a variable name).
+    With ``json_literals`` JSON's ``true``/``false``/``null`` count as literals too."""
     if token in PY_LITERALS:
         return json.dumps(PY_LITERALS[token])
-    if token not in ("true", "false", "null") and JSON_SCALAR.fullmatch(token):
+    if (json_literals or token not in ("true", "false", "null")) and JSON_SCALAR.fullmatch(token):
         return token
     value: float | int
     try:
@@ -67,12 +68,15 @@ class PythonCallsReader(CallsReader):
     """
 
     __slots__ = (
-        "_args", "_begin", "_bracketed", "_end", "_esc", "_kwargs", "_name", "_out", "_phase", "_quote",
-        "_quotes", "_sep", "_stack", "_token", "_triple", "calls", "raw", "status",
+        "_args", "_begin", "_bracketed", "_end", "_esc", "_json_literals", "_kwargs", "_name", "_out",
+        "_phase", "_quote", "_quotes", "_sep", "_stack", "_token", "_triple", "calls", "raw", "status",
     )  # fmt: skip
 
-    def __init__(self, begin: Emit, args: Emit, end: Callable[[], None]) -> None:
+    def __init__(self, begin: Emit, args: Emit, end: Callable[[], None], json_literals: bool = False) -> None:
+        """``json_literals``: JSON's ``true``/``false``/``null`` are literals too (dialect
+        ``python_json``: templates that render dict values with ``tojson``, LFM2)."""
         self._begin, self._args, self._end = begin, args, end
+        self._json_literals = json_literals
         self._phase = "open"
         self._bracketed = False
         self._name = ""
@@ -288,7 +292,7 @@ class PythonCallsReader(CallsReader):
 
     def _settle_token(self) -> bool:
         """A bare scalar ended at a delimiter (not consumed: it is read again)."""
-        json_text = _py_scalar(self._token)
+        json_text = _py_scalar(self._token, self._json_literals)
         self._token = ""
         if json_text is None:
             return self._fail()
