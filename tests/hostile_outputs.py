@@ -72,6 +72,11 @@ _WRITTEN = {
         + VALUE
         + "</parameter>\n</invoke>\n</minimax:tool_call>"
     ),
+    "minimax-m3": (
+        '</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="f">]<]minimax[>[<a>'
+        + VALUE
+        + "]<]minimax[>[</a>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>"
+    ),
     "llama4": "[f(a=" + VALUE + ")]",
     "gemma-4": "<|tool_call>call:f{a:" + VALUE + "}<tool_call|>",
     "seed-oss": "\n<seed:tool_call>\n<function=f>\n<parameter=a>"

@@ -170,3 +170,22 @@ def test_arguments_stream_one_argument_at_a_time() -> None:
     days = len(enc(M3, f'{P}<tool_call>\n{P}<invoke name="get_weather">{el("city", "Paris")}{P}<days>'))
     assert arguments_before(M3, ids, OPTS, days) == '{"city": "Paris"'
     assert parse_shape(M3, ids, OPTS)[0][2] == (("get_weather", '{"city": "Paris", "days": 3}'),)
+
+
+def test_hostile_nesting_is_bounded_and_valid_json() -> None:
+    """Elements nested past the reader's depth bound are value text; 10,000 unclosed openers, or
+    a soup of namespace tokens and brackets, still end in one call with valid, shallow JSON."""
+    from engine_helpers import chunks, run
+    from parsetier.engine.arguments.elements import MAX_DEPTH
+    from parsetier.engine.json_bounds import nesting_depth
+
+    deep = el("free", f"{P}<k>" * 1000 + "v" + f"{P}</k>" * 1000)
+    unclosed = el("free", f"{P}<k>" * 10_000)
+    soup = el("s", f"{P}<{P}</{P}>< >{P}<>{P}</>" * 2000)
+    for body in (deep, unclosed, soup):
+        output = enc(M3, block(invoke("typed", body)))
+        finals = [run(M3, groups, OPTS).final.message for groups in ([output], list(chunks(output, (7,))))]
+        assert finals[0] == finals[1]
+        (call,) = finals[0].tool_calls
+        assert isinstance(json.loads(call.arguments), dict)
+        assert nesting_depth(call.arguments) <= MAX_DEPTH + 1
