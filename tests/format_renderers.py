@@ -329,3 +329,9 @@ def render_lfm2(p: Parts) -> str:
     calls = ", ".join(f"{n}({', '.join(f'{k}={lfm2_value(v)}' for k, v in a.items())})" for n, a in p.calls)
     block = f"<|tool_call_start|>[{calls}]<|tool_call_end|>" if p.calls else ""
     return think + p.content + block
+
+
+def render_phi4_mini(p: Parts) -> str:
+    """Phi-4-mini, as its tool prompt asks: ``functools`` and one JSON list, no closing marker."""
+    calls = ", ".join(json_value({"name": n, "arguments": a}) for n, a in p.calls)
+    return f"functools[{calls}]"

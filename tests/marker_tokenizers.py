@@ -162,6 +162,15 @@ _LFM2_SYNTHETIC = (
     "<|tool_call_start|>",
     "<|tool_call_end|>",
 )
+# Phi-4-mini: no published id found; its markers sit above the 200064-token vocabulary.
+_PHI4_MINI_SYNTHETIC = (
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|end|>",
+    "<|tool_call|>",
+    "<|/tool_call|>",
+)
 _ERNIE45_SYNTHETIC = (
     "</s>",
     "<think>",
@@ -197,6 +206,7 @@ MARKERS: dict[str, dict[str, int]] = {
     "ernie-4.5": _with_synthetic({}, _ERNIE45_SYNTHETIC, 103424),
     "cohere-command": _with_synthetic({}, _COHERE_SYNTHETIC, 256000),
     "lfm2": _with_synthetic({}, _LFM2_SYNTHETIC, 65536),
+    "phi-4-mini": _with_synthetic({}, _PHI4_MINI_SYNTHETIC, 200064),
 }
 """Marker tokenizer name → its markers."""
 
@@ -218,6 +228,7 @@ PRESET_MARKERS: dict[str, str] = {
     "ernie-4.5-thinking": "ernie-4.5",
     "command-a": "cohere-command",
     "lfm2": "lfm2",
+    "phi-4-mini": "phi-4-mini",
 }
 """Preset → the marker tokenizer the tests configure for it."""
 

@@ -101,7 +101,14 @@ def test_image_install_serves_every_model_and_passes_its_healthcheck(tmp_path):
 
 NEED_CONFIGURED_TOKENIZER = {"gemma-4", "kimi-k2", "kimi-k2.6", "kimi-k3", "llama4", "seed-oss"}
 NEED_CONFIGURED_TOKENIZER |= {"nemotron-3", "step-3.5", "mimo", "ling-3", "hy3"}
-NEED_CONFIGURED_TOKENIZER |= {"granite-4", "granite-3", "ernie-4.5-thinking", "command-a"}
+NEED_CONFIGURED_TOKENIZER |= {
+    "granite-4",
+    "granite-3",
+    "ernie-4.5-thinking",
+    "command-a",
+    "lfm2",
+    "phi-4-mini",
+}
 LIST_MODELS = """
 import json, sys
 from parsetier_client import Client

@@ -496,6 +496,10 @@ FAMILIES: list[Family] = [
            _own("format_renderers (LFM2.5)", fr.render_lfm2, "<|im_start|>assistant\n"), "marker",
            ("<|tool_call_end|>", "<|tool_call_start|>", "</think>", ")", "]"), xml=False,
            exclude_words=LFM2_UNQUOTABLE),
+    Family("Phi-4-mini", "phi-4-mini",
+           _own("format_renderers (Phi-4-mini)", fr.render_phi4_mini, "<|assistant|>", calls_only=True),
+           "marker", (*JSON_MARKERS, "functools[", "<|tool_call|>"), xml=False, reasoning=False,
+           content_with_calls=False),
     # JSON / pythonic families on real vocabularies (our renderers: the templates' shapes)
     Family("xLAM-2 (Llama)", "xlam-2-llama", XLAM, "llama3", (*JSON_MARKERS, "</think>", "[TOOL_CALLS]"),
            xml=False, reasoning=False, content_with_calls=False, bare_json=True),
