@@ -168,6 +168,16 @@ def test_hy3_suffixed_marker_tokens_bind_by_id() -> None:
     assert split_check(HY3, enc(HY3, "Hi."), no_think) == ("Hi.", "", ())
 
 
+def test_hy3_reasoning_effort_is_its_thinking_switch() -> None:
+    """Without prompt ids, the template's own switch says where the output starts."""
+    text = "Work it out." + hy3_marker("</think>") + "It is 4."
+    for effort in ("low", "high"):
+        options = SessionOptions(tools=TOOLS, chat_template_kwargs={"reasoning_effort": effort})
+        assert split_check(HY3, enc(HY3, text), options) == ("It is 4.", "Work it out.", ())
+    no_think = SessionOptions(tools=TOOLS, chat_template_kwargs={"reasoning_effort": "no_think"})
+    assert split_check(HY3, enc(HY3, "It is 4."), no_think) == ("It is 4.", "", ())
+
+
 def test_hy3_calls_without_arguments_inline_or_without_separator() -> None:
     m = hy3_marker
     opened, closed = m("<tool_calls>") + m("<tool_call>"), m("</tool_call>") + m("</tool_calls>")

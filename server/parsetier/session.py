@@ -97,14 +97,18 @@ def _prompt_text_state(
 
 def kwargs_thinking(options: SessionOptions) -> bool | None:
     """The thinking switch the chat template was given: ``enable_thinking`` / ``thinking`` (a
-    boolean), or MiniMax-M3's ``thinking_mode`` (``enabled`` / ``disabled``; ``adaptive`` leaves
-    it to the model, so the format's initial state decides)."""
+    boolean), MiniMax-M3's ``thinking_mode`` (``enabled`` / ``disabled``; ``adaptive`` leaves
+    it to the model, so the format's initial state decides), or Hunyuan Hy3's
+    ``reasoning_effort`` (``no_think`` pre-closes the reasoning, ``low`` / ``high`` open it)."""
     for key in ("enable_thinking", "thinking"):
         value = options.chat_template_kwargs.get(key)
         if value is not None:
             return str(value).strip().lower() in ("true", "1", "yes", "on")
     mode = str(options.chat_template_kwargs.get("thinking_mode", "")).strip().lower()
-    return {"enabled": True, "disabled": False}.get(mode)
+    if mode:
+        return {"enabled": True, "disabled": False}.get(mode)
+    effort = str(options.chat_template_kwargs.get("reasoning_effort", "")).strip().lower()
+    return {"no_think": False, "low": True, "high": True}.get(effort)
 
 
 def _tool_schemas(options: SessionOptions) -> dict[str, dict[str, Any]]:
