@@ -335,3 +335,17 @@ def render_phi4_mini(p: Parts) -> str:
     """Phi-4-mini, as its tool prompt asks: ``functools`` and one JSON list, no closing marker."""
     calls = ", ".join(json_value({"name": n, "arguments": a}) for n, a in p.calls)
     return f"functools[{calls}]"
+
+
+def olmo3_value(value: Any) -> str:
+    """Olmo 3's template: strings in single quotes as they are, None/True/False as JSON literals,
+    anything else ``tojson``."""
+    return f"'{value}'" if isinstance(value, str) else json_value(value)
+
+
+def render_olmo3(p: Parts) -> str:
+    """Olmo 3's template: a turn with calls is the ``<function_calls>`` block, one call a line."""
+    if not p.calls:
+        return p.content
+    lines = "\n".join(f"{n}({', '.join(f'{k}={olmo3_value(v)}' for k, v in a.items())})" for n, a in p.calls)
+    return f"<function_calls>\n{lines}\n</function_calls>"

@@ -171,6 +171,9 @@ _PHI4_MINI_SYNTHETIC = (
     "<|tool_call|>",
     "<|/tool_call|>",
 )
+# Olmo 3: no published id found; its ChatML markers sit above the 100278-token vocabulary, and
+# <function_calls> / </function_calls> are plain text (matched as text).
+_OLMO3_SYNTHETIC = ("<|im_start|>", "<|im_end|>", "<think>", "</think>")
 _ERNIE45_SYNTHETIC = (
     "</s>",
     "<think>",
@@ -207,6 +210,7 @@ MARKERS: dict[str, dict[str, int]] = {
     "cohere-command": _with_synthetic({}, _COHERE_SYNTHETIC, 256000),
     "lfm2": _with_synthetic({}, _LFM2_SYNTHETIC, 65536),
     "phi-4-mini": _with_synthetic({}, _PHI4_MINI_SYNTHETIC, 200064),
+    "olmo-3": _with_synthetic({}, _OLMO3_SYNTHETIC, 100278),
 }
 """Marker tokenizer name → its markers."""
 
@@ -229,6 +233,7 @@ PRESET_MARKERS: dict[str, str] = {
     "command-a": "cohere-command",
     "lfm2": "lfm2",
     "phi-4-mini": "phi-4-mini",
+    "olmo-3": "olmo-3",
 }
 """Preset → the marker tokenizer the tests configure for it."""
 

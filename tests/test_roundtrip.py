@@ -401,8 +401,8 @@ def _parts(msg: Message) -> fr.Parts:
 
 
 LFM2_UNQUOTABLE = frozenset({"it's", "C:\\path\\to", "line one\nline two"})
-"""LFM2's template writes string values in single quotes unescaped: a quote, a backslash or a newline
-in a string cannot round-trip (docs/formats/lfm2.md)."""
+"""LFM2's and Olmo 3's templates write string values in single quotes unescaped: a quote, a backslash
+or a newline in a string cannot round-trip (docs/formats/lfm2.md, olmo3.md)."""
 XLAM = _own("format_renderers (xLAM-2)", fr.render_xlam, calls_only=True)
 
 FAMILIES: list[Family] = [
@@ -500,6 +500,9 @@ FAMILIES: list[Family] = [
            _own("format_renderers (Phi-4-mini)", fr.render_phi4_mini, "<|assistant|>", calls_only=True),
            "marker", (*JSON_MARKERS, "functools[", "<|tool_call|>"), xml=False, reasoning=False,
            content_with_calls=False),
+    Family("Olmo 3", "olmo-3", _own("format_renderers (Olmo 3)", fr.render_olmo3, "<|im_start|>assistant\n"),
+           "marker", ("</function_calls>", "<function_calls>", ")", "]"), xml=False, reasoning=False,
+           content_with_calls=False, exclude_words=LFM2_UNQUOTABLE),
     # JSON / pythonic families on real vocabularies (our renderers: the templates' shapes)
     Family("xLAM-2 (Llama)", "xlam-2-llama", XLAM, "llama3", (*JSON_MARKERS, "</think>", "[TOOL_CALLS]"),
            xml=False, reasoning=False, content_with_calls=False, bare_json=True),
