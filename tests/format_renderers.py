@@ -349,3 +349,12 @@ def render_olmo3(p: Parts) -> str:
         return p.content
     lines = "\n".join(f"{n}({', '.join(f'{k}={olmo3_value(v)}' for k, v in a.items())})" for n, a in p.calls)
     return f"<function_calls>\n{lines}\n</function_calls>"
+
+
+def render_apertus(p: Parts) -> str:
+    """Apertus's template: the deliberation in ``<|inner_prefix|>…<|inner_suffix|>``, the answer,
+    then one ``<|tools_prefix|>[{"NAME": ARGUMENTS}, …]<|tools_suffix|>`` list."""
+    inner = f"<|inner_prefix|>{p.reasoning}<|inner_suffix|>" if p.reasoning else ""
+    calls = ", ".join(f'{{"{n}": {json_value(a)}}}' for n, a in p.calls)
+    block = f"<|tools_prefix|>[{calls}]<|tools_suffix|>" if p.calls else ""
+    return inner + p.content + block

@@ -174,6 +174,11 @@ _PHI4_MINI_SYNTHETIC = (
 # Olmo 3: no published id found; its ChatML markers sit above the 100278-token vocabulary, and
 # <function_calls> / </function_calls> are plain text (matched as text).
 _OLMO3_SYNTHETIC = ("<|im_start|>", "<|im_end|>", "<think>", "</think>")
+# Apertus: no published id found; its control tokens sit above the 131072-token vocabulary.
+_APERTUS_SYNTHETIC = (
+    "<|assistant_start|>", "<|assistant_end|>", "<|inner_prefix|>", "<|inner_suffix|>", "<|tools_prefix|>",
+    "<|tools_suffix|>",
+)  # fmt: skip
 _ERNIE45_SYNTHETIC = (
     "</s>",
     "<think>",
@@ -211,6 +216,7 @@ MARKERS: dict[str, dict[str, int]] = {
     "lfm2": _with_synthetic({}, _LFM2_SYNTHETIC, 65536),
     "phi-4-mini": _with_synthetic({}, _PHI4_MINI_SYNTHETIC, 200064),
     "olmo-3": _with_synthetic({}, _OLMO3_SYNTHETIC, 100278),
+    "apertus": _with_synthetic({}, _APERTUS_SYNTHETIC, 131072),
 }
 """Marker tokenizer name → its markers."""
 
@@ -234,6 +240,7 @@ PRESET_MARKERS: dict[str, str] = {
     "lfm2": "lfm2",
     "phi-4-mini": "phi-4-mini",
     "olmo-3": "olmo-3",
+    "apertus": "apertus",
 }
 """Preset → the marker tokenizer the tests configure for it."""
 

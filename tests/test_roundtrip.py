@@ -503,6 +503,9 @@ FAMILIES: list[Family] = [
     Family("Olmo 3", "olmo-3", _own("format_renderers (Olmo 3)", fr.render_olmo3, "<|im_start|>assistant\n"),
            "marker", ("</function_calls>", "<function_calls>", ")", "]"), xml=False, reasoning=False,
            content_with_calls=False, exclude_words=LFM2_UNQUOTABLE),
+    Family("Apertus", "apertus", _own("format_renderers (Apertus)", fr.render_apertus, "<|assistant_start|>"),
+           "marker", ("<|tools_suffix|>", "<|tools_prefix|>", "<|inner_suffix|>", "}", "]"), xml=False,
+           prompt_thinking=False),
     # JSON / pythonic families on real vocabularies (our renderers: the templates' shapes)
     Family("xLAM-2 (Llama)", "xlam-2-llama", XLAM, "llama3", (*JSON_MARKERS, "</think>", "[TOOL_CALLS]"),
            xml=False, reasoning=False, content_with_calls=False, bare_json=True),

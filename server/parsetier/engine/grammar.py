@@ -32,7 +32,7 @@ text is the call's arguments as one element per argument, tags starting with the
 terminal (MiniMax-M3's ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``)."""
 
 ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
-DIALECTS = frozenset({"json", "gemma", "python", "python_json"})
+DIALECTS = frozenset({"json", "gemma", "python", "python_json", "keyed"})
 UNESCAPES = frozenset({"none", "xml"})
 
 SENTINEL_BASE = 0xF0000
@@ -86,7 +86,8 @@ class State:
     dialect: str = "json"
     """json states: ``json``, or ``gemma`` (Gemma 4's unquoted keys and ``<|"|>`` strings); envelope
     states: ``json``, ``python`` (pythonic call lists ``[f(a=1), g()]``, Llama 4) or ``python_json``
-    (the same, JSON's true/false/null accepted as literals: LFM2)."""
+    (the same, JSON's true/false/null accepted as literals: LFM2) or ``keyed`` (JSON objects whose
+    one key is the tool's name: ``{"f": {…}}``, Apertus)."""
     end: Transition | None = None
     """What the end of the output means here when the model stopped by itself (finish ``stop``):
     GLM's ``<tool_call>NAME`` then the stop token is a call without arguments. Not used when the

@@ -403,7 +403,9 @@ def _envelope_enter(m: Machine, state: State, pattern: str, previous: str | None
             m._envelope_begin, m._args, m._call_end, json_literals=state.dialect == "python_json"
         )
     else:
-        m._reader = EnvelopeReader(state.allow_list, m._envelope_begin, m._args, m._call_end)
+        m._reader = EnvelopeReader(
+            state.allow_list, m._envelope_begin, m._args, m._call_end, keyed=state.dialect == "keyed"
+        )
 
 
 def _envelope_leave(m: Machine, target: State | None, pattern: str) -> None:

@@ -35,6 +35,9 @@ _LIST_OPEN = regex.compile(r"\s*(?:(?P<open>\[)|(?=[^\s\[]))", regex.DOTALL)
 _LIST_NEXT = regex.compile(r"\s*(?:(?P<sep>[,;\]])|(?=\{))", regex.DOTALL)
 _HEAD_LIMIT = 4096
 _STRUCTURE = {"list?": _LIST_OPEN, "head": _HEAD, "next": _LIST_NEXT, "name-after": _NAME_AFTER}
+# Keyed objects (Apertus): the tool's name is the only key and its value the arguments,
+# ``{"get_weather": {"city": "Paris"}}``; arguments that are not an object are no call.
+_HEAD_KEYED = regex.compile(r'\s*\{\s*"(?P<name>(?:[^"\\]|\\.)*)"\s*:\s*(?=\{)', regex.DOTALL)
 
 
 class EnvelopeReader(CallsReader):
@@ -60,6 +63,7 @@ class EnvelopeReader(CallsReader):
         "_buffer",
         "_end",
         "_head",
+        "_keyed",
         "_list",
         "_phase",
         "_scanner",
@@ -68,8 +72,12 @@ class EnvelopeReader(CallsReader):
         "status",
     )
 
-    def __init__(self, allow_list: bool, begin: Emit, args: Emit, end: Callable[[], None]) -> None:
+    def __init__(
+        self, allow_list: bool, begin: Emit, args: Emit, end: Callable[[], None], keyed: bool = False
+    ) -> None:
+        """``keyed``: call objects are ``{"NAME": ARGUMENTS}`` (dialect ``keyed``, Apertus)."""
         self._begin, self._args, self._end = begin, args, end
+        self._keyed = keyed
         self._phase = "list?" if allow_list else "head"
         self._list = allow_list
         self._bracketed = False
@@ -108,9 +116,9 @@ class EnvelopeReader(CallsReader):
         stop = stop_m.start() if stop_m else len(text)
         before = len(self._head)
         self._head += text[pos:stop]
-        pattern = _STRUCTURE[self._phase]
+        pattern = _HEAD_KEYED if self._keyed and self._phase == "head" else _STRUCTURE[self._phase]
         m = pattern.match(self._head, partial=True)
-        if m is None and self._phase == "head":
+        if m is None and self._phase == "head" and not self._keyed:
             m2 = _HEAD_ARGS_FIRST.match(self._head, partial=True)
             if m2 is not None and not m2.partial:
                 self._head = ""
