@@ -178,3 +178,16 @@ def test_split_invariance(complete: bool) -> None:
         "Two calls.",
         (FIRST, ("search", '{"filters":{"max":3,"tags":["a","b"]},"query":"café \\"best\\""}')),
     )
+
+
+def test_the_string_delimiter_inside_a_string_is_text_where_the_notation_does_not_go_on() -> None:
+    """Strings are written verbatim, so ``<|"|>`` inside one is the very token of the delimiter: it
+    ends the string only where ``,`` ``}`` ``]``, another marker token or the end follows (after
+    optional whitespace). Followed by anything else, or by another quote, it is string text."""
+    value = f"see {Q} inside, and {Q}{Q} twice"
+    ids = enc(GEMMA, call("echo", f"text:{Q}{value}{Q},n:1"))
+    want = ("", "", (("echo", json.dumps({"text": value, "n": 1}, separators=(",", ":"))),))
+    assert split_check(GEMMA, ids, opts()) == want
+    # A quote right before the call's closer (the model forgot the brace) still ends the string.
+    ids = enc(GEMMA, f"<|tool_call>call:echo{{text:{Q}x{Q} <tool_call|>")
+    assert split_check(GEMMA, ids, opts())[2] == (("echo", '{"text":"x"'),)

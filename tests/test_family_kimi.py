@@ -9,6 +9,7 @@ Every test asserts exact outputs.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -315,3 +316,17 @@ def test_unescape_option_is_validated() -> None:
         grammar_from_dict(spec, "x.toml")
     spec["states"]["a"]["unescape"] = "xml"  # type: ignore[index]
     assert grammar_from_dict(spec, "x.toml").states["a"].unescape == "xml"
+
+
+def test_k3_closers_as_their_tokens_inside_a_value_are_value_text() -> None:
+    """Argument bodies are raw text, so a closer written inside one is the very tokens of the real
+    closer: it ends the value only where the message's structure goes on after it."""
+    value = "see <|close|>argument<|sep|> and <|close|>call<|sep|> or <|close|>message<|sep|> inside"
+    text = "<|open|>tools<|sep|>" + k3_call("write_file", 1, k3_arg("content", value), k3_arg("path", "a"))
+    ids = enc(K3, text + "<|close|>tools<|sep|><|close|>message<|sep|>")
+    want = ("", "", (("write_file", json.dumps({"content": value, "path": "a"})),))
+    assert split_check(K3, ids, prompted(K3, K3_PROMPT_OFF)) == want
+    # A value that lost its closer is still closed by a structural </call>.
+    lost = '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="s"<|sep|>x'
+    ids = enc(K3, lost + "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>")
+    assert split_check(K3, ids, prompted(K3, K3_PROMPT_OFF)) == ("", "", (("f", '{"s": "x"}'),))

@@ -305,6 +305,13 @@ DSML_MARKERS = (
     '<｜DSML｜invoke name="x">',
     "</｜DSML｜tool_calls>",
 )
+K3_MARKERS = (
+    "<|close|>argument<|sep|>", "<|close|>call<|sep|>", "<|close|>tools<|sep|>", "<|close|>message<|sep|>",
+    '<|open|>argument key="k"<|sep|>', "<|sep|>",
+)  # fmt: skip
+"""Kimi K3's closers inside raw argument bodies: follow-checked, so followed by text they are text."""
+GEMMA_MARKERS = ('<|"|>', "<tool_call|>", "<|tool_call>", "}", ",")
+"""Gemma 4's string delimiter inside a string: it ends the string only where the notation goes on."""
 SPM_JSON_MARKERS = ("</tool_call>", "[TOOL_CALLS]", "```", "<|call|>", "}", "]")
 """SentencePiece vocabularies decode U+2581 (its word-boundary mark, inside DeepSeek's markers) as a space."""
 JSON_MARKERS = ("</tool_call>", "<｜tool▁call▁end｜>", "```", "<|call|>", "}", "]")
@@ -455,9 +462,9 @@ FAMILIES: list[Family] = [
     Family("Kimi K3", "kimi-k3",
            _own("format_renderers (Kimi K3)", fr.render_kimi_k3,
                 '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>'),
-           "marker", always_thinking=True),
+           "marker", K3_MARKERS, always_thinking=True),
     Family("Gemma 4", "gemma-4", _own("format_renderers (Gemma 4)", fr.render_gemma4, "<|turn>model\n"),
-           "marker", always_thinking=True),
+           "marker", GEMMA_MARKERS, always_thinking=True),
     Family("Seed-OSS", "seed-oss", _own("format_renderers (Seed-OSS)", fr.render_seed_oss), "marker",
            QWEN_XML_MARKERS, always_thinking=True),
     Family("Llama 4 (pythonic)", "llama4",

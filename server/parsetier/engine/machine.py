@@ -124,6 +124,9 @@ class Machine:
         text, take the state's ``end`` transition when the model stopped by itself, and close the
         JSON of a call whose arguments the engine writes (XML-style), so it is always valid."""
         self._ending = True
+        ending = getattr(self._reader, "end_of_output", None)
+        if ending is not None:  # a reader waiting on what follows (Gemma's quote) decides now
+            ending()
         if self._hold:
             held, self._hold = self._hold, ""
             self._run(held)  # a terminal waiting on what follows it is decided now

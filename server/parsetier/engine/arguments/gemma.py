@@ -17,10 +17,11 @@ class GemmaArgsReader(ValueReader):
 
     Keys are bare (they may hold spaces), strings are delimited by the ``<|"|>`` token (its
     sentinel, ``quote``), scalars are bare JSON literals. String content streams as it arrives;
-    keys and scalars are short and wait for their delimiter. Inside a string every marker is text.
+    keys and scalars are short and wait for their delimiter. Inside a string every marker is text,
+    and so is a quote that the notation does not go on after (``see <|"|> inside``).
     """
 
-    __slots__ = ("_emit", "_expect_key", "_pending", "_quote", "_stack", "emitted", "status")
+    __slots__ = ("_emit", "_ending", "_expect_key", "_pending", "_quote", "_stack", "emitted", "status")
 
     def __init__(self, emit: Emit, quote: str) -> None:
         self._emit = emit
@@ -28,6 +29,7 @@ class GemmaArgsReader(ValueReader):
         self._stack: list[str] = []
         self._pending = ""  # a key or scalar being read
         self._expect_key = False
+        self._ending = False
         self.emitted = False
         self.status = OPEN
 
@@ -46,9 +48,16 @@ class GemmaArgsReader(ValueReader):
                     self._out(json_string_fragment(chunk))
                 if end < 0:
                     return n
-                self._stack.pop()
-                self._out('"')
-                pos = end + 1
+                after = end + len(quote)
+                closes = self._closes(text, after)
+                if closes is None:  # only whitespace (or nothing) yet: hold from the quote
+                    return end
+                if closes:
+                    self._stack.pop()
+                    self._out('"')
+                else:  # a quote the value itself holds (the template writes strings verbatim)
+                    self._out(quote)
+                pos = after
                 continue
             c = text[pos]
             if not self._stack:
@@ -93,6 +102,22 @@ class GemmaArgsReader(ValueReader):
                 self._pending += c
             pos += 1
         return pos
+
+    def end_of_output(self) -> None:
+        """Nothing follows: a quote still waiting on what follows it closes its string."""
+        self._ending = True
+
+    def _closes(self, text: str, at: int) -> bool | None:
+        """Whether a ``<|"|>`` inside a string ends it: only where the notation goes on after it
+        (optional whitespace, then ``,`` ``}`` ``]``, or a marker token other than a quote, or the
+        end of the output), the follow-check the XML-style closers have. None: cannot tell yet."""
+        n = len(text)
+        while at < n and text[at].isspace():
+            at += 1
+        if at == n:
+            return True if self._ending else None
+        c = text[at]
+        return c in ",}]" or (SENTINEL.match(c) is not None and not text.startswith(self._quote, at))
 
     def _settle(self, delimiter: str) -> None:
         """A key (before ``:``) or a bare scalar (before ``,`` ``}`` ``]``) is complete."""
