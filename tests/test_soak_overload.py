@@ -42,7 +42,11 @@ loop can serve within its lag limit."""
 REFUSAL_SECONDS = 30.0
 """A refusal waits for its turn on the busy loop: 2-12 s measured on a quiet machine. Admission that
 answers before the loop is free is a known gap (docs/service.md)."""
-MEMORY_SLACK = 1.25
+MEMORY_SLACK = 1.6
+"""Resident memory after the overload may be this many times the baseline. The sessions' own data
+(about 400 KB each here: 160 MB for the 400, past this bound) is freed; what stays is the C
+allocator's retained heap, 1.05-1.45x after one burst on a ~140 MB server, and it does not grow
+from burst to burst as a leak would (measured: no Python-level growth under tracemalloc)."""
 
 
 def _rss(pid: int) -> int:
