@@ -58,8 +58,22 @@ DERIVABLE = {
     "mimo": None,
     "ling3": None,
     "hy3": None,
+    "cohere_command": None,
+    "ernie45": None,
+    "granite3": None,
+    "lfm2": None,
 }
-UNDERIVABLE = {"gemma4", "harmony", "kimi_k3", "llama4_pythonic", "minimax_m3"}
+UNDERIVABLE = {
+    "gemma4",
+    "harmony",
+    "kimi_k3",
+    "llama4_pythonic",
+    "minimax_m3",
+    "apertus",
+    "olmo3",
+    "phi4_mini",
+    "xlam",
+}
 WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1")
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
