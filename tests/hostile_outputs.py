@@ -87,6 +87,19 @@ _WRITTEN = {
     + "</arg_key:opensource>\n<arg_value:opensource>"
     + VALUE
     + "</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
+    # JSON / pythonic families with grammars of their own (Granite 4 is a qwen3 preset)
+    "granite-3": '<|tool_call|>[{"name": "f", "arguments": {"a": ' + VALUE + "}}]",
+    "ernie-4.5-thinking": 'r\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {"a": '
+    + VALUE
+    + "}}\n</tool_call>",
+    "command-a": '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "f", "parameters": {"a": '
+    + VALUE
+    + "}}]<|END_ACTION|>",
+    "xlam-2-llama": '[{"name": "f", "arguments": {"a": ' + VALUE + "}}]",
+    "lfm2": "<|tool_call_start|>[f(a=" + VALUE + ")]<|tool_call_end|>",
+    "phi-4-mini": 'functools[{"name": "f", "arguments": {"a": ' + VALUE + "}}]",
+    "olmo-3": "<function_calls>\nf(a=" + VALUE + ")\n</function_calls>",
+    "apertus": '<|tools_prefix|>[{"f": {"a": ' + VALUE + "}}]<|tools_suffix|>",
 }
 """Families without a call fixture in the suite, and those whose fixture call has no bare value
 (Llama 4's pythonic calls, Gemma 4): a call as their tests write it."""
