@@ -163,13 +163,27 @@ def test_forgotten_closers_still_give_valid_json() -> None:
             assert calls[0] == ("get_weather", want), (text, reason)
 
 
-def test_arguments_stream_one_argument_at_a_time() -> None:
-    """Each argument is delivered once the next one starts (a repeated name could still make it an
-    array), not only when the call ends."""
-    ids = enc(M3, block(invoke("get_weather", el("city", "Paris"), el("days", "3"))))
-    days = len(enc(M3, f'{P}<tool_call>\n{P}<invoke name="get_weather">{el("city", "Paris")}{P}<days>'))
-    assert arguments_before(M3, ids, OPTS, days) == '{"city": "Paris"'
-    assert parse_shape(M3, ids, OPTS)[0][2] == (("get_weather", '{"city": "Paris", "days": 3}'),)
+def test_arguments_stream() -> None:
+    """A string argument streams as it is written; any other argument is delivered once the next
+    one starts (a repeated name could still make it an array), not only when the call ends."""
+    ids = enc(M3, block(invoke("get_weather", el("city", "Paris"), el("days", "3"), el("city", "Rome"))))
+    head = f'{P}<tool_call>\n{P}<invoke name="get_weather">{P}<city>Paris'
+    assert arguments_before(M3, ids, OPTS, len(enc(M3, head))) == '{"city": "Paris'
+    rome = len(enc(M3, head + f"{P}</city>{P}<days>3{P}</days>{P}<city>Rome"))
+    assert arguments_before(M3, ids, OPTS, rome) == '{"city": "Paris", "days": 3, "city": "Rome'
+    # A string argument repeated after it streamed is a second member: nothing is dropped.
+    assert parse_shape(M3, ids, OPTS)[0][2] == (
+        ("get_weather", '{"city": "Paris", "days": 3, "city": "Rome"}'),
+    )  # fmt: skip
+
+
+def test_a_string_argument_holds_text_only() -> None:
+    """Inside a string argument, tags other than its own closer are text (the schema says it is a
+    string); an argument the schema does not type keeps reading child elements."""
+    inner = f"{P}<b>bold{P}</b> {P}<br>"
+    text = block(invoke("typed", el("s", inner), el("free", el("b", "x"))))
+    (_, _, ((_, args),)) = split_check(M3, enc(M3, text), OPTS)
+    assert json.loads(args) == {"s": inner, "free": {"b": "x"}}
 
 
 def test_hostile_nesting_is_bounded_and_valid_json() -> None:

@@ -16,10 +16,13 @@ Python literal) it spells, an empty element whose schema is a container is ``[]`
 Where no schema reaches (an ``object`` parameter without ``properties``) leaves stay strings: the
 markup does not say whether ``7`` was a number.
 
-Streaming: each top-level argument is written, whole, once the next top-level element with
+Streaming: a string argument (its schema's only type is ``string``) streams as a JSON string
+while it is written; its element holds text only, so tags inside it other than its own closer are
+text. Every other top-level argument is written, whole, once the next top-level element with
 another name starts (or the call ends): a repeated name must still be able to turn the value into
-an array, and nothing written is taken back. A name repeated after another argument came between
-is written as a second member with that key (JSON keeps the last; nothing is dropped).
+an array, and nothing written is taken back. A name repeated after it was written (a string
+argument's repeat, or one after another argument) is written as a second member with that key
+(JSON keeps the last; nothing is dropped).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 import regex
 
-from parsetier.engine.arguments.common import Emit
+from parsetier.engine.arguments.common import Emit, json_string_fragment
 from parsetier.engine.arguments.params import schema_types, typed_value
 from parsetier.engine.json_scan import COMPLETE, OPEN
 
@@ -86,6 +89,7 @@ class ElementArgsReader:
         "_props",
         "_stack",
         "_stops",
+        "_streaming",
         "_tag",
         "status",
     )
@@ -108,6 +112,8 @@ class ElementArgsReader:
         self._pending: tuple[str, list[Node]] | None = None
         self._first = True
         self._closed = False
+        self._streaming = False
+        """The open top-level element is a string argument, streamed as it is written."""
         self.status = OPEN
 
     # ------------------------------------------------------------------ reading
@@ -137,7 +143,7 @@ class ElementArgsReader:
                 self._end_all()
                 self.status = COMPLETE
                 return pos
-            if m is not None and not closing and len(self._stack) < MAX_DEPTH:
+            if m is not None and not closing and len(self._stack) < MAX_DEPTH and not self._streaming:
                 self._open(m.group(2))
                 pos = m.end()
                 continue
@@ -162,16 +168,29 @@ class ElementArgsReader:
         return any(f.name == name for f in self._stack)
 
     def _text(self, text: str) -> None:
-        if self._stack:  # text between top-level elements is dropped, like a skip state's
+        if self._streaming:
+            self._emit(json_string_fragment(text))
+        elif self._stack:  # text between top-level elements is dropped, like a skip state's
             self._stack[-1].text.append(text)
 
     def _open(self, name: str) -> None:
-        if not self._stack and self._pending is not None and self._pending[0] != name:
-            self._write_pending()
+        if not self._stack:
+            schema = self._props.get(name)
+            streams = isinstance(schema, Mapping) and _string_only(schema)
+            if self._pending is not None and (self._pending[0] != name or streams):
+                self._write_pending()
+            if streams:
+                self._emit(f'{self._head()}{json.dumps(name, ensure_ascii=False)}: "')
+                self._streaming = True
         self._stack.append(_Frame(name))
 
     def _close(self, name: str) -> None:
         """Close ``name`` and every element opened inside it that the model left open."""
+        if self._streaming:
+            self._stack.pop()
+            self._streaming = False
+            self._emit('"')
+            return
         while self._stack:
             frame = self._stack.pop()
             node = frame.node()
@@ -222,9 +241,20 @@ class ElementArgsReader:
             value = [
                 _convert(node, items if isinstance(items, Mapping) else None, self._item) for node in nodes
             ]
+        self._emit(
+            f"{self._head()}{json.dumps(name, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
+        )
+
+    def _head(self) -> str:
         head = "{" if self._first else ", "
         self._first = False
-        self._emit(f"{head}{json.dumps(name, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}")
+        return head
+
+
+def _string_only(schema: Mapping[str, Any]) -> bool:
+    """A string argument that cannot be anything else (not null, no container, no other type):
+    its text streams as a JSON string."""
+    return schema_types(schema) == {"string"}
 
 
 def _container(schema: Mapping[str, Any]) -> str | None:
