@@ -75,3 +75,36 @@ def test_presets_without_a_packaged_vocabulary_say_so_in_list_models() -> None:
             client.parse_once("kimi-k2", [65, 66])
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "no package ships the vocabulary of 'kimi-k2'" in err.value.details()
+
+
+def test_new_real_vocabularies_are_ready_and_serve() -> None:
+    """MiniMax-M3, GLM-5.1 / 5.2 and Qwen3.6 run on real packaged vocabularies: ListModels says so,
+    and a MiniMax-M3 call parses through the live service (thinking_mode from the template kwargs)."""
+    real = {
+        "minimax-m3": "minimax-m3",
+        "glm-5.1": "glm-4.7-flash",
+        "glm-5.2": "glm-4.7-flash",
+        "qwen3.6": "qwen3.6",
+    }
+    with ThreadServer(ModelRegistry()) as server, Client(server.target, timeout=30) as client:
+        models = {m.name: m for m in client.list_models()}
+        for name, source in real.items():
+            info = models[name]
+            assert (info.tokenizer, info.tokenizer_available) == (source, True), name
+            assert info.tokenizer_status == pb.TOKENIZER_STATUS_READY and info.tokenizer_hint == "", name
+        m3 = ModelRegistry().get("minimax-m3").tokenizer
+        P = "]<]minimax[>["
+        call = f'{P}<invoke name="f">{P}<n>3{P}</n>{P}</invoke>\n'
+        text = f"Hm.</mm:think>Ok.{P}<tool_call>\n{call}{P}</tool_call>"
+        ids = m3.encode(text, add_special_tokens=False).ids
+        tools = [
+            {
+                "type": "function",
+                "function": {"name": "f", "parameters": {"properties": {"n": {"type": "integer"}}}},
+            }
+        ]
+        message = client.parse_once(
+            "minimax-m3", ids, tools=tools, chat_template_kwargs={"thinking_mode": "enabled"}
+        ).final.message
+    assert (message.reasoning, message.content) == ("Hm.", "Ok.")
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("f", '{"n": 3}')]
