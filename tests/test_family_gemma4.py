@@ -191,3 +191,10 @@ def test_the_string_delimiter_inside_a_string_is_text_where_the_notation_does_no
     # A quote right before the call's closer (the model forgot the brace) still ends the string.
     ids = enc(GEMMA, f"<|tool_call>call:echo{{text:{Q}x{Q} <tool_call|>")
     assert split_check(GEMMA, ids, opts())[2] == (("echo", '{"text":"x"'),)
+
+
+def test_a_string_holding_the_delimiter_then_the_notation_ends_there() -> None:
+    """What cannot round-trip: ``<|"|>}`` inside a string is exactly a string that ended and the
+    object's closer, and is parsed as that structure (the rest of the value is dropped)."""
+    ids = enc(GEMMA, call("echo", f"text:{Q}a{Q}}} b{Q}"))
+    assert split_check(GEMMA, ids, opts())[2] == (("echo", '{"text":"a"}'),)

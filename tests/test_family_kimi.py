@@ -330,3 +330,11 @@ def test_k3_closers_as_their_tokens_inside_a_value_are_value_text() -> None:
     lost = '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="s"<|sep|>x'
     ids = enc(K3, lost + "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>")
     assert split_check(K3, ids, prompted(K3, K3_PROMPT_OFF)) == ("", "", (("f", '{"s": "x"}'),))
+
+
+def test_k3_a_closer_followed_by_the_next_argument_inside_a_value_is_structure() -> None:
+    """What cannot round-trip: ``x<|close|>argument<|sep|><|open|>argument key=…`` inside a value is
+    exactly a value that ended and the next argument, and is parsed as the structure."""
+    value = 'x<|close|>argument<|sep|><|open|>argument key="k2"<|sep|>y'
+    text = "<|open|>tools<|sep|>" + k3_call("f", 1, k3_arg("s", value)) + "<|close|>tools<|sep|>"
+    assert split_check(K3, enc(K3, text), prompted(K3, K3_PROMPT_OFF))[2] == (("f", '{"s": "x", "k2": "y"}'),)

@@ -6,9 +6,10 @@ Every tag starts with a marker token (the *tag prefix*, MiniMax-M3's ``]<]minima
 
 An element holding only text is a scalar; one holding child elements is an array (its schema
 says array, or, with no schema, every child is named ``item``) or else an object, one member per
-child. A name repeated right after itself at the top level collects into an array. Only a tag
-that starts with the prefix token counts: ``<city>`` written as plain text is value text, and so
-is the prefix token followed by anything that is not a tag.
+child. A name repeated right after itself at the top level collects into an array (unless the
+argument is a string, which streams: see below). Only a tag that starts with the prefix token
+counts: ``<city>`` written as plain text is value text, and so is the prefix token followed by
+anything that is not a tag.
 
 Typing follows the tool's JSON schema, as for the other XML-style formats
 (``params.typed_value``): a scalar whose schema has no ``string`` type is read as the JSON (or
