@@ -153,14 +153,17 @@ class Session:
         self._tokens = 0
         self._ids_seen = False
         self._finished = False
+        self._parse_only = not options.return_token_ids
+        """No logprobs or ids to put on the deltas unless a step brings logprobs."""
 
     # ------------------------------------------------------------------ input
     def feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
         """One token-id delta (any number of ids, from one or several decode steps). With
         ``logprobs`` (one step's), they are resolved onto the last delta this call produced."""
-        self._check_open()
+        if self._finished:
+            self._check_open()
         self._check_ids(token_ids, "token_ids")
-        if logprobs is None and not self.options.return_token_ids:
+        if logprobs is None and self._parse_only:
             return self._feed(token_ids)
         k = checked_logprobs(self._annotator, token_ids, logprobs)
         if logprobs is None or self.options.include_reasoning:
@@ -186,7 +189,8 @@ class Session:
         if n == 1:  # the commonest delta: fed with nothing around it
             self._ids_seen = True
             self._tokens += 1
-            return self._output(self._machine.feed(self._scanner.piece(token_ids[0]), 1))
+            events = self._machine.feed(self._scanner.piece(token_ids[0]), 1)
+            return StepOutput(self._assembler.add(events) if events else [], events)
         if not n:
             return StepOutput()
         self._ids_seen = True

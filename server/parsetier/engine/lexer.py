@@ -15,7 +15,7 @@ import re
 class TerminalSet:
     """The terminals one state listens for, compiled once per (grammar, state)."""
 
-    __slots__ = ("_first", "_longest", "_prefixes", "_regex", "patterns")
+    __slots__ = ("_first", "_longest", "_non_ascii", "_prefixes", "_regex", "patterns")
 
     def __init__(self, patterns: tuple[str, ...]) -> None:
         self.patterns = patterns
@@ -26,12 +26,17 @@ class TerminalSet:
         self._first = re.compile("[" + "".join(re.escape(c) for c in firsts) + "]") if firsts else None
         """Where such a suffix may start: one search finds the candidates, usually none."""
         self._longest = max((len(p) for p in patterns), default=1) - 1
+        self._non_ascii = all(not p[0].isascii() for p in patterns)
+        """Every terminal starts with a non-ASCII character (a sentinel, usually): ASCII text can
+        neither hold one nor end in the start of one, and ``str.isascii`` is a flag read."""
 
     def scan(self, text: str, pos: int) -> tuple[re.Match[str] | None, int]:
         """Look in ``text[pos:]``: return (terminal match, hold) where text before ``hold`` (or
         before the match) is settled. With no match, ``text[hold:]`` must wait for more text. The
         match's ``group()`` is the terminal's pattern."""
         end = len(text)
+        if self._non_ascii and text.isascii():
+            return None, end
         hold = end
         first = self._first
         if first is not None:

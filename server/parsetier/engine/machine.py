@@ -79,6 +79,9 @@ class Machine:
         self._run_states = bound.run_states
         self._state = self._states[start]
         self._kind = _KINDS[self._state.kind]
+        self._scan = self._tsets[start].scan
+        """The state's terminal scanner, looked up when the state changes, not per piece of text."""
+        self._in_reasoning = self._state.kind == "reasoning"
         self._hold = ""
         self._events: list[Event] = []
         self._tokens = 0
@@ -104,7 +107,7 @@ class Machine:
     def feed(self, text: str, tokens: int = 0) -> list[Event]:
         """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens."""
         self._tokens += tokens
-        if self._state.kind == "reasoning":
+        if self._in_reasoning:
             self.reasoning_tokens += tokens
         if text:
             self._run(text)
@@ -169,7 +172,7 @@ class Machine:
                         self._hold = buf[pos:]
                     return
                 continue
-            match, hold = self._tsets[state.name].scan(buf, pos)
+            match, hold = self._scan(buf, pos)
             if state.text_next is not None:
                 limit = match.start() if match is not None else hold
                 first = _first_non_space(buf, pos, limit)
@@ -254,6 +257,8 @@ class Machine:
             self._state = target
             self._reader = None
             self._kind = _KINDS[target.kind]
+            self._scan = self._tsets[nxt].scan
+            self._in_reasoning = target.kind == "reasoning"
             self._kind.enter(self, target, pattern, state.kind)
 
     # ------------------------------------------------------------------ calls
@@ -289,7 +294,8 @@ class Machine:
                 table = self._bound.text_of_sentinel
                 escaped = lambda m: json_string_fragment(table.get(m.group(0), ""))  # noqa: E731
                 fragment = SENTINEL_RE.sub(escaped, fragment)
-            self._emit(TOOL_ARGUMENTS, fragment, self._index)
+            self._events.append(_new_event(Event, (TOOL_ARGUMENTS, fragment, self._index, self._tokens, "")))
+            self._tokens = 0  # ``_emit`` inlined: this runs for most tokens inside a call
 
     def _call_end(self) -> None:
         if not self._call_open:
@@ -314,8 +320,11 @@ class Machine:
         """A content or reasoning event. Sentinels left in shown text (a marker where the format
         does not expect one) become their token's text again: the model wrote it, so the client
         sees it."""
-        if text:
-            self._emit(kind, self._restore(text))
+        if text:  # ``_restore`` and ``_emit`` inlined: this runs for most tokens
+            if not text.isascii() and SENTINEL_RE.search(text) is not None:
+                text = self._restore(text)
+            self._events.append(_new_event(Event, (kind, text, -1, self._tokens, "")))
+            self._tokens = 0
 
     def _restore(self, text: str) -> str:
         if text.isascii() or SENTINEL_RE.search(text) is None:  # isascii is O(1): a flag
