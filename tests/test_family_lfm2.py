@@ -41,5 +41,6 @@ def test_a_json_list_between_the_same_markers() -> None:
 def test_no_call_list_and_lookalikes_stay_text() -> None:
     prose = "Write <|tool_call_start|>[get_time()]<|tool_call_end|> to call."
     assert split_check(LFM2, plain(LFM2, prose), OPTS) == (prose, "", ())
-    # a list of no calls after the real marker is passed through (the marker's own text is not)
-    assert split_check(LFM2, enc(LFM2, "<|tool_call_start|>[1, 2]<|tool_call_end|>"), OPTS)[2] == ()
+    # a list of no calls after the real marker is passed through, the markers' text included
+    not_calls = "<|tool_call_start|>[1, 2]<|tool_call_end|>"
+    assert split_check(LFM2, enc(LFM2, not_calls), OPTS) == (not_calls, "", ())

@@ -43,3 +43,14 @@ def test_text_around_the_block_and_reasoning() -> None:
 def test_calls_without_the_block_are_text() -> None:
     """The bare form (no <function_calls>) is not read: prose cannot be told from a call line."""
     assert split_check(OLMO, enc(OLMO, "get_time()"), OPTS) == ("get_time()", "", ())
+
+
+def test_a_block_of_no_calls_is_passed_through() -> None:
+    """The opener's text comes back with it (the whitespace between the opener and the first line is
+    the skip state's, dropped)."""
+    text = "<function_calls>\nnot a call\n</function_calls> after"
+    assert split_check(OLMO, enc(OLMO, text), OPTS) == (
+        "<function_calls>not a call\n</function_calls> after",
+        "",
+        (),
+    )

@@ -408,8 +408,13 @@ def _json_enter(m: Machine, state: State, pattern: str, previous: str | None) ->
         m._reader = JsonArgsReader(m._args)
 
 
+def _skip_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
+    m._opening = pattern  # a wrapper's opener (LFM2's <|tool_call_start|>), for a passthrough after it
+
+
 def _envelope_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
-    m._opening = pattern
+    if pattern or previous != "skip":  # entered on text after a wrapper: the wrapper's opener
+        m._opening = pattern
     if state.dialect in ("python", "python_json"):
         m._reader = PythonCallsReader(
             m._envelope_begin, m._args, m._call_end, json_literals=state.dialect == "python_json"
@@ -443,7 +448,7 @@ def _elements_leave(m: Machine, target: State | None, pattern: str) -> None:
 _KINDS: Mapping[str, _Kind] = {
     "content": _Kind(text=_content_text),
     "reasoning": _Kind(text=_reasoning_text, enter=_reasoning_enter, leave=_reasoning_leave),
-    "skip": _Kind(),  # dropped: code fences, separators, messages to other recipients
+    "skip": _Kind(enter=_skip_enter),  # dropped: code fences, separators, messages to other recipients
     "capture": _Kind(text=_capture_text, enter=_capture_enter),
     "value": _Kind(text=_value_text),
     "json": _Kind(text=_reader_text, enter=_json_enter),
