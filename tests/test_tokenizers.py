@@ -547,3 +547,5 @@ def test_qwen36_is_qwen35s_vocabulary_plus_its_configs_added_tokens() -> None:
     assert {i: decoder[i] for i in base} == base and len(decoder) - len(base) == 7
     assert {i: t.content for i, t in q36.get_added_tokens_decoder().items()} == decoder
     assert q36.get_vocab_size() == max(decoder) + 1
+    split = json.loads(q36.to_str())["pre_tokenizer"]["pretokenizers"][0]
+    assert split["pattern"]["Regex"] == _otc_config("qwen-3.6")["pretokenize_regex"], "same pre-tokenizer"
