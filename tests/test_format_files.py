@@ -17,6 +17,10 @@ from parsetier.tokenizers import TokenizerUnavailable
 
 PEER_XML_PRESETS = ("nemotron-3", "step-3.5", "mimo", "ling-3", "hy3")
 """Presets of families peers serve whose vocabulary no package ships (docs/formats/qwen3-xml.md)."""
+PEER_JSON_PRESETS = (
+    "granite-4", "granite-3", "ernie-4.5-thinking", "command-a", "lfm2", "phi-4-mini", "olmo-3", "apertus",
+)  # fmt: skip
+"""The same for the JSON / pythonic families (docs/formats/granite.md, ernie.md, cohere.md, …)."""
 
 USER_FORMAT = textwrap.dedent(
     """
@@ -176,7 +180,10 @@ def test_presets_without_a_packaged_vocabulary_wait_for_a_configured_tokenizer(t
     one configured, and opening them fails with what to do, until the config points at one."""
     registry = ModelRegistry()
     infos = {i.name: i for i in registry.describe()}
-    for name in ("kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4", *PEER_XML_PRESETS):
+    for name in (
+        "kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4",
+        *PEER_XML_PRESETS, *PEER_JSON_PRESETS,
+    ):  # fmt: skip
         info = infos[name]
         assert (info.tokenizer, info.tokenizer_available, info.tokenizer_state) == (
             "",
