@@ -109,6 +109,7 @@ def test_cpp_client_against_real_server(cpp_build):
             "LiveServer.ErrorCodes",
             "LiveServer.ErrorNamesTheBadId",
             "ClientOptions.CredentialsAreRequired",
+            "OpenAIJson.EscapingInfinityAndRepeatedAlternatives",
             "parsetier_stream_example",
         ):
             passed = re.search(rf"Test +#\d+: {re.escape(name)} \.* +Passed", output)
@@ -151,3 +152,38 @@ def test_cpp_client_tls_mtls_and_tokens(cpp_build, tmp_path):
         "CredentialFileErrors",
     ):
         assert f"[       OK ] Secure.{name}" in output, f"{name} did not pass:\n{output}"
+
+
+def test_cpp_client_resumes_on_another_server(cpp_build):
+    """parsetier_resume_test: 8 resuming sessions (pull and push, 1-3 steps per message) on a server
+    that is SIGKILLed mid-stream, then 8 on one that is SIGTERMed (it hands them off), complete on
+    the spare with every reply equal to an uninterrupted run there; a session with resume off fails
+    with UNAVAILABLE on the kill and gets the drain's grace."""
+    servers = [ProcessServer("--preload", "qwen3", "--grace", "20") for _ in range(3)]
+    try:
+        for server in servers:
+            server.start()
+        for server in servers:
+            server.wait_for_log("models loaded", 120)
+        killed, drained, spare = servers
+        env = dict(
+            os.environ,
+            PARSETIER_RESUME_SPARE=spare.target,
+            PARSETIER_RESUME_KILL=f"{killed.proc.pid}@{killed.target}",
+            PARSETIER_RESUME_DRAIN=f"{drained.proc.pid}@{drained.target}",
+        )
+        code, output = run([str(BUILD_DIR / "parsetier_resume_test")], TEST_TIMEOUT, env=env)
+        assert code == 0, f"parsetier_resume_test failed (exit {code}):\n{output}"
+        print(output)  # the sessions and resumes per case, for `pytest -s`
+        for name in ("SigkillMidStream", "SigtermHandsOff", "UnreachableOpenSpendsTheBudget"):
+            assert f"[       OK ] Resume.{name}" in output, f"{name} did not pass:\n{output}"
+        assert killed.wait(10) == -signal.SIGKILL
+        assert drained.wait(30) == 0, drained.logs[-5:]
+        draining = next(r for r in drained.logs if r.get("msg") == "draining")
+        # Handed off at once: the resuming sessions between two messages (busy ones follow).
+        assert draining["handed_off"] >= 4, draining
+        moved = session_ends(spare, "cpp-resume-kill", 16)
+        assert sum(r["outcome"] == "OK" for r in moved) >= 16, moved
+    finally:
+        for server in servers:
+            server.kill()

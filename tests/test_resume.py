@@ -156,3 +156,14 @@ def test_a_parse_batch_session_resumes_like_a_stream(client, encode):
         ).SerializeToString(deterministic=True)
         for o in full
     ]
+
+
+def test_clients_do_not_resume_the_servers_own_internal_error():
+    """The server's INTERNAL (a bug it logged) is the request's own; a proxy's reset is not."""
+    from parsetier.protocol import INTERNAL_MESSAGE
+    from parsetier_client.resume import retryable
+
+    assert not retryable(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+    assert retryable(grpc.StatusCode.INTERNAL, "Received RST_STREAM with error code 2")
+    assert retryable(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+    assert not retryable(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: ...")

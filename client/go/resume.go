@@ -48,8 +48,17 @@ func WithoutResume() ClientOption {
 	return func(c *clientConfig) { c.resume = nil; c.noResume = true }
 }
 
-// serverFault is how a parsetier server's own INTERNAL status begins (a bug it logged).
-const serverFault = "internal error:"
+// serverFaults are how a parsetier server's own INTERNAL statuses begin (a bug it logged).
+var serverFaults = []string{"internal server error", "internal error:"}
+
+func serverFault(message string) bool {
+	for _, prefix := range serverFaults {
+		if strings.HasPrefix(message, prefix) {
+			return true
+		}
+	}
+	return false
+}
 
 // retryable says whether a session survives err by resuming elsewhere: the server or the
 // connection went away (Unavailable: refused, unreachable, draining, handed off), the stream
@@ -67,7 +76,7 @@ func retryable(ctx context.Context, err error) bool {
 	case codes.Unavailable, codes.Canceled:
 		return true
 	case codes.Internal:
-		return !strings.HasPrefix(st.Message(), serverFault)
+		return !serverFault(st.Message())
 	case codes.Unknown:
 		return strings.Contains(st.Message(), "unexpected HTTP status code")
 	}

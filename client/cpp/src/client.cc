@@ -155,10 +155,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
 }  // namespace
 
 Client::Client(const std::string& target, const ClientOptions& options)
-    : Client(MakeChannel(target, options), options.bearer_token) {}
+    : Client(MakeChannel(target, options), options.bearer_token, options.resume) {}
 
-Client::Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token)
-    : channel_(std::move(channel)), stub_(v1::ParserService::NewStub(channel_)), bearer_token_(std::move(bearer_token)) {}
+Client::Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token,
+               std::optional<ResumePolicy> resume)
+    : channel_(std::move(channel)),
+      stub_(v1::ParserService::NewStub(channel_)),
+      bearer_token_(std::move(bearer_token)),
+      resume_(resume) {}
 
 void Client::Prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const {
   if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);

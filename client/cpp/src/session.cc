@@ -1,33 +1,135 @@
-// Session: one Parse stream on gRPC's callback API (ClientBidiReactor).
+// Session: one request session over one Parse stream or, after a break, the streams it resumed on.
 //
-// The callback API is used, not the synchronous one, because it alone tells a refused Open
-// (a trailers-only response) from an accepted one: OnReadInitialMetadataDone(false). Writes are
-// queued, since a reactor allows one write in flight; a hold keeps the call open while the
-// client may still write, and is released once the writer is finished (WritesDone sent, a write
-// failed, the session was cancelled, or the server ended the stream).
+// Each stream is a StreamReactor on gRPC's callback API (ClientBidiReactor). The callback API is
+// used, not the synchronous one, because it alone tells a refused Open (a trailers-only
+// response) from an accepted one: OnReadInitialMetadataDone(false). A reactor allows one write in
+// flight, so a stream writes the session's history in order, one message after the other; a hold
+// keeps the call open while it may still write, released once its writer is finished (WritesDone
+// sent, a write failed, the session was cancelled, or the server ended the stream).
+//
+// SessionCore is the session: its history of client messages, the resume point (what was
+// received), the messages waiting for Next, the outcome. One mutex guards it and every stream's
+// state. Streams come one after the other: a new one is opened only after the previous one's
+// OnDone, on the core's resumer thread (backoff sleeps must not run on gRPC's threads), following
+// docs/service.md, "Resume".
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
 
 #include "parsetier/client.h"
 
 namespace parsetier {
 
 namespace {
+
 constexpr size_t kMaxQueuedWrites = 64;  // Send blocks beyond this many unwritten messages
+
+// How a parsetier server's own INTERNAL statuses begin (a bug it logged): not worth a retry.
+constexpr const char* kServerFaults[] = {"internal server error", "internal error:"};
+
+// Whether a session survives `status` by resuming elsewhere: the server or the connection went
+// away (UNAVAILABLE: refused, unreachable, draining, handed off), the stream was cut by a stopping
+// server or reset by a proxy (CANCELLED; a cancel of the caller's own never gets here), or reset
+// on the way (INTERNAL, e.g. "Received RST_STREAM", but not the server's own INTERNAL). Every
+// other status is the request's own.
+bool Retryable(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::CANCELLED:
+      return true;
+    case grpc::StatusCode::INTERNAL:
+      for (const char* fault : kServerFaults) {
+        if (status.error_message().rfind(fault, 0) == 0) return false;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::chrono::milliseconds Backoff(const ResumePolicy& policy, int attempt) {
+  thread_local std::mt19937 random{std::random_device{}()};
+  std::chrono::milliseconds delay = policy.max_backoff;
+  if (attempt < 30 && policy.initial_backoff * (int64_t{1} << attempt) < delay) {
+    delay = policy.initial_backoff * (int64_t{1} << attempt);
+  }
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  return std::chrono::milliseconds(static_cast<int64_t>(delay.count() * jitter(random)));
+}
+
+// The client messages of one session, numbered as the server counts them (the Open is 0). A
+// message is kept as the caller made it until it is first written; with resume on, a record of
+// it stays for re-sending: token ids in one array (about 4 bytes per token), messages that are
+// more than a run of ids (the Finish, text or logprob steps) whole. A message of several id steps
+// is re-sent as one step of all its ids, which the server parses identically (it joins them).
+class History {
+ public:
+  explicit History(bool keep) : keep_(keep) {}
+
+  // Messages so far, the Open included.
+  size_t size() const { return size_; }
+
+  void Record(v1::ParseRequest message) {
+    if (keep_) {
+      bool plain = !message.has_finish();
+      for (const v1::Step& step : message.steps()) plain = plain && step.token_ids_size() > 0 && !step.has_logprobs();
+      if (plain) {
+        for (const v1::Step& step : message.steps()) ids_.insert(ids_.end(), step.token_ids().begin(), step.token_ids().end());
+      } else {
+        whole_.emplace(size_, message);
+      }
+      ends_.push_back(ids_.size());
+    }
+    pending_.push_back(std::move(message));
+    ++size_;
+  }
+
+  // Message `index` (>= 1) to be written: streams write in order, so it is either the oldest
+  // message never written or, on a resumed stream, one re-sent from the record.
+  v1::ParseRequest Take(size_t index) {
+    if (index == first_pending_) {
+      v1::ParseRequest message = std::move(pending_.front());
+      pending_.pop_front();
+      ++first_pending_;
+      return message;
+    }
+    auto whole = whole_.find(index);
+    if (whole != whole_.end()) return whole->second;
+    v1::ParseRequest message;
+    if (ends_[index] > ends_[index - 1]) {
+      message.add_steps()->mutable_token_ids()->Add(ids_.begin() + ends_[index - 1], ids_.begin() + ends_[index]);
+    }
+    return message;
+  }
+
+ private:
+  bool keep_;
+  size_t size_ = 1;
+  std::deque<v1::ParseRequest> pending_;  // messages first_pending_.. not written yet
+  size_t first_pending_ = 1;
+  std::vector<uint32_t> ids_;
+  std::vector<size_t> ends_{0};  // message k >= 1 holds ids_[ends_[k - 1], ends_[k])
+  std::unordered_map<size_t, v1::ParseRequest> whole_;
+};
+
 }  // namespace
 
-class SessionReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::ParseResponse> {
+class SessionCore;
+
+// One Parse stream of a session. Its fields are guarded by the core's mutex.
+class StreamReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::ParseResponse> {
  public:
-  // `prepare` sets the call's deadline and credentials metadata on the context.
-  SessionReactor(v1::ParserService::Stub& stub, const OpenOptions& options, SessionCallbacks callbacks,
-                 const std::function<void(grpc::ClientContext&)>& prepare)
-      : callbacks_(std::move(callbacks)) {
+  StreamReactor(SessionCore& core, bool resumed) : core_(core), resumed_(resumed) {}
+
+  // Writes the Open and starts the call; before any reaction can run.
+  void Start(v1::ParserService::Stub& stub, v1::ParseRequest open,
+             const std::function<void(grpc::ClientContext&)>& prepare) {
     prepare(context_);
     stub.async()->Parse(&context_, this);
-    v1::ParseRequest open;
-    *open.mutable_open() = options.ToProto();
-    AddHold();  // released by ReleaseWriter
+    AddHold();  // released by Pump once nothing more will be written
     writing_ = true;
     current_ = std::move(open);
     StartWrite(&current_);
@@ -35,30 +137,108 @@ class SessionReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::Pars
     StartCall();
   }
 
-  // Waits for the server's verdict on the Open: headers (accepted) or a status (refused).
-  void AwaitAccepted() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return accepted_ || done_; });
-    if (!accepted_) {
-      cv_.wait(lock, [&] { return done_; });
-      throw Error(status_.ok() ? grpc::Status(grpc::StatusCode::INTERNAL,
-                                              "parsetier: stream ended before the server accepted Open")
-                               : status_);
-    }
+  // Ends the stream now; its OnDone follows with CANCELLED.
+  void Cancel() {
+    context_.TryCancel();  // without the lock: gRPC may run reactions inline
+    std::unique_lock<std::mutex> lock(Mutex());
+    writer_closed_ = true;
+    Pump(lock);
   }
 
-  bool Enqueue(v1::ParseRequest message, bool last) {
+  // Writes what this stream has not had yet, closes its sending side after the Finish, or
+  // releases the hold once nothing more will be written. Called with the lock held; may release it.
+  void Pump(std::unique_lock<std::mutex>& lock);
+
+  void OnReadInitialMetadataDone(bool ok) override;
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(Mutex());
+    writing_ = false;
+    if (!ok) writer_closed_ = true;
+    Pump(lock);
+    if (!ok) WriteFailed();
+  }
+  void OnWritesDoneDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(Mutex());
+    writing_ = false;
+    Pump(lock);
+    if (!ok) WriteFailed();
+  }
+  // A stream that cannot write is of no more use, but its call need not be over: a write can fail
+  // on a call gRPC has meanwhile retried on a new connection (transparent retry after its first
+  // connection died), whose server then waits for messages that never come. Ending the call makes
+  // sure OnDone comes (with the call's status, or CANCELLED, which resumes).
+  void WriteFailed() { context_.TryCancel(); }
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  friend class SessionCore;
+  std::mutex& Mutex();
+
+  SessionCore& core_;
+  const bool resumed_;  // opened with a resume point
+  grpc::ClientContext context_;
+  v1::ParseRequest current_;    // the write in flight
+  v1::ParseResponse incoming_;  // the read in flight
+
+  bool started_ = false;  // Start has returned: Cancel may act on it
+  size_t written_ = 1;  // history messages this stream has had (the Open is written by Start)
+  bool accepted_ = false;
+  bool writing_ = false;
+  bool writes_done_ = false;
+  bool writer_closed_ = false;
+  bool read_ended_ = false;
+  bool hold_released_ = false;
+  bool done_ = false;
+  grpc::Status status_;
+};
+
+class SessionCore {
+ public:
+  SessionCore(v1::ParserService::Stub& stub, v1::Open open, SessionCallbacks callbacks,
+              std::function<void(grpc::ClientContext&)> prepare, std::optional<ResumePolicy> policy)
+      : stub_(stub),
+        open_(std::move(open)),
+        callbacks_(std::move(callbacks)),
+        prepare_(std::move(prepare)),
+        policy_(policy),
+        history_(policy.has_value()) {
+    if (policy_) open_.set_resumable(true);
+  }
+
+  ~SessionCore() {
+    Cancel();
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return queue_.size() < kMaxQueuedWrites || writer_closed_; });
-    if (writer_closed_ || finish_queued_) return false;
-    finish_queued_ = last;
-    queue_.push_back(std::move(message));
-    if (writing_) return true;
-    writing_ = true;
-    current_ = std::move(queue_.front());
-    queue_.pop_front();
+    cv_.wait(lock, [&] { return done_ && AllStreamsDone(); });  // gRPC may not touch a stream after OnDone
+    stopping_ = true;
+    cv_.notify_all();
     lock.unlock();
-    StartWrite(&current_);  // outside the lock: gRPC may run OnWriteDone inline
+    if (resumer_.joinable()) resumer_.join();
+  }
+
+  // Opens the first stream and waits for the server's verdict; throws Error if it refused.
+  void Open() {
+    grpc::Status status = Connect(std::nullopt);
+    if (status.ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    done_ = finishing_ = true;  // no on_done: the caller gets the Error instead
+    throw Error(status);
+  }
+
+  bool Record(v1::ParseRequest message, bool finish) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finish_recorded_) return false;
+    cv_.wait(lock, [&] {
+      if (finishing_ || cancelled_) return true;
+      if (current_ == nullptr) return false;  // resuming
+      if (current_->writer_closed_) return !policy_;
+      return history_.size() - current_->written_ < kMaxQueuedWrites;
+    });
+    if (finishing_ || cancelled_ || current_->writer_closed_) return false;
+    history_.Record(std::move(message));
+    finish_recorded_ = finish;
+    current_->Pump(lock);
     return true;
   }
 
@@ -82,19 +262,20 @@ class SessionReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::Pars
 
   void Cancel() {
     std::unique_lock<std::mutex> lock(mu_);
-    if (done_) return;
+    if (finishing_) return;
+    cancelled_ = true;
+    cv_.notify_all();  // a Send waiting for room and a resumer's backoff give up
+    StreamReactor* live = nullptr;
+    for (auto& stream : streams_) {
+      if (stream->started_ && !stream->done_) live = stream.get();
+    }
+    if (live == nullptr && !resume_wanted_ && !resuming_) {
+      // Between streams with no resumer at work: nothing else will end the session.
+      Finish(lock, grpc::Status(grpc::StatusCode::CANCELLED, "parsetier: session cancelled"));
+      return;
+    }
     lock.unlock();
-    context_.TryCancel();  // outside the lock: gRPC may run reactions inline
-    lock.lock();
-    writer_closed_ = true;
-    queue_.clear();
-    cv_.notify_all();  // a Send waiting for room gives up
-    ReleaseWriterIfIdle(lock);
-  }
-
-  bool Ended() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return done_;
+    if (live != nullptr) live->Cancel();
   }
 
   std::optional<v1::Final> Final() {
@@ -102,132 +283,226 @@ class SessionReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::Pars
     return final_;
   }
 
-  // --- reactions, on gRPC's threads ---------------------------------------------------------
-
-  void OnReadInitialMetadataDone(bool ok) override {
+  int Resumes() {
     std::lock_guard<std::mutex> lock(mu_);
-    accepted_ = ok;
+    return resumes_;
+  }
+
+ private:
+  friend class StreamReactor;
+
+  bool AllStreamsDone() const {
+    for (const auto& stream : streams_) {
+      if (!stream->done_) return false;
+    }
+    return true;
+  }
+
+  // Opens a stream with the session's Open (resuming from `point` unless unset) and waits until
+  // the server has accepted it, retrying refusals within the resume budget. Without the lock.
+  grpc::Status Connect(const std::optional<v1::ResumePoint>& point) {
+    for (int attempt = 0;; ++attempt) {
+      StreamReactor* stream;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (cancelled_) return grpc::Status(grpc::StatusCode::CANCELLED, "parsetier: session cancelled");
+        streams_.push_back(std::make_unique<StreamReactor>(*this, point.has_value()));
+        stream = streams_.back().get();
+      }
+      v1::ParseRequest open;
+      *open.mutable_open() = open_;
+      if (point) *open.mutable_open()->mutable_resume() = *point;
+      stream->Start(stub_, std::move(open), prepare_);
+      std::unique_lock<std::mutex> lock(mu_);
+      stream->started_ = true;
+      if (cancelled_) {  // Cancel skipped this stream while it was starting
+        lock.unlock();
+        stream->Cancel();
+        lock.lock();
+      }
+      cv_.wait(lock, [&] { return stream->accepted_ || stream->done_; });
+      if (stream->accepted_) return grpc::Status::OK;
+      grpc::Status status = stream->status_;
+      if (status.ok()) {
+        status = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: stream ended before the server accepted Open");
+      }
+      if (!policy_ || cancelled_ || !Retryable(status) || attempt >= policy_->attempts) return status;
+      if (cv_.wait_for(lock, Backoff(*policy_, attempt), [&] { return cancelled_; })) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "parsetier: session cancelled");
+      }
+    }
+  }
+
+  // The resumer thread: opens a new stream whenever the current one broke, until the session ends.
+  void ResumeLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return resume_wanted_ || stopping_; });
+      if (!resume_wanted_) return;
+      resume_wanted_ = false;
+      resuming_ = true;
+      v1::ResumePoint point;
+      point.set_client_messages(client_messages_);
+      point.set_sequence(sequence_);
+      lock.unlock();
+      grpc::Status status = Connect(point);
+      lock.lock();
+      resuming_ = false;
+      if (!status.ok()) Finish(lock, status);
+    }
+  }
+
+  // A stream was accepted (OnReadInitialMetadataDone); with the lock held.
+  void Accepted(StreamReactor* stream) {
+    current_ = stream;
+    if (stream->resumed_) ++resumes_;
     cv_.notify_all();
   }
 
-  void OnWriteDone(bool ok) override {
+  // A message arrived on the current stream (OnReadDone): checks it continues what was received,
+  // records the resume point, and delivers it. Returns false when the stream must be cancelled.
+  bool Received(v1::ParseResponse& message) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!ok) writer_closed_ = true;  // the stream is over; OnDone brings its status
-    if (writer_closed_) {
-      queue_.clear();
-      writing_ = false;
-      cv_.notify_all();
-      ReleaseWriterIfIdle(lock);
-      return;
+    if (policy_ && message.sequence() != sequence_ + 1) {
+      failure_ = grpc::Status(grpc::StatusCode::INTERNAL,
+                              "parsetier: message " + std::to_string(message.sequence()) + " after " +
+                                  std::to_string(sequence_) + ": a gap or a repeat");
+      return false;
     }
-    if (!queue_.empty()) {
-      current_ = std::move(queue_.front());
-      queue_.pop_front();
-      cv_.notify_all();
-      lock.unlock();
-      StartWrite(&current_);
-      return;
-    }
-    if (finish_queued_) {
-      writer_closed_ = true;
-      lock.unlock();
-      StartWritesDone();  // its completion releases the hold
-      return;
-    }
-    writing_ = false;
-    if (read_ended_) {
-      writer_closed_ = true;
-      ReleaseWriterIfIdle(lock);
-    }
-  }
-
-  void OnWritesDoneDone(bool /*ok*/) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    writing_ = false;
-    ReleaseWriterIfIdle(lock);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The server has ended the stream: a writer with nothing in flight stops holding it open.
-      std::unique_lock<std::mutex> lock(mu_);
-      read_ended_ = true;
-      writer_closed_ = true;
-      queue_.clear();
-      cv_.notify_all();
-      ReleaseWriterIfIdle(lock);
-      return;
-    }
-    if (incoming_.has_final()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      final_ = incoming_.final();
-    }
+    client_messages_ = message.client_messages();
+    sequence_ = message.sequence();
+    if (message.has_final()) final_ = message.final();
     if (callbacks_.on_message) {
-      callbacks_.on_message(incoming_);
-    } else {
-      std::lock_guard<std::mutex> lock(mu_);
-      messages_.push_back(std::move(incoming_));
-      cv_.notify_all();
+      lock.unlock();
+      callbacks_.on_message(message);  // one at a time: the next read starts after this returns
+      return true;
     }
-    incoming_.Clear();
-    StartRead(&incoming_);
+    messages_.push_back(std::move(message));
+    cv_.notify_all();
+    return true;
   }
 
-  void OnDone(const grpc::Status& status) override {
-    grpc::Status result = status;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (result.ok() && !final_) {
-        result = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: stream ended without a final message");
-      }
+  // A stream ended (OnDone): a refused Open is Connect's to judge; the current stream's end is the
+  // session's, unless it broke and the session resumes.
+  void StreamDone(StreamReactor* stream, const grpc::Status& status) {
+    std::unique_lock<std::mutex> lock(mu_);
+    stream->done_ = true;
+    stream->status_ = status;
+    cv_.notify_all();
+    if (stream != current_) return;
+    current_ = nullptr;
+    if (failure_) return Finish(lock, *failure_);
+    if (final_) return Finish(lock, policy_ ? grpc::Status::OK : status);  // with resume: complete
+    if (policy_ && !cancelled_ && Retryable(status)) {
+      resume_wanted_ = true;
+      if (!resumer_.joinable()) resumer_ = std::thread([this] { ResumeLoop(); });
+      return;
     }
-    if (callbacks_.on_done) callbacks_.on_done(result);
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = result;
+    Finish(lock, status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: stream ended without a final message")
+                             : status);
+  }
+
+  // Ends the session once, with the lock held (released while on_done runs).
+  void Finish(std::unique_lock<std::mutex>& lock, const grpc::Status& status) {
+    if (finishing_) return;
+    finishing_ = true;
+    cv_.notify_all();
+    lock.unlock();
+    if (callbacks_.on_done) callbacks_.on_done(status);
+    lock.lock();
+    status_ = status;
     done_ = true;
     cv_.notify_all();
   }
 
- private:
-  // Releases the hold once, when no write is in flight and none will come. Called with mu_ held.
-  void ReleaseWriterIfIdle(std::unique_lock<std::mutex>& lock) {
-    if (writing_ || hold_released_ || !writer_closed_) return;
-    hold_released_ = true;
-    lock.unlock();
-    RemoveHold();
-  }
-
-  grpc::ClientContext context_;
+  v1::ParserService::Stub& stub_;
+  v1::Open open_;
   SessionCallbacks callbacks_;
-  v1::ParseRequest current_;   // the write in flight
-  v1::ParseResponse incoming_;  // the read in flight
+  std::function<void(grpc::ClientContext&)> prepare_;
+  std::optional<ResumePolicy> policy_;
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<v1::ParseRequest> queue_;
-  std::deque<v1::ParseResponse> messages_;
+  History history_;
+  bool finish_recorded_ = false;
+  uint64_t client_messages_ = 0;  // the resume point: the last message received
+  uint64_t sequence_ = 0;
+  std::deque<v1::ParseResponse> messages_;  // for Next
   std::optional<v1::Final> final_;
-  grpc::Status status_;
-  bool accepted_ = false;
-  bool writing_ = false;
-  bool finish_queued_ = false;
-  bool writer_closed_ = false;
-  bool read_ended_ = false;
-  bool hold_released_ = false;
+  std::optional<grpc::Status> failure_;  // a reply out of sequence
+  StreamReactor* current_ = nullptr;     // the accepted stream, until its OnDone
+  std::vector<std::unique_ptr<StreamReactor>> streams_;
+  int resumes_ = 0;
+  bool resume_wanted_ = false;  // the current stream broke; the resumer opens the next
+  bool resuming_ = false;       // the resumer is connecting
+  bool cancelled_ = false;
+  bool finishing_ = false;  // the outcome is decided (on_done may still be running)
   bool done_ = false;
+  bool stopping_ = false;
+  grpc::Status status_;
+  std::thread resumer_;
 };
 
-Session::Session(std::unique_ptr<SessionReactor> reactor) : reactor_(std::move(reactor)) {}
+std::mutex& StreamReactor::Mutex() { return core_.mu_; }
 
-Session::~Session() {
-  if (!reactor_->Ended()) reactor_->Cancel();
-  reactor_->Wait();  // gRPC may not touch the reactor after OnDone
+void StreamReactor::Pump(std::unique_lock<std::mutex>& lock) {
+  if (writing_) return;  // its completion pumps again
+  if (!writer_closed_) {
+    if (!accepted_) return;  // the Open's verdict first
+    if (written_ < core_.history_.size()) {
+      current_ = core_.history_.Take(written_++);
+      writing_ = true;
+      core_.cv_.notify_all();  // room for Send
+      lock.unlock();
+      StartWrite(&current_);  // without the lock: gRPC may run OnWriteDone inline
+      return;
+    }
+    if (core_.finish_recorded_ && !writes_done_) {
+      writes_done_ = writing_ = true;
+      lock.unlock();
+      StartWritesDone();
+      return;
+    }
+    if (!writes_done_ && !read_ended_) return;  // idle until the next Send or Finish
+    writer_closed_ = true;
+  }
+  if (hold_released_) return;
+  hold_released_ = true;
+  lock.unlock();
+  RemoveHold();
 }
+
+void StreamReactor::OnReadInitialMetadataDone(bool ok) {
+  std::unique_lock<std::mutex> lock(Mutex());
+  accepted_ = ok;
+  if (ok) core_.Accepted(this);
+  core_.cv_.notify_all();
+  Pump(lock);
+}
+
+void StreamReactor::OnReadDone(bool ok) {
+  if (!ok) {
+    // The server has ended the stream: a writer with nothing in flight stops holding it open.
+    std::unique_lock<std::mutex> lock(Mutex());
+    read_ended_ = writer_closed_ = true;
+    Pump(lock);
+    return;
+  }
+  if (!core_.Received(incoming_)) context_.TryCancel();
+  incoming_.Clear();
+  StartRead(&incoming_);
+}
+
+void StreamReactor::OnDone(const grpc::Status& status) { core_.StreamDone(this, status); }
+
+Session::Session(std::unique_ptr<SessionCore> core) : core_(std::move(core)) {}
+
+Session::~Session() = default;  // the core cancels an unfinished session and waits for gRPC
 
 bool Session::Send(const Step& step) {
   v1::ParseRequest message;
   message.add_steps()->mutable_token_ids()->Add(step.begin(), step.end());
-  return reactor_->Enqueue(std::move(message), false);
+  return core_->Record(std::move(message), false);
 }
 
 bool Session::SendSteps(const std::vector<Step>& steps) {
@@ -235,31 +510,39 @@ bool Session::SendSteps(const std::vector<Step>& steps) {
   for (const Step& ids : steps) {
     message.add_steps()->mutable_token_ids()->Add(ids.begin(), ids.end());
   }
-  return reactor_->Enqueue(std::move(message), false);
+  return core_->Record(std::move(message), false);
 }
 
 bool Session::SendSteps(const std::vector<v1::Step>& steps) {
   v1::ParseRequest message;
   message.mutable_steps()->Add(steps.begin(), steps.end());
-  return reactor_->Enqueue(std::move(message), false);
+  return core_->Record(std::move(message), false);
 }
 
 bool Session::Finish(const FinishOptions& finish) {
   v1::ParseRequest message;
   *message.mutable_finish() = finish.ToProto();
-  return reactor_->Enqueue(std::move(message), true);
+  return core_->Record(std::move(message), true);
 }
 
-std::optional<v1::ParseResponse> Session::Next() { return reactor_->Next(); }
-grpc::Status Session::Wait() { return reactor_->Wait(); }
-void Session::Cancel() { reactor_->Cancel(); }
-std::optional<v1::Final> Session::Final() const { return reactor_->Final(); }
+std::optional<v1::ParseResponse> Session::Next() { return core_->Next(); }
+grpc::Status Session::Wait() { return core_->Wait(); }
+void Session::Cancel() { core_->Cancel(); }
+std::optional<v1::Final> Session::Final() const { return core_->Final(); }
+int Session::Resumes() const { return core_->Resumes(); }
 
 std::unique_ptr<Session> Client::Open(const OpenOptions& options, SessionCallbacks callbacks) {
-  auto reactor = std::make_unique<SessionReactor>(
-      *stub_, options, std::move(callbacks), [&](grpc::ClientContext& context) { Prepare(context, options.timeout); });
-  reactor->AwaitAccepted();  // on failure, the reactor is done: destroying it is safe
-  return std::unique_ptr<Session>(new Session(std::move(reactor)));
+  // Every stream of the session shares one deadline: the session's, not each stream's.
+  std::optional<std::chrono::system_clock::time_point> deadline;
+  if (options.timeout.count() > 0) deadline = std::chrono::system_clock::now() + options.timeout;
+  std::string token = bearer_token_;
+  auto prepare = [deadline, token](grpc::ClientContext& context) {
+    if (deadline) context.set_deadline(*deadline);
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  };
+  auto core = std::make_unique<SessionCore>(*stub_, options.ToProto(), std::move(callbacks), prepare, resume_);
+  core->Open();  // on failure, every stream is done: destroying the core is safe
+  return std::unique_ptr<Session>(new Session(std::move(core)));
 }
 
 }  // namespace parsetier

@@ -10,21 +10,16 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "parsetier/batch.h"
+#include "test_support.h"
 
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
 namespace v1 = parsetier::v1;
 
-const std::vector<uint32_t> kOutput = {
-    151667, 198,   23657, 9104,  624,   151668, 271,   40129, 2176,   9720,  624,    151657, 198,
-    4913,   606,   788,   330,   455,   69364,  497,   330,   16370,  788,   5212,   8926,   788,
-    330,    59604, 95642, 151658, 198,  151657, 198,   4913,  606,    788,   330,    455,    69364,
-    497,    330,   16370, 788,   5212,  8926,   788,   330,   52854,  16032, 95642,  151658};
-constexpr uint32_t kImEnd = 151645;
-const char* kTools =
-    R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
-    R"("properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+using parsetier_test::kImEnd;
+using parsetier_test::kOutput;
+using parsetier_test::kTools;
 
 parsetier::Client& SharedClient() {
   const char* target = std::getenv("PARSETIER_SERVER");

@@ -7,32 +7,30 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
 #include "parsetier/client.h"
+#include "parsetier/openai.h"
+#include "test_support.h"
 
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
 namespace v1 = parsetier::v1;
 
-// The real Qwen3 tokenizer's encoding of reasoning, an answer and two get_weather calls (the
-// Go client's tests use the same output).
-const std::vector<uint32_t> kOutput = {
-    151667, 198,   23657, 9104,  624,   151668, 271,   40129, 2176,   9720,  624,    151657, 198,
-    4913,   606,   788,   330,   455,   69364,  497,   330,   16370,  788,   5212,   8926,   788,
-    330,    59604, 95642, 151658, 198,  151657, 198,   4913,  606,    788,   330,    455,    69364,
-    497,    330,   16370, 788,   5212,  8926,   788,   330,   52854,  16032, 95642,  151658};
-constexpr uint32_t kImEnd = 151645;
+using parsetier_test::kImEnd;
+using parsetier_test::kOutput;
+using parsetier_test::kTools;
 constexpr uint32_t kOutOfVocabulary = 10000000;
-const char* kTools =
-    R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
-    R"("properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
 
 std::string ServerTarget() {
   const char* target = std::getenv("PARSETIER_SERVER");
@@ -149,6 +147,19 @@ std::vector<v1::ParseResponse> RunSession(size_t per_message, const std::string&
   EXPECT_EQ(last_client_messages, 1 + sent_messages + 1);
   EXPECT_TRUE(session->Final().has_value());
   return messages;
+}
+
+google::protobuf::Struct ParseJson(const std::string& json) {
+  google::protobuf::Struct out;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &out);
+  EXPECT_TRUE(status.ok()) << status.ToString() << ": " << json;
+  return out;
+}
+
+size_t CodePoints(const std::string& utf8) {
+  size_t count = 0;
+  for (char c : utf8) count += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return count;
 }
 
 std::vector<v1::ParseResponse> Drain(parsetier::Session& session) {
@@ -286,6 +297,68 @@ TEST_F(LiveServer, LogprobStepsResolve) {
   size_t ids = 0;
   for (const auto& delta : deltas) ids += delta.token_ids_size();
   EXPECT_EQ(ids, emoji.size());
+
+  // The same logprobs in OpenAI's two JSON shapes, read back with protobuf's JSON parser.
+  google::protobuf::Struct chat = ParseJson(parsetier::ChatLogprobsJson(logprobs));
+  const auto& content = chat.fields().at("content").list_value().values();
+  ASSERT_EQ(content.size(), static_cast<int>(emoji.size()));
+  std::string joined;
+  for (int i = 0; i < content.size(); ++i) {
+    const auto& entry = content[i].struct_value().fields();
+    EXPECT_EQ(entry.at("token").string_value(), logprobs[i].token());
+    EXPECT_EQ(entry.at("logprob").number_value(), logprobs[i].logprob());
+    for (const auto& byte : entry.at("bytes").list_value().values()) joined += static_cast<char>(byte.number_value());
+    EXPECT_EQ(entry.at("top_logprobs").list_value().values_size(), 2);
+  }
+  EXPECT_EQ(joined, "Hi 你好 🎉👍🏽");
+  const auto& top = content[5].struct_value().fields().at("top_logprobs").list_value().values();
+  EXPECT_EQ(top[0].struct_value().fields().at("token").string_value(), "🎉");
+  EXPECT_EQ(top[1].struct_value().fields().at("token").string_value(), "\xEF\xBF\xBDHi");
+  EXPECT_EQ(top[1].struct_value().fields().at("logprob").number_value(), -3.0);
+
+  google::protobuf::Struct completion = ParseJson(parsetier::CompletionLogprobsJson(logprobs, 7));
+  const auto& fields = completion.fields();
+  ASSERT_EQ(fields.at("tokens").list_value().values_size(), static_cast<int>(emoji.size()));
+  std::string before;  // the text before token i; offsets count its code points
+  for (int i = 0; i < static_cast<int>(emoji.size()); ++i) {
+    EXPECT_EQ(fields.at("tokens").list_value().values(i).string_value(), logprobs[i].token());
+    EXPECT_EQ(fields.at("token_logprobs").list_value().values(i).number_value(), logprobs[i].logprob());
+    EXPECT_EQ(fields.at("text_offset").list_value().values(i).number_value(), 7 + CodePoints(before));
+    const auto& alternatives = fields.at("top_logprobs").list_value().values(i).struct_value().fields();
+    std::map<std::string, double> want;  // one key per token text, the last logprob
+    for (const auto& alternative : logprobs[i].top_logprobs()) want[alternative.token()] = alternative.logprob();
+    EXPECT_EQ(alternatives.size(), want.size());
+    for (const auto& [token, logprob] : want) EXPECT_EQ(alternatives.at(token).number_value(), logprob) << token;
+    before += logprobs[i].token();
+  }
+  // One delta's logprobs, as a streaming chunk carries them.
+  for (const v1::Delta& delta : deltas) {
+    if (delta.logprobs_size() == 0) continue;
+    EXPECT_EQ(ParseJson(parsetier::ChatLogprobsJson(delta.logprobs())).fields().at("content").list_value().values_size(),
+              delta.logprobs_size());
+  }
+}
+
+// The JSON shapes' details without a server: escaping, a masked token's -infinity, and repeated
+// alternatives in the completions shape (one key each, the last logprob).
+TEST(OpenAIJson, EscapingInfinityAndRepeatedAlternatives) {
+  v1::TokenLogprob lp;
+  lp.set_token("a\"b\\\n");
+  lp.set_bytes("a\"b\\\n");
+  lp.set_logprob(-0.1f);
+  lp.set_text_offset(2);
+  for (float value : {-std::numeric_limits<float>::infinity(), -1.5f}) {
+    v1::TopLogprob* alternative = lp.add_top_logprobs();
+    alternative->set_token("x");
+    alternative->set_bytes("x");
+    alternative->set_logprob(value);
+  }
+  EXPECT_EQ(parsetier::ChatLogprobsJson(std::vector<v1::TokenLogprob>{lp}),
+            R"({"content":[{"token":"a\"b\\\u000a","logprob":-0.1,"bytes":[97,34,98,92,10],"top_logprobs":[)"
+            R"({"token":"x","logprob":-9999.0,"bytes":[120]},{"token":"x","logprob":-1.5,"bytes":[120]}]}]})");
+  EXPECT_EQ(parsetier::CompletionLogprobsJson(std::vector<v1::TokenLogprob>{lp}, 3),
+            R"({"tokens":["a\"b\\\u000a"],"token_logprobs":[-0.1],"top_logprobs":[{"x":-1.5}],"text_offset":[5]})");
+  EXPECT_EQ(parsetier::ChatLogprobsJson(std::vector<v1::TokenLogprob>{}), R"({"content":[]})");
 }
 
 // Push delivery: every message reaches on_message in order, then on_done once with OK.

@@ -7,17 +7,11 @@
 #include <string>
 
 #include "parsetier/client.h"
+#include "test_support.h"
 
 namespace {
 
-std::string Env(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
-    ADD_FAILURE() << name << " is not set: run this program through tests/test_cpp_client.py";
-    return "";
-  }
-  return value;
-}
+using parsetier_test::Env;
 
 struct Secure : ::testing::Test {
   std::string target = Env("PARSETIER_SECURE_SERVER");

@@ -45,8 +45,8 @@ def policy_of(resume: bool | ResumePolicy) -> ResumePolicy | None:
     return ResumePolicy() if resume else None
 
 
-SERVER_FAULT = "internal error:"
-"""How a parsetier server's own INTERNAL status begins (a bug it logged): not worth a retry."""
+SERVER_FAULT = ("internal server error", "internal error:")
+"""How a parsetier server's own INTERNAL statuses begin (a bug it logged): not worth a retry."""
 
 
 def retryable(code: object, details: str | None) -> bool:

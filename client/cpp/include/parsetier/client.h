@@ -43,6 +43,18 @@ class Error : public std::runtime_error {
 // The canonical name of a status code ("NOT_FOUND", "INVALID_ARGUMENT", ...).
 const char* StatusCodeName(grpc::StatusCode code);
 
+// How sessions resume after a broken stream (docs/service.md, "Resume"): a dead, draining or
+// unreachable server, a lost connection, a proxy's reset. `attempts` is the retry budget:
+// reconnects in a row that may fail (refused, unreachable) before the last error ends the
+// session; it is renewed whenever a new stream is accepted. Backoff doubles from
+// `initial_backoff` up to `max_backoff`, with jitter, so a fleet's clients do not reconnect in
+// lock step. The same policy, and defaults, as the Python and Go clients.
+struct ResumePolicy {
+  int attempts = 20;
+  std::chrono::milliseconds initial_backoff{50};
+  std::chrono::milliseconds max_backoff{1000};
+};
+
 // How a Client connects. Transport security is an explicit choice: set `credentials` to
 // InsecureCredentials() for a loopback or sidecar hop, or to TLS credentials; a Client without
 // credentials is an std::invalid_argument.
@@ -59,6 +71,10 @@ struct ClientOptions {
   std::chrono::milliseconds keepalive_timeout{std::chrono::seconds(20)};
   // Any other channel arguments (load-balancing policy, message sizes, ...), applied last.
   std::function<void(grpc::ChannelArguments&)> channel_arguments;
+  // Resume on failover, on by default as in the Python and Go clients: a session keeps its
+  // history (about 4 bytes per token) and continues on a new stream when its stream breaks.
+  // std::nullopt turns it off: a broken stream ends the session with its status.
+  std::optional<ResumePolicy> resume = ResumePolicy{};
 };
 
 // Plaintext (loopback, sidecar, private network behind a TLS-terminating proxy).
@@ -134,12 +150,20 @@ struct SessionCallbacks {
   std::function<void(const grpc::Status&)> on_done;
 };
 
-class SessionReactor;
+class SessionCore;
 class Batch;
 
-// One live request session. Send/Finish may be called from one thread while another calls Next;
-// Cancel, Final and Wait may be called from any thread. Destroying a session that has not ended
-// cancels it (the server records CANCELLED) and waits until gRPC is done with it.
+// One live request session: one Parse stream or, after a break, the streams it resumed on.
+// Send/Finish may be called from one thread while another calls Next; Cancel, Final and Wait may
+// be called from any thread. Destroying a session that has not ended cancels it (the server
+// records CANCELLED) and waits until gRPC is done with it.
+//
+// With resume on (ClientOptions::resume, the default) a broken stream is not the session's end:
+// the session reconnects with backoff, opens a new stream on whichever server the target
+// reaches, re-sends its history there (docs/service.md, "Resume") and goes on delivering the
+// next message as if nothing had happened; Send blocks meanwhile instead of failing. Statuses
+// that are the request's own (INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED...) end the session
+// as before, and so does the last error once the retry budget is spent.
 class Session {
  public:
   ~Session();
@@ -169,11 +193,13 @@ class Session {
   void Cancel();
   // The session's outcome once the final message has arrived.
   std::optional<v1::Final> Final() const;
+  // How many times the session has moved to a new stream.
+  int Resumes() const;
 
  private:
   friend class Client;
-  explicit Session(std::unique_ptr<SessionReactor> reactor);
-  std::unique_ptr<SessionReactor> reactor_;
+  explicit Session(std::unique_ptr<SessionCore> core);
+  std::unique_ptr<SessionCore> core_;
 };
 
 // The result of a whole stream in one call.
@@ -187,10 +213,13 @@ struct StreamResult {
 class Client {
  public:
   Client(const std::string& target, const ClientOptions& options);
-  explicit Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token = "");
+  explicit Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token = "",
+                  std::optional<ResumePolicy> resume = ResumePolicy{});
 
   // Starts a session and waits until the server has accepted its Open, so an unknown model
-  // (NOT_FOUND) or bad options (INVALID_ARGUMENT) throw Error here rather than later.
+  // (NOT_FOUND) or bad options (INVALID_ARGUMENT) throw Error here rather than later; with resume
+  // on, a refusal that another server may not give (UNAVAILABLE: draining, unreachable) is
+  // retried within the policy's budget.
   std::unique_ptr<Session> Open(const OpenOptions& options, SessionCallbacks callbacks = {});
 
   // A multiplexed ParseBatch stream (include "parsetier/batch.h"); `timeout` bounds the whole
@@ -222,6 +251,7 @@ class Client {
   std::shared_ptr<grpc::ChannelInterface> channel_;
   std::unique_ptr<v1::ParserService::Stub> stub_;
   std::string bearer_token_;
+  std::optional<ResumePolicy> resume_;
 };
 
 }  // namespace parsetier

@@ -1,0 +1,35 @@
+// What the C++ tests share: the recorded output they stream (the real Qwen3 tokenizer's encoding
+// of reasoning, an answer and two get_weather calls, as in the Go client's tests), its tools, and
+// the environment variables tests/test_cpp_client.py passes.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace parsetier_test {
+
+inline const std::vector<uint32_t> kOutput = {
+    151667, 198,   23657, 9104,  624,   151668, 271,   40129, 2176,   9720,  624,    151657, 198,
+    4913,   606,   788,   330,   455,   69364,  497,   330,   16370,  788,   5212,   8926,   788,
+    330,    59604, 95642, 151658, 198,  151657, 198,   4913,  606,    788,   330,    455,    69364,
+    497,    330,   16370, 788,   5212,  8926,   788,   330,   52854,  16032, 95642,  151658};
+constexpr uint32_t kImEnd = 151645;  // <|im_end|>
+inline const char* const kTools =
+    R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
+    R"("properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+
+// An environment variable the driver sets; a failure naming it when unset.
+inline std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    ADD_FAILURE() << name << " is not set: run this program through tests/test_cpp_client.py";
+    return "";
+  }
+  return value;
+}
+
+}  // namespace parsetier_test
