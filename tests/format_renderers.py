@@ -291,11 +291,14 @@ def render_granite4(p: Parts) -> str:
 
 def render_granite3(p: Parts) -> str:
     """Granite 3.x's template: a message with calls is ``<|tool_call|>`` and the list of the calls'
-    ``function`` objects (``tojson(indent=4)``); its text content is not rendered."""
+    ``function`` objects (``tojson(indent=4)``); its text content is not rendered. With thinking
+    (3.3), the thoughts in plain-text ``<think>…</think>`` and the answer in ``<response>…</response>``,
+    as its thinking prompt asks."""
+    think = f"<think>{p.reasoning}</think>" if p.reasoning else ""
     if not p.calls:
-        return p.content
+        return think + (f"<response>{p.content}</response>" if think else p.content)
     functions = [{"name": n, "arguments": a} for n, a in p.calls]
-    return "<|tool_call|>" + json.dumps(functions, ensure_ascii=False, indent=4)
+    return think + "<|tool_call|>" + json.dumps(functions, ensure_ascii=False, indent=4)
 
 
 def render_ernie45(p: Parts) -> str:

@@ -74,3 +74,11 @@ def test_granite3_control_token_after_text_and_a_list_that_is_no_call() -> None:
     want = ("One moment.", "", (("get_weather", '{"days": 1}'),))
     assert split_check(G3, enc(G3, text), OPTS) == want
     assert split_check(G3, enc(G3, "<|tool_call|>[1, 2]"), OPTS) == ("<|tool_call|>[1, 2]", "", ())
+
+
+def test_granite33_thinking_tags_are_text_read_only_at_the_start() -> None:
+    """Granite 3.3 writes <think>/<response> as plain text when its prompt asks for thinking."""
+    text = "<think>Plan it.</think><response>The answer.</response>"
+    assert split_check(G3, [*enc(G3, text), EOT3], OPTS) == ("The answer.", "Plan it.", ())
+    later = "Use <think> and <response> tags."
+    assert split_check(G3, enc(G3, later), OPTS) == (later, "", ())

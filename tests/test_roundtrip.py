@@ -491,7 +491,7 @@ FAMILIES: list[Family] = [
     Family("Granite 4", "granite-4", GRANITE4, "marker", QWEN_MARKERS, xml=False),
     Family("Granite 3.x", "granite-3",
            _own("format_renderers (Granite 3.x)", fr.render_granite3, GRANITE_TURN), "marker",
-           ("<|tool_call|>", *JSON_MARKERS), xml=False, reasoning=False, content_with_calls=False),
+           ("<|tool_call|>", *JSON_MARKERS), xml=False, content_with_calls=False, prompt_thinking=False),
     Family("ERNIE 4.5 (thinking)", "ernie-4.5-thinking",
            _own("format_renderers (ERNIE 4.5)", fr.render_ernie45),
            "marker", (*QWEN_MARKERS, "<response>", "</response>"), xml=False, always_thinking=True),
