@@ -7,10 +7,14 @@ answers. Exact outputs, split invariance.
 
 from __future__ import annotations
 
+import llguidance
+
 import marker_tokenizers
 from engine_helpers import tools
 from family_support import enc, plain, split_check
 from marker_tokenizers import MARKERS
+from parsetier.constraints.build import ConstraintRequest, derive
+from parsetier.constraints.ir import to_lark
 from parsetier.messages import SessionOptions
 from parsetier.session import parse
 
@@ -54,3 +58,23 @@ def test_arguments_before_the_name_and_lookalikes_as_text() -> None:
     assert split_check(COMMAND, enc(COMMAND, text), OPTS) == ("", "", (("get_weather", '{"city": "Oslo"}'),))
     prose = "Write <|START_ACTION|>[...] to act."
     assert split_check(COMMAND, plain(COMMAND, prose), OPTS) == (prose, "", ())
+
+
+def test_a_derived_constraint_writes_cohere_s_own_keys() -> None:
+    """The format file names the keys the model writes (``keys``): a constrained engine generates
+    ``tool_name``/``parameters`` objects, which parse back into the call."""
+    root = derive(COMMAND.grammar, ConstraintRequest(TOOLS, "required", None, True, "off"))
+    tokenizer = llguidance.LLTokenizer(COMMAND.tokenizer.to_str(), n_vocab=COMMAND.vocab_size)
+
+    def matcher() -> llguidance.LLMatcher:
+        m = llguidance.LLMatcher(tokenizer, to_lark(root), log_level=0)
+        assert not m.is_error(), m.get_error()
+        return m
+
+    call = '<|START_ACTION|>{"tool_name": "get_weather", "parameters": {"city": "Paris"}}'
+    accepted = matcher()
+    assert accepted.consume_tokens(enc(COMMAND, call)), accepted.get_error()
+    assert not matcher().consume_tokens(
+        enc(COMMAND, '<|START_ACTION|>{"name": "get_weather", "arguments": {}}')
+    )
+    assert split_check(COMMAND, enc(COMMAND, call), OPTS) == ("", "", (("get_weather", '{"city": "Paris"}'),))

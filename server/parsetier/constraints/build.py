@@ -138,8 +138,8 @@ def _calls(
         if shape.style == "envelope":
             envelope = {
                 "type": "object",
-                "properties": {"name": {"const": tool.name}, shape.arguments_key: schema},
-                "required": ["name", shape.arguments_key],
+                "properties": {shape.name_key: {"const": tool.name}, shape.arguments_key: schema},
+                "required": [shape.name_key, shape.arguments_key],
                 "additionalProperties": False,
             }
             items += [Ws(), Json(envelope), Ws()]

@@ -73,6 +73,7 @@ class CallShape:
     empty_closers: tuple[tuple[str, ...], ...]
     """``params`` style: alternatives that end a call right after its name (no parameters)."""
     arguments_key: str = "arguments"
+    name_key: str = "name"
     end_state: str = ""
     """The state the arguments end in, where ``closers`` start."""
     group_open: tuple[tuple[str, ...], ...] = ()
@@ -226,7 +227,10 @@ def _begins_call(state: State) -> bool:
 
 def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
     closers = _closers(g, state, answers, skip)
-    return CallShape("envelope", (), None, (), None, closers, (), end_state=state.name)
+    name_key, arguments_key = state.keys
+    return CallShape(
+        "envelope", (), None, (), None, closers, (), arguments_key, end_state=state.name, name_key=name_key
+    )
 
 
 def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozenset[str]) -> CallShape:

@@ -33,6 +33,9 @@ terminal (MiniMax-M3's ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``)."""
 
 ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
 DIALECTS = frozenset({"json", "gemma", "python", "python_json", "keyed"})
+ENVELOPE_NAME_KEYS = frozenset({"name", "tool_name"})
+ENVELOPE_ARGUMENT_KEYS = frozenset({"arguments", "parameters"})
+"""The keys an envelope reads (``engine/arguments/envelope.py``); ``keys`` picks the written pair."""
 UNESCAPES = frozenset({"none", "xml"})
 
 SENTINEL_BASE = 0xF0000
@@ -98,6 +101,10 @@ class State:
     unescape: str = "none"
     """capture states: ``xml`` decodes XML character references (``&amp;`` ``&quot;`` ``&#38;``…)
     in the rule's groups, for names and keys written as attribute values (Kimi K3's ``key="q&amp;a"``)."""
+    keys: tuple[str, str] = ("name", "arguments")
+    """envelope states: the keys the model writes for the name and the arguments (Cohere's
+    ``tool_name`` / ``parameters``). The parser reads either spelling; a derived constraint writes
+    these."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +405,13 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
         unescape = str(spec.get("unescape", "none"))
         if unescape not in UNESCAPES:
             raise GrammarError(f"{where}: unescape {unescape!r} is not one of {sorted(UNESCAPES)}")
+        keys = spec.get("keys", {})
+        if not isinstance(keys, Mapping) or set(keys) - {"name", "arguments"}:
+            raise GrammarError(f"{where}: keys is a table of 'name' and/or 'arguments'")
+        key_pair = (str(keys.get("name", "name")), str(keys.get("arguments", "arguments")))
+        if key_pair[0] not in ENVELOPE_NAME_KEYS or key_pair[1] not in ENVELOPE_ARGUMENT_KEYS:
+            names, arguments = sorted(ENVELOPE_NAME_KEYS), sorted(ENVELOPE_ARGUMENT_KEYS)
+            raise GrammarError(f"{where}: keys name in {names}, arguments in {arguments}")
         states[sname] = State(
             sname,
             kind,
@@ -410,6 +424,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             end=end,
             item=str(spec.get("item", "item")),
             unescape=unescape,
+            keys=key_pair,
         )
     grammar = Grammar(
         name=name,
