@@ -82,3 +82,8 @@ def test_granite33_thinking_tags_are_text_read_only_at_the_start() -> None:
     assert split_check(G3, [*enc(G3, text), EOT3], OPTS) == ("The answer.", "Plan it.", ())
     later = "Use <think> and <response> tags."
     assert split_check(G3, enc(G3, later), OPTS) == (later, "", ())
+
+
+def test_granite4_reasoning_the_model_opens_itself() -> None:
+    text = "<think>Need the time.</think>\n\n" + hermes("get_time", {})
+    assert split_check(G4, [*enc(G4, text), EOT4], OPTS) == ("", "Need the time.", (("get_time", "{}"),))
