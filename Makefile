@@ -82,7 +82,8 @@ $(BENCH_STAMP): pyproject.toml $(TEST_STAMP)
 	$(PY) -m pip install --quiet -e '.[tokenizers,test,bench]'
 	touch $@
 
-## bench: run every bench/*.py (bench/service_bench.py rewrites docs/performance.md's "Service")
+## bench: run every bench/*.py (bench/engine_bench.py and bench/service_bench.py rewrite
+## docs/performance.md's "Engine" and "Service" sections and their plots)
 bench: $(BENCH_STAMP)
 	@set -e; found=0; for script in bench/*.py; do \
 		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(PY) "$$script"; \
