@@ -15,7 +15,7 @@ import re
 class TerminalSet:
     """The terminals one state listens for, compiled once per (grammar, state)."""
 
-    __slots__ = ("_first", "_longest", "_non_ascii", "_prefixes", "_regex", "patterns")
+    __slots__ = ("_first", "_longest", "_non_ascii", "_prefixes", "_regex", "_starts", "patterns")
 
     def __init__(self, patterns: tuple[str, ...]) -> None:
         self.patterns = patterns
@@ -26,6 +26,10 @@ class TerminalSet:
         self._first = re.compile("[" + "".join(re.escape(c) for c in firsts) + "]") if firsts else None
         """Where such a suffix may start: one search finds the candidates, usually none."""
         self._longest = max((len(p) for p in patterns), default=1) - 1
+        starts = sorted({p[0] for p in patterns})
+        self._starts = re.compile("[" + "".join(re.escape(c) for c in starts) + "]") if starts else None
+        """Where a terminal, or a suffix that may become one, can start: text without any of these
+        characters (most pieces) is settled after one search."""
         self._non_ascii = all(not p[0].isascii() for p in patterns)
         """Every terminal starts with a non-ASCII character (a sentinel, usually): ASCII text can
         neither hold one nor end in the start of one, and ``str.isascii`` is a flag read."""
@@ -36,6 +40,8 @@ class TerminalSet:
         match's ``group()`` is the terminal's pattern."""
         end = len(text)
         if self._non_ascii and text.isascii():
+            return None, end
+        if self._starts is None or self._starts.search(text, pos) is None:
             return None, end
         hold = end
         first = self._first
