@@ -28,15 +28,13 @@ PROMPT_CONTEXT = 8
 class TokenScanner:
     """One request's detokenizer: ``piece(id)`` → the text that id settles (sentinel form)."""
 
-    __slots__ = ("_dropped", "_sentinels", "_stream", "_token_text", "_tokenizer")
+    __slots__ = ("_marks", "_stream", "_tokenizer")
 
     def __init__(
         self, tokenizer: tokenizers.Tokenizer, bound: BoundGrammar, prompt_ids: Sequence[int] = ()
     ) -> None:
         self._tokenizer = tokenizer
-        self._sentinels = bound.sentinel_of_id
-        self._dropped = bound.dropped_ids
-        self._token_text = bound.token_text
+        self._marks = bound.mark_of_id
         tail = [i for i in prompt_ids[-PROMPT_CONTEXT:] if i not in bound.token_text]
         self._stream = DecodeStream(ids=tail or None, skip_special_tokens=False)
 
@@ -46,13 +44,13 @@ class TokenScanner:
 
     def piece(self, token_id: int) -> str:
         text = self._stream.step(self._tokenizer, token_id) or ""
-        sentinel = self._sentinels.get(token_id)
-        if sentinel is None and token_id not in self._dropped:
+        mark = self._marks.get(token_id)
+        if mark is None:
             return text
-        marker = self._token_text[token_id]
+        marker, sentinel = mark
         if text.endswith(marker):
             text = text[: -len(marker)]
-        return text + (sentinel or "")
+        return text + sentinel
 
 
 class LiteralMarkers:

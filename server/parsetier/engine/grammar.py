@@ -215,6 +215,9 @@ class BoundGrammar:
     (a prefix of what may follow means "wait"); None when the list names only ``end``."""
     marker_ids: frozenset[int] = frozenset()
     """Ids that are not plain text: bound markers (``sentinel_of_id``) and dropped specials."""
+    mark_of_id: Mapping[int, tuple[str, str]] = field(default_factory=dict)
+    """Every marker id → (its token's text, its sentinel, "" for a dropped special): what the
+    detokenizer needs to know of an id, in one lookup."""
     run_states: frozenset[str] = frozenset()
     """States from which plain text (no marker token in it) can never move the output into or
     out of reasoning: there a run of plain ids may be parsed as one piece and still be counted
@@ -283,6 +286,10 @@ class BoundGrammar:
             known_ids=known_ids,
             follow_patterns=follow_patterns,
             marker_ids=frozenset(sentinel_of_id) | frozenset(special - set(sentinel_of_id)),
+            mark_of_id={
+                tid: (added[tid].content, sentinel_of_id.get(tid, ""))
+                for tid in special | set(sentinel_of_id)
+            },
             run_states=run_states(grammar, patterns),
         )
 
