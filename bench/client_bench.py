@@ -6,14 +6,16 @@ Each client runs as its own process (the Python one is this script with ``--pyth
 ``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``) and streams the
 same Qwen3 output (reasoning, an answer, two tool calls; encoded with the real tokenizer) through
 ``--sessions`` sessions, ``--concurrency`` open at once, every token its own decode step, 1 or 8
-steps to a message, as fast as the server answers (a closed loop). Per client and batching it
-reports the load it achieved (tokens/s), its own CPU per token (the child's rusage), and the
-server's CPU per token (``/proc/<pid>/stat``), each the median of ``--reps`` runs interleaved
-across clients so machine noise spreads evenly, and the ratios against the Python async client
-in the same run. Nothing passes or fails on an absolute figure.
+steps to a message, as fast as the server answers (a closed loop): once with one ``Parse`` stream
+per session, once with the batch API (one ``ParseBatch`` stream carrying the ``--concurrency`` live
+sessions, each message a step of every one of them, as a serving loop sends its engine steps).
+Per client, RPC and batching it reports the load it achieved (tokens/s), its own CPU per token
+(the child's rusage), and the server's CPU per token (``/proc/<pid>/stat``), each the median of
+``--reps`` runs interleaved across clients so machine noise spreads evenly, and the ratios against
+the Python async client in the same run. Nothing passes or fails on an absolute figure.
 
 The Go and C++ load programs are built first (``go build``; CMake into build/cpp), so the first
-run takes a few minutes. The multiplexed batch RPC does not exist yet, so there is no batch row.
+run takes a few minutes.
 """
 
 from __future__ import annotations
@@ -103,12 +105,49 @@ async def python_load(server: str, ids: list[int], sessions: int, concurrency: i
     return tokens
 
 
+async def python_batch_load(
+    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int
+) -> int:
+    """One ParseBatch stream, ``concurrency`` sessions live on it (a serving loop's batch): every
+    message carries each live session's next ``per_message`` one-token steps, or its Finish; a
+    finished session's slot takes the next session, until ``sessions`` have run."""
+    from parsetier_client import AsyncClient
+    from parsetier_client.batch import session_error
+
+    tokens = started = 0
+    slots: list[list | None] = [None] * concurrency  # [key, next position, finishing]
+    async with AsyncClient(server, timeout=120) as client, client.batch() as batch:
+        while True:
+            for i, slot in enumerate(slots):
+                if slot is None and started < sessions:
+                    slot = slots[i] = [f"s{started}", 0, False]
+                    started += 1
+                    batch.open(slot[0], "qwen3", tools=TOOLS_JSON)
+                if slot is None:
+                    continue
+                if slot[1] < len(ids):
+                    batch.feed(slot[0], *([tid] for tid in ids[slot[1] : slot[1] + per_message]))
+                    slot[1] += per_message
+                else:
+                    batch.finish(slot[0], "stop", STOP_TOKEN)
+                    slot[2] = True
+            if all(slot is None for slot in slots):
+                return tokens
+            outputs = await batch.step()
+            for out in outputs.values():
+                if (error := session_error(out)) is not None:
+                    raise RuntimeError(f"session {out.key}: {error}")
+            for i, slot in enumerate(slots):
+                if slot is not None and slot[2]:
+                    tokens += outputs[slot[0]].final.usage.completion_tokens
+                    slots[i] = None
+
+
 def run_python_load(args: argparse.Namespace) -> None:
     ids = [int(x) for x in Path(args.ids).read_text().split()]
     start = time.perf_counter()
-    tokens = asyncio.run(
-        python_load(args.server, ids, args.sessions, args.concurrency, args.steps_per_message)
-    )
+    load = python_batch_load if args.batch else python_load
+    tokens = asyncio.run(load(args.server, ids, args.sessions, args.concurrency, args.steps_per_message))
     print(json.dumps({"tokens": tokens, "sessions": args.sessions, "seconds": time.perf_counter() - start}))
 
 
@@ -150,7 +189,10 @@ class Server:
     """``parsetier serve --port 0`` in a subprocess, its port read from the "listening" log line."""
 
     def __init__(self) -> None:
+        # One process (its CPU is the server's, read from /proc), no load shedding (the bench
+        # measures the load rather than refusing it).
         cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3"]
+        cmd += ["--workers", "1", "--max-loop-lag-ms", "0"]
         self.proc = subprocess.Popen(
             cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=client_env()
         )
@@ -194,13 +236,21 @@ class Run:
 
 
 def run_once(
-    command: list[str], server: Server, ids_path: str, sessions: int, concurrency: int, per_message: int
+    command: list[str],
+    server: Server,
+    ids_path: str,
+    sessions: int,
+    concurrency: int,
+    per_message: int,
+    batch: bool = False,
 ) -> Run:
     argv = [
         *command,
         "--server", f"127.0.0.1:{server.port}", "--ids", ids_path, "--sessions", str(sessions),
         "--concurrency", str(concurrency), "--steps-per-message", str(per_message),
     ]  # fmt: skip
+    if batch:
+        argv.append("--batch")
     if "--python-load" not in command:
         argv += ["--tools-json", TOOLS_JSON]
     server_before = server.cpu_seconds()
@@ -223,6 +273,7 @@ def main() -> None:
     parser.add_argument("--ids", help=argparse.SUPPRESS)
     parser.add_argument("--tools-json", help=argparse.SUPPRESS)
     parser.add_argument("--steps-per-message", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sessions", type=int, default=120, help="sessions per run")
     parser.add_argument("--concurrency", type=int, default=8, help="sessions open at once")
     parser.add_argument("--reps", type=int, default=3, help="runs per figure (median)")
@@ -238,46 +289,58 @@ def main() -> None:
     server = Server()
     try:
         for command in clients.values():  # warm-up: model load, connection, code paths
-            run_once(command, server, ids_file.name, 8, 4, 1)
-        runs: dict[tuple[str, int], list[Run]] = {}
+            for batch in (False, True):
+                run_once(command, server, ids_file.name, 8, 4, 1, batch)
+        runs: dict[tuple[str, bool, int], list[Run]] = {}
         for _ in range(args.reps):
-            for per_message in (1, 8):
-                for name, command in clients.items():
-                    run = run_once(
-                        command, server, ids_file.name, args.sessions, args.concurrency, per_message
-                    )
-                    runs.setdefault((name, per_message), []).append(run)
+            for batch in (False, True):
+                for per_message in (1, 8):
+                    for name, command in clients.items():
+                        run = run_once(
+                            command,
+                            server,
+                            ids_file.name,
+                            args.sessions,
+                            args.concurrency,
+                            per_message,
+                            batch,
+                        )
+                        runs.setdefault((name, batch, per_message), []).append(run)
     finally:
         server.stop()
         os.unlink(ids_file.name)
     report(runs, len(ids), args)
 
 
-def report(runs: dict[tuple[str, int], list[Run]], output_tokens: int, args: argparse.Namespace) -> None:
+def report(
+    runs: dict[tuple[str, bool, int], list[Run]], output_tokens: int, args: argparse.Namespace
+) -> None:
     def median(values: list[float]) -> float:
         return statistics.median(values)
 
     print(
         f"\nClients against one server: {args.sessions} sessions per run, {args.concurrency} open at once, "
-        f"a {output_tokens}-token Qwen3 output, median of {args.reps} runs\n"
+        f"a {output_tokens}-token Qwen3 output, median of {args.reps} runs; load average "
+        f"{os.getloadavg()[0]:.1f} at the end\n"
     )
-    print("| client | steps per message | load (tokens/s) | load vs Python async | client CPU µs/token "
+    print("| client | RPC | steps per message | load (tokens/s) | load vs Python async | client CPU µs/token "
           "| client CPU vs Python async | server CPU µs/token |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
-    for per_message in (1, 8):
-        base = runs[("Python async", per_message)]
-        base_load = median([r.tokens / r.seconds for r in base])
-        base_cpu = median([r.client_cpu / r.tokens for r in base])
-        for name in ("Python async", "Go", "C++"):
-            rs = runs[(name, per_message)]
-            load = median([r.tokens / r.seconds for r in rs])
-            cpu = median([r.client_cpu / r.tokens for r in rs])
-            server = median([r.server_cpu / r.tokens for r in rs])
-            print(
-                f"| {name} | {per_message} | {load:,.0f} | {load / base_load:.2f} | {cpu * 1e6:.1f} "
-                f"| {cpu / base_cpu:.2f} | {server * 1e6:.1f} |"
-            )
-    print("\nThe batch API (multiplexed RPC) does not exist yet: no batch rows.")
+    print("|---|---|---|---|---|---|---|---|")
+    for batch in (False, True):
+        for per_message in (1, 8):
+            base = runs[("Python async", batch, per_message)]
+            base_load = median([r.tokens / r.seconds for r in base])
+            base_cpu = median([r.client_cpu / r.tokens for r in base])
+            for name in ("Python async", "Go", "C++"):
+                rs = runs[(name, batch, per_message)]
+                load = median([r.tokens / r.seconds for r in rs])
+                cpu = median([r.client_cpu / r.tokens for r in rs])
+                server = median([r.server_cpu / r.tokens for r in rs])
+                rpc = f"ParseBatch ({args.concurrency} sessions)" if batch else "Parse"
+                print(
+                    f"| {name} | {rpc} | {per_message} | {load:,.0f} | {load / base_load:.2f} "
+                    f"| {cpu * 1e6:.1f} | {cpu / base_cpu:.2f} | {server * 1e6:.1f} |"
+                )
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ def test_cpp_client_against_real_server(cpp_build):
             "LiveServer.CancelAndDestroyMidway",
             "LiveServer.ErrorCodes",
             "LiveServer.ErrorNamesTheBadId",
+            "LiveServer.KeepaliveDefaultsWithinServerPolicy",
             "ClientOptions.CredentialsAreRequired",
             "OpenAIJson.EscapingInfinityAndRepeatedAlternatives",
             "parsetier_stream_example",

@@ -77,6 +77,7 @@ def test_go_client_against_real_server():
             "TestOptions",
             "TestNewClientNeedsCredentials",
             "TestDefaultKeepaliveWithinServerPolicy",
+            "TestDefaultKeepaliveQuietSessionSurvives",
             "TestDeltasIterator",
             "TestIteratorsEndWithTheStatus",
             "TestContextCancelsSession",

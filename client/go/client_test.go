@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,45 @@ func TestDefaultKeepaliveWithinServerPolicy(t *testing.T) {
 	}
 	if params.Timeout <= 0 || params.Timeout > time.Minute {
 		t.Errorf("DefaultKeepalive timeout %v", params.Timeout)
+	}
+}
+
+// A session through a client with the default keepalive survives a quiet spell in which the
+// server closes a client that pings every second with GOAWAY too_many_pings (shown through the
+// Python and C++ clients in tests/test_keepalive.py and client/cpp; gRPC-Go raises any keepalive
+// Time below 10 s to 10 s, so the same negative control here would take the better part of a
+// minute). Resume is off, so a GOAWAY would end the session instead of moving it.
+func TestDefaultKeepaliveQuietSessionSurvives(t *testing.T) {
+	client, err := parsetier.NewClient(os.Getenv("PARSETIER_SERVER"), parsetier.WithInsecure(), parsetier.WithoutResume())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	session, err := client.Open(testContext(t), "qwen3")
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer session.Close()
+	if err := session.Send([]uint32{9707}); err != nil { // "Hello": a reply at once
+		t.Fatal(err)
+	}
+	if _, err := session.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(6 * time.Second)
+	if err := session.Send([]uint32{9707}); err != nil {
+		t.Fatal(err)
+	}
+	if err := session.Finish(parsetier.Stop, parsetier.NoStop); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range session.Messages() {
+		if err != nil {
+			t.Fatalf("the quiet session ended with %v", err)
+		}
+	}
+	if session.Final() == nil {
+		t.Fatal("no final message")
 	}
 }
 

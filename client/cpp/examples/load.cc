@@ -2,21 +2,26 @@
 // what it achieved, to measure a deployment (or this client) under a known load.
 //
 //   parsetier_load --server HOST:PORT --ids FILE [--sessions N] [--concurrency C]
-//                  [--steps-per-message K] [--tools-json JSON] [--model NAME] [--stop-token ID]
+//                  [--steps-per-message K] [--tools-json JSON] [--model NAME] [--stop-token ID] [--batch]
 //
 // FILE holds the output's token ids separated by white space. Each of C threads runs sessions
 // back to back until N have run: it sends the whole output, each token its own decode step, K
-// steps to a message, while the replies arrive through callbacks on gRPC's threads. Prints one
-// JSON line: tokens, sessions and wall-clock seconds.
+// steps to a message, while the replies arrive through callbacks on gRPC's threads. With --batch,
+// one thread drives one ParseBatch stream carrying C sessions at once instead (a serving loop's
+// batch): each message holds every live session's next K steps, or its Finish, and a finished
+// session's slot takes the next one. Prints one JSON line: tokens, sessions and wall-clock seconds.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "parsetier/batch.h"
 #include "parsetier/client.h"
 
 namespace {
@@ -48,6 +53,54 @@ uint32_t RunSession(parsetier::Client& client, const parsetier::OpenOptions& ope
   return session->Final()->usage().completion_tokens();
 }
 
+// Sessions over one ParseBatch stream, `concurrency` live at once; returns the tokens they counted.
+uint64_t RunBatch(parsetier::Client& client, const parsetier::OpenOptions& open, const std::vector<uint32_t>& ids,
+                  long sessions, long concurrency, size_t per_message, uint32_t stop_token) {
+  struct Slot {
+    std::string key;
+    size_t next = 0;
+    bool finishing = false;
+  };
+  std::unique_ptr<parsetier::Batch> batch = client.OpenBatch();
+  std::vector<std::optional<Slot>> slots(static_cast<size_t>(concurrency));
+  uint64_t tokens = 0;
+  long started = 0;
+  while (true) {
+    bool live = false;
+    for (auto& slot : slots) {
+      if (!slot && started < sessions) {
+        slot = Slot{"s" + std::to_string(started++)};
+        batch->Open(slot->key, open);
+      }
+      if (!slot) continue;
+      live = true;
+      if (slot->next < ids.size()) {
+        std::vector<parsetier::Step> steps;
+        for (; slot->next < ids.size() && steps.size() < per_message; ++slot->next) steps.push_back({ids[slot->next]});
+        batch->Feed(slot->key, steps);
+      } else {
+        batch->Finish(slot->key, parsetier::FinishOptions::StopToken(stop_token));
+        slot->finishing = true;
+      }
+    }
+    if (!live) break;
+    std::unordered_map<std::string, uint32_t> finals;
+    for (const parsetier::v1::SessionOutput& output : batch->Step()) {
+      if (std::optional<parsetier::Error> error = parsetier::SessionError(output)) throw *error;
+      if (output.has_final()) finals[output.key()] = output.final().usage().completion_tokens();
+    }
+    for (auto& slot : slots) {
+      if (slot && slot->finishing) {
+        tokens += finals[slot->key];
+        slot.reset();
+      }
+    }
+  }
+  grpc::Status status = batch->Close();
+  if (!status.ok()) throw parsetier::Error(status);
+  return tokens;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,8 +108,19 @@ int main(int argc, char** argv) {
   parsetier::OpenOptions open;
   open.model = "qwen3";
   long sessions = 100, concurrency = 8, per_message = 1, stop_token = 151645;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string flag = argv[i], value = argv[i + 1];
+  bool batch = false;
+  for (int i = 1; i < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--batch") {
+      batch = true;
+      --i;  // a switch: no value
+      continue;
+    }
+    if (i + 1 == argc) {
+      std::cerr << "parsetier_load: " << flag << " needs a value\n";
+      return 2;
+    }
+    std::string value = argv[i + 1];
     if (flag == "--server") server = value;
     else if (flag == "--ids") ids_path = value;
     else if (flag == "--model") open.model = value;
@@ -73,6 +137,14 @@ int main(int argc, char** argv) {
   try {
     const std::vector<uint32_t> ids = ReadIds(ids_path);
     parsetier::Client client(server, {parsetier::InsecureCredentials()});
+    if (batch) {
+      auto start = std::chrono::steady_clock::now();
+      uint64_t tokens = RunBatch(client, open, ids, sessions, concurrency, static_cast<size_t>(per_message),
+                                 static_cast<uint32_t>(stop_token));
+      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::cout << "{\"tokens\": " << tokens << ", \"sessions\": " << sessions << ", \"seconds\": " << seconds << "}\n";
+      return 0;
+    }
     std::atomic<long> next{0};
     std::atomic<uint64_t> tokens{0};
     std::atomic<bool> failed{false};

@@ -31,6 +31,7 @@ using parsetier_test::kImEnd;
 using parsetier_test::kOutput;
 using parsetier_test::kTools;
 constexpr uint32_t kOutOfVocabulary = 10000000;
+constexpr uint32_t kHello = 9707;  // "Hello"
 
 std::string ServerTarget() {
   const char* target = std::getenv("PARSETIER_SERVER");
@@ -541,6 +542,48 @@ TEST_F(LiveServer, ErrorNamesTheBadId) {
   } catch (const parsetier::Error& error) {
     EXPECT_NE(error.message().find("10000000"), std::string::npos) << error.message();
   }
+}
+
+// --- keepalive against the server's ping policy ------------------------------------------------
+
+// One reply, some seconds of nothing, one more step and the finish, through `options`: the status.
+grpc::Status QuietSession(parsetier::ClientOptions options) {
+  options.resume = std::nullopt;  // a GOAWAY must end the session, not move it
+  parsetier::Client client(ServerTarget(), options);
+  auto session = client.Open(Model("qwen3"));
+  try {
+    session->Send({kHello});  // content: a reply at once
+    if (!session->Next()) return session->Wait();
+    std::this_thread::sleep_for(std::chrono::seconds(6));  // a 1 s pinger is GOAWAY'd after 3 or 4 pings
+    session->Send({kHello});
+    session->Finish();
+    Drain(*session);
+  } catch (const parsetier::Error& error) {
+    return grpc::Status(error.code(), error.message());
+  }
+  return session->Wait();
+}
+
+// The server runs gRPC core's default ping policy (one ping per 5 minutes without data, none
+// without calls). The defaults stay within it, so a quiet session completes; the negative control,
+// a client pinging every second, is closed with GOAWAY too_many_pings in the same quiet spell.
+TEST_F(LiveServer, KeepaliveDefaultsWithinServerPolicy) {
+  parsetier::ClientOptions defaults{parsetier::InsecureCredentials()};
+  EXPECT_GE(defaults.keepalive_time, std::chrono::minutes(5));
+  EXPECT_GT(defaults.keepalive_timeout.count(), 0);
+  std::future<grpc::Status> quiet = std::async(std::launch::async, [&] { return QuietSession(defaults); });
+
+  parsetier::ClientOptions eager{parsetier::InsecureCredentials()};
+  eager.keepalive_time = std::chrono::seconds(1);
+  eager.channel_arguments = [](grpc::ChannelArguments& args) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // gRPC core stops after 2 by default
+  };
+  grpc::Status pinged = QuietSession(eager);
+  EXPECT_EQ(pinged.error_code(), grpc::StatusCode::UNAVAILABLE) << pinged.error_message();
+
+  grpc::Status status = quiet.get();
+  EXPECT_TRUE(status.ok()) << parsetier::StatusCodeName(status.error_code()) << ": " << status.error_message();
 }
 
 TEST(ClientOptions, CredentialsAreRequired) {

@@ -68,17 +68,27 @@ MAX_REPLY_BYTES = 64 * 1024 * 1024
 """The largest message a parsetier server sends (its ``--max-reply-bytes`` default); clients
 accept that much, not grpc's 4 MiB default, so every reply a server sends can be received."""
 RECEIVE_OPTIONS = (("grpc.max_receive_message_length", MAX_REPLY_BYTES),)
+KEEPALIVE_OPTIONS = (
+    ("grpc.keepalive_time_ms", 300_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 0),
+)
+"""Keepalive within the server's ping policy (gRPC core's default: at most one ping per 5 minutes
+without data, none on a connection without calls; more get GOAWAY ``too_many_pings``), as the Go
+and C++ clients: a ping after 5 idle minutes while a call is open finds a dead connection under a
+long, quiet session."""
+CHANNEL_OPTIONS = (*RECEIVE_OPTIONS, *KEEPALIVE_OPTIONS)
 
 
 def sync_channel(target: str, tls: Tls | None) -> grpc.Channel:
     if tls is None:
-        return grpc.insecure_channel(target, options=RECEIVE_OPTIONS)
-    return grpc.secure_channel(target, tls.credentials(), options=[*tls.channel_options(), *RECEIVE_OPTIONS])
+        return grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+    return grpc.secure_channel(target, tls.credentials(), options=[*tls.channel_options(), *CHANNEL_OPTIONS])
 
 
 def aio_channel(target: str, tls: Tls | None) -> grpc.aio.Channel:
     if tls is None:
-        return grpc.aio.insecure_channel(target, options=RECEIVE_OPTIONS)
+        return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
     return grpc.aio.secure_channel(
-        target, tls.credentials(), options=[*tls.channel_options(), *RECEIVE_OPTIONS]
+        target, tls.credentials(), options=[*tls.channel_options(), *CHANNEL_OPTIONS]
     )

@@ -35,6 +35,7 @@ func main() {
 	concurrency := flag.Int("concurrency", 8, "sessions open at once")
 	perMessage := flag.Int("steps-per-message", 1, "one-token steps per client message")
 	stopToken := flag.Uint("stop-token", 151645, "the stop token id Finish names")
+	batch := flag.Bool("batch", false, "one ParseBatch stream carrying -concurrency sessions instead of a stream each")
 	flag.Parse()
 
 	ids, err := readIDs(*idsPath)
@@ -46,6 +47,17 @@ func main() {
 		log.Fatal(err)
 	}
 	defer client.Close()
+
+	if *batch {
+		start := time.Now()
+		n, err := runBatch(client, *model, *toolsJSON, ids, *sessions, *concurrency, *perMessage, uint32(*stopToken))
+		if err != nil {
+			log.Fatal(err)
+		}
+		out, _ := json.Marshal(map[string]any{"tokens": n, "sessions": *sessions, "seconds": time.Since(start).Seconds()})
+		fmt.Println(string(out))
+		return
+	}
 
 	var next, tokens atomic.Int64
 	var wg sync.WaitGroup
@@ -107,6 +119,74 @@ func runSession(client *parsetier.Client, model, toolsJSON string, ids []uint32,
 		return 0, err
 	}
 	return int(session.Final().GetUsage().GetCompletionTokens()), nil
+}
+
+// runBatch runs sessions over one ParseBatch stream, concurrency of them live at once (a serving
+// loop's batch): every message carries each live session's next perMessage one-token steps, or
+// its Finish, and a finished session's slot takes the next one. It returns the completion tokens.
+func runBatch(client *parsetier.Client, model, toolsJSON string, ids []uint32, sessions, concurrency, perMessage int,
+	stopToken uint32) (int, error) {
+	b, err := client.Batch(context.Background())
+	if err != nil {
+		return 0, err
+	}
+	defer b.Close()
+	type slot struct {
+		key       string
+		next      int
+		finishing bool
+	}
+	slots := make([]*slot, concurrency)
+	tokens, started := 0, 0
+	for {
+		live := false
+		for i, s := range slots {
+			if s == nil && started < sessions {
+				s = &slot{key: "s" + strconv.Itoa(started)}
+				slots[i] = s
+				started++
+				b.Open(s.key, model, parsetier.WithToolsJSON(toolsJSON))
+			}
+			if s == nil {
+				continue
+			}
+			live = true
+			if s.next < len(ids) {
+				end := min(len(ids), s.next+perMessage)
+				steps := make([][]uint32, 0, end-s.next)
+				for j := s.next; j < end; j++ {
+					steps = append(steps, ids[j:j+1])
+				}
+				b.Feed(s.key, steps...)
+				s.next = end
+			} else {
+				b.Finish(s.key, parsetier.Finish{Reason: parsetier.Stop, Matched: parsetier.StopToken(stopToken)})
+				s.finishing = true
+			}
+		}
+		if !live {
+			return tokens, b.Close()
+		}
+		outputs, err := b.Step()
+		if err != nil {
+			return 0, err
+		}
+		finals := map[string]int{}
+		for _, out := range outputs {
+			if err := parsetier.SessionErr(out); err != nil {
+				return 0, fmt.Errorf("session %s: %w", out.GetKey(), err)
+			}
+			if out.GetFinal() != nil {
+				finals[out.GetKey()] = int(out.GetFinal().GetUsage().GetCompletionTokens())
+			}
+		}
+		for i, s := range slots {
+			if s != nil && s.finishing {
+				tokens += finals[s.key]
+				slots[i] = nil
+			}
+		}
+	}
 }
 
 func readIDs(path string) ([]uint32, error) {
