@@ -108,6 +108,8 @@ NEED_CONFIGURED_TOKENIZER |= {
     "command-a",
     "lfm2",
     "phi-4-mini",
+    "olmo-3",
+    "apertus",
 }
 LIST_MODELS = """
 import json, sys
