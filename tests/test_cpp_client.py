@@ -188,3 +188,14 @@ def test_cpp_client_resumes_on_another_server(cpp_build):
     finally:
         for server in servers:
             server.kill()
+
+
+def test_cpp_client_joins_a_reply_sent_in_parts(cpp_build):
+    """Replies past a small --max-reply-bytes come in parts; the C++ Session and Batch join them."""
+    limit = 256 * 1024
+    with ProcessServer("--preload", "qwen3", "--max-reply-bytes", str(limit)) as server:
+        env = dict(os.environ, PARSETIER_PARTS_SERVER=server.target, PARSETIER_PARTS_LIMIT=str(limit))
+        code, output = run([str(BUILD_DIR / "parsetier_parts_test")], TEST_TIMEOUT, env=env)
+    assert code == 0, f"parsetier_parts_test failed (exit {code}):\n{output}"
+    for name in ("RawStreamIsInParts", "SessionJoinsThem", "BatchJoinsThem"):
+        assert f"[       OK ] Parts.{name}" in output, f"{name} did not pass:\n{output}"

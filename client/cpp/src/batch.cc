@@ -4,6 +4,7 @@
 // reply per message, in order, and a refused session does not end the stream (its status is in
 // its output), so nothing needs the callback API's view of the stream's headers.
 #include "parsetier/batch.h"
+#include "parts.h"
 
 namespace parsetier {
 
@@ -62,7 +63,14 @@ void Batch::Send() {
 std::vector<v1::SessionOutput> Batch::Recv() {
   if (closed_) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: the batch stream is closed");
   v1::ParseBatchResponse reply;
-  if (!stream_->Read(&reply)) Fail();
+  grpc::Status broken;
+  do {
+    if (!stream_->Read(&reply)) Fail();
+  } while (!internal::JoinParts(reply, parts_, in_parts_, broken));  // a large reply comes in parts
+  if (!broken.ok()) {
+    context_.TryCancel();
+    Fail(broken);
+  }
   --in_flight_;
   return {std::make_move_iterator(reply.mutable_sessions()->begin()),
           std::make_move_iterator(reply.mutable_sessions()->end())};
@@ -77,18 +85,21 @@ grpc::Status Batch::Close() {
   if (closed_) return status_;
   stream_->WritesDone();
   v1::ParseBatchResponse reply;
-  while (stream_->Read(&reply)) --in_flight_;
+  while (stream_->Read(&reply)) {
+  }
+  in_flight_ = 0;
   closed_ = true;
   status_ = stream_->Finish();
   return status_;
 }
 
-void Batch::Fail() {
+void Batch::Fail(const grpc::Status& cause) {
   v1::ParseBatchResponse ignored;
   while (stream_->Read(&ignored)) {
   }
   closed_ = true;
   status_ = stream_->Finish();
+  if (!cause.ok()) status_ = cause;
   throw Error(status_.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: ParseBatch stream ended early")
                            : status_);
 }

@@ -148,6 +148,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepalive_time.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options.keepalive_timeout.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  args.SetMaxReceiveMessageSize(kMaxReplyBytes);
   if (options.channel_arguments) options.channel_arguments(args);
   return grpc::CreateCustomChannel(target, options.credentials, args);
 }

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "parsetier/client.h"
+#include "parts.h"
 
 namespace parsetier {
 
@@ -180,6 +181,8 @@ class StreamReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::Parse
   grpc::ClientContext context_;
   v1::ParseRequest current_;    // the write in flight
   v1::ParseResponse incoming_;  // the read in flight
+  std::string parts_;           // a reply sent in parts, so far
+  bool in_parts_ = false;
 
   bool started_ = false;  // Start has returned: Cancel may act on it
   size_t written_ = 1;  // history messages this stream has had (the Open is written by Start)
@@ -359,10 +362,15 @@ class SessionCore {
     cv_.notify_all();
   }
 
-  // A message arrived on the current stream (OnReadDone): checks it continues what was received,
-  // records the resume point, and delivers it. Returns false when the stream must be cancelled.
-  bool Received(v1::ParseResponse& message) {
+  // A whole reply arrived on the current stream (OnReadDone), or `broken` says why it cannot be
+  // read: checks it continues what was received, records the resume point, and delivers it.
+  // Returns false when the stream must be cancelled (the session ends with the failure).
+  bool Received(v1::ParseResponse& message, const grpc::Status& broken) {
     std::unique_lock<std::mutex> lock(mu_);
+    if (!broken.ok()) {
+      failure_ = broken;
+      return false;
+    }
     if (policy_ && message.sequence() != sequence_ + 1) {
       failure_ = grpc::Status(grpc::StatusCode::INTERNAL,
                               "parsetier: message " + std::to_string(message.sequence()) + " after " +
@@ -429,7 +437,7 @@ class SessionCore {
   uint64_t sequence_ = 0;
   std::deque<v1::ParseResponse> messages_;  // for Next
   std::optional<v1::Final> final_;
-  std::optional<grpc::Status> failure_;  // a reply out of sequence
+  std::optional<grpc::Status> failure_;  // a reply out of sequence, or parts that do not join
   StreamReactor* current_ = nullptr;     // the accepted stream, until its OnDone
   std::vector<std::unique_ptr<StreamReactor>> streams_;
   int resumes_ = 0;
@@ -488,7 +496,10 @@ void StreamReactor::OnReadDone(bool ok) {
     Pump(lock);
     return;
   }
-  if (!core_.Received(incoming_)) context_.TryCancel();
+  grpc::Status broken;
+  if (internal::JoinParts(incoming_, parts_, in_parts_, broken)) {  // else more parts are due
+    if (!core_.Received(incoming_, broken)) context_.TryCancel();
+  }
   incoming_.Clear();
   StartRead(&incoming_);
 }

@@ -37,12 +37,7 @@ grpc::StatusCode CodeOf(const std::function<void()>& call) {
   return grpc::StatusCode::OK;
 }
 
-parsetier::OpenOptions Qwen3() {
-  parsetier::OpenOptions open;
-  open.model = "qwen3";
-  open.timeout = std::chrono::seconds(30);
-  return open;
-}
+parsetier::OpenOptions Qwen3() { return parsetier_test::Qwen3Plain(); }
 
 TEST_F(Secure, MutualTLSAndToken) {
   parsetier::Client client = Dial(cert, key, token);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "parsetier/client.h"
+
 namespace parsetier_test {
 
 inline const std::vector<uint32_t> kOutput = {
@@ -21,6 +23,14 @@ constexpr uint32_t kImEnd = 151645;  // <|im_end|>
 inline const char* const kTools =
     R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
     R"("properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+
+// A plain qwen3 session's options (no tools), with a deadline.
+inline parsetier::OpenOptions Qwen3Plain(std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  parsetier::OpenOptions open;
+  open.model = "qwen3";
+  open.timeout = timeout;
+  return open;
+}
 
 // An environment variable the driver sets; a failure naming it when unset.
 inline std::string Env(const char* name) {

@@ -46,12 +46,15 @@ class Batch {
   friend class Client;
   Batch(v1::ParserService::Stub& stub, const std::function<void(grpc::ClientContext&)>& prepare);
   v1::SessionInput& Entry(const std::string& key);
-  [[noreturn]] void Fail();
+  // Ends the stream after a failure: with its status, or with `cause` when that is set.
+  [[noreturn]] void Fail(const grpc::Status& cause = grpc::Status::OK);
 
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ParseBatchRequest, v1::ParseBatchResponse>> stream_;
   v1::ParseBatchRequest pending_;
   std::unordered_map<std::string, int> index_;  // key -> its entry in pending_
+  std::string parts_;  // a reply sent in parts, so far
+  bool in_parts_ = false;
   int in_flight_ = 0;
   bool closed_ = false;
   grpc::Status status_;

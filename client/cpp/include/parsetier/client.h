@@ -55,6 +55,12 @@ struct ResumePolicy {
   std::chrono::milliseconds max_backoff{1000};
 };
 
+// The largest message a Client built from a target receives: the server's default
+// --max-reply-bytes (larger replies come in parts, which Session and Batch join). gRPC's default
+// of 4 MiB is too small for a final result that repeats a long output. A channel given to Client
+// keeps its own limit.
+constexpr int kMaxReplyBytes = 64 << 20;
+
 // How a Client connects. Transport security is an explicit choice: set `credentials` to
 // InsecureCredentials() for a loopback or sidecar hop, or to TLS credentials; a Client without
 // credentials is an std::invalid_argument.
