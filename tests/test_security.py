@@ -130,6 +130,28 @@ def test_mutual_tls(registry, pki):
             assert code_of(untrusted.list_models) == grpc.StatusCode.UNAVAILABLE
 
 
+def test_async_client_over_mutual_tls(registry, pki):
+    """AsyncClient with tls=: verified mutual TLS works, a client without a certificate is refused."""
+    security = Security(tls=tls_files(pki, client_ca=True))
+    with ThreadServer(registry, security=security) as server:
+        ca = pki["ca"].cert
+        a: Pair = pki["client-a"]
+
+        async def run() -> tuple[str, grpc.StatusCode]:
+            async with AsyncClient(server.target, tls=Tls(ca, a.cert, a.key), timeout=30) as client:
+                content = (await client.parse_once("qwen3", HELLO)).final.message.content
+            async with AsyncClient(server.target, tls=Tls(ca), timeout=10) as no_certificate:
+                try:
+                    await no_certificate.list_models()
+                except grpc.aio.AioRpcError as exc:
+                    return content, exc.code()
+            return content, grpc.StatusCode.OK
+
+        content, refused = asyncio.run(run())
+    assert content == "Hello!"
+    assert refused == grpc.StatusCode.UNAVAILABLE
+
+
 def test_mutual_tls_allowed_names(registry, pki):
     security = Security(tls=tls_files(pki, client_ca=True, names=frozenset({"client-a"})))
     with ThreadServer(registry, security=security) as server:

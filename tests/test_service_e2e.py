@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import grpc
 import pytest
 
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -263,3 +264,52 @@ def test_async_client_one_call_and_sync_streaming(grpc_server, client, encode):
     assert stream.final is not None
     assert message_key(stream.final.message) == message_key(async_result.message)
     assert join(deltas).tool_calls() == EXPECTED_CALLS
+
+
+def test_async_client_unary_calls_equal_the_sync_clients(grpc_server, client, encode):
+    """AsyncClient.parse_once, list_models and build_constraint answer as the blocking client's do."""
+    ids = encode(REASONING_AND_TWO_CALLS)
+
+    async def run():
+        async with AsyncClient(grpc_server.target, timeout=30) as aclient:
+            once = await aclient.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS)
+            models = await aclient.list_models()
+            constraint = await aclient.build_constraint("qwen3", tools=WEATHER_TOOLS, tool_choice="required")
+            return once, models, constraint
+
+    once, models, constraint = asyncio.run(run())
+    assert once == client.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS)
+    assert once.final.finish_reason == pb.FINISH_REASON_TOOL_CALLS
+    assert [m.name for m in models] == [m.name for m in client.list_models()]
+    want = client.build_constraint("qwen3", tools=WEATHER_TOOLS, tool_choice="required")
+    assert constraint == want and constraint.lark_grammar
+
+
+def test_cancel_ends_the_stream_with_cancelled(grpc_server, client, encode):
+    """ParseStream.cancel mid-session: iteration ends with CANCELLED; AsyncParseStream.cancel: with
+    asyncio.CancelledError, as grpc.aio reports a call its caller cancelled. Neither resumes: the
+    caller asked for it."""
+    ids = encode(REASONING_AND_TWO_CALLS)
+    stream = client.open("qwen3", tools=WEATHER_TOOLS)
+    replies = iter(stream)
+    stream.send(*([tid] for tid in ids[:20]))
+    next(replies)
+    stream.cancel()
+    with pytest.raises(grpc.RpcError) as info:
+        for _ in replies:
+            pass
+    assert info.value.code() == grpc.StatusCode.CANCELLED
+
+    async def run() -> None:
+        async with AsyncClient(grpc_server.target, timeout=30) as aclient:
+            astream = await aclient.open("qwen3", tools=WEATHER_TOOLS)
+            areplies = astream.__aiter__()
+            await astream.send(*([tid] for tid in ids[:20]))
+            await areplies.__anext__()
+            astream.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                async for _ in areplies:
+                    pass
+            assert astream.resumes == 0
+
+    asyncio.run(asyncio.wait_for(run(), 30))
