@@ -195,7 +195,7 @@ TEST(Resume, SigtermHandsOff) {
 
 // Behind nginx (the deploy config; PARSETIER_RESUME_PROXY), sessions spread over two backends and
 // one backend is SIGKILLed (PARSETIER_RESUME_PROXIED_KILL): the sessions on it resume through nginx
-// on the other. The client pings every second, as deploy/README.md ("Backend loss") asks of
+// on the other. The client pings every second, as deploy/README.md asks of
 // clients behind nginx, which may hold a stream's reset until the connection shows activity.
 TEST(Resume, SigkillBehindNginx) {
   Victim victim = ParseVictim(Env("PARSETIER_RESUME_PROXIED_KILL"));
