@@ -134,7 +134,9 @@ class Session:
         schemas = _tool_schemas(options)
         grammar = model.grammar
         self._scanner = TokenScanner(model.tokenizer, grammar, options.prompt_token_ids)
-        self._literals = LiteralMarkers(grammar)
+        self._literals: LiteralMarkers | None = None
+        """Made by the first text step: most sessions are fed ids only, and it costs more to build
+        (a terminal set over every marker text) than the rest of a session."""
         start = start_state(grammar, options, model.spec.thinking, model.tokenizer)
         self._machine = Machine(grammar, start, schemas)
         self._assembler = Assembler(options)
@@ -232,6 +234,8 @@ class Session:
             raise InvalidInput("tokens must not be negative")
         self._tokens += tokens
         if not self._ids_seen:
+            if self._literals is None:
+                self._literals = LiteralMarkers(self.model.grammar)
             text = self._literals.convert(text)
         return self._output(self._machine.feed(text, tokens))
 
@@ -241,7 +245,7 @@ class Session:
         if reason not in FINISH_REASONS:
             raise InvalidInput(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, not {reason!r}")
         self._finished = True
-        events = self._machine.feed(self._literals.flush(), 0)
+        events = self._machine.feed(self._literals.flush() if self._literals is not None else "", 0)
         if self.options.include_stop_text and matched_stop is not None and reason == "stop":
             if isinstance(matched_stop, int):
                 stop_text = self._token_text.get(matched_stop, "")
