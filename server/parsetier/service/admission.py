@@ -74,7 +74,9 @@ class LoopLag:
 
     def current(self) -> float:
         """Seconds the loop is behind (0 when it keeps up)."""
-        lags = [lag for _, lag in self._samples]
+        # A snapshot first: ParseBatch opens call this from a worker thread (large messages are
+        # applied off the loop) while the loop appends; copying a deque is one C call under the GIL.
+        lags = [lag for _, lag in tuple(self._samples)]
         lags += [0.0] * (MIN_SAMPLES - len(lags))  # just started: no evidence of load yet
         return statistics.median(lags)
 
