@@ -9,6 +9,7 @@ Every test asserts exact outputs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -338,3 +339,22 @@ def test_k3_a_closer_followed_by_the_next_argument_inside_a_value_is_structure()
     value = 'x<|close|>argument<|sep|><|open|>argument key="k2"<|sep|>y'
     text = "<|open|>tools<|sep|>" + k3_call("f", 1, k3_arg("s", value)) + "<|close|>tools<|sep|>"
     assert split_check(K3, enc(K3, text), prompted(K3, K3_PROMPT_OFF))[2] == (("f", '{"s": "x", "k2": "y"}'),)
+
+
+@pytest.mark.parametrize("complete", [False, True])
+def test_k2_a_repeated_written_id_names_one_call_only(complete: bool) -> None:
+    """The model wrote one id for two calls: the first keeps it, the second gets the derived id
+    (ids stay unique in the message, and the same under every split)."""
+    text = (
+        "</think><|tool_calls_section_begin|>"
+        + k2_call("get_weather", 0, '{"city": "Paris"}')
+        + k2_call("get_weather", 0, '{"city": "Rome"}')
+        + "<|tool_calls_section_end|>"
+    )
+    options = dataclasses.replace(prompted(K26, K26_PROMPT), complete_tool_calls=complete)
+    ids = enc(K26, text)
+    split_check(K26, ids, options)
+    message, _, _ = parse(K26, options, ids)
+    written = call_ids(message)
+    assert len(message.tool_calls) == 2 and written[0] == "functions.get_weather:0"
+    assert written[1].startswith("chatcmpl-tool-")

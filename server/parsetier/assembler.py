@@ -48,6 +48,8 @@ class Assembler:
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._delivered: list[_Call] = []
+        self._ids: set[str] = set()
+        """Ids given to calls so far: a model-written id never names two calls (see ``_start``)."""
         self._open: dict[int, _Call] = {}
         """engine tool index → call being received (only calls that will be delivered)."""
         self._content_edges = EdgeTrim()  # one for the whole message's content
@@ -108,7 +110,11 @@ class Assembler:
         planned = len(self._delivered) + (len(self._open) if self._buffer_calls else 0)
         if self._max_calls is not None and planned >= self._max_calls:
             return
-        call = _Call(ev.call_id or self._make_id(ev.tool_index), ev.text, len(self._delivered))
+        # The model's own id (Kimi's functions.name:0) when it wrote one no earlier call has;
+        # a repeated or missing one gets the derived id, so ids stay unique and split-invariant.
+        call_id = ev.call_id if ev.call_id and ev.call_id not in self._ids else self._make_id(ev.tool_index)
+        self._ids.add(call_id)
+        call = _Call(call_id, ev.text, len(self._delivered))
         self._open[ev.tool_index] = call
         if not self._buffer_calls:
             self._delivered.append(call)

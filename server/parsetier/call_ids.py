@@ -10,7 +10,8 @@ rule, documented in docs/engine.md and docs/service.md:
 comma-separated) prefixed with ``prompt:``, followed by ``#n`` for choice ``n`` > 0 of a request
 with several choices (``Open.choice_index``), so the choices' calls never share an id;
 ``call_index`` is the call's position among the calls the model wrote (0, 1, ...). Formats whose
-model writes its own ids (Kimi's ``functions.name:0``) keep those.
+model writes its own ids (Kimi's ``functions.name:0``) keep those, unless an earlier call of the
+session already has that id: then the derived id (the assembler keeps ids unique).
 """
 
 from __future__ import annotations
