@@ -109,7 +109,14 @@ def edge_groupings(model: Model, ids: Sequence[int]) -> list[list[list[int]]]:
     markers = model.grammar.marker_ids
     at = [i for i, t in enumerate(ids) if t in markers]
     stream = DecodeStream(skip_special_tokens=False)
-    inside = [i + 1 for i, t in enumerate(ids) if not stream.step(model.tokenizer, t)]
+    inside = []
+    for i, t in enumerate(ids):
+        try:
+            held = not stream.step(model.tokenizer, t)
+        except Exception:  # bytes no character can complete (see TokenScanner._restart)
+            stream, held = DecodeStream(skip_special_tokens=False), False
+        if held:
+            inside.append(i + 1)
     out = [
         cut(ids, at),  # each marker opens a delta
         cut(ids, [i + 1 for i in at]),  # each marker closes one

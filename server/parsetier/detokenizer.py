@@ -40,10 +40,16 @@ class TokenScanner:
 
     def run(self, token_ids: list[int]) -> str:
         """The text plain ids settle (none of them in ``BoundGrammar.marker_ids``), in one step."""
-        return self._stream.step(self._tokenizer, token_ids) or ""
+        try:
+            return self._stream.step(self._tokenizer, token_ids) or ""
+        except Exception:  # tokenizers raises a bare Exception
+            return self._restart(token_ids)
 
     def piece(self, token_id: int) -> str:
-        text = self._stream.step(self._tokenizer, token_id) or ""
+        try:
+            text = self._stream.step(self._tokenizer, token_id) or ""
+        except Exception:
+            text = self._restart(token_id)
         mark = self._marks.get(token_id)
         if mark is None:
             return text
@@ -51,6 +57,19 @@ class TokenScanner:
         if text.endswith(marker):
             text = text[: -len(marker)]
         return text + sentinel
+
+    def _restart(self, ids: int | list[int]) -> str:
+        """``DecodeStream`` refuses a step whose decoding no longer starts with the text it has
+        already settled: bytes that are no UTF-8 character held back, then a token the decoder
+        joins to them differently (the fuzz found it on a SentencePiece vocabulary: byte tokens,
+        then a marker). Odd model output is never an error: the held bytes become one U+FFFD,
+        as a decode of invalid UTF-8 shows them, and the stream starts again at this step."""
+        self._stream = DecodeStream(skip_special_tokens=False)
+        try:
+            return "\ufffd" + (self._stream.step(self._tokenizer, ids) or "")
+        except Exception:
+            self._stream = DecodeStream(skip_special_tokens=False)
+            return "\ufffd"
 
 
 class LiteralMarkers:
