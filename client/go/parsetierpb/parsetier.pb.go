@@ -1279,8 +1279,8 @@ type ParseResponse struct {
 	// `--max-reply-bytes`, its gRPC send limit): the reply is then sent as several messages that
 	// carry nothing but `part`. Join their `part.data` in order, through the one whose `more` is
 	// false, and parse the bytes as a `ParseResponse`: that is the reply, `sequence` and all. The
-	// pieces are one reply (they are not counted in `sequence` or `client_messages`); the Python
-	// and Go clients join them, so their callers never see `part`.
+	// pieces are one reply (they are not counted in `sequence` or `client_messages`); the Python,
+	// Go and C++ clients join them, so their callers never see `part`.
 	Part          *ReplyPart `protobuf:"bytes,6,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
