@@ -5,6 +5,7 @@ choices, and a user-configured tokenizer."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,9 +23,10 @@ MODELS = ("qwen3", "deepseek-v4", "gpt-oss", "mistral-small-3.2", "mistral-7b-v0
 QWEN_IM_START, QWEN_IM_END, QWEN_THINK = 151644, 151645, 151667
 
 
-def wordpiece_dir(tmp: Path) -> Path:
+def wordpiece_dir(tmp: Path, generation_eos: object = None) -> Path:
     """A user's tokenizer whose decoder puts spaces between tokens (WordPiece), with special
-    and non-special added tokens."""
+    and non-special added tokens. Its EOS is tokenizer_config.json's ``eos_token``, or, given
+    ``generation_eos``, generation_config.json's ``eos_token_id`` alone (one id or a list)."""
     vocab = {"[UNK]": 0, "hello": 1, "world": 2, "##s": 3, "a": 4}
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -32,8 +34,16 @@ def wordpiece_dir(tmp: Path) -> Path:
     tok.add_special_tokens([AddedToken("[EOS]", special=True), AddedToken("<x>", special=True)])
     tok.add_tokens([AddedToken("<think>", special=False)])
     tok.save(str(tmp / "tokenizer.json"))
-    (tmp / "tokenizer_config.json").write_text('{"eos_token": "[EOS]"}', encoding="utf-8")
+    if generation_eos is None:
+        (tmp / "tokenizer_config.json").write_text('{"eos_token": "[EOS]"}', encoding="utf-8")
+    else:
+        config = {"eos_token_id": generation_eos}
+        (tmp / "generation_config.json").write_text(json.dumps(config), encoding="utf-8")
     return tmp
+
+
+GENERATION_EOS = {"user-generation-eos-list": [5, 6], "user-generation-eos-int": 6}
+"""User tokenizers whose stop ids come from generation_config.json: [EOS] is 5, <x> 6."""
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +51,11 @@ def registry(tmp_path_factory) -> ModelRegistry:
     specs = builtin_presets()
     user = wordpiece_dir(tmp_path_factory.mktemp("wordpiece"))
     specs["user-wordpiece"] = ModelSpec("user-wordpiece", "qwen3", str(user))
+    for name, eos in GENERATION_EOS.items():
+        folder = wordpiece_dir(tmp_path_factory.mktemp(name), generation_eos=eos)
+        specs[name] = ModelSpec(name, "qwen3", str(folder))
     registry = ModelRegistry(specs)
-    for name in (*MODELS, "user-wordpiece"):
+    for name in (*MODELS, "user-wordpiece", *GENERATION_EOS):
         registry.get(name)
     return registry
 
@@ -148,6 +161,23 @@ def test_eos_from_the_user_tokenizer_config(client, registry):
     assert model.eos_token_ids == {eos}
     _, got = complete(client, "user-wordpiece", [[1], [2, 3], [eos]], pb.Finish(), skip_special_tokens=False)
     assert got == "hello worlds"
+
+
+@pytest.mark.parametrize("model", sorted(GENERATION_EOS))
+def test_eos_from_generation_config(client, registry, model):
+    """generation_config.json's eos_token_id (one id or a list) makes those ids stops: a Finish
+    with neither reason nor stop id drops the last one's text; other specials stay text."""
+    tok = registry.get(model).tokenizer
+    eos, x = tok.token_to_id("[EOS]"), tok.token_to_id("<x>")
+    listed = GENERATION_EOS[model]
+    want = set(listed) if isinstance(listed, list) else {listed}
+    assert registry.get(model).eos_token_ids == want == ({eos, x} if isinstance(listed, list) else {x})
+    for stop in sorted(want):
+        _, got = complete(client, model, [[1], [2, 3], [stop]], pb.Finish(), skip_special_tokens=False)
+        assert got == "hello worlds", stop
+    if eos not in want:
+        _, kept = complete(client, model, [[1], [2, 3], [eos]], pb.Finish(), skip_special_tokens=False)
+        assert kept == "hello worlds [EOS]", "an id the config does not list is not a stop"
 
 
 def test_request_stop_token_ids_are_held_back_too(client, registry):
