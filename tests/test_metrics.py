@@ -114,6 +114,45 @@ def test_undecodable_requests_are_counted_not_crashed_on(metered):
         time.sleep(0.02)
 
 
+def test_tokens_and_deltas_move_while_a_session_runs(metered):
+    """The token and delta counters move per message, not when the session ends."""
+    port = metered.metrics_port
+
+    def wait_for(name: str, at_least: float, baseline) -> None:
+        deadline = time.monotonic() + 10
+        while value(scrape(port), name, model="qwen3") - value(baseline, name, model="qwen3") < at_least:
+            assert time.monotonic() < deadline, f"{name} did not move while the session was open"
+            time.sleep(0.02)
+
+    async def run() -> None:
+        before = scrape(port)
+        async with AsyncClient(metered.target, timeout=60, resume=False) as client:
+            stream = await client.open("qwen3")
+            await stream.send([9707])
+            wait_for("parsetier_tokens_total", 1, before)
+            await stream.send([0, 0])
+            wait_for("parsetier_tokens_total", 3, before)
+            wait_for("parsetier_deltas_total", 1, before)
+            during = scrape(port)
+            assert value(during, "parsetier_sessions_open", rpc="Parse", model="qwen3") == 1
+            assert (
+                value(during, "parsetier_tokens_total", model="qwen3")
+                - value(before, "parsetier_tokens_total", model="qwen3")
+                == 3
+            )
+            await stream.finish("stop")
+            content = "".join([d.content async for d in stream.deltas()])
+            assert content == "Hello!!"
+        after = scrape(port)
+        assert (
+            value(after, "parsetier_tokens_total", model="qwen3")
+            - value(before, "parsetier_tokens_total", model="qwen3")
+            == 3
+        ), "nothing is added again when the session ends"
+
+    asyncio.run(run())
+
+
 def test_open_sessions_and_drain_state(metered):
     async def run() -> None:
         # resume=False: a resuming client is handed off at once by the drain; this one stays.

@@ -17,7 +17,6 @@ import os
 import platform
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -81,11 +80,13 @@ class Metrics:
         )
         self.tokens = Counter(
             "tokens",
-            "Output tokens received (token ids, plus text steps' text_tokens).",
+            "Output tokens received (token ids, plus text steps' text_tokens), as each message is read.",
             ["model", "worker"],
             **common,
         )
-        self.deltas = Counter("deltas", "Deltas sent to clients.", ["model", "worker"], **common)
+        self.deltas = Counter(
+            "deltas", "Deltas sent to clients, as each message is written.", ["model", "worker"], **common
+        )
         self.reply_seconds = Histogram(
             "reply_latency_seconds",
             "From reading a client message to writing the reply it produced (server time only).",
@@ -181,41 +182,70 @@ def tokens_of(message: Any) -> int:
     return sum(len(step.token_ids) or step.text_tokens for step in steps)
 
 
-@dataclass(slots=True)
 class _Call:
-    """One RPC being measured."""
+    """One RPC being measured. Tokens and deltas are counted as each message goes by, so the
+    counters move while a long session runs. The labelled series are looked up once per call
+    (the rpc's at its start, the model's at its Open), not per message."""
 
-    metrics: Metrics
-    rpc: str
-    sessions: bool
-    model: str = ""
-    opened: bool = False
-    read_at: float = 0.0
-    tokens: int = 0
-    deltas: int = 0
+    __slots__ = (
+        "_deltas",
+        "_reply_seconds",
+        "_request_bytes",
+        "_response_bytes",
+        "_tokens",
+        "metrics",
+        "model",
+        "opened",
+        "read_at",
+        "rpc",
+        "sessions",
+    )
+
+    def __init__(self, metrics: Metrics, rpc: str, sessions: bool) -> None:
+        self.metrics, self.rpc, self.sessions = metrics, rpc, sessions
+        self.model, self.opened, self.read_at = "", False, 0.0
+        worker = metrics.worker
+        self._request_bytes = metrics.request_bytes.labels(rpc, worker)
+        self._response_bytes = metrics.response_bytes.labels(rpc, worker)
+        self._reply_seconds: Any = None
+        self._tokens: Any = None
+        self._deltas: Any = None
 
     def received(self, message: Any) -> None:
-        metrics = self.metrics
-        metrics.request_bytes.labels(self.rpc, metrics.worker).observe(message.ByteSize())
+        self._request_bytes.observe(message.ByteSize())
         self.read_at = time.perf_counter()
         if self.sessions:
             if not self.opened and message.HasField("open"):
                 self.open(message.open.model)
-            self.tokens += tokens_of(message)
+            tokens = tokens_of(message)
+            if tokens:
+                self._tokens_of_model().inc(tokens)
 
     def open(self, model: str) -> None:
         self.model, self.opened = model, True
+        self._reply_seconds = self._tokens = self._deltas = None  # now labelled with the model
         self.metrics.sessions_open.labels(self.rpc, model, self.metrics.worker).inc()
 
+    def _tokens_of_model(self) -> Any:
+        if self._tokens is None:
+            self._tokens = self.metrics.tokens.labels(self.model, self.metrics.worker)
+        return self._tokens
+
     def sent(self, message: Any) -> None:
-        metrics = self.metrics
         if self.read_at:
-            latency = time.perf_counter() - self.read_at
-            metrics.reply_seconds.labels(self.rpc, self.model, metrics.worker).observe(latency)
+            if self._reply_seconds is None:
+                self._reply_seconds = self.metrics.reply_seconds.labels(
+                    self.rpc, self.model, self.metrics.worker
+                )
+            self._reply_seconds.observe(time.perf_counter() - self.read_at)
             self.read_at = 0.0
-        metrics.response_bytes.labels(self.rpc, metrics.worker).observe(message.ByteSize())
+        self._response_bytes.observe(message.ByteSize())
         if self.sessions:
-            self.deltas += len(message.deltas)
+            deltas = len(message.deltas)
+            if deltas:
+                if self._deltas is None:
+                    self._deltas = self.metrics.deltas.labels(self.model, self.metrics.worker)
+                self._deltas.inc(deltas)
 
     def finished(self, code: grpc.StatusCode, seconds: float) -> None:
         """Count the finished call (``observed`` calls it as ``_Call.finished(call, code, s)``)."""
@@ -224,10 +254,6 @@ class _Call:
             metrics.sessions_open.labels(self.rpc, self.model, worker).dec()
         metrics.sessions.labels(self.rpc, self.model, code.name, worker).inc()
         metrics.session_seconds.labels(self.rpc, self.model, worker).observe(seconds)
-        if self.tokens:
-            metrics.tokens.labels(self.model, worker).inc(self.tokens)
-        if self.deltas:
-            metrics.deltas.labels(self.model, worker).inc(self.deltas)
 
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
