@@ -106,3 +106,40 @@ def test_readme_and_help_list_the_same_serve_flags():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### `parsetier serve` flags", 1)[1].split("\n#", 1)[0]
     assert _flags(help_text) - {"--help"} == _flags(section) - {"--help"}
+
+
+def _readme_serve_rows() -> dict[str, str]:
+    """The README's serve-flag table: each single-flag row's flag and its default column."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### `parsetier serve` flags", 1)[1].split("\n#", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        flags = _flags(cells[0]) if cells else set()
+        if len(cells) >= 3 and len(flags) == 1:
+            rows[flags.pop()] = cells[1].strip("`")
+    return rows
+
+
+def test_readme_defaults_are_the_serve_defaults_and_every_flag_has_help():
+    """What the README's table says a flag defaults to is what argparse uses (and --help shows)."""
+    import argparse
+
+    from parsetier.cli import _serve_arguments
+
+    parser = argparse.ArgumentParser()
+    _serve_arguments(parser)
+    actions = {a.option_strings[-1]: a for a in parser._actions if a.option_strings[-1] != "--help"}
+    assert [flag for flag, a in actions.items() if not a.help] == [], "serve flags without help text"
+    rows = _readme_serve_rows()
+    assert len(rows) > 10, rows
+    for flag, default in rows.items():
+        actual = actions[flag].default
+        if default in ("none", "off", "cores"):
+            assert actual in (None, False), (flag, default, actual)
+        elif default.startswith("--"):  # another flag's value
+            assert actual is None, (flag, actual)
+        elif re.fullmatch(r"\d+(\.\d+)?", default):
+            assert float(default) == float(actual), (flag, default, actual)
+        else:
+            assert default == str(actual), (flag, default, actual)

@@ -55,7 +55,10 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="session entries in one ParseBatch message; more end the stream; default %(default)s",
     )
     parser.add_argument(
-        "--max-message-bytes", type=int, default=defaults.max_message_bytes, help="default %(default)s"
+        "--max-message-bytes",
+        type=int,
+        default=defaults.max_message_bytes,
+        help="largest client message; larger ones get RESOURCE_EXHAUSTED; default %(default)s",
     )
     parser.add_argument(
         "--max-reply-bytes",
@@ -67,13 +70,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-steps-per-message",
         type=int,
         default=defaults.max_steps_per_message,
-        help="default %(default)s",
+        help="steps in one client message; default %(default)s",
     )
     parser.add_argument(
         "--max-tokens-per-session",
         type=int,
         default=defaults.max_tokens_per_session,
-        help="default %(default)s",
+        help="output token ids one session may feed (the prompt tail too); default %(default)s",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -85,9 +88,15 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-loop-lag-ms",
         type=float,
         default=defaults.max_loop_lag * 1000,
-        help="refuse new sessions (UNAVAILABLE) while the event loop runs this far behind; 0 never",
+        help="refuse new sessions (UNAVAILABLE) while the event loop runs this far behind; 0 never; "
+        "default %(default)g",
     )
-    parser.add_argument("--max-watch-streams", type=int, default=defaults.max_watch_streams)
+    parser.add_argument(
+        "--max-watch-streams",
+        type=int,
+        default=defaults.max_watch_streams,
+        help="Health.Watch streams, and reflection streams, open at once; default %(default)s",
+    )
     parser.add_argument(
         "--preload",
         default="all",
@@ -128,7 +137,9 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="OpenTelemetry tracing, one span per session (needs parsetier[otel]; OTEL_* variables)",
     )
-    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
+    parser.add_argument(
+        "--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="default %(default)s"
+    )
 
 
 def _registry(config: str | None):
