@@ -10,7 +10,7 @@ from collections.abc import Callable
 from engine_helpers import QWEN3
 from parsetier.assembler import Assembler
 from parsetier.engine.events import Event, EventKind
-from parsetier.messages import SessionOptions
+from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.session import Session
 
 MAX_RATIO = 48
@@ -44,6 +44,22 @@ def test_one_large_message_of_ids_costs_linear_time() -> None:
         session.finish()
 
     assert _ratio(run, 16_000, 256_000) < MAX_RATIO
+
+
+def test_logprob_steps_cost_linear_time() -> None:
+    """Logprob resolution is O(step): one token per step with 5 alternatives each, through a CJK
+    and emoji output (byte pieces carried across steps), costs in proportion to the steps."""
+    ids = QWEN3.tokenizer.encode("你好 🎉 world, 東京 👍🏽 ", add_special_tokens=False).ids
+    alternatives = (ids[0], ids[1], ids[2], 3409, 151667)
+
+    def run(n: int) -> None:
+        session = Session(QWEN3)
+        step = StepLogprobs((-0.5,), alternatives, (-1.0, -2.0, -3.0, -4.0, -5.0))
+        for i in range(n):
+            session.feed([ids[i % len(ids)]], step)
+        session.finish()
+
+    assert _ratio(run, 1_000, 16_000) < MAX_RATIO
 
 
 def test_runs_merge_as_before() -> None:
