@@ -420,3 +420,28 @@ def test_a_resumable_client_keeps_logprob_steps_whole():
     history.record(pb.ParseRequest(steps=[pb.Step(token_ids=[11])]))
     assert history.message(1) == pb.ParseRequest(steps=[step])
     assert list(history.message(2).steps[0].token_ids) == [11]
+
+
+@pytest.mark.parametrize("model", sorted(REASONING_OUTPUTS))
+def test_return_token_ids_in_a_chat_session_are_never_dropped(client, models, model):
+    """With return_token_ids, each step's ids come back on the delta it produced, hidden reasoning
+    included (unlike its logprobs), under any split; FINAL_ONLY puts them all in Final.token_ids."""
+    tokenizer = models.get(model).tokenizer
+    ids = tokenizer.encode(REASONING_OUTPUTS[model], add_special_tokens=False).ids
+    rng = random.Random(f"ids-{model}")
+    for most in (1, 3, len(ids)):
+        sizes = random_steps(rng, len(ids), most)
+        messages = [pb.ParseRequest(open=open_message(model, include_reasoning=False, return_token_ids=True))]
+        pos = 0
+        for size in sizes:
+            messages.append(pb.ParseRequest(steps=[pb.Step(token_ids=ids[pos : pos + size])]))
+            pos += size
+        messages.append(pb.ParseRequest(finish=finish_message()))
+        replies = list(client.parse(messages))
+        assert [i for r in replies for d in r.deltas for i in d.token_ids] == ids, most
+        assert not any(d.reasoning for r in replies for d in r.deltas)
+        for reply in replies[:-1]:  # one reply per step message, carrying exactly that step's ids
+            step = messages[reply.client_messages - 1].steps[0]
+            assert [i for d in reply.deltas for i in d.token_ids] == list(step.token_ids)
+    final = client.parse_once(model, ids, include_reasoning=False, return_token_ids=True).final
+    assert list(final.token_ids) == ids
