@@ -3,6 +3,9 @@ server span per session, which records the model, the tokens and the outcome."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 import grpc
@@ -12,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from grpc_servers import ProcessServer, ThreadServer
+from grpc_servers import ProcessServer, ThreadServer, subprocess_env
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client import Client
@@ -104,3 +107,41 @@ def test_otel_without_an_exporter_is_a_flag_error(monkeypatch):
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("parsetier serve: --otel: ") and "zipkin" in line
+
+
+SERVE_AND_PROBE = """
+import json, os, signal, socket, sys, threading, time
+from parsetier import cli
+from parsetier_client import Client
+probe = socket.socket(); probe.bind(("127.0.0.1", 0)); port = probe.getsockname()[1]; probe.close()
+def call():
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with Client(f"127.0.0.1:{port}", timeout=30) as client:
+                content = client.parse_once("qwen3", [9707, 0]).final.message.content
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    otel = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
+    print(json.dumps({"content": content, "otel": otel}), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=call, daemon=True).start()
+serve = ["serve", "--port", str(port), "--workers", "1", "--preload", "qwen3", "--grace", "1"]
+sys.exit(cli.main([*serve, *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.parametrize("otel", [False, True])
+def test_without_otel_opentelemetry_is_never_imported(otel):
+    """Off costs nothing: a `parsetier serve` process that served a session without --otel has not
+    imported OpenTelemetry at all; with --otel (the control) it has."""
+    env = dict(subprocess_env(), OTEL_TRACES_EXPORTER="console")
+    argv = [sys.executable, "-c", SERVE_AND_PROBE, *(["--otel"] if otel else [])]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (report,) = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"content"')]
+    assert report["content"] == "Hello!"
+    assert bool(report["otel"]) is otel, report["otel"]
