@@ -26,7 +26,7 @@ import time
 
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model, ModelRegistry
-from parsetier.service.convert import delta_to_pb
+from parsetier.convert import delta_to_pb
 from parsetier.session import Session
 from parsetier_api.v1 import parsetier_pb2 as pb
 

@@ -4,6 +4,8 @@ move as sessions run, fail and drain."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -203,3 +205,64 @@ def test_worker_processes_merge_in_multiprocess_mode(tmp_path):
     assert value(samples, "parsetier_tokens_total", model="qwen3", worker="0") == 5
     assert value(samples, "parsetier_tokens_total", model="qwen3", worker="1") == 7
     assert value(samples, "parsetier_sessions_total", code="OK") == 2
+
+
+def test_serve_workers_label_their_series_and_a_dead_worker_leaves_no_open_sessions():
+    """`serve --workers 2 --metrics-port 0`: one endpoint merges both workers' series, each under
+    its worker label; a worker killed with a session open is respawned, and its open session no
+    longer counts (the supervisor marks the dead process in the multiprocess files)."""
+    with ProcessServer(
+        "--workers", "2", "--metrics-port", "0", "--preload", "qwen3", "--grace", "5"
+    ) as server:
+        port = server.wait_for_log("metrics listening")["port"]
+        server.wait_for_log("workers listening", timeout=60)
+        reached: set[str] = set()
+        calls = 0
+        while calls < 32:  # the kernel hashes each connection to a worker (see test_service_workers)
+            calls += 1
+            channel = grpc.insecure_channel(server.target, options=[("grpc.use_local_subchannel_pool", 1)])
+            with channel, Client(server.target, channel=channel, timeout=30) as client:
+                assert client.parse_once("qwen3", HELLO).final.message.content == "Hello!"
+            samples = scrape(port)
+            reached = {
+                dict(ls)["worker"]
+                for (name, ls), v in samples.items()
+                if name == "parsetier_tokens_total" and v
+            }
+            if reached == {"0", "1"}:
+                break
+        assert reached == {"0", "1"}, reached
+        assert value(samples, "parsetier_tokens_total", model="qwen3") == 2 * calls
+        assert {dict(ls)["worker"] for (name, ls) in samples if name == "parsetier_build_info"} >= {"0", "1"}
+
+        async def kill_the_worker_of_an_open_session() -> None:
+            async with AsyncClient(server.target, timeout=30, resume=False) as client:
+                stream = await client.open("qwen3")
+                await stream.send([9707])
+                deadline = time.monotonic() + 10
+                while not (
+                    open_ := [
+                        ls
+                        for (name, ls), v in scrape(port).items()
+                        if name == "parsetier_sessions_open" and v
+                    ]
+                ):
+                    assert time.monotonic() < deadline, "the open session never showed"
+                    await asyncio.sleep(0.05)
+                (labels,) = open_
+                worker = int(dict(labels)["worker"])
+                (pid,) = {
+                    r["pid"] for r in server.logs if r.get("msg") == "listening" and r.get("worker") == worker
+                }
+                os.kill(pid, signal.SIGKILL)
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await stream.finish("stop", steps=[[0]])
+                    [d async for d in stream.deltas()]
+
+        asyncio.run(kill_the_worker_of_an_open_session())
+        respawned = server.wait_for_log("worker exited")
+        assert respawned["exit_code"] != 0
+        deadline = time.monotonic() + 20
+        while value(scrape(port), "parsetier_sessions_open") != 0:
+            assert time.monotonic() < deadline, "the dead worker's open session still counts"
+            time.sleep(0.1)

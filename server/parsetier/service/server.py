@@ -9,6 +9,7 @@ sessions get ``grace`` seconds to finish, and only then is the server stopped.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import time
@@ -143,7 +144,7 @@ async def build_server(
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             ("grpc.max_send_message_length", limits.max_reply_bytes),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
-        ]
+        ],
     )
     servicer = ParserServicer(registry, limits)
     add_servicer(servicer, server, pb.DESCRIPTOR.services_by_name["ParserService"])
@@ -236,6 +237,7 @@ async def _serve(
             "fields": {
                 "host": host,
                 "port": handle.port,
+                "pid": os.getpid(),
                 "models": registry.names(),
                 "reflection": handle.reflection,
                 "transport": handle.transport,

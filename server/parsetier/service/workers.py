@@ -187,6 +187,10 @@ class _Supervisor:
             index = self.pids.pop(pid, None)
             if index is None:
                 continue
+            if self.metrics_on:  # its live gauges (open sessions) must stop counting
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(pid)
             code = os.waitstatus_to_exitcode(status)
             if code != 0:
                 self.failed = True
