@@ -255,3 +255,46 @@ def test_token_comparison_and_parsing():
     assert bearer_token([("authorization", "bearer abc")]) == "abc"
     assert bearer_token([("authorization", "Basic abc")]) is None
     assert bearer_token([]) is None
+
+
+def test_health_is_open_and_reflection_guarded_under_names_and_tokens(registry, pki, tokens):
+    """With --tls-client-names and --auth-tokens: a client with a certificate the names refuse and no
+    token still gets health answered; reflection (both versions) needs the token and an allowed name."""
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    names = frozenset({"client-a"})
+    security = Security(tls=tls_files(pki, client_ca=True, names=names), tokens=tokens)
+    with ThreadServer(registry, security=security, reflection_on=True) as server:
+        ca = pki["ca"].cert
+        a: Pair = pki["client-a"]
+        b: Pair = pki["client-b"]
+
+        def channel(pair: Pair) -> grpc.Channel:
+            return grpc.secure_channel(server.target, Tls(ca, pair.cert, pair.key).credentials())
+
+        def reflect(ch: grpc.Channel, version: str, token: str | None) -> grpc.StatusCode:
+            call = ch.stream_stream(
+                f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+            )
+            request = reflection_pb2.ServerReflectionRequest(list_services="")
+            metadata = [("authorization", f"Bearer {token}")] if token else None
+            try:
+                (reply,) = list(call(iter([request]), metadata=metadata, timeout=10))
+            except grpc.RpcError as exc:
+                return exc.code()
+            assert "parsetier.v1.ParserService" in [s.name for s in reply.list_services_response.service]
+            return grpc.StatusCode.OK
+
+        with channel(b) as refused_name:
+            check = health_pb2_grpc.HealthStub(refused_name).Check(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+            assert check.status == health_pb2.HealthCheckResponse.SERVING
+            assert reflect(refused_name, "v1", TOKEN) == grpc.StatusCode.PERMISSION_DENIED
+        with channel(a) as allowed:
+            for version in ("v1", "v1alpha"):
+                assert reflect(allowed, version, None) == grpc.StatusCode.UNAUTHENTICATED
+                assert reflect(allowed, version, "wrong") == grpc.StatusCode.UNAUTHENTICATED
+                assert reflect(allowed, version, TOKEN) == grpc.StatusCode.OK
