@@ -20,6 +20,7 @@ import pytest
 
 from parsetier import formats
 from parsetier.constraints.build import ConstraintRequest, InvalidTool, derive
+from parsetier.constraints.headers import header_shape, is_header_format
 from parsetier.constraints.ir import to_lark, to_structural_tag
 from parsetier.constraints.shape import Underivable, call_shape
 from parsetier.messages import SessionOptions, Tool
@@ -51,6 +52,7 @@ DERIVABLE = {
     "mistral": "mistral-small-3.2",
     "mistral_v3": "mistral-7b-v0.3",
     "llama3_json": "llama3",
+    "harmony": "gpt-oss",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -65,7 +67,6 @@ DERIVABLE = {
 }
 UNDERIVABLE = {
     "gemma4",
-    "harmony",
     "kimi_k3",
     "llama4_pythonic",
     "minimax_m3",
@@ -74,7 +75,7 @@ UNDERIVABLE = {
     "phi4_mini",
     "xlam",
 }
-WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1")
+WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss")
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
 REGISTRY = ModelRegistry.from_config(None)
@@ -90,9 +91,14 @@ def ll_tokenizer(name: str) -> llguidance.LLTokenizer:
     return llguidance.LLTokenizer(model(name).tokenizer.to_str())
 
 
-def request(mode: str = "auto", parallel: bool = True, reasoning: str = "off") -> ConstraintRequest:
+def request(
+    mode: str = "auto", parallel: bool = True, reasoning: str = "off", preset: str | None = None
+) -> ConstraintRequest:
+    """The test tools under these options; ``preset`` adds that model's stop ids (which Harmony's
+    calls end with)."""
     name = "get_weather" if mode == "named" else None
-    return ConstraintRequest(TOOLS, mode, name, parallel, reasoning)
+    stops = model(preset).eos_token_ids if preset else frozenset()
+    return ConstraintRequest(TOOLS, mode, name, parallel, reasoning, stops)
 
 
 def test_every_format_is_derivable_or_says_why() -> None:
@@ -103,6 +109,9 @@ def test_every_format_is_derivable_or_says_why() -> None:
             with pytest.raises(Underivable) as info:
                 call_shape(g)
             assert name in str(info.value)
+        elif is_header_format(g):
+            assert name in DERIVABLE, f"{name}: add it to DERIVABLE or UNDERIVABLE"
+            assert header_shape(g, frozenset(g.terminals)).call is not None  # any terminal a stop
         else:
             assert name in DERIVABLE, f"{name}: add it to DERIVABLE or UNDERIVABLE"
             assert call_shape(g).openers
@@ -115,7 +124,7 @@ def test_every_mode_compiles_in_llguidance(preset: str) -> None:
         for parallel in (True, False):
             for reasoning in ("off", "open", "inside"):
                 try:
-                    root = derive(bound, request(mode, parallel, reasoning))
+                    root = derive(bound, request(mode, parallel, reasoning, preset))
                 except Underivable as exc:
                     assert reasoning != "off" and "reasoning" in str(exc)
                     continue
@@ -197,6 +206,67 @@ def test_qwen3_rejects_what_it_must() -> None:
     assert not _accepts(preset, derive(bound, named), ids)
 
 
+HARMONY_CALL = (
+    '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
+HARMONY_ANALYSIS = "<|channel|>analysis<|message|>Weather?<|end|><|start|>assistant"
+HARMONY_FINAL = "<|channel|>final<|message|>Sunny."
+
+
+def harmony(mode: str = "auto", reasoning: str = "optional", name: str | None = None, parallel: bool = True):
+    stops = model("gpt-oss").eos_token_ids
+    return derive(model("gpt-oss").grammar, ConstraintRequest(TOOLS, mode, name, parallel, reasoning, stops))
+
+
+def test_harmony_accepts_its_messages_and_they_parse_back() -> None:
+    """Analysis as reasoning, final as the answer, a commentary call to functions.NAME."""
+    preset = "gpt-oss"
+    cases = [
+        (harmony(), HARMONY_ANALYSIS + HARMONY_CALL, ("", "Weather?", "get_weather")),
+        (harmony(), HARMONY_CALL, ("", "", "get_weather")),
+        (harmony(), HARMONY_ANALYSIS + HARMONY_FINAL, ("Sunny.", "Weather?", None)),
+        (harmony("none"), HARMONY_FINAL, ("Sunny.", "", None)),
+        (harmony("required", "open"), HARMONY_ANALYSIS + HARMONY_CALL, ("", "Weather?", "get_weather")),
+        (harmony("named", "off", "get_weather", parallel=False), HARMONY_CALL, ("", "", "get_weather")),
+    ]
+    for root, text, (content, reasoning, call) in cases:
+        ids = _enc(preset, text)
+        assert _accepts(preset, root, ids), text
+        message, _, _ = parse(model(preset), SessionOptions(tools=TOOLS), ids)
+        assert (message.content or "", message.reasoning or "") == (content, reasoning), text
+        assert [c.name for c in message.tool_calls] == ([call] if call else []), text
+        if call:
+            assert json.loads(message.tool_calls[0].arguments) == {"city": "Paris"}
+
+
+def test_harmony_rejects_what_it_must() -> None:
+    preset = "gpt-oss"
+    other = HARMONY_CALL.replace("get_weather", "send_mail")
+    bad_args = HARMONY_CALL.replace('"Paris"', "3")
+    clock = HARMONY_CALL.replace("get_weather", "get_time").replace('{"city": "Paris"}', "{}")
+    preamble = "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant" + HARMONY_CALL
+    assert not _accepts(preset, harmony(), _enc(preset, other))
+    assert not _accepts(preset, harmony(), _enc(preset, bad_args))
+    # A call ends the turn (<|call|> is a stop token): no second call, whatever parallel says.
+    for parallel in (True, False):
+        assert not _accepts(
+            preset, harmony(parallel=parallel), _enc(preset, HARMONY_CALL + "<|start|>assistant" + clock)
+        )
+    assert not _accepts(preset, harmony("none"), _enc(preset, HARMONY_CALL))
+    assert not _accepts(preset, harmony("none"), _enc(preset, HARMONY_ANALYSIS + HARMONY_CALL))
+    assert not _accepts(preset, harmony("required"), _enc(preset, HARMONY_FINAL))
+    assert not _accepts(preset, harmony("required"), _enc(preset, HARMONY_ANALYSIS + HARMONY_FINAL))
+    assert not _accepts(preset, harmony("named", name="get_time"), _enc(preset, HARMONY_CALL))
+    assert not _accepts(preset, harmony("required", "open"), _enc(preset, HARMONY_CALL))  # no analysis
+    assert not _accepts(preset, harmony("required", "off"), _enc(preset, HARMONY_ANALYSIS + HARMONY_CALL))
+    assert not _accepts(preset, harmony(), _enc(preset, preamble))  # preambles are not written
+    with pytest.raises(Underivable, match="reasoning"):  # no prompt leaves the output in analysis
+        harmony(reasoning="inside")
+    with pytest.raises(InvalidTool):
+        stops = model(preset).eos_token_ids
+        derive(model(preset).grammar, ConstraintRequest((Tool("get weather", {}),), stop_ids=stops))
+
+
 def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:
     bad = Tool("get weather <now>", {"type": "object"})
     with pytest.raises(InvalidTool):
@@ -214,6 +284,7 @@ def _walk(preset: str, root, rng: random.Random, limit: int = 800) -> list[int]:
         for text in model(preset).grammar.grammar.terminals.values()
     ]
     markup = {tid for seq in sequences for tid in seq}
+    closing = {tok.token_to_id(c) for c in '}]"'} - {None}
     pool = sorted(
         {tid for text, tid in tok.get_vocab(with_added_tokens=True).items() if len(text) == 1}
         | set(tok.get_added_tokens_decoder())
@@ -240,7 +311,8 @@ def _walk(preset: str, root, rng: random.Random, limit: int = 800) -> list[int]:
             assert m.consume_tokens(forced), m.get_error()
             ids += forced
             continue
-        choice = rng.choice(allowed)
+        late = [t for t in allowed if t in closing] if step > limit // 2 and rng.random() < 0.5 else []
+        choice = rng.choice(late or allowed)  # late in the walk, close open JSON values
         if choice >= tok.get_vocab_size(with_added_tokens=True) or choice in _stop_ids(preset):
             break
         assert m.consume_token(choice), m.get_error()
@@ -261,7 +333,7 @@ def _stop_ids(preset: str) -> frozenset[int]:
 def test_sampled_outputs_parse_into_valid_calls(preset: str, mode: str) -> None:
     rng = random.Random(f"{preset}/{mode}")
     bound = model(preset).grammar
-    root = derive(bound, request(mode, parallel=mode != "named"))
+    root = derive(bound, request(mode, parallel=mode != "named", preset=preset))
     schemas = {t.name: t.parameters for t in TOOLS}
     for _ in range(6):
         ids = _walk(preset, root, rng)
@@ -303,6 +375,18 @@ def test_build_constraint_through_the_server(client, encode) -> None:
     assert anchors == {"<think>": True, "</think>": False}
 
 
+def test_build_constraint_for_harmony_through_the_server(client) -> None:
+    response = client.build_constraint("gpt-oss", tools=OPENAI_TOOLS, tool_choice="required")
+    assert response.reasoning == pb.CONSTRAINT_REASONING_OPTIONAL  # gpt-oss has no thinking switch
+    header = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    assert list(response.triggers) == [header]
+    _check_structural_tag(json.loads(response.structural_tag_json))
+    m = llguidance.LLMatcher(ll_tokenizer("gpt-oss"), response.lark_grammar, log_level=0)
+    assert m.consume_tokens(_enc("gpt-oss", HARMONY_ANALYSIS + HARMONY_CALL)) and m.is_accepting()
+    off = client.build_constraint("gpt-oss", tools=OPENAI_TOOLS, thinking=False)
+    assert off.reasoning == pb.CONSTRAINT_REASONING_NONE
+
+
 def test_build_constraint_reads_the_prompt_and_the_thinking_switch(client, encode) -> None:
     opened = client.build_constraint("qwen3", tools=OPENAI_TOOLS, prompt_token_ids=encode("<think>\n"))
     assert opened.reasoning == pb.CONSTRAINT_REASONING_CONTINUED
@@ -315,7 +399,7 @@ def test_build_constraint_reads_the_prompt_and_the_thinking_switch(client, encod
 @pytest.mark.parametrize(
     ("model", "options", "code"),
     [
-        ("gpt-oss", {"tools": OPENAI_TOOLS}, grpc.StatusCode.FAILED_PRECONDITION),
+        ("xlam-2-qwen", {"tools": OPENAI_TOOLS}, grpc.StatusCode.FAILED_PRECONDITION),
         ("qwen3", {"tools": OPENAI_TOOLS, "tool_choice": "send_mail"}, grpc.StatusCode.INVALID_ARGUMENT),
         (
             "qwen3-coder",
@@ -435,7 +519,7 @@ def test_every_structural_tag_compiles_in_xgrammar() -> None:
             for parallel in (True, False):
                 for reasoning in ("off", "open", "optional", "inside"):
                     try:
-                        root = derive(bound, request(mode, parallel, reasoning))
+                        root = derive(bound, request(mode, parallel, reasoning, preset))
                     except Underivable:
                         continue
                     tags.append(json.dumps(to_structural_tag(root), ensure_ascii=False))

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from parsetier.constraints.headers import derive_headers, is_header_format
 from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Regex, Root, Seq, Star, Text, Ws
+from parsetier.constraints.request import MODES, ConstraintRequest, InvalidTool, arguments_schema
 from parsetier.constraints.shape import (
     CallShape,
     Encoding,
@@ -31,23 +32,7 @@ from parsetier.constraints.shape import (
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar
 from parsetier.messages import Tool
 
-MODES = ("auto", "none", "required", "named")
-
-
-class InvalidTool(ValueError):
-    """A tool the format cannot write (its name or a key holds the format's own markup)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConstraintRequest:
-    tools: tuple[Tool, ...] = ()
-    """The offered tools; a tool's ``strict`` says whether its schema is enforced."""
-    mode: str = "auto"
-    function_name: str | None = None
-    parallel_tool_calls: bool = True
-    reasoning: str = "off"
-    """``off``, ``open`` (the message opens and closes a reasoning block), ``optional`` (it may),
-    or ``inside`` (the prompt already opened it: the message continues it and closes it)."""
+__all__ = ["ConstraintRequest", "InvalidTool", "derive"]
 
 
 def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
@@ -55,16 +40,18 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
     g = bound.grammar
     if request.mode not in MODES:
         raise ValueError(f"unknown tool_choice mode {request.mode!r}")
+    if request.mode == "named" and not any(t.name == request.function_name for t in request.tools):
+        raise InvalidTool(f"tool_choice names {request.function_name!r}, which is not among the tools")
+    if request.mode in ("required", "named") and not request.tools:
+        raise InvalidTool(f"tool_choice {request.mode!r} needs at least one tool")
+    if is_header_format(g):
+        return derive_headers(bound, request)
     lit = _Literals(bound)
     prefix = _reasoning_prefix(lit, reasoning_shape(g), request.reasoning, g.name)
     tools = request.tools
     if request.mode == "named":
         tools = tuple(t for t in tools if t.name == request.function_name)
-        if not tools:
-            raise InvalidTool(f"tool_choice names {request.function_name!r}, which is not among the tools")
     if request.mode == "none" or not tools:
-        if request.mode in ("required", "named"):
-            raise InvalidTool(f"tool_choice {request.mode!r} needs at least one tool")
         excludes = ()
         if g.has_tool_calls:
             try:
@@ -131,7 +118,7 @@ def _calls(
     lit: _Literals, shape: CallShape, tool: Tool, strict: bool, g: Any
 ) -> list[tuple[list[Node], Any]]:
     """One call of ``tool`` per opener spelling: its nodes from the opener on, and its closers."""
-    schema = _arguments_schema(tool, strict)
+    schema = arguments_schema(tool, strict)
     out = []
     for opener in shape.openers:
         items: list[Node] = lit.path(opener)
@@ -228,14 +215,6 @@ def _name(enc: Encoding | None, name: str, fmt: str) -> Node:
     if bad or any(c in name for c in '<>"\n'):
         raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r}")
     return Lit(((name, None),))
-
-
-def _arguments_schema(tool: Tool, strict: bool) -> dict[str, Any]:
-    if not strict:
-        return {"type": "object"}
-    schema = dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
-    schema.setdefault("type", "object")
-    return schema
 
 
 def _has_params(schema: Mapping[str, Any], strict: bool) -> bool:

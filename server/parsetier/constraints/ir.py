@@ -11,7 +11,9 @@ them equivalent: neither renderer decides anything about the format.
 - ``Regex``, ``Json`` (a JSON Schema), ``Seq``, ``Alt``, ``Opt``, ``Star``.
 - ``Call``: one tool call as a tag: ``begin`` literals, ``content``, ``end`` alternatives.
 - ``Root``: the message: ``prefix`` (reasoning), calls triggered from free text, and the flags
-  of xgrammar's ``triggered_tags`` (``at_least_one``, ``stop_after_first``).
+  of xgrammar's ``triggered_tags`` (``at_least_one``, ``stop_after_first``); or, where the
+  format has no free text to trigger from (Harmony's messages each open with a header), a
+  ``body`` that spells the rest of the message itself, its calls as ``Call`` nodes.
 """
 
 from __future__ import annotations
@@ -79,9 +81,6 @@ class Star:
     at_least_one: bool = False
 
 
-Node = Lit | Ws | Text | Regex | Json | Seq | Alt | Opt | Star
-
-
 @dataclass(frozen=True, slots=True)
 class Call:
     begin: tuple[Lit, ...]
@@ -94,6 +93,9 @@ class Call:
         return self.begin[0].text
 
 
+Node = Lit | Ws | Text | Regex | Json | Seq | Alt | Opt | Star | Call
+
+
 @dataclass(frozen=True, slots=True)
 class Root:
     prefix: tuple[Node, ...]
@@ -101,6 +103,9 @@ class Root:
     at_least_one: bool = False
     stop_after_first: bool = False
     text_excludes: tuple[str, ...] = field(default=())
+    body: Node | None = None
+    """The message after ``prefix`` when it is not free text with triggered ``calls`` (which then
+    only name the calls ``body`` holds, for their triggers)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +115,9 @@ class Root:
 
 def to_structural_tag(root: Root) -> dict[str, Any]:
     """``{"type": "structural_tag", "format": …}`` in xgrammar's documented format."""
-    if root.calls:
+    if root.body is not None:
+        calls = _format(root.body)
+    elif root.calls:
         triggers = list(dict.fromkeys(c.trigger for c in root.calls))
         calls: dict[str, Any] = {
             "type": "triggered_tags",
@@ -160,6 +167,8 @@ def _format(node: Node) -> dict[str, Any]:
         return {"type": "optional", "content": _format(node.item)}
     if isinstance(node, Star):
         return {"type": "plus" if node.at_least_one else "star", "content": _format(node.item)}
+    if isinstance(node, Call):
+        return _tag(node)
     raise TypeError(node)
 
 
@@ -226,6 +235,8 @@ class _Lark:
             return f"({self.seq((node.item,))})?"
         if isinstance(node, Star):
             return f"({self.seq((node.item,))}){'+' if node.at_least_one else '*'}"
+        if isinstance(node, Call):
+            return self.rule(_call(self, node))
         raise TypeError(node)
 
     def text(self, node: Text) -> str:
@@ -258,7 +269,9 @@ def to_lark(root: Root) -> str:
     """An llguidance Lark grammar accepting the same messages as ``to_structural_tag(root)``."""
     w = _Lark()
     prefix = w.seq(root.prefix) if root.prefix else ""
-    if root.calls:
+    if root.body is not None:
+        body = w.seq((root.body,))
+    elif root.calls:
         # A call alone (forced at the start) and a call after free text, as xgrammar's
         # triggered_tags has them: free text runs until a call's first literal.
         def alone() -> str:

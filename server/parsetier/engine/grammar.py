@@ -56,6 +56,10 @@ class Rule:
     pattern: re.Pattern[str]
     next: str
     actions: tuple[str, ...] = ()
+    write: str | None = None
+    """The text a derived constraint writes for this rule (Harmony's header
+    ``<|channel|>commentary to=functions.{name} <|constrain|>json``), ``{name}`` standing for the
+    tool's name. The parser never reads it; the constraint checks that the rule reads it back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,10 @@ class State:
     """envelope states: the keys the model writes for the name and the arguments (Cohere's
     ``tool_name`` / ``parameters``). The parser reads either spelling; a derived constraint writes
     these."""
+    lead: str = ""
+    """capture states: the text a derived constraint writes first when the output enters the
+    state through a terminal (Harmony's role ``assistant`` after ``<|start|>``); where the output
+    starts in the state, the prompt wrote it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,9 +411,15 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             except (KeyError, re.error) as exc:
                 raise GrammarError(f"{where}: rule {i}: {exc}") from None
             t = _transition(f"{where} rule {i}", {"next": rule.get("next", ""), "do": rule.get("do", ())})
-            rules.append(Rule(pattern, t.next, t.actions))
+            write = rule.get("write")
+            if write is not None and (not isinstance(write, str) or not write):
+                raise GrammarError(f"{where}: rule {i}: write must be a non-empty string")
+            rules.append(Rule(pattern, t.next, t.actions, write))
         if rules and kind != "capture":
             raise GrammarError(f"{where}: only capture states have rules")
+        lead = spec.get("lead", "")
+        if not isinstance(lead, str) or (lead and kind != "capture"):
+            raise GrammarError(f"{where}: lead is a string, for capture states")
         dialect = str(spec.get("dialect", "json"))
         if dialect not in DIALECTS:
             raise GrammarError(f"{where}: dialect {dialect!r} is not one of {sorted(DIALECTS)}")
@@ -432,6 +446,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             item=str(spec.get("item", "item")),
             unescape=unescape,
             keys=key_pair,
+            lead=lead,
         )
     grammar = Grammar(
         name=name,

@@ -11,6 +11,7 @@ import json
 
 from parsetier import convert
 from parsetier.constraints import ConstraintRequest, derive, to_lark, to_structural_tag
+from parsetier.constraints.headers import header_reasoning
 from parsetier.constraints.shape import reasoning_shape
 from parsetier.messages import SessionOptions
 from parsetier.models import Model
@@ -36,6 +37,7 @@ def build_constraint(model: Model, open_: pb.Open) -> pb.BuildConstraintResponse
         function_name=choice if named else None,
         parallel_tool_calls=options.parallel_tool_calls,
         reasoning=reasoning,
+        stop_ids=model.eos_token_ids,
     )
     root = derive(model.grammar, request)
     g = model.grammar.grammar
@@ -60,7 +62,7 @@ def reasoning_mode(model: Model, options: SessionOptions) -> str:
     if g.states[start].kind == "reasoning":
         return "inside"
     shape = reasoning_shape(g)
-    if shape is None or shape.open is None:
+    if (shape is None or shape.open is None) and not header_reasoning(g):
         return "off"
     thinking = options.thinking if options.thinking is not None else kwargs_thinking(options)
     if thinking is None:

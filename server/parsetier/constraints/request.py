@@ -1,0 +1,38 @@
+"""What a constraint is asked for: the request's tool options, and the errors a tool can cause."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from parsetier.messages import Tool
+
+MODES = ("auto", "none", "required", "named")
+
+
+class InvalidTool(ValueError):
+    """A tool the format cannot write (its name or a key holds the format's own markup)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintRequest:
+    tools: tuple[Tool, ...] = ()
+    """The offered tools; a tool's ``strict`` says whether its schema is enforced."""
+    mode: str = "auto"
+    function_name: str | None = None
+    parallel_tool_calls: bool = True
+    reasoning: str = "off"
+    """``off``, ``open`` (the message opens and closes a reasoning block), ``optional`` (it may),
+    or ``inside`` (the prompt already opened it: the message continues it and closes it)."""
+    stop_ids: frozenset[int] = frozenset()
+    """The model's stop tokens. A closer that is one ends the turn: formats whose calls end
+    that way (Harmony's ``<|call|>``) need them to tell a call's end from a message's."""
+
+
+def arguments_schema(tool: Tool, strict: bool) -> dict[str, Any]:
+    """The schema a call's arguments are held to: the tool's own when strict, else any object."""
+    if not strict:
+        return {"type": "object"}
+    schema = dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
+    schema.setdefault("type", "object")
+    return schema
