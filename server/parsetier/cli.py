@@ -7,7 +7,7 @@ import argparse
 import asyncio
 import sys
 
-from parsetier_client.arguments import OneLineParser, UsageError, fail
+from parsetier_client.arguments import OneLineParser, UsageError, fail, positive_float
 
 DEFAULT_PORT = 50051
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -19,6 +19,39 @@ MIN_REPLY_BYTES = 4096
 parts would cost a message each for almost nothing."""
 
 
+def _port(value: str) -> int:
+    """A TCP port, 0 (pick a free one) to 65535."""
+    number = _integer(value)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port, 0 to 65535, got {value}")
+    return number
+
+
+def _integer(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+
+
+def _count(value: str) -> int:
+    """A limit or a number of things: 1 or more (0 would refuse everything)."""
+    number = _integer(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return number
+
+
+def _non_negative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return number
+
+
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from parsetier.service.limits import Limits
 
@@ -27,36 +60,36 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all); default %(default)s"
     )
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="gRPC port; 0 picks a free one; default %(default)s"
+        "--port", type=_port, default=DEFAULT_PORT, help="gRPC port; 0 picks a free one; default %(default)s"
     )
     parser.add_argument("--config", help="models TOML file; without it every built-in preset is served")
     parser.add_argument(
         "--grace",
-        type=float,
+        type=_non_negative,
         default=30.0,
         help="seconds open sessions get after SIGTERM; default %(default)s",
     )
     parser.add_argument(
         "--max-sessions",
-        type=int,
+        type=_count,
         default=defaults.max_sessions,
         help="open sessions at once; more are refused; default %(default)s",
     )
     parser.add_argument(
         "--max-sessions-per-stream",
-        type=int,
+        type=_count,
         default=defaults.max_sessions_per_stream,
         help="open sessions on one ParseBatch stream; an open past it is refused; default %(default)s",
     )
     parser.add_argument(
         "--max-items-per-message",
-        type=int,
+        type=_count,
         default=defaults.max_items_per_message,
         help="session entries in one ParseBatch message; more end the stream; default %(default)s",
     )
     parser.add_argument(
         "--max-message-bytes",
-        type=int,
+        type=_count,
         default=defaults.max_message_bytes,
         help="largest client message; larger ones get RESOURCE_EXHAUSTED; default %(default)s",
     )
@@ -68,32 +101,32 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-steps-per-message",
-        type=int,
+        type=_count,
         default=defaults.max_steps_per_message,
         help="steps in one client message; default %(default)s",
     )
     parser.add_argument(
         "--max-tokens-per-session",
-        type=int,
+        type=_count,
         default=defaults.max_tokens_per_session,
         help="output token ids one session may feed (the prompt tail too); default %(default)s",
     )
     parser.add_argument(
         "--idle-timeout",
-        type=float,
+        type=positive_float,
         default=defaults.idle_timeout,
         help="seconds a session may go without a message; default %(default)s",
     )
     parser.add_argument(
         "--max-loop-lag-ms",
-        type=float,
+        type=_non_negative,
         default=defaults.max_loop_lag * 1000,
         help="refuse new sessions (UNAVAILABLE) while the event loop runs this far behind; 0 never; "
         "default %(default)g",
     )
     parser.add_argument(
         "--max-watch-streams",
-        type=int,
+        type=_count,
         default=defaults.max_watch_streams,
         help="Health.Watch streams, and reflection streams, open at once; default %(default)s",
     )
@@ -105,7 +138,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=_count,
         default=None,
         help="server processes sharing the port (SO_REUSEPORT), each on its own core; "
         "default: the number of cores; 1 serves in this process",
@@ -128,7 +161,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port,
         help="serve Prometheus metrics over HTTP on this port (0: a free one); default off",
     )
     parser.add_argument("--metrics-host", help="address for --metrics-port; default: --host")
