@@ -194,20 +194,33 @@ def test_certificates_reload_when_the_files_change(registry, pki, tmp_path):
             assert code_of(old_trust.list_models) == grpc.StatusCode.UNAVAILABLE
 
 
-def test_sighup_reloads_tokens(tmp_path):
+def test_sighup_reloads_tokens_and_certificates(pki, tmp_path):
+    """SIGHUP alone reloads: the token file is rewritten in place with its size, inode and
+    modification time kept, so the file watch sees no change and only the signal can reload it."""
+    import os
+
     tokens = tmp_path / "tokens"
     tokens.write_text("first-token\n")
-    with ProcessServer("--auth-tokens", str(tokens), "--preload", "none") as server:
-        with Client(server.target, token="first-token", timeout=10) as client:
+    pair: Pair = pki["server"]
+    tls = ("--tls-cert", str(pair.cert), "--tls-key", str(pair.key))
+    with ProcessServer("--auth-tokens", str(tokens), *tls, "--preload", "none") as server:
+        secure = Tls(ca_file=pki["ca"].cert)
+        with Client(server.target, tls=secure, token="first-token", timeout=10) as client:
             assert client.list_models()
-        tokens.write_text("second-token\n")
+        before = os.stat(tokens)
+        with open(tokens, "r+b") as file:  # same length, same inode
+            file.write(b"other-token\n")
+        os.utime(tokens, ns=(before.st_atime_ns, before.st_mtime_ns))
+        time.sleep(2.5)  # past a file-watch tick (2 s): it must not have noticed anything
+        with Client(server.target, tls=secure, token="first-token", timeout=10) as client:
+            assert client.list_models(), "reloaded without a SIGHUP"
         assert server.proc is not None
         server.proc.send_signal(signal.SIGHUP)
         record = server.wait_for_log("credentials reloaded")
-        assert record["tokens"] == 1
-        with Client(server.target, token="second-token", timeout=10) as client:
+        assert record["reason"] == "SIGHUP" and record["tokens"] == 1 and record["tls"] is True
+        with Client(server.target, tls=secure, token="other-token", timeout=10) as client:
             assert client.list_models()
-        with Client(server.target, token="first-token", timeout=10) as client:
+        with Client(server.target, tls=secure, token="first-token", timeout=10) as client:
             assert code_of(client.list_models) == grpc.StatusCode.UNAUTHENTICATED
 
 
