@@ -82,6 +82,7 @@ def test_go_client_against_real_server():
             "TestIteratorsEndWithTheStatus",
             "TestContextCancelsSession",
             "TestBuildConstraint",
+            "TestLogprobStepsResolveInBothOpenAIShapes",
             "TestBatchManySessionsOneTokenPerStep",
             "TestBatchSessionErrors",
             "TestBatchEmptyKeyEndsTheStream",
