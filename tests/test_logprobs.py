@@ -23,6 +23,7 @@ from tokenizers.pre_tokenizers import ByteLevel
 from grpc_servers import ThreadServer
 from parsetier.models import ModelRegistry
 from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client import (
     AsyncClient,
     Client,
@@ -445,3 +446,25 @@ def test_return_token_ids_in_a_chat_session_are_never_dropped(client, models, mo
             assert [i for d in reply.deltas for i in d.token_ids] == list(step.token_ids)
     final = client.parse_once(model, ids, include_reasoning=False, return_token_ids=True).final
     assert list(final.token_ids) == ids
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "field"),
+    [
+        (pb.StepLogprobs(token_logprobs=[-1.0]), "logprobs.token_logprobs"),
+        (
+            pb.StepLogprobs(token_logprobs=[-1, -1], top_token_ids=[10**7, 1], top_logprobs=[-1, -1]),
+            "logprobs.top_token_ids",
+        ),
+        (pb.StepLogprobs(token_logprobs=[math.nan, -1]), "logprobs.token_logprobs[0]"),
+    ],
+)
+def test_parse_once_names_its_own_logprob_fields(server, logprobs, field):
+    """ParseOnceRequest has no steps: its errors name its own `logprobs` field."""
+    request = pb.ParseOnceRequest(open=open_message("qwen3"), token_ids=[9707, 0], logprobs=logprobs)
+    with grpc.insecure_channel(server.target) as channel:
+        once = pb_grpc.ParserServiceStub(channel).ParseOnce
+        with pytest.raises(grpc.RpcError) as info:
+            once(request, timeout=30)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith(field), info.value.details()

@@ -757,6 +757,14 @@ def once_request(request: pb.ParseOnceRequest) -> pb.ParseRequest:
     return message
 
 
+def once_error(error: ProtocolError) -> ProtocolError:
+    """An error of the one step ``once_request`` made, naming the ParseOnceRequest's own fields
+    (``logprobs.top_token_ids``, not ``steps[0].logprobs.top_token_ids``)."""
+    if error.message.startswith("steps[0]."):
+        return ProtocolError(error.code, error.message.removeprefix("steps[0]."))
+    return error
+
+
 def once_response(reply: Reply) -> pb.ParseOnceResponse:
     """The unary response for the one reply of a ParseOnce session."""
     response = pb.ParseOnceResponse()

@@ -29,6 +29,7 @@ from parsetier.protocol import (
     Reply,
     SessionCounts,
     SessionProtocol,
+    once_error,
     once_request,
     once_response,
 )
@@ -220,7 +221,10 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             first = protocol.receive(once_request(request))
             assert isinstance(first, NeedModel)
             model = await self._load(protocol, first)
-            reply = await _off_loop_if_large(request, protocol.supply_model, model)
+            try:
+                reply = await _off_loop_if_large(request, protocol.supply_model, model)
+            except ProtocolError as exc:
+                raise once_error(exc) from None
             response = once_response(reply)
             self.limits.check_reply(response.ByteSize())
             result.append(response)
