@@ -280,6 +280,16 @@ def test_several_choices_are_several_sessions_of_one_request(client, registry):
 
     assert call_id(0) != call_id(1)
     assert call_id(1) == call_id(1)
+    # or n keys of one ParseBatch stream: the same ids as the separate streams give
+    with client.batch() as batch:
+        for choice in (0, 1):
+            key = f"choice-{choice}"
+            batch.open(key, "qwen3", tools=tools, request_id="req-1", choice_index=choice)
+            batch.feed(key, ids)
+            batch.finish(key)
+        outputs = batch.step()
+    batched = [outputs[f"choice-{choice}"].final.message.tool_calls[0].id for choice in (0, 1)]
+    assert batched == [call_id(0), call_id(1)]
     streams = [client.open("qwen3", completion=True, request_id="req-2", choice_index=n) for n in range(2)]
     texts = ["first choice", "second choice"]
     for stream, text in zip(streams, texts, strict=True):
