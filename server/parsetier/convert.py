@@ -143,9 +143,13 @@ def tool_choice_of(choice: pb.ToolChoice, tools: tuple[Tool, ...]) -> str:
     return mode
 
 
-def options_of(open_: pb.Open) -> SessionOptions:
-    """Request options; token ids are validated by the session against its model's vocabulary."""
-    if open_.output not in pb.OutputKind.values():
+_OUTPUT_KINDS = frozenset(pb.OutputKind.values())
+
+
+def options_of(open_: pb.Open, *, collect_in_final: bool = False) -> SessionOptions:
+    """Request options; token ids are validated by the session against its model's vocabulary.
+    ``collect_in_final``: see ``SessionOptions`` (the caller knows whether deltas are sent)."""
+    if open_.output not in _OUTPUT_KINDS:
         raise invalid(f"unknown output kind {open_.output}")
     tools = tools_of(open_)
     return SessionOptions(
@@ -164,6 +168,7 @@ def options_of(open_: pb.Open) -> SessionOptions:
         stop=tuple(open_.stop),
         stop_token_ids=tuple(open_.stop_token_ids),
         choice_index=open_.choice_index,
+        collect_in_final=collect_in_final,
     )
 
 

@@ -60,7 +60,6 @@ The servicers need no change: they only see ``NeedModel`` and ``Reply`` as today
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -402,10 +401,9 @@ class SessionProtocol:
 
     def _start(self, model: Model, open_: pb.Open) -> None:
         """Create the session for an accepted Open. (A resume point would replay here.)"""
-        options = convert.options_of(open_)
-        self.counts.choice_index = options.choice_index
         self.want_deltas, self.want_events = convert.wants(open_.output, unary=self.unary)
-        options = dataclasses.replace(options, collect_in_final=not self.want_deltas)
+        options = convert.options_of(open_, collect_in_final=not self.want_deltas)
+        self.counts.choice_index = options.choice_index
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options)
         self.resumable = open_.resumable
@@ -581,12 +579,19 @@ class BatchProtocol:
         if len(entries) > self.limits.max_items_per_message:
             limit = self.limits.max_items_per_message
             raise exhausted(f"{len(entries)} session entries in one message; the limit is {limit}")
-        models = self.models
-        missing = {e.open.model for e in entries if e.HasField("open") and e.open.model not in models}
+        keys = [entry.key for entry in entries]
+        models, sessions = self.models, self.sessions
+        # Only an entry of a key with no open session can open one (an Open for an open session
+        # is refused before it needs a model), so the usual entry costs no Open check here.
+        missing = {
+            e.open.model
+            for key, e in zip(keys, entries, strict=True)
+            if key not in sessions and e.HasField("open") and e.open.model not in models
+        }
         if missing:
             self._pending = message
             return NeedModels(tuple(sorted(missing)))
-        return self._apply(entries)
+        return self._apply(entries, keys)
 
     def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
         """The models ``NeedModels`` named, or the exception each load raised (that name's opens
@@ -600,7 +605,8 @@ class BatchProtocol:
             else:
                 self.models[name] = model
         try:
-            return self._apply(list(message.sessions))
+            entries = list(message.sessions)
+            return self._apply(entries, [entry.key for entry in entries])
         finally:
             self._load_errors.clear()
 
@@ -624,22 +630,23 @@ class BatchProtocol:
             self.hooks.ended(protocol.counts, error, True)
 
     # ------------------------------------------------------------------ rules
-    def _apply(self, entries: list[pb.SessionInput]) -> pb.ParseBatchResponse:
-        keys = [entry.key for entry in entries]
+    def _apply(self, entries: list[pb.SessionInput], keys: list[str]) -> pb.ParseBatchResponse:
         if not all(keys):
             raise invalid("every session entry needs a non-empty key")
         response = pb.ParseBatchResponse(client_messages=self.client_messages)
         outputs = response.sessions
         sessions = self.sessions
-        seen: set[str] = set()
+        # Keys seen so far, kept only when some key repeats (one set() in C tells).
+        seen: set[str] | None = set() if len(set(keys)) < len(keys) else None
         streaming = State.STREAMING
         for key, entry in zip(keys, entries, strict=True):
             protocol = sessions.get(key)
-            if key in seen:
-                error = invalid(f"session {key!r} appears twice in one message")
-                self._end_with(outputs, key, protocol, error)
-                continue
-            seen.add(key)
+            if seen is not None:
+                if key in seen:
+                    error = invalid(f"session {key!r} appears twice in one message")
+                    self._end_with(outputs, key, protocol, error)
+                    continue
+                seen.add(key)
             if protocol is not None and protocol.state is streaming and protocol.replay is None:
                 # The hot path: one token-id step for an open session, nothing else.
                 steps = entry.steps
