@@ -15,8 +15,9 @@ Every figure is a ratio against a baseline of the same run, or a plain cost:
    is pinned to one core and the load generator to the other.
 2. **Server CPU** per token, per message and per session item, and the per-item cost beyond the
    session's own parsing (``Session.feed`` of the same tokens, timed in this process).
-3. **Paced load**, one token per session per step, at a fixed rate: the round trip from writing a
-   step to reading its reply, parsetier minus echo at each percentile (p50, p99, p99.9).
+3. **Paced load**, one token per session per step, at a fixed rate, from the Go load program
+   ``client/go/cmd/parsetier-paced`` (built with ``go build``): the server's own step-to-reply
+   latency histogram (``--metrics-port``) at p50, p99 and p99.9, with the client's round trip.
 4. **Memory** per open session, idle and mid-tool-call, for both RPCs (server RSS growth / sessions).
 5. **Workers**: tokens per server-CPU-second with 1 and 2 workers; RSS per worker, and the
    proportional set size (PSS, shared pages split between the processes) in total, for 1 and 4
@@ -33,6 +34,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -164,8 +166,8 @@ class Server:
         self.stop()
 
 
-def parsetier_server(workers: int = 1, pin: int | None = SERVER_CPU) -> Server:
-    argv = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3"]
+def parsetier_server(workers: int = 1, pin: int | None = SERVER_CPU, extra: tuple[str, ...] = ()) -> Server:
+    argv = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3", *extra]
     argv += [
         "--max-sessions",
         "20000",
@@ -430,118 +432,120 @@ def cpu_costs(results: Results, ids: list[int]) -> None:
     }
 
 
-def _percentiles(samples: list[float]) -> tuple[float, float, float]:
-    samples = sorted(samples)
-
-    def at(q: float) -> float:
-        return samples[min(len(samples) - 1, int(q * len(samples)))]
-
-    return at(0.5), at(0.99), at(0.999)
-
-
-async def paced_parse(target: str, ids: list[int], sessions: int, rate: float, seconds: float) -> list[float]:
-    """``sessions`` Parse streams, each sending one token every 1/rate s (start times spread);
-    the round trip of every message that got a reply, in ms."""
-    channels = [_channel(target) for _ in range(4)]
-    latencies: list[float] = []
-    deadline = time.monotonic() + seconds
-    period = 1 / rate
-
-    async def one(i: int) -> None:
-        stub = pb_grpc.ParserServiceStub(channels[i % 4])
-        await asyncio.sleep(period * i / sessions)
-        while time.monotonic() < deadline:
-            call = stub.Parse()
-            await call.write(pb.ParseRequest(open=pb.Open(model="qwen3", tools_json=TOOLS)))
-            await call.initial_metadata()
-            sent: dict[int, float] = {}
-
-            async def reader(call=call, sent=sent) -> None:
-                async for reply in call:
-                    at = sent.pop(reply.client_messages, None)
-                    if at is not None:
-                        latencies.append((time.perf_counter() - at) * 1000)
-
-            task = asyncio.create_task(reader())
-            tick = time.monotonic()
-            for n, token in enumerate(ids, start=2):
-                tick += period
-                await asyncio.sleep(max(0.0, tick - time.monotonic()))
-                sent[n] = time.perf_counter()
-                await call.write(pb.ParseRequest(steps=[pb.Step(token_ids=[token])]))
-                if time.monotonic() > deadline:
-                    break
-            await call.write(pb.ParseRequest(finish=pb.Finish()))
-            await call.done_writing()
-            await task
-
-    await asyncio.gather(*(one(i) for i in range(sessions)))
-    for channel in channels:
-        await channel.close()
-    return latencies[len(latencies) // 10 :]  # the first tenth is warm-up
+PACED_BINARY = ROOT / "build" / "bench" / "parsetier-paced"
+PACED_CASES = [
+    # rpc, sessions, steps/s, workers, channels
+    ("Parse", 250, 20.0, 1, 1),
+    ("ParseBatch", 1000, 20.0, 1, 1),
+    ("ParseBatch", 1000, 20.0, 2, 2),
+]
 
 
-async def paced_batch(target: str, ids: list[int], sessions: int, rate: float, seconds: float) -> list[float]:
-    """One ParseBatch stream of ``sessions`` sessions stepped ``rate`` times a second, one token
-    per session per step; the round trip of every step, in ms."""
-    channel = _channel(target)
-    call = pb_grpc.ParserServiceStub(channel).ParseBatch()
-    keys = [f"k{i}" for i in range(sessions)]
-    await call.write(_opens(keys))
-    await call.read()
-    sent: dict[int, float] = {}
-    latencies: list[float] = []
+def _scrape(port: int, rpc: str) -> dict[float | str, float]:
+    """The server's ``parsetier_reply_latency_seconds`` histogram for ``rpc``, summed over models
+    and workers: cumulative count by upper bound (``le``); and each worker's count, by
+    ``"worker N"``."""
+    import urllib.request
 
-    async def reader() -> None:
-        while True:
-            reply = await call.read()
-            if reply is grpc.aio.EOF:
-                return
-            at = sent.pop(reply.client_messages, None)
-            if at is not None:
-                latencies.append((time.perf_counter() - at) * 1000)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    buckets: dict[float, float] = {}
+    pattern = re.compile(r"^parsetier_reply_latency_seconds_bucket\{(.*)\} (\S+)$")
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        if labels.get("rpc") == rpc:
+            le = float(labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + float(match.group(2))
+            if le == float("inf"):
+                worker = f"worker {labels.get('worker')}"
+                buckets[worker] = buckets.get(worker, 0.0) + float(match.group(2))
+    return buckets
 
-    task = asyncio.create_task(reader())
-    position = [i % len(ids) for i in range(sessions)]
-    tick = time.monotonic()
-    n = 1
-    deadline = tick + seconds
-    while time.monotonic() < deadline:
-        message, _ = _step(keys, position, ids)
-        tick += 1 / rate
-        await asyncio.sleep(max(0.0, tick - time.monotonic()))
-        n += 1
-        sent[n] = time.perf_counter()
-        await call.write(message)
-    await call.done_writing()
-    await task
-    await channel.close()
-    return latencies[len(latencies) // 10 :]
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float:
+    """Prometheus' ``histogram_quantile``: the bucket the q-th observation falls in, linearly
+    interpolated between its bounds (the highest finite bound when it is in the +Inf bucket)."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]]
+    if not total:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-9)
+        lower, below = bound, count
+    return lower
 
 
 def paced(results: Results, ids: list[int]) -> None:
-    seconds = 5 if results.quick else 20
-    cases = [
-        ("Parse", 250, 20.0, paced_parse),
-        ("ParseBatch", 1000, 20.0, paced_batch),
-    ]
-    measured_: dict[tuple[str, int, str], tuple[float, float, float]] = {}
-    for kind, make in (("parsetier", parsetier_server), ("echo", echo_server)):
-        with make() as server:
-            for rpc, sessions, rate, fn in cases:
-                samples = asyncio.run(fn(server.target, ids, sessions, rate, seconds))
-                measured_[(rpc, sessions, kind)] = _percentiles(samples)
-    for rpc, sessions, rate, _ in cases:
-        ours, echo = measured_[(rpc, sessions, "parsetier")], measured_[(rpc, sessions, "echo")]
-        results.paced.append(
-            {
-                "rpc": rpc,
-                "load": f"{sessions} sessions x {rate:g} steps/s",
-                "parsetier": ours,
-                "echo": echo,
-                "added": tuple(a - b for a, b in zip(ours, echo, strict=True)),
-            }
-        )
+    """Paced load from the Go load program (``client/go/cmd/parsetier-paced``): one token per
+    session per step at a fixed rate. The figure the targets name is server-side: the server's own
+    ``reply_latency_seconds`` histogram (``--metrics-port``; from reading a client message to
+    writing its reply), scraped after the warm-up and at the end. The Go program's round trip
+    (write to reply, on loopback) and how late its pacer wrote come with it."""
+    if shutil.which("go") is None:
+        results.notes.append("Paced load not measured: no Go toolchain to build its load program.")
+        return
+    PACED_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-o", str(PACED_BINARY), "./cmd/parsetier-paced"],
+        cwd=ROOT / "client" / "go",
+        check=True,
+    )
+    seconds, warmup = (8.0, 2.0) if results.quick else (20.0, 4.0)
+    ids_file = PACED_BINARY.parent / "paced-ids.txt"
+    ids_file.write_text(" ".join(map(str, ids)))
+    for rpc, sessions, rate, workers, channels in PACED_CASES:
+        pin = SERVER_CPU if workers == 1 else None
+        with parsetier_server(workers, pin, extra=("--metrics-port", "0")) as server:
+            server.wait_for_logs("metrics listening", 1, timeout=60)
+            port = next(r["port"] for r in server.logs if r.get("msg") == "metrics listening")
+            argv = [str(PACED_BINARY), "-server", server.target, "-ids", str(ids_file), "-tools-json", TOOLS]
+            argv += ["-rpc", "parse" if rpc == "Parse" else "batch", "-sessions", str(sessions)]
+            argv += ["-rate", str(rate), "-seconds", str(seconds), "-warmup", str(warmup)]
+            argv += ["-channels", str(channels)]
+            load = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, preexec_fn=_pin_client(pin))
+            time.sleep(warmup)
+            before, cpu, wall = _scrape(port, rpc), server.cpu(), time.monotonic()
+            out, _ = load.communicate()
+            after, cpu, wall = _scrape(port, rpc), server.cpu() - cpu, time.monotonic() - wall
+            if load.returncode != 0:
+                raise RuntimeError(f"parsetier-paced failed: {argv}")
+            client = json.loads(out)
+            window = {le: after.get(le, 0.0) - before.get(le, 0.0) for le in after}
+            busy = sum(1 for key, n in window.items() if isinstance(key, str) and n)
+            window = {le: n for le, n in window.items() if isinstance(le, float)}
+            server_ms = tuple(histogram_quantile(q, window) * 1000 for q in (0.5, 0.99, 0.999))
+            print(
+                f"  paced {rpc} {sessions} x {rate:g}/s, {workers} workers: {server_ms}, {client}",
+                file=sys.stderr,
+            )
+            results.paced.append(
+                {
+                    "rpc": rpc,
+                    "load": f"{sessions} sessions x {rate:g} steps/s",
+                    "workers": workers,
+                    "channels": channels,
+                    "busy_workers": busy,
+                    "server": server_ms,
+                    "replies": window.get(float("inf"), 0.0),
+                    "client": (client["p50"], client["p99"], client["p999"]),
+                    "late": client["late_p99"],
+                    "cpu": cpu / wall,
+                }
+            )
+
+
+def _pin_client(server_pin: int | None):
+    """The load program on the core the server is not pinned to (anywhere when it is not)."""
+    if server_pin is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {CLIENT_CPU})
 
 
 def memory_per_session(results: Results, ids: list[int]) -> None:
@@ -715,18 +719,27 @@ def report(results: Results) -> str:
         "",
         "### Paced load",
         "",
-        "One token per session per step at a fixed rate; round trip from writing a step to reading"
-        " its reply, measured at the client, in ms; *added* is parsetier minus the echo server at the"
-        " same percentile.",
+        "One token per session per step at a fixed rate, driven by the Go load program"
+        " (`client/go/cmd/parsetier-paced`, on the other core), so the load generator keeps the pace."
+        " *Server* is the latency the targets name, from the server reading a step to writing its"
+        " reply: the server's own `parsetier_reply_latency_seconds` histogram (`--metrics-port`),"
+        " scraped after the warm-up and at the end, its percentiles interpolated within the"
+        " histogram's buckets (bounds 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100 ms) as Prometheus'"
+        " `histogram_quantile` does. *Round trip* is the Go client's, from writing a step to reading"
+        " its reply (loopback, client included); *pacer late* is how late the load program wrote its"
+        " steps (p99): when the server falls behind, gRPC flow control holds the writes back. Server"
+        " CPU is CPU-seconds per second of the run (1.0 = one core busy).",
         "",
-        "| RPC | load | parsetier p50 / p99 / p99.9 | echo p50 / p99 / p99.9 | added p50 / p99 / p99.9 |",
-        "|---|---|---|---|---|",
+        "| RPC | load | workers (channels; workers that answered) | server p50 / p99 / p99.9 ms "
+        "| round trip p50 / p99 / p99.9 ms | pacer late p99 ms | server CPU |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results.paced:
         fmt = " / ".join
         lines.append(
-            f"| {r['rpc']} | {r['load']} | {fmt(f'{v:.2f}' for v in r['parsetier'])} | "
-            f"{fmt(f'{v:.2f}' for v in r['echo'])} | {fmt(f'{v:.2f}' for v in r['added'])} |"
+            f"| {r['rpc']} | {r['load']} | {r['workers']} ({r['channels']}; {r['busy_workers']} answered) | "
+            f"{fmt(f'{v:.2f}' for v in r['server'])} | {fmt(f'{v:.1f}' for v in r['client'])} | "
+            f"{r['late']:.1f} | {r['cpu']:.2f} |"
         )
     lines += [
         "",
@@ -795,15 +808,15 @@ def plots(results: Results) -> None:
     for i, r in enumerate(results.paced):
         ax.bar(
             [j + (i - len(results.paced) / 2 + 0.5) * width for j in range(3)],
-            r["added"],
+            r["server"],
             width,
-            label=f"{r['rpc']} ({r['load']})",
+            label=f"{r['rpc']} ({r['load']}, {r['workers']} workers)",
         )
     ax.set_xticks(range(3), names)
-    ax.set_ylabel("added latency, ms")
-    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylabel("server latency, ms (step read to reply written)")
+    ax.set_yscale("log")
     ax.legend(fontsize=8)
-    ax.set_title("Paced load: round trip minus the echo server's")
+    ax.set_title("Paced load: the server's step-to-reply latency")
     fig.tight_layout()
     fig.savefig(PLOTS / "service_paced.png", dpi=110)
     plt.close(fig)
