@@ -53,6 +53,7 @@ DERIVABLE = {
     "mistral_v3": "mistral-7b-v0.3",
     "llama3_json": "llama3",
     "harmony": "gpt-oss",
+    "minimax_m3": "minimax-m3",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -69,13 +70,12 @@ UNDERIVABLE = {
     "gemma4",
     "kimi_k3",
     "llama4_pythonic",
-    "minimax_m3",
     "apertus",
     "olmo3",
     "phi4_mini",
     "xlam",
 }
-WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss")
+WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss", "minimax-m3")
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
 REGISTRY = ModelRegistry.from_config(None)
@@ -267,6 +267,78 @@ def test_harmony_rejects_what_it_must() -> None:
         derive(model(preset).grammar, ConstraintRequest((Tool("get weather", {}),), stop_ids=stops))
 
 
+SEARCH = Tool(
+    "search",
+    {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "filter": {
+                "type": "object",
+                "properties": {"max": {"type": "integer"}, "exact": {"type": "boolean"}},
+                "required": ["max"],
+                "additionalProperties": False,
+            },
+            "mode": {"type": "string", "enum": ["fast", "deep"]},
+        },
+        "required": ["query", "filter"],
+        "additionalProperties": False,
+    },
+    strict=True,
+)
+P = "]<]minimax[>["
+
+
+def test_minimax_m3_elements_reject_what_they_must_and_nest_by_schema() -> None:
+    """One element per argument: arrays as item children, objects as nested children."""
+    preset = "minimax-m3"
+    bound = model(preset).grammar
+    weather = (
+        f'{P}<tool_call>\n{P}<invoke name="get_weather">{P}<city>Paris{P}</city>{P}</invoke>\n{P}</tool_call>'
+    )
+    other = weather.replace("get_weather", "send_mail")
+    bad_args = weather.replace("<city>Paris", "<town>Paris").replace("</city>", "</town>")
+    no_city = f'{P}<tool_call>\n{P}<invoke name="get_weather">{P}</invoke>\n{P}</tool_call>'
+    ids = _enc(preset, weather)
+    assert _accepts(preset, derive(bound, request("auto")), _enc(preset, "Sure. ") + ids)
+    assert _accepts(preset, derive(bound, request("required")), ids)
+    assert not _accepts(preset, derive(bound, request("required")), _enc(preset, "No call."))
+    assert not _accepts(preset, derive(bound, request("auto")), _enc(preset, other))
+    assert not _accepts(preset, derive(bound, request("auto")), _enc(preset, bad_args))
+    assert not _accepts(preset, derive(bound, request("auto")), _enc(preset, no_city))
+    assert not _accepts(preset, derive(bound, request("none")), ids)
+    assert not _accepts(
+        preset, derive(bound, request("auto", parallel=False)), ids + _enc(preset, "\n") + ids
+    )
+    assert not _accepts(
+        preset, derive(bound, request("named")), _enc(preset, weather.replace("get_weather", "get_time"))
+    )
+    search = (
+        f'{P}<tool_call>\n{P}<invoke name="search">{P}<query>a b{P}</query>'
+        f"{P}<tags>{P}<item>x{P}</item>{P}<item>y{P}</item>{P}</tags>"
+        f"{P}<filter>{P}<max>9{P}</max>{P}</filter>{P}<mode>deep{P}</mode>{P}</invoke>\n{P}</tool_call>"
+    )
+    root = derive(bound, ConstraintRequest((SEARCH,), "required"))
+    assert _accepts(preset, root, _enc(preset, search))
+    assert not _accepts(preset, root, _enc(preset, search.replace("deep", "slow")))
+    assert not _accepts(preset, root, _enc(preset, search.replace("<max>9", "<max>nine")))
+    message, _, _ = parse(
+        model(preset), SessionOptions(tools=(SEARCH,), thinking=False), _enc(preset, search)
+    )
+    want = {"query": "a b", "tags": ["x", "y"], "filter": {"max": 9}, "mode": "deep"}
+    assert [json.loads(c.arguments) for c in message.tool_calls] == [want]
+    rng = random.Random("minimax-m3/search")
+    for _ in range(4):
+        ids = _walk(preset, root, rng)
+        message, _, _ = parse(model(preset), SessionOptions(tools=(SEARCH,), thinking=False), ids)
+        assert message.tool_calls and {c.name for c in message.tool_calls} == {"search"}
+        for call in message.tool_calls:
+            jsonschema.validate(json.loads(call.arguments), SEARCH.parameters)
+    with pytest.raises(InvalidTool):
+        derive(bound, ConstraintRequest((Tool("f", {"properties": {"a b<": {}}}, strict=True),), "auto"))
+
+
 def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:
     bad = Tool("get weather <now>", {"type": "object"})
     with pytest.raises(InvalidTool):
@@ -295,7 +367,11 @@ def _walk(preset: str, root, rng: random.Random, limit: int = 800) -> list[int]:
         if m.is_stopped() or (m.is_accepting() and rng.random() < (0.3 if step < limit // 2 else 0.9)):
             break
         mask = m.compute_bitmask()
-        allowed = [t for t in pool if t < len(mask) * 8 and mask[t // 8] >> (t % 8) & 1]
+        # llguidance's EOS may be an ordinary byte token (MiniMax's id 0 is byte \0): never text.
+        eos = ll_tokenizer(preset).eos_token
+        allowed = [t for t in pool if t < len(mask) * 8 and mask[t // 8] >> (t % 8) & 1 and t != eos]
+        if not allowed and m.is_accepting():
+            break
         if step > limit // 4 and rng.random() < 0.3:
             # Late in the walk, steer towards the format's own markup, whole markers at a time.
             fits = [seq for seq in sequences if seq and m.validate_tokens(seq) == len(seq)]

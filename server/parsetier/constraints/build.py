@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from parsetier.constraints.elements import element_arguments
 from parsetier.constraints.headers import derive_headers, is_header_format
 from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Regex, Root, Seq, Star, Text, Ws
 from parsetier.constraints.request import MODES, ConstraintRequest, InvalidTool, arguments_schema
@@ -133,7 +134,13 @@ def _calls(
             ends = shape.closers
         else:
             items += [_name(shape.name, tool.name, g.name), Ws()]  # the parser strips a captured name
-            if shape.style == "json":
+            if shape.style == "elements":
+                state = g.states[shape.end_state]
+                declared = schema if strict else (tool.parameters or {})
+                args = element_arguments(lit.term("tag"), state.item, declared, strict, g.name)
+                items += [lit.term(shape.name.end[0]), Ws(), args, Ws()]
+                ends = shape.closers
+            elif shape.style == "json":
                 items += [
                     lit.term(shape.name.end[0]),
                     *_lits_after(lit, shape.after_name),

@@ -60,7 +60,8 @@ class CallShape:
 
     style: str
     """``envelope`` (a JSON object with the name and arguments), ``json`` (the arguments as one
-    JSON value after a written name) or ``params`` (one tagged block per parameter)."""
+    JSON value after a written name), ``params`` (one tagged block per parameter) or
+    ``elements`` (one element per argument, nested for objects and arrays)."""
     openers: tuple[tuple[str, ...], ...]
     """Alternative terminal sequences from an answer state up to the name (or the envelope)."""
     name: Encoding | None
@@ -269,6 +270,9 @@ def _after_name(
             raise Underivable(f"format {g.name!r}: {state.dialect!r} arguments have no JSON-schema grammar")
         closers = _closers(g, state, answers, skip)
         return CallShape("json", (), name, after_name, None, closers, empty, end_state=state.name)
+    if state.kind == "elements":
+        closers = _closers(g, state, answers, skip)
+        return CallShape("elements", (), name, after_name, None, closers, empty, end_state=state.name)
     if state.kind == "capture" and _begins_param(state):
         # The name's end terminal is also the first parameter's opener (GLM: NAME<arg_key>…).
         param, body = _param_shape(g, state, opened_by=name.end)
