@@ -113,12 +113,13 @@ def test_manifests_agree():
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"grpc": 50051, "metrics": 9090}
 
-    # The drain fits inside the kubelet's grace: preStop sleep + --grace + the transport's stop grace.
-    from parsetier.service.server import STOP_GRACE
+    # The drain fits inside the kubelet's grace: preStop sleep + --grace + the settle and the
+    # transport's stop grace after the last session.
+    from parsetier.service.server import STOP_GRACE, STOP_SETTLE
 
     grace = float(_flag(container["args"], "--grace"))
     pre_stop = float(container["lifecycle"]["preStop"]["exec"]["command"][-1])
-    assert pod["spec"]["terminationGracePeriodSeconds"] > pre_stop + grace + STOP_GRACE
+    assert pod["spec"]["terminationGracePeriodSeconds"] > pre_stop + grace + STOP_SETTLE + STOP_GRACE
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == ports["grpc"], probe
     liveness = container["livenessProbe"]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,24 +26,76 @@ import (
 //
 // A Batch is driven by one goroutine. Send and Recv split Step for a loop that overlaps the
 // round trip with its own work: replies come back in order, one per Send.
+//
+// With resume on (the client's default, see WithResume), a broken stream (a dead or draining
+// server, a lost connection, a proxy's reset) does not end the sessions: Recv opens a new
+// stream through the same connection, with the Parse sessions' backoff and retry budget,
+// resumes every live session there and returns the next step's reply as if nothing had
+// happened; Send never reports such a break. An open refused with codes.Unavailable (the server
+// is draining or overloaded) moves the stream too. Statuses that are a session's own
+// (InvalidArgument, NotFound...) are in its output as before, and the stream's own errors end
+// it as before. With WithoutResume, a break ends the stream with its status.
 type Batch struct {
+	client  *Client
+	ctx     context.Context
 	stream  grpc.BidiStreamingClient[pb.ParseBatchRequest, pb.ParseBatchResponse]
 	cancel  context.CancelFunc
 	entries map[string]*pb.SessionInput
 	order   []*pb.SessionInput
 	// InFlight counts steps sent whose replies have not been received yet.
 	InFlight int
+
+	policy       *ResumePolicy // nil: resume off
+	ledger       *batchLedger
+	streamCancel context.CancelFunc
+	streamErr    error         // the current stream could not be made: Recv retries
+	replaying    chan struct{} // closed once the replay is written to the current stream
 }
 
 // Batch opens a ParseBatch stream. ctx bounds the whole stream; Close it when done.
 func (c *Client) Batch(ctx context.Context) (*Batch, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.stub.ParseBatch(ctx)
-	if err != nil {
+	b := &Batch{client: c, ctx: ctx, cancel: cancel, entries: map[string]*pb.SessionInput{}, policy: c.resume}
+	if b.policy != nil {
+		b.ledger = newBatchLedger()
+	}
+	if err := b.start(nil); err != nil {
 		cancel()
 		return nil, err
 	}
-	return &Batch{stream: stream, cancel: cancel, entries: map[string]*pb.SessionInput{}}, nil
+	return b, nil
+}
+
+// start opens a new stream and writes msgs (a replay) to it from a goroutine of its own, so
+// Recv can read the replies meanwhile; Send waits for it, so later steps follow the replay.
+func (b *Batch) start(msgs []*pb.ParseBatchRequest) error {
+	ctx, cancel := context.WithCancel(b.ctx)
+	stream, err := b.client.stub.ParseBatch(ctx)
+	if err != nil {
+		cancel()
+		b.streamErr = err
+		return err
+	}
+	b.stream, b.streamCancel, b.streamErr = stream, cancel, nil
+	done := make(chan struct{})
+	b.replaying = done
+	go func() {
+		defer close(done)
+		for _, msg := range msgs {
+			if stream.Send(msg) != nil {
+				return // broken again: Recv sees it
+			}
+		}
+	}()
+	return nil
+}
+
+// Resumes is how many times the batch has moved its sessions to a new stream.
+func (b *Batch) Resumes() int {
+	if b.ledger == nil {
+		return 0
+	}
+	return b.ledger.resumes
 }
 
 // entry is the queued entry for key: one per session per step, so an Open, its first steps
@@ -59,7 +112,11 @@ func (b *Batch) entry(key string) *pb.SessionInput {
 
 // Open queues the opening of session key for model, with the same options as Client.Open.
 func (b *Batch) Open(key, model string, opts ...OpenOption) {
-	b.entry(key).Open = openMessage(model, opts)
+	open := openMessage(model, opts)
+	if b.policy != nil {
+		open.Resumable = true
+	}
+	b.entry(key).Open = open
 }
 
 // Feed queues decode steps of session key, each a slice of the token ids one forward pass
@@ -93,6 +150,15 @@ func (b *Batch) Cancel(key string) {
 func (b *Batch) Send() error {
 	msg := &pb.ParseBatchRequest{Sessions: b.order}
 	b.entries, b.order = map[string]*pb.SessionInput{}, nil
+	if b.ledger != nil {
+		b.ledger.sentStep(msg)
+		b.InFlight++
+		<-b.replaying
+		if b.streamErr == nil {
+			_ = b.stream.Send(msg) // a break is Recv's to resume
+		}
+		return nil
+	}
 	if err := b.stream.Send(msg); err != nil {
 		if errors.Is(err, io.EOF) { // the stream has ended: Recv says why
 			_, err = b.stream.Recv()
@@ -107,6 +173,9 @@ func (b *Batch) Send() error {
 // deltas, events, a final result or ended with a status, in the order of that step's entries.
 // An error is the status that ended the stream.
 func (b *Batch) Recv() ([]*pb.SessionOutput, error) {
+	if b.ledger != nil {
+		return b.recvResuming()
+	}
 	reply, err := recvWhole(b.stream.Recv, func() *pb.ParseBatchResponse { return new(pb.ParseBatchResponse) })
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -116,6 +185,47 @@ func (b *Batch) Recv() ([]*pb.SessionOutput, error) {
 	}
 	b.InFlight--
 	return reply.GetSessions(), nil
+}
+
+func (b *Batch) recvResuming() ([]*pb.SessionOutput, error) {
+	l := b.ledger
+	for attempt := 0; ; {
+		if outs, ok := l.ready(); ok {
+			b.InFlight--
+			return outs, nil
+		}
+		err := b.streamErr
+		if err == nil {
+			var reply *pb.ParseBatchResponse
+			reply, err = recvWhole(b.stream.Recv, func() *pb.ParseBatchResponse { return new(pb.ParseBatchResponse) })
+			if err == nil {
+				if err := l.receivedReply(reply); err != nil {
+					return nil, err
+				}
+				if !l.mustMove {
+					attempt = 0
+					continue
+				}
+				err = status.Error(codes.Unavailable, "parsetier: a server refused to open a session (draining or overloaded)")
+			} else if errors.Is(err, io.EOF) {
+				return nil, status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
+			}
+		}
+		if !retryable(b.ctx, err) || attempt >= b.policy.Attempts {
+			return nil, err
+		}
+		select {
+		case <-time.After(b.policy.backoff(attempt)):
+		case <-b.ctx.Done():
+			return nil, status.FromContextError(b.ctx.Err()).Err()
+		}
+		attempt++
+		if b.streamCancel != nil {
+			b.streamCancel() // ends the broken stream, and a replay still writing to it
+		}
+		<-b.replaying
+		_ = b.start(l.replay()) // an error is the next attempt's
+	}
 }
 
 // Step sends the queued entries and waits for their reply.
@@ -131,6 +241,17 @@ func (b *Batch) Step() ([]*pb.SessionOutput, error) {
 // is safe to call more than once.
 func (b *Batch) Close() error {
 	defer b.cancel()
+	if b.ledger != nil {
+		for b.InFlight > 0 && b.ctx.Err() == nil { // resumes if the stream breaks meanwhile
+			if _, err := b.Recv(); err != nil {
+				return err
+			}
+		}
+		<-b.replaying
+		if b.streamErr != nil {
+			return nil // nothing is owed: no stream is left to close
+		}
+	}
 	if err := b.stream.CloseSend(); err != nil {
 		return err
 	}
@@ -142,6 +263,9 @@ func (b *Batch) Close() error {
 		if err != nil {
 			if status.Code(err) == codes.Canceled && b.InFlight == 0 {
 				return nil // closed before: the deferred cancel of an earlier Close
+			}
+			if b.ledger != nil && b.InFlight == 0 && retryable(b.ctx, err) {
+				return nil // every reply has arrived: a break now loses nothing
 			}
 			return err
 		}

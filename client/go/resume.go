@@ -101,7 +101,7 @@ func newHistory(open *pb.Open) history {
 func (h *history) len() int { return len(h.ends) }
 
 func (h *history) record(msg *pb.ParseRequest) {
-	plain := msg.GetFinish() == nil
+	plain := msg.GetFinish() == nil && msg.GetOpen() == nil
 	for _, step := range msg.GetSteps() {
 		plain = plain && len(step.GetTokenIds()) > 0 && step.GetLogprobs() == nil // logprobs are kept whole
 	}

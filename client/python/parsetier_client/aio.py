@@ -353,7 +353,7 @@ class AsyncClient:
 
     def batch(self) -> AsyncBatch:
         """A ``ParseBatch`` stream: many sessions, one round trip per engine step (see ``batch``)."""
-        return AsyncBatch(self.stub, timeout=self.timeout)
+        return AsyncBatch(self.stub, self.timeout, self.metadata, self.resume)
 
     async def list_models(self) -> list[pb.ModelInfo]:
         request = pb.ListModelsRequest()

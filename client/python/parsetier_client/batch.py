@@ -14,8 +14,14 @@ and the server's one reply comes back as ``{key: SessionOutput}``::
 
 ``send()`` and ``receive()`` split ``step()`` for a loop that wants the round trip to overlap its
 own work; replies come back in order, one per sent step. Session errors never raise: they are in
-the outputs. Only the stream's own errors (malformed framing, its limits, the server going away)
-raise ``grpc.RpcError``, and they end every session on the stream.
+the outputs. Only the stream's own errors (malformed framing, its limits) raise ``grpc.RpcError``,
+and they end every session on the stream.
+
+With resume on (the client's default, ``resume=``), a broken stream — a dead or draining server,
+a lost connection, a proxy's reset — does not end the sessions: the batch opens a new stream
+through the same channel, with the Parse streams' backoff and retry budget (``ResumePolicy``),
+resumes every live session there (``batch_resume``), and ``receive()`` goes on with the next
+step's reply as if nothing had happened. With resume off, such a break raises as any stream error.
 """
 
 from __future__ import annotations
@@ -23,14 +29,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import time
 from typing import Any
 
 import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.batch_resume import BatchLedger
 from parsetier_client.parts import Joiner, joined
 from parsetier_client.requests import StepLike, finish_message, open_message, step_message
+from parsetier_client.resume import ResumePolicy, retryable
+
+Metadata = tuple[tuple[str, str], ...] | None
 
 _CLOSE = object()
 
@@ -49,8 +60,10 @@ class StepBuilder:
     """The next engine step's entries, one per session key (merged when a key is used twice:
     an open, steps and a finish of one session in one step travel as one entry)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resumable: bool = False) -> None:
         self._entries: dict[str, pb.SessionInput] = {}
+        self._resumable = resumable
+        """Opens say ``resumable`` (the batch resumes them; a draining server hands them off)."""
 
     def _entry(self, key: str) -> pb.SessionInput:
         entry = self._entries.get(key)
@@ -60,7 +73,10 @@ class StepBuilder:
 
     def open(self, key: str, model: str, **options: Any) -> None:
         """Open session ``key``; ``options`` as for ``requests.open_message``."""
-        self._entry(key).open.CopyFrom(open_message(model, **options))
+        entry = self._entry(key)
+        entry.open.CopyFrom(open_message(model, **options))
+        if self._resumable:
+            entry.open.resumable = True
 
     def feed(self, key: str, *steps: StepLike) -> None:
         """Decode steps of session ``key`` (token-id lists, text, or ``pb.Step``)."""
@@ -90,34 +106,112 @@ def outputs_of(response: pb.ParseBatchResponse) -> dict[str, pb.SessionOutput]:
     return {output.key: output for output in response.sessions}
 
 
+def _ended_early() -> RuntimeError:
+    return RuntimeError("the ParseBatch stream ended OK before the reply to a step")
+
+
+def _refused() -> grpc.aio.AioRpcError:
+    """What a batch raises when it could not find a server that opens its sessions."""
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        "every server tried refused to open a session (draining or overloaded)",
+    )
+
+
 class Batch(StepBuilder):
     """A blocking ``ParseBatch`` stream (``Client.batch()``). Not thread-safe: one serving loop
     drives it."""
 
-    def __init__(self, stub: pb_grpc.ParserServiceStub, timeout: float | None = None) -> None:
-        super().__init__()
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._call = stub.ParseBatch(iter(self._queue.get, _CLOSE), timeout=timeout)
-        self._replies = joined(self._call)
+    def __init__(
+        self,
+        stub: pb_grpc.ParserServiceStub,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+        policy: ResumePolicy | None = None,
+    ) -> None:
+        super().__init__(resumable=policy is not None)
+        self._stub, self._timeout, self._metadata = stub, timeout, metadata
+        self._policy = policy
+        self._ledger = BatchLedger() if policy is not None else None
+        self._closing = False
+        self._start(())
         self.in_flight = 0
         """Steps sent whose replies have not been received yet."""
         self._ended = False
 
+    @property
+    def resumes(self) -> int:
+        """How many times the batch moved its sessions to a new stream."""
+        return self._ledger.resumes if self._ledger is not None else 0
+
+    def _start(self, messages: list[pb.ParseBatchRequest] | tuple[()]) -> None:
+        """A new call fed from a fresh queue, which holds ``messages`` first."""
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for message in messages:
+            self._queue.put(message)
+        if self._closing:
+            self._queue.put(_CLOSE)
+        self._call = self._stub.ParseBatch(
+            iter(self._queue.get, _CLOSE), timeout=self._timeout, metadata=self._metadata
+        )
+        self._replies = joined(self._call)
+
     def send(self) -> None:
         """Send the queued entries as one step (never blocks on the network)."""
-        self._queue.put(self.take())
+        message = self.take()
+        if self._ledger is not None:
+            self._ledger.sent(message)
+        self._queue.put(message)
         self.in_flight += 1
 
     def receive(self) -> dict[str, pb.SessionOutput]:
         """The reply to the oldest step sent: the output of each session that produced any.
-        Raises ``grpc.RpcError`` when the stream has ended (its status)."""
-        try:
-            reply = next(self._replies)
-        except grpc.RpcError:
-            self._ended = True
-            raise
-        self.in_flight -= 1
-        return outputs_of(reply)
+        Raises ``grpc.RpcError`` when the stream has ended (its status) and does not resume."""
+        ledger = self._ledger
+        if ledger is None:
+            try:
+                reply = next(self._replies)
+            except grpc.RpcError:
+                self._ended = True
+                raise
+            self.in_flight -= 1
+            return outputs_of(reply)
+        attempt = 0
+        while True:
+            outputs = ledger.ready()
+            if outputs is not None:
+                self.in_flight -= 1
+                return outputs
+            try:
+                reply = next(self._replies)
+            except StopIteration:
+                self._ended = True
+                raise _ended_early() from None
+            except grpc.RpcError as exc:
+                policy = self._policy
+                if policy is None or not retryable(exc.code(), exc.details()) or attempt >= policy.attempts:
+                    self._ended = True
+                    raise
+                self._queue.put(_CLOSE)  # end the broken call's request thread
+                time.sleep(policy.backoff(attempt) if attempt else 0)
+                attempt += 1
+                self._start(ledger.replay())
+                continue
+            ledger.received(reply)
+            if not ledger.must_move:
+                attempt = 0
+                continue
+            policy = self._policy  # an open refused as draining or overloaded: move the stream
+            if policy is None or attempt >= policy.attempts:
+                self._ended = True
+                raise _refused()
+            self._call.cancel()
+            self._queue.put(_CLOSE)
+            time.sleep(policy.backoff(attempt))
+            attempt += 1
+            self._start(ledger.replay())
 
     def step(self) -> dict[str, pb.SessionOutput]:
         """Send the queued entries and wait for their reply."""
@@ -126,13 +220,22 @@ class Batch(StepBuilder):
 
     def close(self) -> None:
         """Close the stream; sessions still open on it are dropped by the server."""
+        if self._ledger is not None and not self._ended:
+            while self.in_flight:  # resumes if the stream breaks meanwhile
+                self.receive()
+        self._closing = True
         self._queue.put(_CLOSE)
         if self._ended:
             return  # its status was raised already
-        for _ in self._replies:  # replies to steps still in flight, then the status
-            pass
+        try:
+            for _ in self._replies:  # replies to steps still in flight, then the status
+                pass
+        except grpc.RpcError as exc:
+            if self._ledger is None or not retryable(exc.code(), exc.details()):
+                raise  # with resume on, a break after every reply arrived loses nothing
 
     def cancel_stream(self) -> None:
+        self._policy = None  # the caller's own cancel is never resumed
         self._call.cancel()
 
     def __enter__(self) -> Batch:
@@ -146,33 +249,98 @@ class Batch(StepBuilder):
 
 
 class AsyncBatch(StepBuilder):
-    """An asyncio ``ParseBatch`` stream (``AsyncClient.batch()``); one task drives it."""
+    """An asyncio ``ParseBatch`` stream (``AsyncClient.batch()``); one task drives it.
 
-    def __init__(self, stub: pb_grpc.ParserServiceStub, timeout: float | None = None) -> None:
-        super().__init__()
-        self._call = stub.ParseBatch(timeout=timeout)
-        self._joiner = Joiner()
+    With resume on, ``send()`` queues the step for a writer task of the batch's own (it never
+    waits for the network), so that a resume can re-send the sessions' history ahead of later
+    steps while ``receive()`` reads the replies."""
+
+    def __init__(
+        self,
+        stub: pb_grpc.ParserServiceStub,
+        timeout: float | None = None,
+        metadata: Metadata = None,
+        policy: ResumePolicy | None = None,
+    ) -> None:
+        super().__init__(resumable=policy is not None)
+        self._stub, self._timeout, self._metadata = stub, timeout, metadata
+        self._policy = policy
+        self._ledger = BatchLedger() if policy is not None else None
+        self._closing = False
+        self._writer: asyncio.Task | None = None
+        self._start(())
         self.in_flight = 0
         self._ended = False
 
+    @property
+    def resumes(self) -> int:
+        """How many times the batch moved its sessions to a new stream."""
+        return self._ledger.resumes if self._ledger is not None else 0
+
+    def _start(self, messages: list[pb.ParseBatchRequest] | tuple[()]) -> None:
+        self._call = self._stub.ParseBatch(timeout=self._timeout, metadata=self._metadata)
+        self._joiner = Joiner()
+        if self._ledger is None:
+            return
+        self._outgoing: asyncio.Queue[Any] = asyncio.Queue()
+        for message in messages:
+            self._outgoing.put_nowait(message)
+        if self._closing:
+            self._outgoing.put_nowait(_CLOSE)
+        self._writer = asyncio.ensure_future(_write_from(self._call, self._outgoing))
+
     async def send(self) -> None:
-        await self._call.write(self.take())
+        message = self.take()
+        if self._ledger is None:
+            await self._call.write(message)
+        else:
+            self._ledger.sent(message)
+            self._outgoing.put_nowait(message)
         self.in_flight += 1
 
     async def receive(self) -> dict[str, pb.SessionOutput]:
-        reply = None
-        while reply is None:
+        ledger = self._ledger
+        attempt = 0
+        while True:
+            if ledger is not None:
+                outputs = ledger.ready()
+                if outputs is not None:
+                    self.in_flight -= 1
+                    return outputs
             try:
                 message = await self._call.read()
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as exc:
+                error = exc
+            else:
+                if message is not grpc.aio.EOF:
+                    reply = self._joiner.push(message)
+                    if reply is None:
+                        continue
+                    if ledger is None:
+                        self.in_flight -= 1
+                        return outputs_of(reply)
+                    ledger.received(reply)
+                    if not ledger.must_move:
+                        attempt = 0
+                        continue
+                    error = _refused()  # an open refused as draining or overloaded: move the stream
+                else:
+                    error = await self._status()
+                    if error.code() == grpc.StatusCode.OK and ledger is not None:
+                        self._ended = True
+                        raise _ended_early()
+            policy = self._policy
+            if ledger is None or policy is None or not retryable(error.code(), error.details()):
                 self._ended = True
-                raise
-            if message is grpc.aio.EOF:
+                raise error
+            if attempt >= policy.attempts:
                 self._ended = True
-                raise await self._status()
-            reply = self._joiner.push(message)
-        self.in_flight -= 1
-        return outputs_of(reply)
+                raise error
+            await asyncio.sleep(policy.backoff(attempt) if attempt else 0)
+            attempt += 1
+            self._stop_writer()
+            self._call.cancel()
+            self._start(ledger.replay())
 
     async def step(self) -> dict[str, pb.SessionOutput]:
         await self.send()
@@ -181,14 +349,26 @@ class AsyncBatch(StepBuilder):
     async def close(self) -> None:
         """Close the stream (sessions still open on it are dropped by the server); raises the
         stream's status when it was not OK."""
-        with contextlib.suppress(asyncio.InvalidStateError):  # the call may already be over
-            await self._call.done_writing()
+        if self._ledger is not None:
+            if not self._ended:
+                while self.in_flight:  # resumes if the stream breaks meanwhile
+                    await self.receive()
+            self._closing = True
+            self._outgoing.put_nowait(_CLOSE)
+            if self._writer is not None:
+                await self._writer
+        else:
+            with contextlib.suppress(asyncio.InvalidStateError):  # the call may already be over
+                await self._call.done_writing()
         if self._ended:
             return  # its status was raised already
         while self.in_flight:
             await self.receive()
-        if await self._call.code() != grpc.StatusCode.OK:
-            raise await self._status()
+        code = await self._call.code()
+        if code != grpc.StatusCode.OK:
+            error = await self._status()
+            if self._ledger is None or not retryable(code, error.details()):
+                raise error  # with resume on, a break after every reply arrived loses nothing
 
     async def _status(self) -> grpc.aio.AioRpcError:
         return grpc.aio.AioRpcError(
@@ -198,7 +378,14 @@ class AsyncBatch(StepBuilder):
             await self._call.details(),
         )
 
+    def _stop_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            self._writer = None
+
     def cancel_stream(self) -> None:
+        self._policy = None  # the caller's own cancel is never resumed
+        self._stop_writer()
         self._call.cancel()
 
     async def __aenter__(self) -> AsyncBatch:
@@ -209,3 +396,14 @@ class AsyncBatch(StepBuilder):
             await self.close()
         else:
             self.cancel_stream()
+
+
+async def _write_from(call: grpc.aio.StreamStreamCall, outgoing: asyncio.Queue[Any]) -> None:
+    """Write what is queued to ``call``, half-closing at ``_CLOSE``. A write that finds the call
+    broken stops quietly: the reading side sees the break and resumes on a new call."""
+    try:
+        while (message := await outgoing.get()) is not _CLOSE:
+            await call.write(message)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        pass

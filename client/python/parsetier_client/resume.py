@@ -88,7 +88,7 @@ class History:
     def record(self, message: pb.ParseRequest) -> None:
         """Append a client message (not the Open's: that one is message 0 already)."""
         plain = all(step.token_ids and not step.HasField("logprobs") for step in message.steps)
-        if message.HasField("finish") or not plain:
+        if message.HasField("finish") or message.HasField("open") or not plain:
             self._whole[len(self)] = message
         else:
             for step in message.steps:

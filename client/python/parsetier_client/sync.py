@@ -255,7 +255,7 @@ class Client:
 
     def batch(self) -> Batch:
         """A ``ParseBatch`` stream: many sessions, one round trip per engine step (see ``batch``)."""
-        return Batch(self.stub, timeout=self.timeout)
+        return Batch(self.stub, self.timeout, self.metadata, self.resume)
 
     def list_models(self) -> list[pb.ModelInfo]:
         reply = self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata)

@@ -68,9 +68,15 @@ class ServerHandle:
         )
         clean = await self.servicer.gate.wait_idle(grace)
         cut = self.servicer.gate.active  # counted before stop(): cancelled sessions leave the gate
-        # Idle: a short grace lets HTTP/2 finish its shutdown handshake (GOAWAY, PING) with proxies
-        # such as nginx, which otherwise reset the last stream after its final reply. Not idle: the
-        # grace is spent, cut the stragglers now.
+        if clean:
+            # The last session's trailers are out, but a proxy such as nginx may not have finished
+            # its stream yet: stopping now would send GOAWAY + PING and close the connection while
+            # nginx still owes the PING's ACK, and it would turn the finished stream into a reset
+            # (the client sees INTERNAL after its final reply). Let the streams settle first; then
+            # stop() has only idle connections to close. stop()'s own grace covers streams that
+            # arrive meanwhile (refused, as draining).
+            await asyncio.sleep(STOP_SETTLE)
+        # Not idle: the grace is spent, cut the stragglers now.
         await self.server.stop(STOP_GRACE if clean else 0)
         if self.security is not None:
             await self.security.stop()
@@ -101,8 +107,11 @@ def check_bindable(host: str, port: int, reuse_port: bool = False) -> None:
             raise ListenError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
+STOP_SETTLE = 0.5
+"""Seconds a clean drain waits, once no session is left, before it stops the server: the last
+streams' trailers reach the clients (through proxies) before the connections are closed."""
 STOP_GRACE = 2.0
-"""Seconds ``drain`` gives the transport to close cleanly once no session is left."""
+"""Seconds ``stop`` gives calls still in flight (refusals) once the server stops."""
 
 
 async def build_server(

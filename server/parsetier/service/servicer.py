@@ -111,14 +111,18 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self.admission = Admission(limits.max_loop_lag)
         self._reading: set[asyncio.Task] = set()
         """Resumable streams waiting for their client's next message (hand-off candidates)."""
+        self._reading_batches: dict[asyncio.Task, BatchProtocol] = {}
+        """ParseBatch streams waiting for their client's next message, with their sessions."""
         self._handed_off: set[asyncio.Task] = set()
 
     def hand_off(self) -> int:
-        """Drain: tell every resumable session to move now; returns how many were waiting.
+        """Drain: tell every resumable session to move now; returns how many streams were waiting
+        (``ParseBatch`` streams whose open sessions are all resumable count once each).
 
         A stream is interrupted only while it waits for its next message, never in the middle of
         one, so every reply it wrote is whole; one busy right now moves at its next read."""
         waiting = list(self._reading)
+        waiting += [task for task, batch in self._reading_batches.items() if _all_resumable(batch)]
         for task in waiting:
             self._handed_off.add(task)
             task.cancel()
@@ -248,7 +252,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             await context.send_initial_metadata(())
             while True:
                 try:
-                    message = await asyncio.wait_for(context.read(), self.limits.idle_timeout)
+                    message = await self._next_batch_message(context, batch)
                 except TimeoutError:
                     batch.idle()
                     return
@@ -258,6 +262,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 reply = await _off_loop_if_large(message, batch.receive, _decoded(message))
                 if isinstance(reply, NeedModels):
                     loaded = {name: await self._model_or_error(name) for name in reply.names}
+                    self._check_batch_hand_off(batch)  # the drain may have begun meanwhile
                     reply = await _off_loop_if_large(message, batch.supply_models, loaded)
                 for part in self.limits.in_parts(reply):
                     await _write(context, part)
@@ -276,7 +281,33 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             if error is not None:
                 batch.close(ProtocolError(error.code, f"the stream ended: {error.message}"))
         if error is not None:
-            await context.abort(grpc_code(error), error.message)
+            trailer = HANDOFF_TRAILER if error.message == HANDOFF_MESSAGE else ()
+            await context.abort(grpc_code(error), error.message, trailing_metadata=trailer)
+
+    def _check_batch_hand_off(self, batch: BatchProtocol) -> None:
+        """While draining, a ParseBatch stream whose sessions can all resume elsewhere moves now:
+        the stream ends with the hand-off status, its sessions with it (their clients resume
+        each from its last reply, so nothing this stream did but did not answer is lost)."""
+        if self.gate.draining and _all_resumable(batch):
+            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE)
+
+    async def _next_batch_message(self, context: grpc.aio.ServicerContext, batch: BatchProtocol) -> Any:
+        """The client's next ParseBatch message; while draining, the hand-off (as for ``Parse``,
+        only between two messages)."""
+        self._check_batch_hand_off(batch)
+        task = asyncio.current_task()
+        assert task is not None
+        self._reading_batches[task] = batch
+        try:
+            return await asyncio.wait_for(context.read(), self.limits.idle_timeout)
+        except asyncio.CancelledError:
+            if task not in self._handed_off:
+                raise
+            self._handed_off.discard(task)
+            task.uncancel()
+            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE) from None
+        finally:
+            del self._reading_batches[task]
 
     async def _model_or_error(self, name: str) -> Model | BaseException:
         try:
@@ -377,6 +408,14 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
         record.outcome, record.error = "CANCELLED", ""
     finally:
         record.emit()
+
+
+def _all_resumable(batch: BatchProtocol) -> bool:
+    """The stream has sessions and every one said ``Open.resumable``: its client resumes them, so
+    a draining server may hand the stream off instead of waiting. (An idle stream is left to
+    end as the client closes it, or to be cut when the server stops.)"""
+    sessions = batch.sessions
+    return bool(sessions) and all(protocol.resumable for protocol in sessions.values())
 
 
 class _GatedSessions(BatchHooks):

@@ -1,0 +1,150 @@
+// Command batchcheck drives ParseBatch streams through the Go client's batch API for the batch
+// resume tests (tests/test_batch_resume.py): it reads a plan as JSON on stdin, runs one serving
+// loop per stream (all its sessions open in the first step, then one token per session per step,
+// each finishing after its last token), prints "sent N" as steps go out (so the test knows when
+// to kill a backend), and ends with one JSON line holding every stream's replies, step by step
+// (each session's output as base64 protobuf), and how often each stream resumed.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/protobuf/proto"
+
+	parsetier "github.com/parsetier/parsetier/client/go"
+	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
+)
+
+type plan struct {
+	Target  string         `json:"target"`
+	Tools   string         `json:"tools_json"`
+	PauseMs int            `json:"pause_ms"`
+	Resume  bool           `json:"resume"`
+	Streams [][]sessionRun `json:"streams"`
+}
+
+type sessionRun struct {
+	Key       string   `json:"key"`
+	Model     string   `json:"model"`
+	PromptIDs []uint32 `json:"prompt_ids"`
+	IDs       []uint32 `json:"ids"`
+}
+
+type result struct {
+	Replies []map[string]string `json:"replies"`
+	Resumes int                 `json:"resumes"`
+	Error   string              `json:"error,omitempty"`
+}
+
+func main() {
+	var p plan
+	if err := json.NewDecoder(os.Stdin).Decode(&p); err != nil {
+		fmt.Fprintln(os.Stderr, "plan:", err)
+		os.Exit(2)
+	}
+	opts := []parsetier.ClientOption{parsetier.WithInsecure()}
+	target := p.Target
+	if list, ok := strings.CutPrefix(target, "ipv4:"); ok {
+		// Several backends, tried in order (pick_first), as the Python tests' "ipv4:a,b" target.
+		r := manual.NewBuilderWithScheme("batchcheck")
+		var addrs []resolver.Address
+		for _, addr := range strings.Split(list, ",") {
+			addrs = append(addrs, resolver.Address{Addr: addr})
+		}
+		r.InitialState(resolver.State{Addresses: addrs})
+		opts = append(opts, parsetier.WithDialOptions(grpc.WithResolvers(r)))
+		target = r.Scheme() + ":///backends"
+	}
+	if !p.Resume {
+		opts = append(opts, parsetier.WithoutResume())
+	}
+	client, err := parsetier.NewClient(target, opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		os.Exit(2)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	out := bufio.NewWriter(os.Stdout)
+	var outMu sync.Mutex
+	var sent atomic.Int64
+	results := make([]result, len(p.Streams))
+	var wg sync.WaitGroup
+	for i, sessions := range p.Streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = run(ctx, client, p, sessions, func() {
+				n := sent.Add(1)
+				outMu.Lock()
+				fmt.Fprintf(out, "sent %d\n", n)
+				out.Flush()
+				outMu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	outMu.Lock()
+	defer outMu.Unlock()
+	line, _ := json.Marshal(map[string][]result{"results": results})
+	fmt.Fprintf(out, "%s\n", line)
+	out.Flush()
+}
+
+func run(ctx context.Context, client *parsetier.Client, p plan, sessions []sessionRun, onSent func()) result {
+	var r result
+	batch, err := client.Batch(ctx)
+	if err != nil {
+		return result{Error: "batch: " + err.Error()}
+	}
+	steps := 0
+	for _, s := range sessions {
+		steps = max(steps, len(s.IDs))
+	}
+	for k := range steps {
+		for _, s := range sessions {
+			if k == 0 {
+				batch.Open(s.Key, s.Model, parsetier.WithToolsJSON(p.Tools), parsetier.WithRequestID(s.Key),
+					parsetier.WithPromptTokenIDs(s.PromptIDs), parsetier.WithOutput(pb.OutputKind_OUTPUT_KIND_DELTAS_AND_EVENTS))
+			}
+			if k < len(s.IDs) {
+				batch.Feed(s.Key, []uint32{s.IDs[k]})
+			}
+			if k == len(s.IDs)-1 {
+				batch.Finish(s.Key, parsetier.Finish{Reason: parsetier.Stop})
+			}
+		}
+		outputs, err := batch.Step()
+		if err != nil {
+			r.Error = err.Error()
+			break
+		}
+		reply := map[string]string{}
+		for _, o := range outputs {
+			raw, _ := proto.MarshalOptions{Deterministic: true}.Marshal(o)
+			reply[o.GetKey()] = base64.StdEncoding.EncodeToString(raw)
+		}
+		r.Replies = append(r.Replies, reply)
+		onSent()
+		time.Sleep(time.Duration(p.PauseMs) * time.Millisecond)
+	}
+	if err := batch.Close(); err != nil && r.Error == "" {
+		r.Error = "close: " + err.Error()
+	}
+	r.Resumes = batch.Resumes()
+	return r
+}

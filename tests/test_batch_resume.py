@@ -1,0 +1,451 @@
+"""The batch clients resume too: a ``ParseBatch`` stream's sessions survive the loss of their
+backend, together, with every step's reply exactly as uninterrupted.
+
+Two real backends on loopback, the client's target lists both (pick_first: every stream goes to
+the first while it listens). Sessions of several families stream real outputs one token per step
+through the batch API; then the first backend is SIGKILLed, or SIGTERMed (a drain hands batch
+streams off), or the client pipelines steps full of edge cases (finish, cancel, a key reused,
+entries for no session) and loses the backend with those unanswered. Each run's replies — step
+by step, session by session, byte for byte — are compared with an uninterrupted run of the same
+steps on one server, so sequence numbers have no gap and no repeat. With resume off the break
+surfaces, and a drain gives such streams the grace instead of a hand-off.
+
+The same with the Go client's batch API (a SIGKILL, and resume off).
+
+The figures (sessions, kills, drain time) are printed; pytest shows them with ``-s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from fleet_outputs import QUICK_MODELS, TOOLS, Output, sample
+from grpc_servers import ProcessServer
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_client import AsyncClient, Client
+from parsetier_client.resume import retryable
+from test_fleet_nginx import free_port
+from test_go_client import GO_DIR, go_binary
+
+SESSIONS = 80
+STREAMS = 2
+"""Batch streams (one serving loop each) sharing the sessions."""
+STEP_PAUSE = 0.01
+"""Seconds each serving loop waits between steps, so that every stream is mid-way at the kill."""
+TEST_TIMEOUT = 120.0
+BACKEND_ARGS = ("--grace", "20", "--preload", ",".join(QUICK_MODELS))
+
+Replies = list[dict[str, bytes]]
+"""One batch stream's replies, one per step: {key: the session's output, serialized}."""
+
+
+def backend(port: int | None = None) -> ProcessServer:
+    server = ProcessServer(*BACKEND_ARGS, "--port", str(port or free_port()))
+    return server
+
+
+def ready(server: ProcessServer) -> ProcessServer:
+    server.start()
+    server.wait_for_log("models loaded", 120)
+    return server
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[ProcessServer, ProcessServer]]:
+    a, b = backend(), backend()
+    try:
+        yield ready(a), ready(b)
+    finally:
+        a.kill()
+        b.kill()
+
+
+def outputs() -> list[Output]:
+    return [sample(i, QUICK_MODELS) for i in range(SESSIONS)]
+
+
+def wire(outputs: dict[str, pb.SessionOutput]) -> dict[str, bytes]:
+    return {key: out.SerializeToString(deterministic=True) for key, out in outputs.items()}
+
+
+class Plan:
+    """The steps of one serving loop over its sessions: all open in step 1 (with their first
+    token), then one token per session per step, each finishing after its last token."""
+
+    def __init__(self, stream: int, outs: list[Output]) -> None:
+        self.sessions = {f"s{stream}-{i}": out for i, out in enumerate(outs) if i % STREAMS == stream}
+        self.steps = max(len(out.ids) for out in self.sessions.values())
+
+    def queue(self, batch, k: int) -> None:
+        """Queue step ``k`` (0-based) on ``batch`` (either client's batch API)."""
+        for key, out in self.sessions.items():
+            if k == 0:
+                batch.open(
+                    key,
+                    out.model,
+                    tools=TOOLS,
+                    prompt_token_ids=out.prompt_ids,
+                    output="both",
+                    request_id=key,
+                )
+            if k < len(out.ids):
+                batch.feed(key, [out.ids[k]])
+            if k == len(out.ids) - 1:
+                batch.finish(key, "stop")
+
+
+class Progress:
+    """Steps out so far over all serving loops, and a gate they wait at before each step."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.sent = 0
+        self.go = asyncio.Event()
+        self.go.set()
+
+    async def at(self, fraction: float) -> None:
+        while self.sent < fraction * self.total:
+            await asyncio.sleep(0.02)
+
+
+async def run_async(client: AsyncClient, plan: Plan, progress: Progress | None = None) -> tuple[Replies, int]:
+    """One serving loop: a step, its reply, a short pause, the next step."""
+    replies: Replies = []
+    async with client.batch() as batch:
+        for k in range(plan.steps):
+            if progress is not None:
+                await progress.go.wait()
+            plan.queue(batch, k)
+            replies.append(wire(await batch.step()))
+            if progress is not None:
+                progress.sent += 1
+                await asyncio.sleep(STEP_PAUSE)
+        resumes = batch.resumes
+    return replies, resumes
+
+
+async def reference(target: str, plans: list[Plan]) -> list[Replies]:
+    """Every stream uninterrupted on one backend, without resume."""
+    async with AsyncClient(target, timeout=60, resume=False) as client:
+        return [replies for replies, _ in await asyncio.gather(*(run_async(client, p) for p in plans))]
+
+
+def check_identical(got: list[Replies], want: list[Replies]) -> None:
+    for s, (replies, expected) in enumerate(zip(got, want, strict=True)):
+        assert len(replies) == len(expected), f"stream {s}: {len(replies)} replies, {len(expected)} steps"
+        for k, (reply, wanted) in enumerate(zip(replies, expected, strict=True)):
+            assert reply == wanted, f"stream {s} step {k} differs from the uninterrupted run"
+
+
+def finals(replies: list[Replies]) -> int:
+    return sum(
+        pb.SessionOutput.FromString(v).HasField("final") for r in replies for step in r for v in step.values()
+    )
+
+
+async def interrupted(
+    target: str, plans: list[Plan], at: float, interrupt: Callable[[], float | None]
+) -> tuple[list[Replies], list[int], float | None]:
+    """Run the plans through resuming batch clients; once ``at`` of all steps are out, call
+    ``interrupt`` (in a thread); returns the replies, each stream's resumes and what it returned."""
+    progress = Progress(sum(p.steps for p in plans))
+    async with AsyncClient(target, timeout=60) as client:
+        loops = [asyncio.create_task(run_async(client, p, progress)) for p in plans]
+        await progress.at(at)
+        result = await asyncio.to_thread(interrupt)
+        done = await asyncio.gather(*loops)
+    return [r for r, _ in done], [n for _, n in done], result
+
+
+def test_async_batch_sessions_survive_sigkills_of_their_backend(pair):
+    """80 sessions on 2 batch streams; the backend is SIGKILLed at 30% of the steps (everything
+    moves to the second), restarted on its port, and the second is SIGKILLed at 65% (everything
+    moves back): every step's reply is as uninterrupted."""
+    a, b = pair
+    plans = [Plan(s, outputs()) for s in range(STREAMS)]
+    kills: list[str] = []
+
+    async def main():
+        want = await reference(b.target, plans)
+        progress = Progress(sum(p.steps for p in plans))
+        nonlocal a
+        async with AsyncClient(f"ipv4:{a.target},{b.target}", timeout=60) as client:
+            loops = [asyncio.create_task(run_async(client, p, progress)) for p in plans]
+            await progress.at(0.3)
+            a.kill()
+            kills.append(f"a at {progress.sent}/{progress.total}")
+            await progress.at(0.4)
+            progress.go.clear()  # the loops wait (idle, mid-stream) while a restarts
+            a = await asyncio.to_thread(ready, backend(a.port))
+            progress.go.set()
+            await progress.at(0.65)
+            b.kill()
+            kills.append(f"b at {progress.sent}/{progress.total}")
+            done = await asyncio.gather(*loops)
+        return want, done
+
+    want, done = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+    got = [r for r, _ in done]
+    check_identical(got, want)
+    assert finals(got) == SESSIONS
+    resumes = [n for _, n in done]
+    print(
+        f"\nasync batch: {SESSIONS} sessions on {STREAMS} streams x {len(kills)} SIGKILLs ({kills}); "
+        f"resumes per stream {resumes}; every step identical to the uninterrupted run"
+    )
+    assert all(n >= 2 for n in resumes), resumes  # every stream moved at each kill
+    a.kill()
+
+
+def test_a_drain_hands_batch_streams_off(pair):
+    """SIGTERM the backend that holds both batch streams mid-way: it hands them off at once and
+    exits cleanly within a few seconds (not its 20 s grace); the sessions resume on the other."""
+    a, b = pair
+    plans = [Plan(s, outputs()) for s in range(STREAMS)]
+    want = asyncio.run(reference(b.target, plans))
+
+    def drain() -> float:
+        signalled = time.monotonic()
+        a.terminate()
+        code = a.wait(30)
+        assert code == 0, a.logs[-5:]
+        return time.monotonic() - signalled
+
+    got, resumes, took = asyncio.run(
+        asyncio.wait_for(interrupted(f"ipv4:{a.target},{b.target}", plans, 0.4, drain), TEST_TIMEOUT)
+    )
+    check_identical(got, want)
+    draining = next(r for r in a.logs if r.get("msg") == "draining")
+    stopped = next(r for r in a.logs if r.get("msg") == "stopped")
+    print(
+        f"\nbatch drain: {draining['open_sessions']} open sessions on {STREAMS} streams, "
+        f"{draining['handed_off']} streams handed off, exit after {took:.2f} s; resumes {resumes}"
+    )
+    # Streams waiting for their next message are counted; one busy at that instant moves at its next read.
+    assert draining["open_sessions"] > 0 and 1 <= draining["handed_off"] <= STREAMS, draining
+    assert stopped["clean"] is True and stopped["cut_sessions"] == 0
+    assert resumes == [1] * STREAMS
+    ends = [r for r in a.logs if r.get("msg") == "session_end" and r.get("rpc") == "ParseBatch"]
+    assert {r["outcome"] for r in ends} <= {"OK", "UNAVAILABLE"}
+    assert took is not None and took < 5.0, f"the drain took {took:.2f} s"
+
+
+def test_pipelined_edge_cases_resume_exactly(pair):
+    """Steps sent ahead and unanswered when the backend dies, full of what a resume must replay
+    faithfully: a session that finishes, one cancelled, a key opened again after its session
+    ended, entries for keys with no session, a bad token id (the session's own error), an empty
+    step. The sync batch client receives every reply as an uninterrupted run gives it."""
+    a, b = pair
+    out = sample(0, QUICK_MODELS)
+    ids = list(out.ids)
+
+    def opening(batch, key: str) -> None:
+        batch.open(key, out.model, tools=TOOLS, prompt_token_ids=out.prompt_ids, request_id=key)
+
+    def steps() -> list[Callable]:
+        plan: list[Callable] = []
+
+        def step(k: int):
+            def queue(batch) -> None:
+                if k == 0:
+                    for key in ("keep", "done", "gone", "bad"):
+                        opening(batch, key)
+                if k == 19:
+                    return  # an empty step
+                for key in ("keep", "done", "gone", "bad"):
+                    if k < 12 or key == "keep":
+                        batch.feed(key, [ids[k % len(ids)]])
+                if k == 12:
+                    batch.finish("done", "stop")
+                    batch.cancel("gone")
+                    batch.feed("bad", [10**9])  # outside the vocabulary: that session's error
+                    batch.feed("nobody", [ids[0]])  # no such session: answered with a status
+                if k == 14:
+                    opening(batch, "done")  # the key is free again: a new session
+                    batch.cancel("nobody")  # cancels nothing
+                if k >= 14:
+                    batch.feed("done", [ids[k]])
+
+            return queue
+
+        plan.extend(step(k) for k in range(24))
+        return plan
+
+    def run(client: Client, kill: Callable[[], None] | None) -> tuple[Replies, int]:
+        replies: Replies = []
+        with client.batch() as batch:
+            plan = steps()
+            for queue in plan[:8]:
+                queue(batch)
+                replies.append(wire(batch.step()))
+            for queue in plan[8:]:  # pipelined: sent, not yet answered
+                queue(batch)
+                batch.send()
+            if kill is not None:
+                kill()
+            while batch.in_flight:
+                replies.append(wire(batch.receive()))
+            for key in ("keep", "done"):
+                batch.finish(key, "stop")
+            replies.append(wire(batch.step()))
+            return replies, batch.resumes
+
+    with Client(b.target, timeout=60, resume=False) as client:
+        want, _ = run(client, None)
+    with Client(f"ipv4:{a.target},{b.target}", timeout=60) as client:
+        got, resumes = run(client, a.kill)
+    assert resumes == 1
+    assert got == want
+    statuses = {k: pb.SessionOutput.FromString(v).status.code for r in got for k, v in r.items()}
+    assert statuses["bad"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert statuses["gone"] == grpc.StatusCode.CANCELLED.value[0]
+    assert statuses["nobody"] != 0
+
+
+def test_with_resume_off_a_break_surfaces_and_a_drain_gives_the_grace(pair):
+    """resume=False: the opens are not resumable, so a SIGTERMed backend lets the batch stream
+    finish its sessions (no hand-off) and exits cleanly after; a SIGKILL then surfaces as the
+    stream's UNAVAILABLE from ``receive``."""
+    a, b = pair
+    plans = [Plan(0, outputs()[:20])]
+    want = asyncio.run(reference(b.target, plans))
+
+    async def main():
+        async with AsyncClient(a.target, timeout=60, resume=False) as client:
+            progress = Progress(plans[0].steps)
+            loop = asyncio.create_task(run_async(client, plans[0], progress))
+            await progress.at(0.3)
+            a.terminate()
+            await asyncio.to_thread(a.wait_for_log, "draining")
+            replies, resumes = await loop
+        return replies, resumes
+
+    replies, resumes = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
+    check_identical([replies], want)
+    assert resumes == 0
+    assert a.wait(30) == 0
+    draining = next(r for r in a.logs if r.get("msg") == "draining")
+    assert draining["handed_off"] == 0 and draining["open_sessions"] > 0, draining
+
+    async def broken():
+        async with AsyncClient(b.target, timeout=60, resume=False) as client:
+            batch = client.batch()
+            plans[0].queue(batch, 0)
+            await batch.step()
+            plans[0].queue(batch, 1)
+            await batch.step()
+            b.kill()
+            plans[0].queue(batch, 2)
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await batch.step()
+                await batch.step()
+            return error.value
+
+    error = asyncio.run(asyncio.wait_for(broken(), TEST_TIMEOUT))
+    assert retryable(error.code(), error.details()), error  # a break, surfaced instead of resumed
+
+
+def go_plan(target: str, plans: list[Plan], resume: bool = True) -> dict:
+    return {
+        "target": target,
+        "tools_json": json.dumps(TOOLS),
+        "pause_ms": int(STEP_PAUSE * 1000),
+        "resume": resume,
+        "streams": [
+            [
+                dict(key=key, model=o.model, prompt_ids=list(o.prompt_ids), ids=list(o.ids))
+                for key, o in plan.sessions.items()
+            ]
+            for plan in plans
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def batchcheck(tmp_path_factory) -> Path:
+    binary = tmp_path_factory.mktemp("go") / "batchcheck"
+    build = subprocess.run(
+        [go_binary(), "build", "-o", str(binary), "./internal/batchcheck"],
+        cwd=GO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr
+    return binary
+
+
+def run_batchcheck(
+    binary: Path, plan: dict, kill_at: int, kill: Callable[[], None]
+) -> tuple[list[dict], int]:
+    """Run the Go serving loops; ``kill`` once ``kill_at`` steps are out. Each stream's result
+    and the step count at the kill."""
+    proc = subprocess.Popen(
+        [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    killed_at = 0
+    final = None
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(plan))
+        proc.stdin.close()
+        for line in proc.stdout:
+            if line.startswith("sent ") and not killed_at and int(line.split()[1]) >= kill_at:
+                kill()
+                killed_at = int(line.split()[1])
+            elif line.startswith("{"):
+                final = json.loads(line)
+        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed_at and final is not None
+    return final["results"], killed_at
+
+
+def test_go_batch_sessions_survive_a_sigkill(pair, batchcheck: Path):
+    """The Go client's batch API (client/go/internal/batchcheck): 80 sessions on 2 batch streams,
+    the backend SIGKILLed at 40% of the steps; every step's reply is as uninterrupted."""
+    a, b = pair
+    plans = [Plan(s, outputs()) for s in range(STREAMS)]
+    want = asyncio.run(reference(b.target, plans))
+    total = sum(p.steps for p in plans)
+    plan = go_plan(f"ipv4:{a.target},{b.target}", plans)
+    results, killed_at = run_batchcheck(batchcheck, plan, int(0.4 * total), a.kill)
+    assert not [r["error"] for r in results if r.get("error")]
+    for s, (r, expected) in enumerate(zip(results, want, strict=True)):
+        got = [
+            {k: pb.SessionOutput.FromString(base64.b64decode(v)) for k, v in step.items()}
+            for step in r["replies"]
+        ]
+        wanted = [{k: pb.SessionOutput.FromString(v) for k, v in step.items()} for step in expected]
+        assert len(got) == len(wanted), s
+        for k, (reply, expected_reply) in enumerate(zip(got, wanted, strict=True)):
+            assert reply == expected_reply, f"stream {s} step {k} differs from the uninterrupted run"
+    resumes = [r["resumes"] for r in results]
+    print(
+        f"\nGo batch: {SESSIONS} sessions on {STREAMS} streams x 1 SIGKILL at {killed_at}/{total} steps; "
+        f"resumes {resumes}; every step identical to the uninterrupted run"
+    )
+    assert resumes == [1] * STREAMS, resumes
+
+
+def test_go_batch_with_resume_off_surfaces_the_break(pair, batchcheck: Path):
+    """WithoutResume: the SIGKILL ends each Go batch stream with its status (Unavailable)."""
+    a, _ = pair
+    plans = [Plan(s, outputs()[:20]) for s in range(STREAMS)]
+    total = sum(p.steps for p in plans)
+    results, _ = run_batchcheck(batchcheck, go_plan(a.target, plans, resume=False), int(0.3 * total), a.kill)
+    for r in results:
+        assert r["resumes"] == 0
+        assert "Unavailable" in r.get("error", ""), r.get("error")
+        assert len(r["replies"]) < max(len(o.ids) for o in outputs()[:20])
