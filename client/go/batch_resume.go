@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
@@ -38,7 +39,8 @@ func newBatchSession(entry *pb.SessionInput, step int) *batchSession {
 	s := &batchSession{key: entry.GetKey(), hist: newHistory(entry.GetOpen()), openedAt: step,
 		tail: []batchTailEntry{{0, step}}, sending: entry.GetFinish() == nil}
 	if len(entry.GetSteps()) > 0 || entry.GetFinish() != nil {
-		s.first = &pb.ParseRequest{Steps: entry.GetSteps(), Finish: entry.GetFinish()}
+		// A copy: the caller may reuse its token slices once the step is sent.
+		s.first = proto.Clone(&pb.ParseRequest{Steps: entry.GetSteps(), Finish: entry.GetFinish()}).(*pb.ParseRequest)
 	}
 	return s
 }
@@ -62,8 +64,13 @@ func (s *batchSession) add(entry *pb.SessionInput, step, delivered int) {
 	if entry.GetCancel() {
 		s.cancelled, s.sending = true, false
 	} else {
-		// A second Open travels whole (the server ends the session for it).
-		s.hist.record(&pb.ParseRequest{Open: entry.GetOpen(), Steps: entry.GetSteps(), Finish: entry.GetFinish()})
+		// A second Open travels whole (the server ends the session for it). A message kept whole
+		// is a copy: the caller may reuse its token slices once the step is sent.
+		msg := &pb.ParseRequest{Open: entry.GetOpen(), Steps: entry.GetSteps(), Finish: entry.GetFinish()}
+		if !plainIDs(msg) {
+			msg = proto.Clone(msg).(*pb.ParseRequest)
+		}
+		s.hist.record(msg)
 		if entry.GetFinish() != nil {
 			s.sending = false
 		}

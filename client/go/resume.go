@@ -100,12 +100,17 @@ func newHistory(open *pb.Open) history {
 
 func (h *history) len() int { return len(h.ends) }
 
-func (h *history) record(msg *pb.ParseRequest) {
+// plainIDs says whether msg is nothing but runs of token ids (kept as ids; others are kept whole).
+func plainIDs(msg *pb.ParseRequest) bool {
 	plain := msg.GetFinish() == nil && msg.GetOpen() == nil
 	for _, step := range msg.GetSteps() {
 		plain = plain && len(step.GetTokenIds()) > 0 && step.GetLogprobs() == nil // logprobs are kept whole
 	}
-	if plain {
+	return plain
+}
+
+func (h *history) record(msg *pb.ParseRequest) {
+	if plainIDs(msg) {
 		for _, step := range msg.GetSteps() {
 			h.ids = append(h.ids, step.GetTokenIds()...)
 		}

@@ -50,10 +50,20 @@ class _Session:
 
     def add(self, entry: pb.SessionInput, step: int, delivered: int) -> None:
         """Entry sent in ``step`` (steps up to ``delivered`` have had their replies)."""
-        index = self.messages()
+        index = len(self.history) + self.cancelled
         tail = self.tail
         while tail and tail[0][1] <= delivered:  # only undelivered steps need their entries' steps
             tail.popleft()
+        tail.append((index, step))
+        steps = entry.steps
+        if (
+            len(steps) == 1
+            and not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
+            and steps[0].token_ids
+            and not steps[0].HasField("logprobs")
+        ):  # the usual entry: one step of token ids
+            self.history.record_ids(steps[0].token_ids)
+            return
         if entry.cancel:
             self.cancelled, self.sending = True, False
         else:
@@ -64,7 +74,6 @@ class _Session:
             if entry.HasField("open"):  # a second open: the server ends the session for it
                 message.open.CopyFrom(entry.open)
             self.history.record(message)
-        self.tail.append((index, step))
 
     def entry(self, index: int) -> pb.SessionInput:
         """Entry ``index`` as it is re-sent on a new stream (the open with the resume point)."""
