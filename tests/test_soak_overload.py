@@ -44,9 +44,10 @@ REFUSAL_SECONDS = 30.0
 answers before the loop is free is a known gap (docs/service.md)."""
 MEMORY_SLACK = 1.6
 """Resident memory after the overload may be this many times the baseline. The sessions' own data
-(about 400 KB each here: 160 MB for the 400, past this bound) is freed; what stays is the C
-allocator's retained heap, 1.05-1.45x after one burst on a ~140 MB server, and it does not grow
-from burst to burst as a leak would (measured: no Python-level growth under tracemalloc)."""
+(about 400 KB each here: 160 MB for the 400, past this bound) is freed, and the server hands the
+freed heap back once the burst is over (service/heap.py): measured 0.9-1.15x the baseline in most
+runs, up to 1.47x when all 400 were admitted at once (pages that still hold a live chunk stay);
+it does not grow from burst to burst as a leak would."""
 
 
 def _rss(pid: int) -> int:
@@ -147,7 +148,9 @@ def test_soak_probe_keeps_its_latency():
 
 
 def test_overload_refuses_quickly_and_clearly_and_memory_returns():
-    with ProcessServer("--preload", "qwen3", "--max-sessions", "4096") as server:
+    # A lag limit below the default: the same load then exceeds it on a quiet machine as well as
+    # on a busy one (at the default, a quiet machine now and then keeps up with all 400).
+    with ProcessServer("--preload", "qwen3", "--max-sessions", "4096", "--max-loop-lag-ms", "50") as server:
         server.wait_for_log("models loaded", timeout=120)
         assert server.proc is not None
         pid = server.proc.pid

@@ -21,6 +21,9 @@ class SessionGate:
         self.active = 0
         self.peak = 0
         """Most sessions open at once since start (for operators and tests)."""
+        self.ended = 0
+        """Sessions that have left since start."""
+        self._peak_since_look = 0
         self.draining = False
         self._idle = asyncio.Event()
         self._idle.set()
@@ -36,12 +39,19 @@ class SessionGate:
             raise exhausted(f"server has {self.active} open sessions; the limit is {self.max_sessions}")
         self.active += 1
         self.peak = max(self.peak, self.active)
+        self._peak_since_look = max(self._peak_since_look, self.active)
         self._idle.clear()
 
     def leave(self) -> None:
         self.active -= 1
+        self.ended += 1
         if self.active == 0:
             self._idle.set()
+
+    def peak_since_look(self) -> int:
+        """Most sessions open at once since the last call (the heap trimmer's view of a burst)."""
+        peak, self._peak_since_look = self._peak_since_look, self.active
+        return peak
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until no session is open; False if the timeout came first."""

@@ -24,6 +24,7 @@ from parsetier.models import ModelRegistry
 from parsetier.service import metrics, reflection
 from parsetier.service.admission import CountedHealthServicer, StreamCount
 from parsetier.service.decoding import add_servicer
+from parsetier.service.heap import HeapTrimmer
 from parsetier.service.limits import Limits
 from parsetier.service.logs import SERVER_LOG
 from parsetier.service.security import AuthInterceptor, Security, SecurityState
@@ -43,6 +44,7 @@ class ServerHandle:
     health: health.aio.HealthServicer
     reflection: bool = False
     security: SecurityState | None = None
+    heap: HeapTrimmer | None = None
 
     @property
     def transport(self) -> str:
@@ -78,6 +80,8 @@ class ServerHandle:
             await asyncio.sleep(STOP_SETTLE)
         # Not idle: the grace is spent, cut the stragglers now.
         await self.server.stop(STOP_GRACE if clean else 0)
+        if self.heap is not None:
+            await self.heap.stop()
         if self.security is not None:
             await self.security.stop()
         SERVER_LOG.info("stopped", extra={"fields": {"clean": clean, "cut_sessions": cut}})
@@ -176,9 +180,11 @@ async def build_server(
         raise ListenError(f"cannot listen on {host}:{port}: {exc}") from None
     await server.start()
     servicer.admission.lag.start()
+    heap = HeapTrimmer(servicer.gate)
+    heap.start()
     if guard is not None:
         guard.start()
-    return ServerHandle(server, bound, servicer, health_servicer, reflection_on, guard)
+    return ServerHandle(server, bound, servicer, health_servicer, reflection_on, guard, heap)
 
 
 async def _preload(registry: ModelRegistry, names: Sequence[str]) -> None:
