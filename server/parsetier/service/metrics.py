@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import grpc
@@ -158,7 +157,10 @@ def draining(on: bool = True) -> None:
 
 
 def session_ended(rpc: str, model: str, code: str, tokens: int, deltas: int, seconds: float) -> None:
-    """For a session that is not an RPC of its own (one of several multiplexed in one stream)."""
+    """For a session that is not an RPC of its own (one of several multiplexed in one stream).
+    Its tokens and deltas are counted here, at its end: counting them per item in the
+    interceptor would read every item's fields a second time (about 4 µs per item, a tenth of a
+    ParseBatch item's cost; bench figures in docs/operations.md)."""
     metrics = _active
     if metrics is None:
         return
@@ -182,10 +184,20 @@ def tokens_of(message: Any) -> int:
     return sum(len(step.token_ids) or step.text_tokens for step in steps)
 
 
+OTHER_MODEL = "other"
+"""The ``model`` label of a name the server does not serve: label values stay bounded whatever
+clients send."""
+
+
+def model_label(model: str, models: frozenset[str] | None) -> str:
+    return model if models is None or model in models else OTHER_MODEL
+
+
 class _Call:
     """One RPC being measured. Tokens and deltas are counted as each message goes by, so the
-    counters move while a long session runs. The labelled series are looked up once per call
-    (the rpc's at its start, the model's at its Open), not per message."""
+    counters move while a long session runs (``ParseBatch`` sessions are counted by
+    ``session_ended``). The labelled series are looked up once per call (the rpc's at its start, the
+    model's at its Open), not per message."""
 
     __slots__ = (
         "_deltas",
@@ -195,14 +207,17 @@ class _Call:
         "_tokens",
         "metrics",
         "model",
+        "models",
         "opened",
         "read_at",
         "rpc",
         "sessions",
     )
 
-    def __init__(self, metrics: Metrics, rpc: str, sessions: bool) -> None:
-        self.metrics, self.rpc, self.sessions = metrics, rpc, sessions
+    def __init__(
+        self, metrics: Metrics, rpc: str, sessions: bool, models: frozenset[str] | None = None
+    ) -> None:
+        self.metrics, self.rpc, self.sessions, self.models = metrics, rpc, sessions, models
         self.model, self.opened, self.read_at = "", False, 0.0
         worker = metrics.worker
         self._request_bytes = metrics.request_bytes.labels(rpc, worker)
@@ -222,6 +237,7 @@ class _Call:
                 self._tokens_of_model().inc(tokens)
 
     def open(self, model: str) -> None:
+        model = model_label(model, self.models)
         self.model, self.opened = model, True
         self._reply_seconds = self._tokens = self._deltas = None  # now labelled with the model
         self.metrics.sessions_open.labels(self.rpc, model, self.metrics.worker).inc()
@@ -258,10 +274,12 @@ class _Call:
 
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
     """Measures every ParserService RPC: open and finished sessions by model and status code,
-    tokens, deltas, reply latency and message sizes."""
+    tokens, deltas, reply latency and message sizes. ``models``: the names served; any other
+    name a client sends is labelled ``other``."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, models: frozenset[str] | None = None) -> None:
         self.metrics = metrics
+        self.models = models
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -270,10 +288,5 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             return handler
         rpc = method[len(SERVICE_PREFIX) :]
         sessions = rpc in SESSION_RPCS
-        metrics = self.metrics
-        return observed(handler, lambda: _Call(metrics, rpc, sessions), _Call.finished)
-
-
-def interceptors() -> Iterable[grpc.aio.ServerInterceptor]:
-    """The interceptor to install when metrics are enabled (none otherwise)."""
-    return [MetricsInterceptor(_active)] if _active is not None else []
+        metrics, models = self.metrics, self.models
+        return observed(handler, lambda: _Call(metrics, rpc, sessions, models), _Call.finished)

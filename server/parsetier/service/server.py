@@ -148,7 +148,7 @@ async def build_server(
 
         interceptors.append(TracingInterceptor(tracer))
     if metrics_on:  # outermost, so refusals by the auth check are counted too
-        interceptors.append(metrics.MetricsInterceptor(metrics.enable()))
+        interceptors.append(metrics.MetricsInterceptor(metrics.enable(), frozenset(registry.names())))
     if guard is not None and guard.checks_requests:
         interceptors.append(AuthInterceptor(guard))
     server = grpc.aio.server(
