@@ -83,6 +83,7 @@ def test_go_client_against_real_server():
             "TestContextCancelsSession",
             "TestBuildConstraint",
             "TestLogprobStepsResolveInBothOpenAIShapes",
+            "TestCompletionSessions",
             "TestBatchManySessionsOneTokenPerStep",
             "TestBatchSessionErrors",
             "TestBatchEmptyKeyEndsTheStream",

@@ -76,3 +76,63 @@ func TestLogprobStepsResolveInBothOpenAIShapes(t *testing.T) {
 		t.Errorf("return_token_ids gave %v", ids)
 	}
 }
+
+// TestCompletionSessions runs WithCompletion, WithStop and WithChoice against the live server.
+func TestCompletionSessions(t *testing.T) {
+	client := connect(t)
+	ctx := testContext(t)
+	content := func(deltas []*pb.Delta) string {
+		var b strings.Builder
+		for _, d := range deltas {
+			b.WriteString(d.GetContent())
+		}
+		return b.String()
+	}
+	hello := []uint32{9707, 220, 108386} // "Hello 你好"
+
+	// EOS with neither a finish reason nor a stop id: its text was held back, and is dropped.
+	final, deltas, err := client.ParseStream(ctx, "qwen3", [][]uint32{hello[:2], hello[2:], {imEnd}},
+		parsetier.Finish{}, parsetier.WithCompletion(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := content(deltas); got != "Hello 你好" || final.GetMessage().GetContent() != got {
+		t.Errorf("completion text %q, final %q", got, final.GetMessage().GetContent())
+	}
+
+	// No format in a completion: <think> (an added, non-special token) is plain text.
+	_, deltas, err = client.ParseStream(ctx, "qwen3", [][]uint32{{151667}, hello},
+		parsetier.Finish{Reason: parsetier.Length}, parsetier.WithCompletion(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := content(deltas); got != "<think>Hello 你好" {
+		t.Errorf("completion with a marker: %q", got)
+	}
+
+	// A listed stop string is never streamed, and Finish cuts the text at it.
+	steps := [][]uint32{{603}, {1378}, {11176}, {2326}} // "one", " two", " END", " three"
+	_, deltas, err = client.ParseStream(ctx, "qwen3", steps,
+		parsetier.Finish{Reason: parsetier.Stop, Matched: parsetier.StopString("END")},
+		parsetier.WithCompletion(true), parsetier.WithStop([]string{"END"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := content(deltas); got != "one two " {
+		t.Errorf("stop string: %q", got)
+	}
+
+	// n > 1: the choices of one request get different tool call ids, each the same on every run.
+	callID := func(choice uint32) string {
+		final, _, err := client.ParseStream(ctx, "qwen3", [][]uint32{qwen3Output}, parsetier.Finish{},
+			parsetier.WithToolsJSON(weatherTools), parsetier.WithRequestID("go-choices"),
+			parsetier.WithChoice(choice))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return final.GetMessage().GetToolCalls()[0].GetId()
+	}
+	if first, second := callID(0), callID(1); first == second || callID(1) != second {
+		t.Errorf("choice call ids %q, %q", first, second)
+	}
+}
