@@ -10,7 +10,8 @@ by step, session by session, byte for byte — are compared with an uninterrupte
 steps on one server, so sequence numbers have no gap and no repeat. With resume off the break
 surfaces, and a drain gives such streams the grace instead of a hand-off.
 
-The same with the Go client's batch API (a SIGKILL, and resume off).
+The same with the Go client's batch API (a SIGKILL, and resume off), and a SIGKILL behind the
+deploy nginx config.
 
 The figures (sessions, kills, drain time) are printed; pytest shows them with ``-s``.
 """
@@ -33,7 +34,7 @@ from grpc_servers import ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import AsyncClient, Client
 from parsetier_client.resume import retryable
-from test_fleet_nginx import free_port
+from test_fleet_nginx import KEEPALIVE, Nginx, free_port, nginx_binary
 from test_go_client import GO_DIR, go_binary
 
 SESSIONS = 80
@@ -81,8 +82,8 @@ class Plan:
     """The steps of one serving loop over its sessions: all open in step 1 (with their first
     token), then one token per session per step, each finishing after its last token."""
 
-    def __init__(self, stream: int, outs: list[Output]) -> None:
-        self.sessions = {f"s{stream}-{i}": out for i, out in enumerate(outs) if i % STREAMS == stream}
+    def __init__(self, stream: int, outs: list[Output], streams: int = STREAMS) -> None:
+        self.sessions = {f"s{stream}-{i}": out for i, out in enumerate(outs) if i % streams == stream}
         self.steps = max(len(out.ids) for out in self.sessions.values())
 
     def queue(self, batch, k: int) -> None:
@@ -153,12 +154,18 @@ def finals(replies: list[Replies]) -> int:
 
 
 async def interrupted(
-    target: str, plans: list[Plan], at: float, interrupt: Callable[[], float | None]
+    target: str,
+    plans: list[Plan],
+    at: float,
+    interrupt: Callable[[], float | None],
+    options: list | None = None,
 ) -> tuple[list[Replies], list[int], float | None]:
     """Run the plans through resuming batch clients; once ``at`` of all steps are out, call
-    ``interrupt`` (in a thread); returns the replies, each stream's resumes and what it returned."""
+    ``interrupt`` (in a thread); returns the replies, each stream's resumes and what it returned.
+    ``options``: the channel's (keepalive behind nginx)."""
     progress = Progress(sum(p.steps for p in plans))
-    async with AsyncClient(target, timeout=60) as client:
+    channel = grpc.aio.insecure_channel(target, options=options) if options else None
+    async with AsyncClient(target, channel=channel, timeout=60) as client:
         loops = [asyncio.create_task(run_async(client, p, progress)) for p in plans]
         await progress.at(at)
         result = await asyncio.to_thread(interrupt)
@@ -237,6 +244,29 @@ def test_a_drain_hands_batch_streams_off(pair):
     ends = [r for r in a.logs if r.get("msg") == "session_end" and r.get("rpc") == "ParseBatch"]
     assert {r["outcome"] for r in ends} <= {"OK", "UNAVAILABLE"}
     assert took is not None and took < 5.0, f"the drain took {took:.2f} s"
+
+
+def test_behind_nginx_a_sigkilled_backend_s_batch_streams_resume_on_the_other(pair, tmp_path: Path):
+    """Through the deploy nginx config (per-stream balancing over both backends): 80 sessions on
+    4 batch streams, one backend SIGKILLed at 40% of the steps; the streams on it reconnect through
+    nginx, resume on the other backend, and every step's reply is as uninterrupted."""
+    a, b = pair
+    nginx_binary()
+    streams = 4
+    plans = [Plan(s, outputs(), streams) for s in range(streams)]
+    want = asyncio.run(reference(b.target, plans))
+    nginx = Nginx(tmp_path, [a.target, b.target]).start()
+    try:
+        got, resumes, _ = asyncio.run(
+            asyncio.wait_for(interrupted(nginx.target, plans, 0.4, a.kill, KEEPALIVE), TEST_TIMEOUT)
+        )
+    finally:
+        nginx.stop()
+    check_identical(got, want)
+    print(
+        f"\nbehind nginx: {SESSIONS} sessions on {streams} streams x 1 SIGKILL; resumes per stream {resumes}"
+    )
+    assert 1 <= sum(resumes) < streams, resumes  # least_conn put streams on both backends
 
 
 def test_pipelined_edge_cases_resume_exactly(pair):

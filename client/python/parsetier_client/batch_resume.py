@@ -16,6 +16,7 @@ stream would have given, in the same order, exactly once.
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client.resume import History, Progress
@@ -23,57 +24,40 @@ from parsetier_client.resume import History, Progress
 
 class _Session:
     """One session as the caller opened it: its history (the open entry is message 0, with the
-    steps and finish it carried), what has been received of it, and which of its messages belong
-    to steps not delivered yet (``tail``: (message index, step), oldest first)."""
+    steps and finish it carried) and what has been received of it."""
 
-    __slots__ = ("cancelled", "first", "history", "key", "opened_at", "progress", "sending", "tail")
+    __slots__ = ("cancelled", "first", "history", "key", "messages", "opened_at", "progress", "sending")
 
     def __init__(self, key: str, entry: pb.SessionInput, step: int) -> None:
         self.key = key
         self.history = History(entry.open)
         self.first: pb.ParseRequest | None = None
         """The steps and finish the open entry carried (the server counts them as its message 1)."""
-        if _carries(entry):
+        if entry.steps or entry.HasField("finish"):
             self.first = pb.ParseRequest(steps=entry.steps)
             if entry.HasField("finish"):
                 self.first.finish.CopyFrom(entry.finish)
         self.progress = Progress()
         self.opened_at = step
-        self.tail: deque[tuple[int, int]] = deque([(0, step)])
+        self.messages = 1
+        """Entries sent so far (a cancel included)."""
         self.sending = not entry.HasField("finish")
         """Entries may still follow (no finish or cancel sent yet)."""
         self.cancelled = False
 
-    def messages(self) -> int:
-        """Entries sent so far (a cancel included)."""
-        return len(self.history) + self.cancelled
-
-    def add(self, entry: pb.SessionInput, step: int, delivered: int) -> None:
-        """Entry sent in ``step`` (steps up to ``delivered`` have had their replies)."""
-        index = len(self.history) + self.cancelled
-        tail = self.tail
-        while tail and tail[0][1] <= delivered:  # only undelivered steps need their entries' steps
-            tail.popleft()
-        tail.append((index, step))
-        steps = entry.steps
-        if (
-            len(steps) == 1
-            and not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
-            and steps[0].token_ids
-            and not steps[0].HasField("logprobs")
-        ):  # the usual entry: one step of token ids
-            self.history.record_ids(steps[0].token_ids)
-            return
+    def add(self, entry: pb.SessionInput) -> None:
+        """A later entry (not the usual one of token ids, which ``BatchLedger.sent`` records)."""
+        self.messages += 1
         if entry.cancel:
             self.cancelled, self.sending = True, False
-        else:
-            message = pb.ParseRequest(steps=entry.steps)
-            if entry.HasField("finish"):
-                message.finish.CopyFrom(entry.finish)
-                self.sending = False
-            if entry.HasField("open"):  # a second open: the server ends the session for it
-                message.open.CopyFrom(entry.open)
-            self.history.record(message)
+            return
+        message = pb.ParseRequest(steps=entry.steps)
+        if entry.HasField("finish"):
+            message.finish.CopyFrom(entry.finish)
+            self.sending = False
+        if entry.HasField("open"):  # a second open: the server ends the session for it
+            message.open.CopyFrom(entry.open)
+        self.history.record(message)
 
     def entry(self, index: int) -> pb.SessionInput:
         """Entry ``index`` as it is re-sent on a new stream (the open with the resume point)."""
@@ -93,38 +77,32 @@ class _Session:
                 getattr(entry, field).CopyFrom(getattr(message, field))
         return entry
 
-    def step_of(self, index: int, delivered: int) -> int:
-        """The step entry ``index`` was sent in, or 0 when that step's reply was delivered."""
-        tail = self.tail
-        while tail and tail[0][1] <= delivered:
-            tail.popleft()
-        for message, step in tail:
-            if message == index:
-                return step
-        return 0
 
+class Carried(NamedTuple):
+    """What one entry of a message on the current stream is: its session (None: an entry of no
+    session), the step it answers (0: delivered already), its index among the session's entries
+    (or among the step's orphans), and whether it opens the session."""
 
-def _carries(entry: pb.SessionInput) -> bool:
-    return bool(entry.steps) or entry.HasField("finish")
+    session: _Session | None
+    step: int
+    index: int
+    opens: bool
 
 
 class _Step:
-    """A step sent whose reply the caller has not received: its entries' keys in order, the outputs
-    gathered for it so far, and the reply on the current stream after which it is complete."""
+    """A step sent whose reply the caller has not received: its entries as first sent (key ->
+    ``Carried``, in entry order), the outputs gathered for it so far, and the reply on the
+    current stream after which it is complete."""
 
-    __slots__ = ("keys", "orphans", "outputs", "until")
+    __slots__ = ("entries", "orphans", "outputs", "until")
 
-    def __init__(self, keys: list[str], until: int) -> None:
-        self.keys = keys
+    def __init__(self, entries: dict[str, Carried], orphans: list[pb.SessionInput], until: int) -> None:
+        self.entries = entries
+        self.orphans = orphans
+        """Entries for keys without a live session (answered with a status): re-sent as they are."""
         self.outputs: dict[str, pb.SessionOutput] = {}
         self.until = until
-        self.orphans: list[pb.SessionInput] = []
-        """Entries for keys without a live session (answered with a status): re-sent as they are."""
 
-
-Carried = dict[str, tuple["_Session | None", int, bool]]
-"""What one message on the current stream carries: key -> (its session, the step it answers,
-whether the entry opens the session)."""
 
 UNAVAILABLE = 14
 """``google.rpc.Code`` of a refused open (the server is draining or overloaded): move instead."""
@@ -143,7 +121,8 @@ class BatchLedger:
         self._steps: deque[_Step] = deque()
         self._step = 0
         """Steps sent so far; ``self._step - len(self._steps)`` have been delivered."""
-        self._carried: deque[Carried] = deque()
+        self._carried: deque[dict[str, Carried]] = deque()
+        """Per message sent on the current stream and not answered yet: what its entries are."""
         self._sent = 0
         """Messages sent on the current stream."""
         self._received = 0
@@ -160,27 +139,42 @@ class BatchLedger:
 
     def sent(self, message: pb.ParseBatchRequest) -> None:
         """The caller's next step goes out on the current stream as ``message``."""
-        delivered = self.delivered
         self._step += 1
         step = self._step
         self._sent += 1
-        carried: Carried = {}
-        record = _Step([entry.key for entry in message.sessions], self._sent)
+        carried: dict[str, Carried] = {}
+        orphans: list[pb.SessionInput] = []
         live = self._live
         for entry in message.sessions:
             key = entry.key
             session = live.get(key)
+            steps = entry.steps
+            if (
+                session is not None
+                and len(steps) == 1
+                and not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
+            ):
+                ids = steps[0].token_ids
+                if ids and not steps[0].HasField("logprobs"):  # the usual entry: one step of ids
+                    carried[key] = Carried(session, step, session.messages, False)
+                    session.messages += 1
+                    session.history.record_ids(ids)
+                    continue
             opens = entry.HasField("open") and not entry.cancel and (session is None or not session.sending)
             if opens:
                 if session is not None:
                     self._retiring.append(session)
                 session = live[key] = _Session(key, entry, step)
+                carried[key] = Carried(session, step, 0, True)
             elif session is not None:
-                session.add(entry, step, delivered)
-            elif not entry.cancel:  # a cancel of no live session answers nothing: nothing to re-send
-                record.orphans.append(entry)
-            carried[key] = (session, step, opens)
-        self._steps.append(record)
+                carried[key] = Carried(session, step, session.messages, False)
+                session.add(entry)
+            elif entry.cancel:  # a cancel of no live session answers nothing: nothing to re-send
+                carried[key] = Carried(None, step, -1, False)
+            else:
+                carried[key] = Carried(None, step, len(orphans), False)
+                orphans.append(entry)
+        self._steps.append(_Step(carried, orphans, self._sent))
         self._carried.append(carried)
 
     def received(self, reply: pb.ParseBatchResponse) -> None:
@@ -191,8 +185,10 @@ class BatchLedger:
             self._moving = False
             self.resumes += 1
         delivered = self.delivered
+        steps = self._steps
         for output in reply.sessions:
-            session, step, opens = carried.get(output.key, (None, 0, False))
+            key = output.key
+            session, step, _, opens = carried.get(key) or (None, 0, 0, False)
             if opens and output.status.code == UNAVAILABLE:
                 # Refused because this server is draining or overloaded: not the session's own
                 # error. It stays live, and the stream moves (``must_move``): another server opens it.
@@ -204,7 +200,7 @@ class BatchLedger:
                 if output.HasField("final") or output.HasField("status"):
                     self._ended(session)
             if step > delivered:
-                self._steps[step - delivered - 1].outputs[output.key] = output
+                steps[step - delivered - 1].outputs[key] = output
 
     def _ended(self, session: _Session) -> None:
         if self._live.get(session.key) is session:
@@ -220,7 +216,7 @@ class BatchLedger:
             return None
         step = steps.popleft()
         outputs = step.outputs
-        return {key: outputs[key] for key in step.keys if key in outputs}
+        return {key: outputs[key] for key in step.entries if key in outputs}
 
     def replay(self) -> list[pb.ParseBatchRequest]:
         """The messages that start a new stream: every live session re-opened at its resume
@@ -228,16 +224,25 @@ class BatchLedger:
         stream is then the new one (its replies go to ``received``)."""
         self._moving, self.must_move = True, False
         delivered = self.delivered
+        step_of: dict[tuple[int, int], int] = {}
+        """(session id, entry index) -> the undelivered step it was sent in."""
+        for number, step in enumerate(self._steps, delivered + 1):
+            for carried in step.entries.values():
+                if carried.session is not None:
+                    step_of[id(carried.session), carried.index] = number
         # Per key, its entries in the order they were first sent: sessions (a retiring one before
         # the key's new one) and entries of no session, each group starting at the step it began.
-        groups: list[tuple[int, str, list[tuple[_Session | None, int, int]]]] = []
+        groups: list[tuple[int, str, list[Carried]]] = []
         for session in [*self._retiring, *self._live.values()]:
-            items = [(session, i, session.step_of(i, delivered)) for i in range(session.messages())]
+            ident = id(session)
+            items = [Carried(session, step_of.get((ident, i), 0), i, i == 0) for i in range(session.messages)]
             groups.append((session.opened_at, session.key, items))
         for number, step in enumerate(self._steps, delivered + 1):
-            groups.extend((number, entry.key, [(None, k, number)]) for k, entry in enumerate(step.orphans))
+            groups.extend(
+                (number, entry.key, [Carried(None, number, k, False)]) for k, entry in enumerate(step.orphans)
+            )
         groups.sort(key=lambda group: group[0])
-        lanes: dict[str, list[tuple[_Session | None, int, int]]] = {}
+        lanes: dict[str, list[Carried]] = {}
         for _, key, items in groups:
             lanes.setdefault(key, []).extend(items)
         self._carried.clear()
@@ -247,17 +252,17 @@ class BatchLedger:
         depth = max((len(lane) for lane in lanes.values()), default=0)
         for j in range(depth):
             message = pb.ParseBatchRequest()
-            carried: Carried = {}
+            carried: dict[str, Carried] = {}
             for key, lane in lanes.items():
                 if j < len(lane):
-                    session, index, step = lane[j]
-                    if session is not None:
-                        message.sessions.append(session.entry(index))
+                    item = lane[j]
+                    if item.session is not None:
+                        message.sessions.append(item.session.entry(item.index))
                     else:
-                        message.sessions.append(self._steps[step - delivered - 1].orphans[index])
-                    carried[key] = (session, step, session is not None and index == 0)
-                    if step:
-                        last_of[step] = j + 1
+                        message.sessions.append(self._steps[item.step - delivered - 1].orphans[item.index])
+                    carried[key] = item
+                    if item.step:
+                        last_of[item.step] = j + 1
             messages.append(message)
             self._carried.append(carried)
         self._sent, self._received = len(messages), 0
