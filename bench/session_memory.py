@@ -85,6 +85,8 @@ def _start_server() -> tuple[subprocess.Popen, int]:
         "100000",
         "--max-loop-lag-ms",
         "0",
+        "--workers",
+        "1",  # one process: its pid is the server whose memory is measured
     ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     port = 0

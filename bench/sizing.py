@@ -39,7 +39,7 @@ def start_server(*args: str, env: dict[str, str] | None = None) -> tuple[subproc
     """``parsetier serve`` with qwen3 loaded; returns once the model is (process, port)."""
     env = dict(env or os.environ, PYTHONPATH=f"{ROOT / 'server'}{os.pathsep}{ROOT / 'client' / 'python'}")
     cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3"]
-    cmd += ["--max-sessions", "100000", *args]
+    cmd += ["--workers", "1", "--max-sessions", "100000", *args]  # one process: its pid is the server
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert proc.stderr is not None
     port = 0
@@ -120,10 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         proc.terminate()
         proc.wait(60)
     print(f"idle server RSS (qwen3 loaded): {before / 2**20:.0f} MiB")
-    print(f"{args.sessions} open sessions: +{(during - before) / 2**20:.1f} MiB, "
-          f"{(during - before) / args.sessions / 1024:.1f} KiB per session")
-    print(f"one token per message, {args.concurrency} concurrent sessions: "
-          f"{rate:,.0f} tokens per server CPU-second")
+    print(
+        f"{args.sessions} open sessions: +{(during - before) / 2**20:.1f} MiB, "
+        f"{(during - before) / args.sessions / 1024:.1f} KiB per session"
+    )
+    print(
+        f"one token per message, {args.concurrency} concurrent sessions: "
+        f"{rate:,.0f} tokens per server CPU-second"
+    )
     return 0
 
 
