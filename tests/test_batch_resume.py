@@ -269,6 +269,42 @@ def test_behind_nginx_a_sigkilled_backend_s_batch_streams_resume_on_the_other(pa
     assert 1 <= sum(resumes) < streams, resumes  # least_conn put streams on both backends
 
 
+def test_behind_nginx_a_drain_hands_batch_streams_off_with_no_nginx_change(pair, tmp_path: Path):
+    """The deploy procedure for resuming clients (deploy/README.md): SIGTERM a backend behind
+    nginx with no nginx change while 4 batch streams run. Its streams are handed off; their
+    reconnects go through nginx (refused by the draining backend until it exits, then on the
+    other); it exits cleanly within a few seconds; every step's reply is as uninterrupted."""
+    a, b = pair
+    nginx_binary()
+    streams = 4
+    plans = [Plan(s, outputs(), streams) for s in range(streams)]
+    want = asyncio.run(reference(b.target, plans))
+    nginx = Nginx(tmp_path, [a.target, b.target]).start()
+
+    def drain() -> float:
+        signalled = time.monotonic()
+        a.terminate()
+        assert a.wait(30) == 0, a.logs[-5:]
+        return time.monotonic() - signalled
+
+    try:
+        got, resumes, took = asyncio.run(
+            asyncio.wait_for(interrupted(nginx.target, plans, 0.4, drain, KEEPALIVE), TEST_TIMEOUT)
+        )
+    finally:
+        nginx.stop()
+    check_identical(got, want)
+    draining = next(r for r in a.logs if r.get("msg") == "draining")
+    stopped = next(r for r in a.logs if r.get("msg") == "stopped")
+    print(
+        f"\nbehind nginx, drain: {draining['open_sessions']} open sessions, {draining['handed_off']} streams "
+        f"handed off, exit after {took:.2f} s; resumes per stream {resumes}"
+    )
+    assert draining["open_sessions"] > 0 and stopped["clean"] is True and stopped["cut_sessions"] == 0
+    assert 1 <= sum(resumes) < streams, resumes
+    assert took is not None and took < 5.0, f"the drain took {took:.2f} s"
+
+
 def test_pipelined_edge_cases_resume_exactly(pair):
     """Steps sent ahead and unanswered when the backend dies, full of what a resume must replay
     faithfully: a session that finishes, one cancelled, a key opened again after its session
