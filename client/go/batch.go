@@ -50,6 +50,7 @@ type Batch struct {
 	streamCancel context.CancelFunc
 	streamErr    error         // the current stream could not be made: Recv retries
 	replaying    chan struct{} // closed once the replay is written to the current stream
+	failed       error         // what ended the batch (Recv returned it)
 }
 
 // Batch opens a ParseBatch stream. ctx bounds the whole stream; Close it when done.
@@ -188,6 +189,17 @@ func (b *Batch) Recv() ([]*pb.SessionOutput, error) {
 }
 
 func (b *Batch) recvResuming() ([]*pb.SessionOutput, error) {
+	if b.failed != nil {
+		return nil, b.failed
+	}
+	outs, err := b.recvOrResume()
+	if err != nil {
+		b.failed = err
+	}
+	return outs, err
+}
+
+func (b *Batch) recvOrResume() ([]*pb.SessionOutput, error) {
 	l := b.ledger
 	for attempt := 0; ; {
 		if outs, ok := l.ready(); ok {
@@ -242,6 +254,9 @@ func (b *Batch) Step() ([]*pb.SessionOutput, error) {
 func (b *Batch) Close() error {
 	defer b.cancel()
 	if b.ledger != nil {
+		if b.failed != nil {
+			return b.failed
+		}
 		for b.InFlight > 0 && b.ctx.Err() == nil { // resumes if the stream breaks meanwhile
 			if _, err := b.Recv(); err != nil {
 				return err
