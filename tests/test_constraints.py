@@ -18,13 +18,13 @@ import jsonschema
 import llguidance
 import pytest
 
+import marker_tokenizers
 from parsetier import formats
 from parsetier.constraints.build import ConstraintRequest, InvalidTool, derive
 from parsetier.constraints.headers import header_shape, is_header_format
 from parsetier.constraints.ir import to_lark, to_structural_tag
 from parsetier.constraints.shape import Underivable, call_shape
 from parsetier.messages import SessionOptions, Tool
-from parsetier.models import ModelRegistry
 from parsetier.session import parse
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -54,6 +54,8 @@ DERIVABLE = {
     "llama3_json": "llama3",
     "harmony": "gpt-oss",
     "minimax_m3": "minimax-m3",
+    # A marker tokenizer (tests/marker_tokenizers.py): the real marker ids, one token per byte.
+    "kimi_k3": "kimi-k3",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -68,17 +70,16 @@ DERIVABLE = {
 }
 UNDERIVABLE = {
     "gemma4",
-    "kimi_k3",
     "llama4_pythonic",
     "apertus",
     "olmo3",
     "phi4_mini",
     "xlam",
 }
-WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss", "minimax-m3")
+WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss", "minimax-m3", "kimi-k3")
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
-REGISTRY = ModelRegistry.from_config(None)
+REGISTRY = marker_tokenizers.registry()
 
 
 @cache
@@ -88,7 +89,7 @@ def model(name: str):
 
 @cache
 def ll_tokenizer(name: str) -> llguidance.LLTokenizer:
-    return llguidance.LLTokenizer(model(name).tokenizer.to_str())
+    return llguidance.LLTokenizer(model(name).tokenizer.to_str(), n_vocab=model(name).vocab_size)
 
 
 def request(
@@ -339,6 +340,48 @@ def test_minimax_m3_elements_reject_what_they_must_and_nest_by_schema() -> None:
         derive(bound, ConstraintRequest((Tool("f", {"properties": {"a b<": {}}}, strict=True),), "auto"))
 
 
+def k3_call(name: str, *args: tuple[str, str, str]) -> str:
+    body = "".join(
+        f'<|open|>argument key="{k}" type="{t}"<|sep|>{v}<|close|>argument<|sep|>' for k, t, v in args
+    )
+    return f'<|open|>call tool="{name}" index="1"<|sep|>{body}<|close|>call<|sep|>'
+
+
+def test_kimi_k3_writes_attributes_from_the_rules_and_ends_the_message() -> None:
+    """Kimi K3: the rules' `write` spells ` tool="NAME" index="N"` and ` key="K" type="T"`; the
+    tools element closes the message; reasoning leaves through the prompt's think closer."""
+    preset = "kimi-k3"
+    bound = model(preset).grammar
+    think = "Let me look.<|close|>think<|sep|><|open|>response<|sep|>"
+    tools = "<|close|>response<|sep|><|open|>tools<|sep|>{}<|close|>tools<|sep|><|close|>message<|sep|>"
+    weather = k3_call("get_weather", ("city", "string", "Paris"), ("days", "integer", "3"))
+    ids = _enc(preset, think + tools.format(weather))
+    inside = request("required", reasoning="inside")
+    assert _accepts(preset, derive(bound, inside), ids)
+    message, _, _ = parse(model(preset), SessionOptions(tools=TOOLS), ids)
+    assert message.reasoning == "Let me look."
+    assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == [
+        ("get_weather", {"city": "Paris", "days": 3})
+    ]
+    two = tools.format(weather + k3_call("get_time"))
+    assert _accepts(preset, derive(bound, request("required", reasoning="inside")), _enc(preset, think + two))
+    single = request("required", parallel=False, reasoning="inside")
+    assert not _accepts(preset, derive(bound, single), _enc(preset, think + two))
+    after = _enc(preset, think + tools.format(weather) + "more")
+    assert not _accepts(preset, derive(bound, inside), after)  # nothing after the message's close
+    bad_type = k3_call("get_weather", ("city", "string", "Paris"), ("days", "string", "3"))
+    assert not _accepts(preset, derive(bound, inside), _enc(preset, think + tools.format(bad_type)))
+    other = k3_call("send_mail", ("to", "string", "x"))
+    assert not _accepts(preset, derive(bound, inside), _enc(preset, think + tools.format(other)))
+    assert not _accepts(preset, derive(bound, request("none", reasoning="inside")), ids)
+    assert not _accepts(preset, derive(bound, inside), _enc(preset, think + "No call."))
+    quoted = Tool('say"hi"&', {"type": "object", "properties": {}}, strict=True)
+    root = derive(bound, ConstraintRequest((quoted,), "required", None, True, "inside"))
+    escaped = _enc(preset, think + tools.format(k3_call("say&quot;hi&quot;&amp;")))
+    assert _accepts(preset, root, escaped)  # attribute values are written XML-escaped
+    assert parse(model(preset), SessionOptions(tools=(quoted,)), escaped)[0].tool_calls[0].name == quoted.name
+
+
 def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:
     bad = Tool("get weather <now>", {"type": "object"})
     with pytest.raises(InvalidTool):
@@ -389,7 +432,7 @@ def _walk(preset: str, root, rng: random.Random, limit: int = 800) -> list[int]:
             continue
         late = [t for t in allowed if t in closing] if step > limit // 2 and rng.random() < 0.5 else []
         choice = rng.choice(late or allowed)  # late in the walk, close open JSON values
-        if choice >= tok.get_vocab_size(with_added_tokens=True) or choice in _stop_ids(preset):
+        if choice >= model(preset).vocab_size or choice in _stop_ids(preset):
             break
         assert m.consume_token(choice), m.get_error()
         ids.append(choice)

@@ -31,6 +31,7 @@ from parsetier.constraints.shape import (
     reasoning_shape,
 )
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar
+from parsetier.engine.machine import _xml_unescape
 from parsetier.messages import Tool
 
 __all__ = ["ConstraintRequest", "InvalidTool", "derive"]
@@ -66,7 +67,7 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
         prefix,
         _tags(lit, shape, tools, single, g),
         at_least_one=request.mode in ("required", "named"),
-        stop_after_first=single,
+        stop_after_first=single or shape.ends_message,
     )
 
 
@@ -106,12 +107,12 @@ def _reasoning_prefix(lit: _Literals, shape: ReasoningShape | None, mode: str, f
         if mode != "off":
             raise Underivable(f"format {fmt!r} has no reasoning block")
         return ()
-    close = lit.term(shape.close)
+    close = lit.path(shape.close_path or (shape.close,))
     if mode == "inside":
-        return (Text(), close, Ws())
+        return (Text(), *close, Ws())
     if shape.open is None:
         raise Underivable(f"format {fmt!r}: only the prompt opens reasoning (use reasoning 'inside')")
-    block = (lit.term(shape.open), Text(), close, Ws())
+    block = (lit.term(shape.open), Text(), *close, Ws())
     return (Opt(Seq(block)),) if mode == "optional" else block
 
 
@@ -214,6 +215,10 @@ def _split_end(
 def _name(enc: Encoding | None, name: str, fmt: str) -> Node:
     assert enc is not None
     bad = SENTINEL_RE.search(name) or name != name.strip() or not name
+    if enc.rule is not None and enc.rule.write:
+        if bad:
+            raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r}")
+        return _written(enc, {"name": name}, "name", fmt)
     if enc.rule is not None:
         m = enc.rule.pattern.match(name)
         if bad or not m or m.groupdict().get("name") != name:
@@ -280,6 +285,15 @@ def _is_string(schema: Mapping[str, Any]) -> bool:
 
 
 def _key(enc: Encoding, key: str | None, schema: Mapping[str, Any] | None, fmt: str) -> Node:
+    if enc.rule is not None and enc.rule.write:
+        if key is not None and (SENTINEL_RE.search(key) or not key or key != key.strip()):
+            raise InvalidTool(f"format {fmt!r} cannot write the parameter key {key!r}")
+        kind = "string" if schema is None or _is_string(schema) else schema.get("type")
+        values: dict[str, str | Node] = {
+            "key": key if key is not None else Regex(r"[A-Za-z0-9_.\-]+"),
+            "type": kind if isinstance(kind, str) else "json",
+        }
+        return _written(enc, values, "key" if key is not None else "", fmt)
     if key is None:
         if enc.rule is None:
             return Regex(r"[A-Za-z0-9_.\-]+")
@@ -292,3 +306,49 @@ def _key(enc: Encoding, key: str | None, schema: Mapping[str, Any] | None, fmt: 
     if "string" in enc.rule.pattern.groupindex:
         values["string"] = "true" if schema is not None and _is_string(schema) else "false"
     return Regex(fill_rule(enc.rule, values))
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_XML_ESCAPES = {"&": "&amp;", '"': "&quot;", "<": "&lt;", ">": "&gt;"}
+
+
+def _written(enc: Encoding, values: Mapping[str, str | Node], group: str, fmt: str) -> Node:
+    """A capture rule's ``write`` with its placeholders filled: ``values`` (XML-escaped where
+    the capture decodes XML), ``{index}`` a call number. The filled text is run through the rule,
+    which must read ``values[group]`` back."""
+    rule = enc.rule
+    assert rule is not None and rule.write is not None
+    nodes: list[Node] = []
+    sample: list[str] = []
+    last = 0
+    for m in _PLACEHOLDER.finditer(rule.write):
+        if m.start() > last:
+            nodes.append(Lit(((rule.write[last : m.start()], None),)))
+            sample.append(rule.write[last : m.start()])
+        last = m.end()
+        name = m.group(1)
+        value = values.get(name)
+        if name == "index":
+            nodes.append(Regex("[1-9][0-9]*"))
+            sample.append("1")
+        elif isinstance(value, str):
+            text = "".join(_XML_ESCAPES.get(c, c) for c in value) if enc.xml else value
+            nodes.append(Lit(((text, None),)))
+            sample.append(text)
+        elif value is not None:
+            nodes.append(value)
+            sample.append("x")
+        else:
+            raise Underivable(f"format {fmt!r}: a rule's write names {{{name}}}, which it cannot fill")
+    if last < len(rule.write):
+        nodes.append(Lit(((rule.write[last:], None),)))
+        sample.append(rule.write[last:])
+    found = rule.pattern.search("".join(sample))
+    if group:
+        want = values[group]
+        got = found.groupdict().get(group) if found else None
+        if got is None or (_xml_unescape(got) if enc.xml else got).strip() != want:
+            raise InvalidTool(f"format {fmt!r} cannot write the {group} {want!r}")
+    elif found is None:
+        raise Underivable(f"format {fmt!r}: its rule does not read its own write {rule.write!r}")
+    return Seq(tuple(nodes))

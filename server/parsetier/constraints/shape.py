@@ -39,6 +39,8 @@ class Encoding:
 
     rule: Rule | None
     end: tuple[str, ...]
+    xml: bool = False
+    """The capture decodes XML references (``unescape = "xml"``): written values are escaped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,9 @@ class CallShape:
     it and ``closers`` lead back into it. Empty when every call opens from the answer."""
     group_close: tuple[tuple[str, ...], ...] = ()
     """The block's closers, from inside it back to the answer."""
+    ends_message: bool = False
+    """The closers end the whole message (Kimi K3's ``<|close|>message<|sep|>``): nothing, and so
+    no further call or block, follows them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,9 @@ class ReasoningShape:
     """The terminal that opens reasoning from the answer, or None (only a prompt opens it)."""
     close: str
     state: str
+    close_path: tuple[str, ...] = ()
+    """The fullest way from reasoning to the answer (Kimi K3's ``<|close|>think<|sep|>`` then
+    ``<|open|>response<|sep|>``, where ``close`` alone is the shortcut the parser forgives)."""
 
 
 def answer_states(g: Grammar) -> list[str]:
@@ -112,7 +120,15 @@ def reasoning_shape(g: Grammar) -> ReasoningShape | None:
             (t for a in answer_states(g) for t, tr in g.states[a].on.items() if tr.next == rname),
             None,
         )
-        return ReasoningShape(open_, close, rname)
+        # A marker the prompt table names as closing reasoning (Kimi K3's think close, into the
+        # message's `between` state) is the way out the template writes, wrapper states and all.
+        paths = [(close,)]
+        for term, tr in state.on.items():
+            if tr.actions or g.prompt.get(term) != tr.next or g.states[tr.next].kind != "skip":
+                continue
+            tails = sorted(_walk_to_answer(g, g.states[tr.next], answers, frozenset(), 0), key=len)
+            paths += [(term, *tails[0])] if tails else []
+        return ReasoningShape(open_, close, rname, _fullest(paths)[0])
     return None
 
 
@@ -147,6 +163,7 @@ def call_shape(g: Grammar) -> CallShape:
     closing = {path[0] for path in shape.closers if path}
     openers = [p for p in openers if not closing & set(p)]  # no path through another call
     shape = replace(shape, openers=_fullest(openers), closers=_fullest(shape.closers))
+    shape = replace(shape, ends_message=ends_message(g, shape.end_state, shape.closers))
     return _grouped(g, shape, answers)
 
 
@@ -241,7 +258,7 @@ def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozens
         # The rule decides the call (Kimi: functions.NAME:IDX), ended by any of the state's terminals.
         ends = tuple(t for t, tr in name_state.on.items() if not tr.actions)
         after = g.states[rule.next]
-        name = Encoding(rule, ends)
+        name = Encoding(rule, ends, name_state.unescape == "xml")
         return _after_name(g, name, (), after, answers, (), skip)
     if not begins:
         raise Underivable(f"format {g.name!r}: state {name_state.name!r} names no call")
@@ -335,9 +352,15 @@ def _param_shape(
 ) -> tuple[ParamShape, State]:
     rules = [r for r in key_state.rules if "param_begin" in r.actions and r.next]
     begins = {t: tr for t, tr in key_state.on.items() if "param_begin" in tr.actions}
-    if not begins:
+    if not begins and rules:
+        # The rule decides the parameter (Kimi K3's ` key="K" type="T"`), ended by any of the
+        # state's terminals.
+        begins = {t: tr for t, tr in key_state.on.items() if not tr.actions}
+        nexts = {r.next for r in rules}
+    elif not begins:
         raise Underivable(f"format {g.name!r}: state {key_state.name!r} ends no parameter key")
-    nexts = {tr.next for tr in begins.values()} | {r.next for r in rules}
+    else:
+        nexts = {tr.next for tr in begins.values()} | {r.next for r in rules}
     if len(nexts) != 1:
         raise Underivable(f"format {g.name!r}: a parameter key leads to several states {sorted(nexts)}")
     state = g.states[nexts.pop()]
@@ -366,7 +389,8 @@ def _param_shape(
     body = g.states[bodies.pop()]
     key_rule = _best_key_rule(rules)
     open_ = (opened_by,) if opened_by else opens
-    shape = ParamShape(open_, Encoding(key_rule, tuple(begins)), value_open, tuple(closes), tuple(state.on))
+    key = Encoding(key_rule, tuple(begins), key_state.unescape == "xml")
+    shape = ParamShape(open_, key, value_open, tuple(closes), tuple(state.on))
     return shape, body
 
 
@@ -386,7 +410,7 @@ def _closers(
     for term, tr in state.on.items():
         if "call_end" not in tr.actions or term in skip:
             continue
-        if tr.next in answers:
+        if tr.next in answers or _is_final(g.states[tr.next]):
             out.append((term,))
             continue
         for tail in _walk_to_answer(g, g.states[tr.next], answers, skip, 0):
@@ -395,7 +419,20 @@ def _closers(
         out.append(())  # the call ends with its JSON (Llama's bare envelopes)
     if not out:
         raise Underivable(f"format {g.name!r}: nothing ends a call in state {state.name!r}")
-    return tuple(dict.fromkeys(out))
+    # Where a closer can end the whole message (Kimi K3's `<|close|>message<|sep|>`), the
+    # constraint ends it so: nothing follows the calls, as the template writes them.
+    final = [p for p in out if p and _is_final(g.states[_replay(g, state.name, p)[-1]])]
+    return tuple(dict.fromkeys(final or out))
+
+
+def _is_final(state: State) -> bool:
+    """A state the output never leaves and whose text is dropped: the message is over."""
+    return state.kind == "skip" and not state.on and state.text_next is None
+
+
+def ends_message(g: Grammar, start: str, paths: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether every one of ``paths`` (from ``start``) ends the whole message."""
+    return bool(paths) and all(p and _is_final(g.states[_replay(g, start, p)[-1]]) for p in paths)
 
 
 def _walk_to_answer(
@@ -404,7 +441,7 @@ def _walk_to_answer(
     for term, tr in state.on.items():
         if tr.actions or term in skip:
             continue
-        if tr.next in answers:
+        if tr.next in answers or _is_final(g.states[tr.next]):
             yield (term,)
         elif g.states[tr.next].kind == "skip" and depth < MAX_WALK and tr.next != state.name:
             for tail in _walk_to_answer(g, g.states[tr.next], answers, skip, depth + 1):
