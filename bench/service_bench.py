@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import re
 import shutil
@@ -393,25 +394,65 @@ def echo_ceiling(results: Results, ids: list[int]) -> None:
         results.ceiling.append({"rpc": rpc, "load": label, **r, "ratio": r["parsetier"] / r["echo"]})
 
 
-def feed_cost(ids: list[int], reps: int) -> float:
-    """µs of CPU per token for Session.feed one token at a time (the session's own parsing)."""
+def in_process_costs(ids: list[int], reps: int, sessions: int = 256, steps: int = 200) -> tuple[float, float]:
+    """µs of CPU per item, in this process, of the ``ParseBatch`` 256 × 1 workload (the same
+    messages ``batch_load`` sends): (the sessions' own parsing: each session's ``Session``
+    made, fed one token per step and finished, called directly; ``BatchProtocol.receive`` of the
+    messages with the server's session hooks, its reply serialized). Alternated, medians."""
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
+    from parsetier.protocol import BatchProtocol, Limits
+    from parsetier.service import logs
+    from parsetier.service.admission import Admission
+    from parsetier.service.limits import SessionGate
+    from parsetier.service.servicer import _GatedSessions
     from parsetier.session import Session
 
     model = ModelRegistry().get("qwen3")
     tools = tuple(Tool(name=n, parameters={"type": "object"}) for n in ("get_weather", "get_time"))
-    samples = []
-    for _ in range(reps):
-        sessions = [Session(model, SessionOptions(tools=tools)) for _ in range(64)]
+    sink = Path(os.devnull).open("w")  # noqa: SIM115 -- the server logs each session's end; so does this
+    logs.configure("INFO", sink)
+    limits = Limits(max_sessions=20000, max_sessions_per_stream=4096, max_items_per_message=4096)
+
+    def direct() -> float:
+        live = [Session(model, SessionOptions(tools=tools)) for _ in range(sessions)]
+        position = [i % len(ids) for i in range(sessions)]
+        tokens, started = 0, time.process_time()
+        for _ in range(steps):
+            for i in range(sessions):
+                p = position[i]
+                if p == len(ids):
+                    live[i].finish("stop")
+                    position[i] = -1
+                    continue
+                if p == -1:
+                    live[i], p = Session(model, SessionOptions(tools=tools)), 0
+                live[i].feed([ids[p]])
+                position[i] = p + 1
+                tokens += 1
+        return (time.process_time() - started) / tokens * 1e6
+
+    def protocol() -> float:
+        hooks = _GatedSessions(SessionGate(limits.max_sessions), Admission(0), frozenset(["qwen3"]))
+        batch = BatchProtocol(limits, hooks)
+        batch.models["qwen3"] = model
+        keys = [f"s{i}" for i in range(sessions)]
+        position = [i % len(ids) for i in range(sessions)]
+        batch.receive(_opens(keys))
+        messages, tokens = [], 0
+        for _ in range(steps):
+            message, n = _step(keys, position, ids)
+            messages.append(pb.ParseBatchRequest.FromString(message.SerializeToString()))
+            tokens += n
         started = time.process_time()
-        for token in ids:
-            for session in sessions:
-                session.feed([token])
-        for session in sessions:
-            session.finish("stop")
-        samples.append((time.process_time() - started) / (len(ids) * len(sessions)) * 1e6)
-    return statistics.median(samples)
+        for message in messages:
+            batch.receive(message).SerializeToString()
+        return (time.process_time() - started) / tokens * 1e6
+
+    pairs = [(direct(), protocol()) for _ in range(reps)]
+    logging.getLogger("parsetier").handlers.clear()
+    sink.close()
+    return statistics.median(d for d, _ in pairs), statistics.median(r for _, r in pairs)
 
 
 def cpu_costs(results: Results, ids: list[int]) -> None:
@@ -420,15 +461,17 @@ def cpu_costs(results: Results, ids: list[int]) -> None:
     per_token_16 = by[("Parse", "16 tokens/message")]["parsetier_cpu_us"]
     per_item = by[("ParseBatch", "256 sessions x 1 token/step")]["parsetier_cpu_us"]
     echo_item = by[("ParseBatch", "256 sessions x 1 token/step")]["echo_cpu_us"]
-    feed = feed_cost(ids, 3 if results.quick else 5)
+    feed, receive = in_process_costs(ids, 3 if results.quick else 5)
     results.cpu = {
         "per_message": per_message,
         "per_token_16": per_token_16,
         "per_item": per_item,
         "echo_item": echo_item,
         "feed": feed,
+        "receive": receive,
+        "protocol": receive - feed,
+        "transport": per_item - receive,
         "beyond_parsing": per_item - feed,
-        "beyond_parsing_and_echo": per_item - feed - echo_item,
     }
 
 
@@ -712,10 +755,14 @@ def report(results: Results) -> str:
         f"{c['per_message']:.1f} |",
         f"| per token, `Parse` at 16 tokens per message | {c['per_token_16']:.1f} |",
         f"| per session item, `ParseBatch` 256 × 1 token | {c['per_item']:.1f} |",
-        f"| of which the session's own parsing (`Session.feed` of one token, in process) | {c['feed']:.1f} |",
-        f"| per item beyond the session's parsing | {c['beyond_parsing']:.1f} |",
+        "| of which the sessions' own parsing (the same sessions' `Session` made, fed one token per"
+        f" step and finished, called directly in process) | {c['feed']:.1f} |",
+        "| of which the protocol and the items' protobuf (`BatchProtocol.receive` of the same messages"
+        f" in process, reply serialized, minus the parsing) | {c['protocol']:.1f} |",
+        "| of which the rest: gRPC, decoding the message, the event loop (server CPU minus that"
+        f" `receive`) | {c['transport']:.1f} |",
+        f"| per item beyond the session's parsing (the target's figure) | {c['beyond_parsing']:.1f} |",
         f"| per item, the echo server (gRPC + protobuf of the same messages) | {c['echo_item']:.1f} |",
-        f"| per item beyond parsing and the echo's transport cost | {c['beyond_parsing_and_echo']:.1f} |",
         "",
         "### Paced load",
         "",

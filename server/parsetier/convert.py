@@ -260,23 +260,24 @@ def event_to_pb(event: Event) -> pb.Event:
     )
 
 
-def final_to_pb(final: Final) -> pb.Final:
+def fill_final(out: pb.Final, final: Final) -> None:
+    """Write ``final`` into ``out`` (a reply's ``final``) in place: building a ``Final`` and
+    copying it in costs about twice as much, once per session."""
     message = final.message
-    out = pb.Final(
-        finish_reason=_FINISH_OUT[final.finish_reason],
-        usage=pb.Usage(
-            completion_tokens=final.usage.completion_tokens,
-            reasoning_tokens=final.usage.reasoning_tokens,
-        ),
-        message=pb.AssistantMessage(
-            content=message.content,
-            reasoning=message.reasoning,
-            tool_calls=[pb.ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls],
-        ),
-        token_ids=final.token_ids,
-    )
+    out.finish_reason = _FINISH_OUT[final.finish_reason]
+    usage = out.usage
+    usage.SetInParent()
+    usage.completion_tokens = final.usage.completion_tokens
+    usage.reasoning_tokens = final.usage.reasoning_tokens
+    assistant = out.message
+    assistant.SetInParent()
+    assistant.content = message.content
+    assistant.reasoning = message.reasoning
+    add = assistant.tool_calls.add
+    for c in message.tool_calls:
+        add(id=c.id, name=c.name, arguments=c.arguments)
+    out.token_ids.extend(final.token_ids)
     add_logprobs(out.logprobs, final.logprobs)
-    return out
 
 
 def wants(output: int, *, unary: bool) -> tuple[bool, bool]:

@@ -489,7 +489,7 @@ class SessionProtocol:
         if events:
             reply.events.extend([convert.event_to_pb(e) for e in events])
         if final is not None:
-            reply.final.CopyFrom(convert.final_to_pb(final))
+            convert.fill_final(reply.final, final)
             counts.finish_reason = final.finish_reason
         counts.deltas += len(deltas)
         counts.events += len(events)
