@@ -74,10 +74,13 @@ def test_bad_toml_names_the_config(tmp_path):
     assert line.startswith("parsetier serve: --config: ") and str(config) in line
 
 
-def test_serve_prints_where_it_listens_and_the_tokenizers():
-    with ProcessServer("--preload", "none") as server:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_prints_where_it_listens_and_the_tokenizers(workers):
+    """The same summary from one process and from a supervisor of worker processes."""
+    with ProcessServer("--preload", "none", "--workers", workers) as server:
         text = "\n".join(_wait_lines(server, 3))
-    assert f"listening on 127.0.0.1:{server.port}" in text
+    assert f"listening on 127.0.0.1:{server.port} (gRPC, plaintext" in text
+    assert ("2 worker processes" in text) is (workers == "2")
     assert "reflection on" in text
     ready = re.search(r"models with tokenizers \(\d+\): (.*)", text)
     assert ready and {"qwen3", "qwen3-coder"} <= set(ready.group(1).split(", "))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 
 from parsetier_client.arguments import OneLineParser, UsageError, fail, positive_float
 
@@ -287,6 +288,7 @@ def _serve_workers(args: argparse.Namespace, workers: int, registry, limits, pre
             },
             metrics_on=metrics_on,
             after_fork=(lambda: _start_metrics(args)) if metrics_on else None,
+            announce=_workers_summary(args, workers, registry, security),
         )
     except OSError as exc:
         problem = f"cannot listen on {args.host}:{args.port}: {exc.strerror}"
@@ -294,16 +296,37 @@ def _serve_workers(args: argparse.Namespace, workers: int, registry, limits, pre
 
 
 def _announce(handle, registry, host: str) -> None:
-    """One human-readable summary on stdout (the JSON logs go to stderr)."""
+    """The single-process server's summary (see ``_summary``)."""
+    auth = ", bearer tokens" if handle.security is not None and handle.security.tokens else ""
+    _summary(registry, f"{host}:{handle.port}", f"{handle.transport}{auth}", handle.reflection)
+
+
+def _summary(registry, address: str, how: str, reflection_on: bool) -> None:
+    """One human-readable summary on stdout (the JSON logs go to stderr): where and how the
+    server listens, reflection, and which models have their tokenizer installed."""
     infos = registry.describe()
     ready = [info.name for info in infos if info.tokenizer_available]
     missing = [info.name for info in infos if not info.tokenizer_available]
-    auth = ", bearer tokens" if handle.security is not None and handle.security.tokens else ""
-    print(f"parsetier: listening on {host}:{handle.port} (gRPC, {handle.transport}{auth})", flush=True)
-    print(f"parsetier: reflection {'on' if handle.reflection else 'off'}; health: grpc.health.v1", flush=True)
+    print(f"parsetier: listening on {address} (gRPC, {how})", flush=True)
+    print(f"parsetier: reflection {'on' if reflection_on else 'off'}; health: grpc.health.v1", flush=True)
     print(f"parsetier: models with tokenizers ({len(ready)}): {', '.join(ready) or 'none'}", flush=True)
     if missing:
         print(f"parsetier: models without tokenizers ({len(missing)}): {', '.join(missing)}", flush=True)
+
+
+def _workers_summary(args: argparse.Namespace, workers: int, registry, security) -> Callable[[int], None]:
+    """The supervisor's summary once its workers listen (it has no server of its own)."""
+    from parsetier.service.reflection import is_loopback
+
+    tls = security.tls if security is not None else None
+    how = "plaintext" if tls is None else "mutual TLS" if tls.client_ca is not None else "TLS"
+    if security is not None and security.tokens is not None:
+        how += ", bearer tokens"
+    reflection_on = REFLECTION[args.reflection]
+    if reflection_on is None:
+        reflection_on = is_loopback(args.host)
+    how += f", {workers} worker processes"
+    return lambda port: _summary(registry, f"{args.host}:{port}", how, reflection_on)
 
 
 def _serve(args: argparse.Namespace) -> int:

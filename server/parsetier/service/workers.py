@@ -71,6 +71,7 @@ def serve_workers(
     server_options: dict[str, Any] | None = None,
     metrics_on: bool = False,
     after_fork: Callable[[], object] | None = None,
+    announce: Callable[[int], object] | None = None,
 ) -> int:
     """Run ``workers`` server processes on ``host:port`` until SIGTERM/SIGINT; the exit code.
 
@@ -79,7 +80,8 @@ def serve_workers(
     ``server_options`` go to every worker's ``build_server`` (reflection, TLS, auth);
     ``metrics_on`` gives each worker its Prometheus metrics (labelled with its index);
     ``after_fork`` runs in the supervisor once all listen
-    (the metrics endpoint: a thread, so it must not exist at the fork)."""
+    (the metrics endpoint: a thread, so it must not exist at the fork); then ``announce(port)``
+    prints the start-up summary (by default one line)."""
     logs.configure(log_level, fields={"worker": "supervisor"})
     # Nothing below may start the tokenizers' thread pool before the fork: children would then
     # run without it, and the library warns on every fork.
@@ -108,7 +110,10 @@ def serve_workers(
         reservation.close()
     if after_fork is not None and not supervisor.failed:
         after_fork()
-    print(f"parsetier: listening on {host}:{port} (gRPC, {workers} worker processes)", flush=True)
+    if announce is not None:
+        announce(port)
+    else:
+        print(f"parsetier: listening on {host}:{port} (gRPC, {workers} worker processes)", flush=True)
     return supervisor.wait()
 
 
