@@ -1,14 +1,21 @@
 """Server-side resume (docs/service.md, "Resume"): a new stream with the same Open plus a resume
 point, re-sending the broken stream's messages, answers exactly the replies the client had not
 received yet, byte for byte, with sequence numbers continuing; points that cannot be right are
-FAILED_PRECONDITION; a server without the model says NOT_FOUND."""
+FAILED_PRECONDITION; a server without the model says NOT_FOUND. A drain hands ParseBatch streams of
+resumable sessions off."""
 
 from __future__ import annotations
+
+import asyncio
+import queue
 
 import grpc
 import pytest
 
+from grpc_servers import ThreadServer
+from parsetier.service.servicer import HANDOFF_MESSAGE
 from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.requests import finish_message, open_message
 from service_samples import REASONING_AND_TWO_CALLS, WEATHER_TOOLS
 
@@ -167,3 +174,36 @@ def test_clients_do_not_resume_the_servers_own_internal_error():
     assert retryable(grpc.StatusCode.INTERNAL, "Received RST_STREAM with error code 2")
     assert retryable(grpc.StatusCode.UNAVAILABLE, "Socket closed")
     assert not retryable(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: ...")
+
+
+@pytest.mark.parametrize("resumable", [True, False])
+def test_a_drain_hands_a_parse_batch_stream_off_when_all_its_sessions_resume(registry, encode, resumable):
+    """Drain (in process): a ParseBatch stream whose open sessions all said ``resumable`` ends at
+    once with the documented hand-off (UNAVAILABLE, its message, the ``parsetier-handoff``
+    trailer); one with a session that cannot resume is not handed off, keeps working within the
+    grace, and ends OK when its client closes it."""
+    ids = encode(REASONING_AND_TWO_CALLS)
+    open_ = open_message("qwen3", tools=WEATHER_TOOLS, request_id="drained")
+    open_.resumable = resumable
+    outgoing: queue.SimpleQueue[pb.ParseBatchRequest | None] = queue.SimpleQueue()
+    with ThreadServer(registry) as server, grpc.insecure_channel(server.target) as channel:
+        replies = pb_grpc.ParserServiceStub(channel).ParseBatch(iter(outgoing.get, None), timeout=30)
+        first = pb.SessionInput(key="a", open=open_, steps=[pb.Step(token_ids=ids[:5])])
+        outgoing.put(pb.ParseBatchRequest(sessions=[first]))
+        next(replies)
+        drain = asyncio.run_coroutine_threadsafe(server.handle.drain(10.0), server.loop)
+        if resumable:
+            with pytest.raises(grpc.RpcError) as ended:
+                next(replies)
+            assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert ended.value.details() == HANDOFF_MESSAGE
+            assert ("parsetier-handoff", "resume") in tuple(ended.value.trailing_metadata())
+        else:
+            rest = pb.SessionInput(key="a", steps=[pb.Step(token_ids=ids[5:])], finish=finish_message("stop"))
+            outgoing.put(pb.ParseBatchRequest(sessions=[rest]))
+            (out,) = next(replies).sessions
+            assert out.final.message.tool_calls, out
+            outgoing.put(None)
+            assert list(replies) == []
+        outgoing.put(None)
+        assert drain.result(15) is True  # clean: nothing was cut
