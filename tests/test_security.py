@@ -104,7 +104,17 @@ def test_tokens_async_client_over_plaintext(registry, tokens):
             with pytest.raises(grpc.aio.AioRpcError) as failure:
                 await anonymous.parse_once("qwen3", HELLO)
             assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            batch = anonymous.batch()
+            batch.open("a", "qwen3")
+            with pytest.raises(grpc.aio.AioRpcError) as failure:
+                await batch.step()  # not a break to resume: the stream's own status
+            assert failure.value.code() == grpc.StatusCode.UNAUTHENTICATED
         async with AsyncClient(target, token=TOKEN, timeout=30) as client:
+            async with client.batch() as batch:  # the batch API sends the token too
+                batch.open("a", "qwen3")
+                batch.feed("a", HELLO)
+                batch.finish("a", "stop")
+                assert (await batch.step())["a"].final.message.content == "Hello!"
             stream = await client.open("qwen3")
             await stream.send(*[[i] for i in HELLO])
             await stream.finish("stop")
