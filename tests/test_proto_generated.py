@@ -60,3 +60,18 @@ def test_every_field_enum_value_and_message_is_documented():
         if not above.startswith("//"):
             undocumented.append(f"{number + 1}: {line.strip()}")
     assert not undocumented, "undocumented declarations:\n" + "\n".join(undocumented)
+
+
+def test_language_options_name_the_packages_the_clients_build():
+    """go_package is the Go client's module path (protoc-gen-go needs no flags); the other
+    languages' options give every generator a namespace of the package's version."""
+    from parsetier_api.v1 import parsetier_pb2 as pb
+
+    options = pb.DESCRIPTOR.GetOptions()
+    module = re.search(r"^module (\S+)$", (ROOT / "client" / "go" / "go.mod").read_text(), re.MULTILINE)
+    assert module, "client/go/go.mod names no module"
+    assert options.go_package == f"{module.group(1)}/parsetierpb;parsetierpb"
+    assert (ROOT / "client" / "go" / "parsetierpb" / "parsetier.pb.go").is_file()
+    assert options.java_package.endswith(".v1") and options.java_multiple_files
+    assert options.csharp_namespace.endswith(".V1") and options.cc_enable_arenas
+    assert pb.DESCRIPTOR.package == "parsetier.v1"
