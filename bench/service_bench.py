@@ -370,6 +370,10 @@ class Results:
     notes: list[str] = field(default_factory=list)
 
 
+BATCH_STEPS = {False: 130, True: 30}
+"""Steps of the ``ParseBatch`` 256 × 1 run (by ``--quick``); other session counts scale it."""
+
+
 def echo_ceiling(results: Results, ids: list[int]) -> None:
     q = results.quick
     cases = [("Parse", f"{k} tokens/message", k) for k in (1, 4, 16)]
@@ -383,7 +387,7 @@ def echo_ceiling(results: Results, ids: list[int]) -> None:
                         server.target, ids, n, streams=32, rounds=1 if q else max(1, 8 // n) + 1
                     )
                 else:
-                    steps = (20 if q else 120) * 256 // n + 10
+                    steps = (BATCH_STEPS[q] - 10) * 256 // n + 10
                     load = batch_load(server.target, ids, n, steps=steps)
                 tokens, cpu, wall = measured(server, load)
                 print(f"  {kind} {rpc} {label}: {tokens} tokens, {cpu:.2f} s CPU", file=sys.stderr)
@@ -394,11 +398,12 @@ def echo_ceiling(results: Results, ids: list[int]) -> None:
         results.ceiling.append({"rpc": rpc, "load": label, **r, "ratio": r["parsetier"] / r["echo"]})
 
 
-def in_process_costs(ids: list[int], reps: int, sessions: int = 256, steps: int = 200) -> tuple[float, float]:
-    """µs of CPU per item, in this process, of the ``ParseBatch`` 256 × 1 workload (the same
-    messages ``batch_load`` sends): (the sessions' own parsing: each session's ``Session``
-    made, fed one token per step and finished, called directly; ``BatchProtocol.receive`` of the
-    messages with the server's session hooks, its reply serialized). Alternated, medians."""
+def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256) -> tuple[float, float]:
+    """µs of CPU per item, in this process, of the ``ParseBatch`` 256 × 1 workload (the messages
+    ``batch_load`` sends, its opening message included): (the sessions' own parsing: each
+    session's ``Session`` made, fed one token per step and finished, called directly;
+    ``BatchProtocol.receive`` of the messages with the server's session hooks, its reply
+    serialized). Alternated, medians."""
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
     from parsetier.protocol import BatchProtocol, Limits
@@ -415,9 +420,10 @@ def in_process_costs(ids: list[int], reps: int, sessions: int = 256, steps: int 
     limits = Limits(max_sessions=20000, max_sessions_per_stream=4096, max_items_per_message=4096)
 
     def direct() -> float:
+        started = time.process_time()
         live = [Session(model, SessionOptions(tools=tools)) for _ in range(sessions)]
         position = [i % len(ids) for i in range(sessions)]
-        tokens, started = 0, time.process_time()
+        tokens = 0
         for _ in range(steps):
             for i in range(sessions):
                 p = position[i]
@@ -438,12 +444,12 @@ def in_process_costs(ids: list[int], reps: int, sessions: int = 256, steps: int 
         batch.models["qwen3"] = model
         keys = [f"s{i}" for i in range(sessions)]
         position = [i % len(ids) for i in range(sessions)]
-        batch.receive(_opens(keys))
-        messages, tokens = [], 0
+        messages, tokens = [_opens(keys)], 0
         for _ in range(steps):
             message, n = _step(keys, position, ids)
-            messages.append(pb.ParseBatchRequest.FromString(message.SerializeToString()))
+            messages.append(message)
             tokens += n
+        messages = [pb.ParseBatchRequest.FromString(m.SerializeToString()) for m in messages]
         started = time.process_time()
         for message in messages:
             batch.receive(message).SerializeToString()
@@ -461,7 +467,7 @@ def cpu_costs(results: Results, ids: list[int]) -> None:
     per_token_16 = by[("Parse", "16 tokens/message")]["parsetier_cpu_us"]
     per_item = by[("ParseBatch", "256 sessions x 1 token/step")]["parsetier_cpu_us"]
     echo_item = by[("ParseBatch", "256 sessions x 1 token/step")]["echo_cpu_us"]
-    feed, receive = in_process_costs(ids, 3 if results.quick else 5)
+    feed, receive = in_process_costs(ids, 3 if results.quick else 5, BATCH_STEPS[results.quick])
     results.cpu = {
         "per_message": per_message,
         "per_token_16": per_token_16,
@@ -477,10 +483,11 @@ def cpu_costs(results: Results, ids: list[int]) -> None:
 
 PACED_BINARY = ROOT / "build" / "bench" / "parsetier-paced"
 PACED_CASES = [
-    # rpc, sessions, steps/s, workers, channels
+    # rpc, sessions, steps/s, workers, channels (the kernel hashes each connection to a worker:
+    # 4 reach both of 2 with probability 7/8; the table shows the replies by worker)
     ("Parse", 250, 20.0, 1, 1),
     ("ParseBatch", 1000, 20.0, 1, 1),
-    ("ParseBatch", 1000, 20.0, 2, 2),
+    ("ParseBatch", 1000, 20.0, 2, 4),
 ]
 
 
@@ -561,7 +568,7 @@ def paced(results: Results, ids: list[int]) -> None:
                 raise RuntimeError(f"parsetier-paced failed: {argv}")
             client = json.loads(out)
             window = {le: after.get(le, 0.0) - before.get(le, 0.0) for le in after}
-            busy = sum(1 for key, n in window.items() if isinstance(key, str) and n)
+            split = "+".join(f"{n:.0f}" for key, n in sorted(window.items(), key=str) if isinstance(key, str))
             window = {le: n for le, n in window.items() if isinstance(le, float)}
             server_ms = tuple(histogram_quantile(q, window) * 1000 for q in (0.5, 0.99, 0.999))
             print(
@@ -574,7 +581,7 @@ def paced(results: Results, ids: list[int]) -> None:
                     "load": f"{sessions} sessions x {rate:g} steps/s",
                     "workers": workers,
                     "channels": channels,
-                    "busy_workers": busy,
+                    "split": split,
                     "server": server_ms,
                     "replies": window.get(float("inf"), 0.0),
                     "client": (client["p50"], client["p99"], client["p999"]),
@@ -777,14 +784,14 @@ def report(results: Results) -> str:
         " steps (p99): when the server falls behind, gRPC flow control holds the writes back. Server"
         " CPU is CPU-seconds per second of the run (1.0 = one core busy).",
         "",
-        "| RPC | load | workers (channels; workers that answered) | server p50 / p99 / p99.9 ms "
+        "| RPC | load | workers (channels; replies by worker) | server p50 / p99 / p99.9 ms "
         "| round trip p50 / p99 / p99.9 ms | pacer late p99 ms | server CPU |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in results.paced:
         fmt = " / ".join
         lines.append(
-            f"| {r['rpc']} | {r['load']} | {r['workers']} ({r['channels']}; {r['busy_workers']} answered) | "
+            f"| {r['rpc']} | {r['load']} | {r['workers']} ({r['channels']}; {r['split']}) | "
             f"{fmt(f'{v:.2f}' for v in r['server'])} | {fmt(f'{v:.1f}' for v in r['client'])} | "
             f"{r['late']:.1f} | {r['cpu']:.2f} |"
         )
