@@ -56,6 +56,7 @@ DERIVABLE = {
     "minimax_m3": "minimax-m3",
     # A marker tokenizer (tests/marker_tokenizers.py): the real marker ids, one token per byte.
     "kimi_k3": "kimi-k3",
+    "cohere_command": "command-a",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -63,7 +64,6 @@ DERIVABLE = {
     "mimo": None,
     "ling3": None,
     "hy3": None,
-    "cohere_command": None,
     "ernie45": None,
     "granite3": None,
     "lfm2": None,
@@ -76,7 +76,7 @@ UNDERIVABLE = {
     "phi4_mini",
     "xlam",
 }
-WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss", "minimax-m3", "kimi-k3")
+WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss", "minimax-m3", "kimi-k3", "command-a")
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
 REGISTRY = marker_tokenizers.registry()

@@ -60,21 +60,28 @@ def test_arguments_before_the_name_and_lookalikes_as_text() -> None:
     assert split_check(COMMAND, plain(COMMAND, prose), OPTS) == (prose, "", ())
 
 
-def test_a_derived_constraint_writes_cohere_s_own_keys() -> None:
-    """The format file names the keys the model writes (``keys``): a constrained engine generates
-    ``tool_name``/``parameters`` objects, which parse back into the call."""
-    root = derive(COMMAND.grammar, ConstraintRequest(TOOLS, "required", None, True, "off"))
-    tokenizer = llguidance.LLTokenizer(COMMAND.tokenizer.to_str(), n_vocab=COMMAND.vocab_size)
+def test_a_derived_constraint_writes_cohere_s_own_list() -> None:
+    """The format file names what the model writes (``keys``, ``write_list``): a constrained engine
+    generates one ``[{"tool_call_id", "tool_name", "parameters"}, …]`` list closed by
+    ``<|END_ACTION|>``, which parses back into the calls."""
 
-    def matcher() -> llguidance.LLMatcher:
+    def matcher(parallel: bool = True) -> llguidance.LLMatcher:
+        root = derive(COMMAND.grammar, ConstraintRequest(TOOLS, "required", None, parallel, "off"))
         m = llguidance.LLMatcher(tokenizer, to_lark(root), log_level=0)
         assert not m.is_error(), m.get_error()
         return m
 
-    call = '<|START_ACTION|>{"tool_name": "get_weather", "parameters": {"city": "Paris"}}'
+    tokenizer = llguidance.LLTokenizer(COMMAND.tokenizer.to_str(), n_vocab=COMMAND.vocab_size)
+    one = '{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}'
+    call = f"<|START_ACTION|>[{one}]<|END_ACTION|>"
     accepted = matcher()
-    assert accepted.consume_tokens(enc(COMMAND, call)), accepted.get_error()
+    assert accepted.consume_tokens(enc(COMMAND, call)) and accepted.is_accepting(), accepted.get_error()
+    two = f"<|START_ACTION|>[{one}, {one.replace('0', '1', 1)}]<|END_ACTION|>"
+    assert matcher().consume_tokens(enc(COMMAND, two))
+    assert not matcher(parallel=False).consume_tokens(enc(COMMAND, two))  # one call when parallel is off
+    bare = '<|START_ACTION|>{"tool_name": "get_weather", "parameters": {"city": "Paris"}}<|END_ACTION|>'
+    assert not matcher().consume_tokens(enc(COMMAND, bare))
     assert not matcher().consume_tokens(
-        enc(COMMAND, '<|START_ACTION|>{"name": "get_weather", "arguments": {}}')
+        enc(COMMAND, '<|START_ACTION|>[{"tool_call_id": "0", "name": "get_weather", "arguments": {}}]')
     )
     assert split_check(COMMAND, enc(COMMAND, call), OPTS) == ("", "", (("get_weather", '{"city": "Paris"}'),))

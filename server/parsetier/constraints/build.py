@@ -67,7 +67,7 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
         prefix,
         _tags(lit, shape, tools, single, g),
         at_least_one=request.mode in ("required", "named"),
-        stop_after_first=single or shape.ends_message,
+        stop_after_first=single or shape.ends_message or shape.list_form,
     )
 
 
@@ -125,13 +125,7 @@ def _calls(
     for opener in shape.openers:
         items: list[Node] = lit.path(opener)
         if shape.style == "envelope":
-            envelope = {
-                "type": "object",
-                "properties": {shape.name_key: {"const": tool.name}, shape.arguments_key: schema},
-                "required": [shape.name_key, shape.arguments_key],
-                "additionalProperties": False,
-            }
-            items += [Ws(), Json(envelope), Ws()]
+            items += [Ws(), Json(_envelope(shape, tool.name, schema)), Ws()]
             ends = shape.closers
         else:
             items += [_name(shape.name, tool.name, g.name), Ws()]  # the parser strips a captured name
@@ -164,9 +158,28 @@ def _calls(
     return out
 
 
+def _envelope(shape: CallShape, name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """One call object: the id member (if the format writes one), the name, the arguments."""
+    props: dict[str, Any] = {shape.id_key: {"type": "string", "pattern": "^[0-9]+$"}} if shape.id_key else {}
+    props |= {shape.name_key: {"const": name}, shape.arguments_key: dict(schema)}
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
 def _tags(lit: _Literals, shape: CallShape, tools: Sequence[Tool], single: bool, g: Any) -> tuple[Call, ...]:
     """The triggered tags: one per call spelling, or, where calls share a block, one per block
     spelling holding one call (``single``) or several."""
+    if shape.list_form:  # one block: a JSON list of call objects (one with ``single``)
+        objects = [_envelope(shape, t.name, arguments_schema(t, t.strict)) for t in tools]
+        items: dict[str, Any] = objects[0] if len(objects) == 1 else {"anyOf": objects}
+        listed: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
+        if single:
+            listed["maxItems"] = 1
+        out = []
+        for opener in shape.openers:
+            first, *rest = lit.path(opener)
+            content, end = _split_end(lit, [*rest, Ws(), Json(listed), Ws()], shape.closers)
+            out.append(Call((first,), Seq(tuple(content)), end))
+        return tuple(out)
     calls = [c for tool in tools for c in _calls(lit, shape, tool, tool.strict, g)]
     if not shape.group_open:
         out = []

@@ -85,6 +85,10 @@ class CallShape:
     it and ``closers`` lead back into it. Empty when every call opens from the answer."""
     group_close: tuple[tuple[str, ...], ...] = ()
     """The block's closers, from inside it back to the answer."""
+    id_key: str = ""
+    """``envelope`` style: an id member written first (Cohere's ``tool_call_id``), or none."""
+    list_form: bool = False
+    """``envelope`` style: the calls are written as one JSON list, the block's only content."""
     ends_message: bool = False
     """The closers end the whole message (Kimi K3's ``<|close|>message<|sep|>``): nothing, and so
     no further call or block, follows them."""
@@ -245,9 +249,23 @@ def _begins_call(state: State) -> bool:
 
 def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
     closers = _closers(g, state, answers, skip)
+    if state.write_list:  # the list ends, then its block's closer (Cohere's <|END_ACTION|>)
+        ends = tuple((t,) for t, tr in state.on.items() if tr.next in answers and not tr.actions)
+        closers = ends or ((),)
     name_key, arguments_key = state.keys
     return CallShape(
-        "envelope", (), None, (), None, closers, (), arguments_key, end_state=state.name, name_key=name_key
+        "envelope",
+        (),
+        None,
+        (),
+        None,
+        closers,
+        (),
+        arguments_key,
+        end_state=state.name,
+        name_key=name_key,
+        id_key=state.id_key,
+        list_form=state.write_list,
     )
 
 

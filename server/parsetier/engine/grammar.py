@@ -35,7 +35,9 @@ ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
 DIALECTS = frozenset({"json", "gemma", "python", "python_json", "keyed"})
 ENVELOPE_NAME_KEYS = frozenset({"name", "tool_name"})
 ENVELOPE_ARGUMENT_KEYS = frozenset({"arguments", "parameters"})
-"""The keys an envelope reads (``engine/arguments/envelope.py``); ``keys`` picks the written pair."""
+ENVELOPE_ID_KEYS = frozenset({"id", "tool_call_id"})
+"""The keys an envelope reads (``engine/arguments/envelope.py``, which skips a string-valued id
+member); ``keys`` picks the written ones."""
 UNESCAPES = frozenset({"none", "xml"})
 
 SENTINEL_BASE = 0xF0000
@@ -109,6 +111,12 @@ class State:
     """envelope states: the keys the model writes for the name and the arguments (Cohere's
     ``tool_name`` / ``parameters``). The parser reads either spelling; a derived constraint writes
     these."""
+    id_key: str = ""
+    """envelope states: an id member a derived constraint writes first, the call's number as a
+    string (Cohere's ``"tool_call_id": "0"``); the parser skips it and derives the ids."""
+    write_list: bool = False
+    """envelope states with ``list``: a derived constraint writes the calls as one JSON list
+    (Cohere's ``[{…}, {…}]``), as the template does, rather than one object per call."""
     lead: str = ""
     """capture states: the text a derived constraint writes first when the output enters the
     state through a terminal (Harmony's role ``assistant`` after ``<|start|>``); where the output
@@ -427,12 +435,18 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
         if unescape not in UNESCAPES:
             raise GrammarError(f"{where}: unescape {unescape!r} is not one of {sorted(UNESCAPES)}")
         keys = spec.get("keys", {})
-        if not isinstance(keys, Mapping) or set(keys) - {"name", "arguments"}:
-            raise GrammarError(f"{where}: keys is a table of 'name' and/or 'arguments'")
+        if not isinstance(keys, Mapping) or set(keys) - {"name", "arguments", "id"}:
+            raise GrammarError(f"{where}: keys is a table of 'name', 'arguments' and/or 'id'")
         key_pair = (str(keys.get("name", "name")), str(keys.get("arguments", "arguments")))
         if key_pair[0] not in ENVELOPE_NAME_KEYS or key_pair[1] not in ENVELOPE_ARGUMENT_KEYS:
             names, arguments = sorted(ENVELOPE_NAME_KEYS), sorted(ENVELOPE_ARGUMENT_KEYS)
             raise GrammarError(f"{where}: keys name in {names}, arguments in {arguments}")
+        id_key = str(keys.get("id", ""))
+        if id_key not in ("", *ENVELOPE_ID_KEYS):
+            raise GrammarError(f"{where}: keys id in {sorted(ENVELOPE_ID_KEYS)}")
+        write_list = spec.get("write_list", False)
+        if not isinstance(write_list, bool) or (write_list and not spec.get("list", False)):
+            raise GrammarError(f"{where}: write_list is true or false, for envelope states with list = true")
         states[sname] = State(
             sname,
             kind,
@@ -447,6 +461,8 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             unescape=unescape,
             keys=key_pair,
             lead=lead,
+            id_key=id_key,
+            write_list=write_list,
         )
     grammar = Grammar(
         name=name,
