@@ -57,6 +57,7 @@ DERIVABLE = {
     # A marker tokenizer (tests/marker_tokenizers.py): the real marker ids, one token per byte.
     "kimi_k3": "kimi-k3",
     "cohere_command": "command-a",
+    "apertus": "apertus",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -71,12 +72,21 @@ DERIVABLE = {
 UNDERIVABLE = {
     "gemma4",
     "llama4_pythonic",
-    "apertus",
     "olmo3",
     "phi4_mini",
     "xlam",
 }
-WALKED = ("qwen3", "qwen3-coder", "glm-4.5", "deepseek-v3.1", "gpt-oss", "minimax-m3", "kimi-k3", "command-a")
+WALKED = (
+    "qwen3",
+    "qwen3-coder",
+    "glm-4.5",
+    "deepseek-v3.1",
+    "gpt-oss",
+    "minimax-m3",
+    "kimi-k3",
+    "command-a",
+    "apertus",
+)
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
 REGISTRY = marker_tokenizers.registry()
@@ -238,6 +248,29 @@ def test_harmony_accepts_its_messages_and_they_parse_back() -> None:
         assert [c.name for c in message.tool_calls] == ([call] if call else []), text
         if call:
             assert json.loads(message.tool_calls[0].arguments) == {"city": "Paris"}
+
+
+def test_a_user_header_format_gets_constraints_from_the_same_walk(tmp_path: Path) -> None:
+    """Nothing is keyed on Harmony: the same file with every state renamed and another role
+    derives the same kind of constraint, with the new names' behaviour."""
+    text = (Path(formats.__file__).parent / "harmony.toml").read_text(encoding="utf-8")
+    for old in ("header", "reasoning", "content", "arguments", "after_call", "skip_message", "between"):
+        text = text.replace(f'"{old}"', f'"my_{old}"').replace(f"[states.{old}]", f"[states.my_{old}]")
+        text = text.replace(f'kind = "my_{old}"', f'kind = "{old}"')
+    text = text.replace('name = "harmony"', 'name = "my_messages"').replace(
+        'lead = "assistant"', 'lead = "bot"'
+    )
+    path = tmp_path / "my_messages.toml"
+    path.write_text(text, encoding="utf-8")
+    bound = formats.load_file(path).bind(model("gpt-oss").tokenizer)
+    root = derive(
+        bound, ConstraintRequest(TOOLS, "required", None, True, "open", model("gpt-oss").eos_token_ids)
+    )
+    lark = to_lark(root)
+    assert '"bot"' in lark and "assistant" not in lark
+    assert _accepts(
+        "gpt-oss", root, _enc("gpt-oss", HARMONY_ANALYSIS.replace("assistant", "bot") + HARMONY_CALL)
+    )
 
 
 def test_harmony_rejects_what_it_must() -> None:

@@ -159,7 +159,15 @@ def _calls(
 
 
 def _envelope(shape: CallShape, name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-    """One call object: the id member (if the format writes one), the name, the arguments."""
+    """One call object: the id member (if the format writes one), the name, the arguments; or,
+    keyed, the arguments under the name."""
+    if shape.keyed:
+        return {
+            "type": "object",
+            "properties": {name: dict(schema)},
+            "required": [name],
+            "additionalProperties": False,
+        }
     props: dict[str, Any] = {shape.id_key: {"type": "string", "pattern": "^[0-9]+$"}} if shape.id_key else {}
     props |= {shape.name_key: {"const": name}, shape.arguments_key: dict(schema)}
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}

@@ -89,6 +89,8 @@ class CallShape:
     """``envelope`` style: an id member written first (Cohere's ``tool_call_id``), or none."""
     list_form: bool = False
     """``envelope`` style: the calls are written as one JSON list, the block's only content."""
+    keyed: bool = False
+    """``envelope`` style: a call object's one key is the tool's name (Apertus's ``{"f": {…}}``)."""
     ends_message: bool = False
     """The closers end the whole message (Kimi K3's ``<|close|>message<|sep|>``): nothing, and so
     no further call or block, follows them."""
@@ -223,7 +225,7 @@ def _walk_to_call(
 ) -> Iterator[tuple[tuple[str, ...], str]]:
     """Paths through wrapper (skip) states to the state where a call is named, each state once."""
     if state.kind == "envelope":
-        if state.dialect != "json":
+        if state.dialect not in ("json", "keyed"):
             raise Underivable(f"format {g.name!r}: {state.dialect!r} call lists have no JSON-schema grammar")
         yield path, state.name
         return
@@ -266,6 +268,7 @@ def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset
         name_key=name_key,
         id_key=state.id_key,
         list_form=state.write_list,
+        keyed=state.dialect == "keyed",
     )
 
 
