@@ -766,15 +766,16 @@ def report(results: Results) -> str:
         f" step and finished, called directly in process) | {c['feed']:.1f} |",
         "| of which the protocol and the items' protobuf (`BatchProtocol.receive` of the same messages"
         f" in process, reply serialized, minus the parsing) | {c['protocol']:.1f} |",
-        "| of which the rest: gRPC, decoding the message, the event loop (server CPU minus that"
-        f" `receive`) | {c['transport']:.1f} |",
+        "| of which the rest: server CPU minus that `receive` (gRPC, decoding, the event loop, and"
+        f" `receive` running slower among them than alone) | {c['transport']:.1f} |",
         f"| per item beyond the session's parsing (the target's figure) | {c['beyond_parsing']:.1f} |",
         f"| per item, the echo server (gRPC + protobuf of the same messages) | {c['echo_item']:.1f} |",
         "",
         "### Paced load",
         "",
         "One token per session per step at a fixed rate, driven by the Go load program"
-        " (`client/go/cmd/parsetier-paced`, on the other core), so the load generator keeps the pace."
+        " (`client/go/cmd/parsetier-paced`, on the other core; with 2 workers nothing is pinned), so the"
+        " load generator keeps the pace."
         " *Server* is the latency the targets name, from the server reading a step to writing its"
         " reply: the server's own `parsetier_reply_latency_seconds` histogram (`--metrics-port`),"
         " scraped after the warm-up and at the end, its percentiles interpolated within the"
