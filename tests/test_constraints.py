@@ -58,6 +58,7 @@ DERIVABLE = {
     "kimi_k3": "kimi-k3",
     "cohere_command": "command-a",
     "apertus": "apertus",
+    "gemma4": "gemma-4",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -70,7 +71,6 @@ DERIVABLE = {
     "lfm2": None,
 }
 UNDERIVABLE = {
-    "gemma4",
     "llama4_pythonic",
     "olmo3",
     "phi4_mini",
@@ -86,6 +86,7 @@ WALKED = (
     "kimi-k3",
     "command-a",
     "apertus",
+    "gemma-4",
 )
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
@@ -413,6 +414,32 @@ def test_kimi_k3_writes_attributes_from_the_rules_and_ends_the_message() -> None
     escaped = _enc(preset, think + tools.format(k3_call("say&quot;hi&quot;&amp;")))
     assert _accepts(preset, root, escaped)  # attribute values are written XML-escaped
     assert parse(model(preset), SessionOptions(tools=(quoted,)), escaped)[0].tool_calls[0].name == quoted.name
+
+
+def test_gemma4_notation_rejects_what_it_must() -> None:
+    """Gemma 4's object notation: bare keys, <|"|> strings, commas only between written members."""
+    preset = "gemma-4"
+    bound = model(preset).grammar
+    q = '<|"|>'
+    call = f"<|tool_call>call:get_weather{{city:{q}Paris{q},days:3}}<tool_call|>"
+    ids = _enc(preset, call)
+    assert _accepts(preset, derive(bound, request("required")), ids)
+    assert parse(model(preset), SessionOptions(tools=TOOLS), ids)[0].tool_calls[0].arguments == (
+        '{"city":"Paris","days":3}'
+    )
+    for bad in (
+        call.replace("days:3", "days:three"),  # not an integer
+        call.replace(f"{{city:{q}Paris{q},", "{"),  # the required city missing
+        call.replace("days", "weeks"),  # no such key
+        call.replace(f"city:{q}Paris{q}", 'city:"Paris"'),  # JSON quotes are not the notation's
+        call.replace("get_weather", "send_mail"),
+    ):
+        assert not _accepts(preset, derive(bound, request("auto")), _enc(preset, bad)), bad
+    assert not _accepts(preset, derive(bound, request("none")), ids)
+    assert not _accepts(preset, derive(bound, request("required", parallel=False)), ids + ids)
+    search = {"type": "object", "properties": {"q": {"type": "string", "pattern": "^a"}}}
+    with pytest.raises(Underivable):
+        derive(bound, ConstraintRequest((Tool("s", search, strict=True),), "auto"))
 
 
 def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from parsetier.constraints.elements import element_arguments
 from parsetier.constraints.headers import derive_headers, is_header_format
 from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Regex, Root, Seq, Star, Text, Ws
+from parsetier.constraints.notation import notation_arguments
 from parsetier.constraints.request import MODES, ConstraintRequest, InvalidTool, arguments_schema
 from parsetier.constraints.shape import (
     CallShape,
@@ -134,6 +135,11 @@ def _calls(
                 declared = schema if strict else (tool.parameters or {})
                 args = element_arguments(lit.term("tag"), state.item, declared, strict, g.name)
                 items += [lit.term(shape.name.end[0]), Ws(), args, Ws()]
+                ends = shape.closers
+            elif shape.style == "notation":
+                value = notation_arguments(lit.term("quote"), schema if strict else None, g.name)
+                end = [] if shape.name.kept else [lit.term(shape.name.end[0])]
+                items += [*end, value, Ws()]
                 ends = shape.closers
             elif shape.style == "json":
                 items += [

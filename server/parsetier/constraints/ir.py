@@ -107,6 +107,13 @@ class Root:
     """The message after ``prefix`` when it is not free text with triggered ``calls`` (which then
     only name the calls ``body`` holds, for their triggers)."""
 
+    @property
+    def triggers(self) -> list[str]:
+        """The calls' first literals, without one that another of them starts (Gemma's
+        ``<|tool_call>call:`` beside ``<|tool_call>``): xgrammar wants each tag under one trigger."""
+        texts = list(dict.fromkeys(c.trigger for c in self.calls))
+        return [t for t in texts if not any(o != t and t.startswith(o) for o in texts)]
+
 
 # ---------------------------------------------------------------------------------------------
 # xgrammar structural tag
@@ -118,7 +125,7 @@ def to_structural_tag(root: Root) -> dict[str, Any]:
     if root.body is not None:
         calls = _format(root.body)
     elif root.calls:
-        triggers = list(dict.fromkeys(c.trigger for c in root.calls))
+        triggers = root.triggers
         calls: dict[str, Any] = {
             "type": "triggered_tags",
             "triggers": triggers,

@@ -41,6 +41,8 @@ class Encoding:
     end: tuple[str, ...]
     xml: bool = False
     """The capture decodes XML references (``unescape = "xml"``): written values are escaped."""
+    kept: bool = False
+    """The end terminal is read again by the arguments (Gemma 4's ``{``): it is written once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,8 @@ class CallShape:
     style: str
     """``envelope`` (a JSON object with the name and arguments), ``json`` (the arguments as one
     JSON value after a written name), ``params`` (one tagged block per parameter) or
-    ``elements`` (one element per argument, nested for objects and arrays)."""
+    ``elements`` (one element per argument, nested for objects and arrays) or ``notation``
+    (Gemma 4's object notation after a written name)."""
     openers: tuple[tuple[str, ...], ...]
     """Alternative terminal sequences from an answer state up to the name (or the envelope)."""
     name: Encoding | None
@@ -291,7 +294,8 @@ def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozens
     if len(nexts) != 1:
         raise Underivable(f"format {g.name!r}: a call name leads to several states {sorted(nexts)}")
     after = g.states[nexts.pop()]
-    return _after_name(g, Encoding(None, tuple(main)), (), after, answers, empty, skip)
+    kept = all(tr.keep for tr in main.values())
+    return _after_name(g, Encoding(None, tuple(main), kept=kept), (), after, answers, empty, skip)
 
 
 def _after_name(
@@ -303,6 +307,11 @@ def _after_name(
     empty: tuple[tuple[str, ...], ...],
     skip: frozenset[str],
 ) -> CallShape:
+    if state.kind == "json" and state.dialect == "gemma":
+        if "quote" not in g.terminals:
+            raise Underivable(f"format {g.name!r}: gemma arguments need a terminal named 'quote'")
+        closers = _closers(g, state, answers, skip)
+        return CallShape("notation", (), name, after_name, None, closers, empty, end_state=state.name)
     if state.kind == "json":
         if state.dialect != "json":
             raise Underivable(f"format {g.name!r}: {state.dialect!r} arguments have no JSON-schema grammar")

@@ -44,7 +44,7 @@ def build_constraint(model: Model, open_: pb.Open) -> pb.BuildConstraintResponse
     return pb.BuildConstraintResponse(
         structural_tag_json=json.dumps(to_structural_tag(root), ensure_ascii=False),
         lark_grammar=to_lark(root),
-        triggers=list(dict.fromkeys(call.trigger for call in root.calls)),
+        triggers=root.triggers,
         reasoning=_REASONING[reasoning],
         message_start_anchors=[
             pb.MessageStartAnchor(text=g.terminals[term], in_reasoning=g.states[state].kind == "reasoning")

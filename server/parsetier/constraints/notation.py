@@ -1,0 +1,108 @@
+"""Arguments in Gemma 4's object notation (``json`` states with ``dialect = "gemma"``).
+
+The notation is the reader's (``engine/arguments/gemma.py``): ``{key:<|"|>text<|"|>,n:42}``,
+bare keys, strings between two ``quote`` terminals, scalars as bare JSON literals, ``[…]``
+lists and nested ``{…}`` objects, no whitespace needed. The constraint writes it from the strict
+schema: members in schema order (required ones present, commas only between members that are
+written), plain strings as text between quotes, string enums/consts as one of their values,
+numbers, booleans and null as their JSON literal, arrays with ``items`` (no count limits) as
+lists. A schema the notation cannot carry through the reader (a string ``pattern``/``format``,
+unions, bounded arrays) is ``Underivable``. A non-strict tool gets any members with bare keys
+and string or scalar values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from parsetier.constraints.ir import Alt, Json, Lit, Node, Opt, Regex, Seq, Star, Text
+from parsetier.constraints.request import InvalidTool
+from parsetier.constraints.shape import Underivable
+from parsetier.engine.grammar import SENTINEL_RE
+
+MAX_NESTING = 16
+_SCALARS = frozenset({"integer", "number", "boolean", "null"})
+_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_SCALAR = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null"
+
+
+def notation_arguments(quote: Lit, schema: Mapping[str, Any] | None, fmt: str) -> Node:
+    """The arguments object; ``schema`` None for a non-strict tool."""
+    w = _Writer(quote, fmt)
+    if schema is None:
+        member = Seq((Regex(_KEY), _lit(":"), Alt((w.string(), Regex(_SCALAR)))))
+        return Seq((_lit("{"), Opt(Seq((member, Star(Seq((_lit(","), member)))))), _lit("}")))
+    return w.value(schema, 0)
+
+
+def _lit(text: str) -> Lit:
+    return Lit(((text, None),))
+
+
+class _Writer:
+    def __init__(self, quote: Lit, fmt: str) -> None:
+        self.quote = quote
+        self.fmt = fmt
+
+    def string(self, inner: Node | None = None) -> Node:
+        # A quote that is one added token cannot be spelled by text; one of plain text must not
+        # occur inside the string.
+        text = Text(() if not self.quote.is_text else (self.quote.text,))
+        return Seq((self.quote, inner if inner is not None else text, self.quote))
+
+    def value(self, schema: Mapping[str, Any], depth: int) -> Node:
+        kind = schema.get("type")
+        if depth > MAX_NESTING:
+            raise Underivable(f"format {self.fmt!r}: the schema nests deeper than {MAX_NESTING}")
+        if kind == "string" and not set(schema) & {"pattern", "format", "minLength", "maxLength"}:
+            if "const" in schema:
+                return self.string(self.literal(schema["const"]))
+            if "enum" in schema:
+                values = [self.literal(v) for v in schema["enum"]]
+                return self.string(values[0] if len(values) == 1 else Alt(tuple(values)))
+            return self.string()
+        if kind in _SCALARS:
+            return Json(dict(schema))
+        if kind == "object" or (kind is None and "properties" in schema):
+            props = schema.get("properties") or {}
+            if not isinstance(props, Mapping):
+                raise Underivable(f"format {self.fmt!r}: 'properties' is not an object")
+            return Seq((_lit("{"), self.members(props, set(schema.get("required") or ()), depth), _lit("}")))
+        counted = set(schema) & {"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"}
+        if kind == "array" and isinstance(schema.get("items"), Mapping) and not counted:
+            item = self.value(schema["items"], depth + 1)
+            return Seq((_lit("["), Opt(Seq((item, Star(Seq((_lit(","), item)))))), _lit("]")))
+        raise Underivable(
+            f"format {self.fmt!r}: the schema {dict(schema)!r} has no form in the object notation"
+        )
+
+    def members(self, props: Mapping[str, Any], required: set[str], depth: int) -> Node:
+        """Members in order; a comma before each one that follows a written member."""
+        nodes = []
+        for key, sub in props.items():
+            if SENTINEL_RE.search(key) or not key or key != key.strip() or any(c in key for c in ':,{}[]"'):
+                raise InvalidTool(f"format {self.fmt!r} cannot write the key {key!r}")
+            value = self.value(sub if isinstance(sub, Mapping) else {}, depth + 1)
+            nodes.append((Seq((_lit(f"{key}:"), value)), key in required))
+
+        def after(i: int) -> list[Node]:  # members i.. once one was written: each after a comma
+            out: list[Node] = []
+            for node, needed in nodes[i:]:
+                item = Seq((_lit(","), node))
+                out.append(item if needed else Opt(item))
+            return out
+
+        def first(i: int) -> Node:  # members i.. while none was written yet
+            if i == len(nodes):
+                return Seq(())
+            node, needed = nodes[i]
+            written = Seq((node, *after(i + 1)))
+            return written if needed else Alt((written, first(i + 1)))
+
+        return first(0)
+
+    def literal(self, value: Any) -> Lit:
+        if not isinstance(value, str) or self.quote.text in value or SENTINEL_RE.search(value):
+            raise Underivable(f"format {self.fmt!r}: the string value {value!r} has no form in the notation")
+        return _lit(value)
