@@ -403,7 +403,8 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
     ``batch_load`` sends, its opening message included): (the sessions' own parsing: each
     session's ``Session`` made, fed one token per step and finished, called directly;
     ``BatchProtocol.receive`` of the messages with the server's session hooks, its reply
-    serialized). Alternated, medians."""
+    serialized, minus the parsing). Alternated; the medians of the parsing and of the per-pair
+    differences (the machine's load moves both halves of a pair alike)."""
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
     from parsetier.protocol import BatchProtocol, Limits
@@ -458,7 +459,7 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
     pairs = [(direct(), protocol()) for _ in range(reps)]
     logging.getLogger("parsetier").handlers.clear()
     sink.close()
-    return statistics.median(d for d, _ in pairs), statistics.median(r for _, r in pairs)
+    return statistics.median(d for d, _ in pairs), statistics.median(r - d for d, r in pairs)
 
 
 def cpu_costs(results: Results, ids: list[int]) -> None:
@@ -467,7 +468,8 @@ def cpu_costs(results: Results, ids: list[int]) -> None:
     per_token_16 = by[("Parse", "16 tokens/message")]["parsetier_cpu_us"]
     per_item = by[("ParseBatch", "256 sessions x 1 token/step")]["parsetier_cpu_us"]
     echo_item = by[("ParseBatch", "256 sessions x 1 token/step")]["echo_cpu_us"]
-    feed, receive = in_process_costs(ids, 3 if results.quick else 5, BATCH_STEPS[results.quick])
+    feed, protocol = in_process_costs(ids, 3 if results.quick else 7, BATCH_STEPS[results.quick])
+    receive = feed + protocol
     results.cpu = {
         "per_message": per_message,
         "per_token_16": per_token_16,
@@ -475,7 +477,7 @@ def cpu_costs(results: Results, ids: list[int]) -> None:
         "echo_item": echo_item,
         "feed": feed,
         "receive": receive,
-        "protocol": receive - feed,
+        "protocol": protocol,
         "transport": per_item - receive,
         "beyond_parsing": per_item - feed,
     }
