@@ -59,6 +59,7 @@ DERIVABLE = {
     "cohere_command": "command-a",
     "apertus": "apertus",
     "gemma4": "gemma-4",
+    "llama4_pythonic": "llama4",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -71,7 +72,6 @@ DERIVABLE = {
     "lfm2": None,
 }
 UNDERIVABLE = {
-    "llama4_pythonic",
     "olmo3",
     "phi4_mini",
     "xlam",
@@ -87,6 +87,7 @@ WALKED = (
     "command-a",
     "apertus",
     "gemma-4",
+    "llama4",
 )
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
@@ -442,6 +443,31 @@ def test_gemma4_notation_rejects_what_it_must() -> None:
         derive(bound, ConstraintRequest((Tool("s", search, strict=True),), "auto"))
 
 
+def test_llama4_pythonic_calls_reject_what_they_must() -> None:
+    """One <|python_start|>[f(a=1), g()]<|python_end|> list, Python literals typed by the schema."""
+    preset = "llama4"
+    bound = model(preset).grammar
+    both = "<|python_start|>[get_weather(city='it\\'s', days=3), get_time()]<|python_end|>"
+    ids = _enc(preset, both)
+    assert _accepts(preset, derive(bound, request("required")), ids)
+    calls = parse(model(preset), SessionOptions(tools=TOOLS), ids)[0].tool_calls
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "it's", "days": 3}),
+        ("get_time", {}),
+    ]
+    assert not _accepts(preset, derive(bound, request("required", parallel=False)), ids)
+    for bad in (
+        both.replace("days=3", "days='3'"),
+        both.replace("city='it\\'s', ", ""),
+        both.replace("get_time", "send_mail"),
+        both.replace("<|python_start|>", ""),  # bare lists are not generated
+    ):
+        assert not _accepts(preset, derive(bound, request("auto")), _enc(preset, bad)), bad
+    assert not _accepts(preset, derive(bound, request("none")), ids)
+    with pytest.raises(InvalidTool):
+        derive(bound, ConstraintRequest((Tool("get-weather", {}),), "auto"))
+
+
 def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:
     bad = Tool("get weather <now>", {"type": "object"})
     with pytest.raises(InvalidTool):
@@ -459,7 +485,7 @@ def _walk(preset: str, root, rng: random.Random, limit: int = 800) -> list[int]:
         for text in model(preset).grammar.grammar.terminals.values()
     ]
     markup = {tid for seq in sequences for tid in seq}
-    closing = {tok.token_to_id(c) for c in '}]"'} - {None}
+    closing = {tok.token_to_id(c) for c in "}]\"')"} - {None}
     pool = sorted(
         {tid for text, tid in tok.get_vocab(with_added_tokens=True).items() if len(text) == 1}
         | set(tok.get_added_tokens_decoder())

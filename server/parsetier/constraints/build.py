@@ -20,7 +20,7 @@ from typing import Any
 from parsetier.constraints.elements import element_arguments
 from parsetier.constraints.headers import derive_headers, is_header_format
 from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Regex, Root, Seq, Star, Text, Ws
-from parsetier.constraints.notation import notation_arguments
+from parsetier.constraints.notation import notation_arguments, python_call
 from parsetier.constraints.request import MODES, ConstraintRequest, InvalidTool, arguments_schema
 from parsetier.constraints.shape import (
     CallShape,
@@ -182,16 +182,24 @@ def _envelope(shape: CallShape, name: str, schema: Mapping[str, Any]) -> dict[st
 def _tags(lit: _Literals, shape: CallShape, tools: Sequence[Tool], single: bool, g: Any) -> tuple[Call, ...]:
     """The triggered tags: one per call spelling, or, where calls share a block, one per block
     spelling holding one call (``single``) or several."""
-    if shape.list_form:  # one block: a JSON list of call objects (one with ``single``)
-        objects = [_envelope(shape, t.name, arguments_schema(t, t.strict)) for t in tools]
-        items: dict[str, Any] = objects[0] if len(objects) == 1 else {"anyOf": objects}
-        listed: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
-        if single:
-            listed["maxItems"] = 1
+    if shape.list_form:  # one block: a list of calls (one with ``single``)
+        listed: Node
+        if shape.pythonic:
+            pycalls = [python_call(t.name, t.parameters if t.strict else None, g.name) for t in tools]
+            one = pycalls[0] if len(pycalls) == 1 else Alt(tuple(pycalls))
+            more: tuple[Node, ...] = () if single else (Star(Seq((Lit(((", ", None),)), one))),)
+            listed = Seq((Lit((("[", None),)), one, *more, Lit((("]", None),))))
+        else:
+            objects = [_envelope(shape, t.name, arguments_schema(t, t.strict)) for t in tools]
+            items: dict[str, Any] = objects[0] if len(objects) == 1 else {"anyOf": objects}
+            schema: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
+            if single:
+                schema["maxItems"] = 1
+            listed = Json(schema)
         out = []
         for opener in shape.openers:
             first, *rest = lit.path(opener)
-            content, end = _split_end(lit, [*rest, Ws(), Json(listed), Ws()], shape.closers)
+            content, end = _split_end(lit, [*rest, Ws(), listed, Ws()], shape.closers)
             out.append(Call((first,), Seq(tuple(content)), end))
         return tuple(out)
     calls = [c for tool in tools for c in _calls(lit, shape, tool, tool.strict, g)]

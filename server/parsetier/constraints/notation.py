@@ -1,4 +1,5 @@
-"""Arguments in Gemma 4's object notation (``json`` states with ``dialect = "gemma"``).
+"""Arguments in a notation other than JSON: Gemma 4's object notation (``json`` states with
+``dialect = "gemma"``) and pythonic call lists (Llama 4's ``[f(a=1, b='x')]``).
 
 The notation is the reader's (``engine/arguments/gemma.py``): ``{key:<|"|>text<|"|>,n:42}``,
 bare keys, strings between two ``quote`` terminals, scalars as bare JSON literals, ``[…]``
@@ -13,6 +14,7 @@ and string or scalar values.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,23 +88,105 @@ class _Writer:
             value = self.value(sub if isinstance(sub, Mapping) else {}, depth + 1)
             nodes.append((Seq((_lit(f"{key}:"), value)), key in required))
 
-        def after(i: int) -> list[Node]:  # members i.. once one was written: each after a comma
-            out: list[Node] = []
-            for node, needed in nodes[i:]:
-                item = Seq((_lit(","), node))
-                out.append(item if needed else Opt(item))
-            return out
-
-        def first(i: int) -> Node:  # members i.. while none was written yet
-            if i == len(nodes):
-                return Seq(())
-            node, needed = nodes[i]
-            written = Seq((node, *after(i + 1)))
-            return written if needed else Alt((written, first(i + 1)))
-
-        return first(0)
+        return _comma_list(nodes, ",")
 
     def literal(self, value: Any) -> Lit:
         if not isinstance(value, str) or self.quote.text in value or SENTINEL_RE.search(value):
             raise Underivable(f"format {self.fmt!r}: the string value {value!r} has no form in the notation")
         return _lit(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Pythonic call lists (``envelope`` states with ``dialect = "python"``/``"python_json"``)
+# --------------------------------------------------------------------------------------------
+
+_PY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_PY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PY_STRING = r"'([^'\\\n]|\\[\\'nt])*'"
+"""A single-quoted Python string; the escapes it allows are ones the reader decodes."""
+
+
+def python_call(name: str, schema: Mapping[str, Any] | None, fmt: str) -> Node:
+    """``name(key=value, …)`` with Python literal values from the strict schema (``schema`` None:
+    any keyword arguments with string or scalar values)."""
+    if not _PY_NAME.fullmatch(name):
+        raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r} as a Python call")
+    w = _PyWriter(fmt)
+    if schema is None:
+        arg = Seq((Regex(_PY_KEY.pattern), _lit("="), Alt((Regex(_PY_STRING), Regex(_SCALAR)))))
+        args: Node = Opt(Seq((arg, Star(Seq((_lit(", "), arg))))))
+    else:
+        props = schema.get("properties") or {}
+        if not isinstance(props, Mapping):
+            raise Underivable(f"format {fmt!r}: 'properties' is not an object")
+        args = w.members(props, set(schema.get("required") or ()), 0, keyword=True)
+    return Seq((_lit(f"{name}("), args, _lit(")")))
+
+
+class _PyWriter:
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+
+    def value(self, schema: Mapping[str, Any], depth: int) -> Node:
+        kind = schema.get("type")
+        if depth > MAX_NESTING:
+            raise Underivable(f"format {self.fmt!r}: the schema nests deeper than {MAX_NESTING}")
+        if kind == "string" and not set(schema) & {"pattern", "format", "minLength", "maxLength"}:
+            values = [schema["const"]] if "const" in schema else schema.get("enum")
+            if values is None:
+                return Regex(_PY_STRING)
+            lits = [_lit(self.quoted(v)) for v in values]
+            return lits[0] if len(lits) == 1 else Alt(tuple(lits))
+        if kind in ("integer", "number"):
+            return Json(dict(schema))
+        if kind == "boolean" and not set(schema) & {"const", "enum"}:
+            return Alt((_lit("True"), _lit("False")))
+        if kind == "null":
+            return _lit("None")
+        if kind == "object" or (kind is None and "properties" in schema):
+            props = schema.get("properties") or {}
+            if not isinstance(props, Mapping):
+                raise Underivable(f"format {self.fmt!r}: 'properties' is not an object")
+            members = self.members(props, set(schema.get("required") or ()), depth, keyword=False)
+            return Seq((_lit("{"), members, _lit("}")))
+        counted = set(schema) & {"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"}
+        if kind == "array" and isinstance(schema.get("items"), Mapping) and not counted:
+            item = self.value(schema["items"], depth + 1)
+            return Seq((_lit("["), Opt(Seq((item, Star(Seq((_lit(", "), item)))))), _lit("]")))
+        raise Underivable(f"format {self.fmt!r}: the schema {dict(schema)!r} has no Python literal form here")
+
+    def members(self, props: Mapping[str, Any], required: set[str], depth: int, keyword: bool) -> Node:
+        """``key=value`` keyword arguments or ``'key': value`` dict members, in schema order."""
+        nodes = []
+        for key, sub in props.items():
+            if keyword and not _PY_KEY.fullmatch(key):
+                raise InvalidTool(f"format {self.fmt!r} cannot write the keyword {key!r}")
+            head = f"{key}=" if keyword else f"{self.quoted(key)}: "
+            value = self.value(sub if isinstance(sub, Mapping) else {}, depth + 1)
+            nodes.append((Seq((_lit(head), value)), key in required))
+        return _comma_list(nodes, ", ")
+
+    def quoted(self, value: Any) -> str:
+        if not isinstance(value, str) or SENTINEL_RE.search(value) or "\n" in value:
+            raise Underivable(f"format {self.fmt!r}: the value {value!r} has no Python literal form here")
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _comma_list(nodes: list[tuple[Node, bool]], comma: str) -> Node:
+    """Items in order, each present (``True``) or optional; ``comma`` only between written ones."""
+
+    def after(i: int) -> list[Node]:
+        out: list[Node] = []
+        for node, needed in nodes[i:]:
+            item = Seq((_lit(comma), node))
+            out.append(item if needed else Opt(item))
+        return out
+
+    def first(i: int) -> Node:
+        if i == len(nodes):
+            return Seq(())
+        node, needed = nodes[i]
+        written = Seq((node, *after(i + 1)))
+        return written if needed else Alt((written, first(i + 1)))
+
+    return first(0)

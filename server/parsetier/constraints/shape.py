@@ -92,6 +92,8 @@ class CallShape:
     """``envelope`` style: an id member written first (Cohere's ``tool_call_id``), or none."""
     list_form: bool = False
     """``envelope`` style: the calls are written as one JSON list, the block's only content."""
+    pythonic: bool = False
+    """``envelope`` style: the list is a pythonic call list (``[f(a=1), g()]``), not JSON."""
     keyed: bool = False
     """``envelope`` style: a call object's one key is the tool's name (Apertus's ``{"f": {…}}``)."""
     ends_message: bool = False
@@ -228,7 +230,7 @@ def _walk_to_call(
 ) -> Iterator[tuple[tuple[str, ...], str]]:
     """Paths through wrapper (skip) states to the state where a call is named, each state once."""
     if state.kind == "envelope":
-        if state.dialect not in ("json", "keyed"):
+        if state.dialect not in ("json", "keyed", "python", "python_json"):
             raise Underivable(f"format {g.name!r}: {state.dialect!r} call lists have no JSON-schema grammar")
         yield path, state.name
         return
@@ -254,7 +256,8 @@ def _begins_call(state: State) -> bool:
 
 def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
     closers = _closers(g, state, answers, skip)
-    if state.write_list:  # the list ends, then its block's closer (Cohere's <|END_ACTION|>)
+    pythonic = state.dialect in ("python", "python_json")
+    if state.write_list or pythonic:  # the list ends, then its block's closer (Cohere's <|END_ACTION|>)
         ends = tuple((t,) for t, tr in state.on.items() if tr.next in answers and not tr.actions)
         closers = ends or ((),)
     name_key, arguments_key = state.keys
@@ -270,8 +273,9 @@ def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset
         end_state=state.name,
         name_key=name_key,
         id_key=state.id_key,
-        list_form=state.write_list,
+        list_form=state.write_list or pythonic,
         keyed=state.dialect == "keyed",
+        pythonic=pythonic,
     )
 
 
