@@ -60,6 +60,7 @@ DERIVABLE = {
     "apertus": "apertus",
     "gemma4": "gemma-4",
     "llama4_pythonic": "llama4",
+    "olmo3": "olmo-3",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -72,7 +73,6 @@ DERIVABLE = {
     "lfm2": None,
 }
 UNDERIVABLE = {
-    "olmo3",
     "phi4_mini",
     "xlam",
 }
@@ -88,6 +88,7 @@ WALKED = (
     "apertus",
     "gemma-4",
     "llama4",
+    "olmo-3",
 )
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 
@@ -466,6 +467,23 @@ def test_llama4_pythonic_calls_reject_what_they_must() -> None:
     assert not _accepts(preset, derive(bound, request("none")), ids)
     with pytest.raises(InvalidTool):
         derive(bound, ConstraintRequest((Tool("get-weather", {}),), "auto"))
+
+
+def test_olmo3_writes_one_pythonic_call_per_line() -> None:
+    """Olmo 3's block holds bare calls, one per line: each envelope starts on its own text."""
+    preset = "olmo-3"
+    bound = model(preset).grammar
+    block = "<function_calls>\nget_weather(city='Paris', days=3)\nget_time()\n</function_calls>"
+    ids = _enc(preset, block)
+    assert _accepts(preset, derive(bound, request("required")), ids)
+    assert [c.name for c in parse(model(preset), SessionOptions(tools=TOOLS), ids)[0].tool_calls] == [
+        "get_weather",
+        "get_time",
+    ]
+    assert not _accepts(preset, derive(bound, request("required", parallel=False)), ids)
+    assert not _accepts(
+        preset, derive(bound, request("auto")), _enc(preset, block.replace("\nget_", "\n[get_", 1))
+    )
 
 
 def test_a_tool_name_the_format_cannot_write_is_invalid() -> None:

@@ -187,8 +187,10 @@ def _tags(lit: _Literals, shape: CallShape, tools: Sequence[Tool], single: bool,
         if shape.pythonic:
             pycalls = [python_call(t.name, t.parameters if t.strict else None, g.name) for t in tools]
             one = pycalls[0] if len(pycalls) == 1 else Alt(tuple(pycalls))
-            more: tuple[Node, ...] = () if single else (Star(Seq((Lit(((", ", None),)), one))),)
-            listed = Seq((Lit((("[", None),)), one, *more, Lit((("]", None),))))
+            comma = Lit((("\n" if shape.separate else ", ", None),))
+            more: tuple[Node, ...] = () if single else (Star(Seq((comma, one))),)
+            brackets = ((), ()) if shape.separate else ((Lit((("[", None),)),), (Lit((("]", None),)),))
+            listed = Seq((*brackets[0], one, *more, *brackets[1]))
         else:
             objects = [_envelope(shape, t.name, arguments_schema(t, t.strict)) for t in tools]
             items: dict[str, Any] = objects[0] if len(objects) == 1 else {"anyOf": objects}

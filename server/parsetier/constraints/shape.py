@@ -94,6 +94,8 @@ class CallShape:
     """``envelope`` style: the calls are written as one JSON list, the block's only content."""
     pythonic: bool = False
     """``envelope`` style: the list is a pythonic call list (``[f(a=1), g()]``), not JSON."""
+    separate: bool = False
+    """Pythonic calls are written one per line, not bracketed (Olmo 3)."""
     keyed: bool = False
     """``envelope`` style: a call object's one key is the tool's name (Apertus's ``{"f": {…}}``)."""
     ends_message: bool = False
@@ -239,13 +241,20 @@ def _walk_to_call(
         return
     if state.kind != "skip" or depth >= MAX_WALK:
         return
+    found = False
     for term, tr in state.on.items():
         target = g.states[tr.next]
         if target.kind in ("content", "reasoning") or tr.actions or target.name in seen | {state.name}:
             continue
-        yield from _walk_to_call(
+        for hit in _walk_to_call(
             g, path if tr.keep else (*path, term), target, depth + 1, seen | {state.name}
-        )
+        ):
+            found = True
+            yield hit
+    if not found and state.text_next and g.states[state.text_next].kind == "envelope":
+        # The call starts with its own text (Olmo 3's `get_weather(…)` after <function_calls>);
+        # where a terminal also starts one (LFM2's JSON), the marked form is the one written.
+        yield from _walk_to_call(g, path, g.states[state.text_next], depth + 1, seen | {state.name})
 
 
 def _begins_call(state: State) -> bool:
@@ -255,11 +264,15 @@ def _begins_call(state: State) -> bool:
 
 
 def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
-    closers = _closers(g, state, answers, skip)
     pythonic = state.dialect in ("python", "python_json")
+    # Calls one per envelope, the block's text starting each (Olmo 3's newline-separated calls).
+    block = g.states[state.done.next] if state.done is not None else None
+    separate = pythonic and block is not None and block.text_next == state.name
     if state.write_list or pythonic:  # the list ends, then its block's closer (Cohere's <|END_ACTION|>)
         ends = tuple((t,) for t, tr in state.on.items() if tr.next in answers and not tr.actions)
         closers = ends or ((),)
+    else:
+        closers = _closers(g, state, answers, skip)
     name_key, arguments_key = state.keys
     return CallShape(
         "envelope",
@@ -276,6 +289,7 @@ def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset
         list_form=state.write_list or pythonic,
         keyed=state.dialect == "keyed",
         pythonic=pythonic,
+        separate=separate,
     )
 
 
