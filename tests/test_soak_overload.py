@@ -40,8 +40,9 @@ OVERLOAD_IDS = 4000
 made 1,500 too light to overload a quiet machine), so 400 sessions at once are far more than the
 loop can serve within its lag limit."""
 REFUSAL_SECONDS = 30.0
-"""A refusal waits for its turn on the busy loop: 2-12 s measured on a quiet machine. Admission that
-answers before the loop is free is a known gap (docs/service.md)."""
+"""grpc's silent-cancel horizon. The server takes a waiting burst in within a few loop iterations
+while it refuses (service/accepts.py, counted in tests/test_admission.py), but this test's one
+client process is saturated too and sees its refusals 4-5 s late, its own loop lag included."""
 MEMORY_SLACK = 1.6
 """Resident memory after the overload may be this many times the baseline. The sessions' own data
 (about 400 KB each here: 160 MB for the 400, past this bound) is freed, and the server hands the

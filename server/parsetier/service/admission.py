@@ -20,7 +20,7 @@ import collections
 import contextlib
 import statistics
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from grpc_health.v1 import health
@@ -97,6 +97,8 @@ class Admission:
         self.lag = lag or LoopLag()
         self.refused = 0
         """Sessions refused for load since start (for operators and tests)."""
+        self.on_refusal: Callable[[], None] | None = None
+        """Called on every refusal (the server arms its extra accepts, ``service.accepts``)."""
         self._logged_at = -LOG_EVERY
         self._logged_refused = 0
 
@@ -107,6 +109,8 @@ class Admission:
         if lag > self.max_lag:
             self.refused += 1
             self._log(rpc, lag)
+            if self.on_refusal is not None:
+                self.on_refusal()
             raise ServiceError(
                 grpc.StatusCode.UNAVAILABLE,
                 f"server overloaded (event loop {lag * 1000:.0f} ms behind, limit "

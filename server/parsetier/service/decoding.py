@@ -45,9 +45,12 @@ def tolerant_deserializer(cls: type[Message]) -> Callable[[bytes], Message | Und
     return deserialize
 
 
-def add_servicer(servicer: object, server: grpc.aio.Server, service: ServiceDescriptor) -> None:
+def add_servicer(
+    servicer: object, server: grpc.aio.Server, service: ServiceDescriptor
+) -> dict[str, grpc.RpcMethodHandler]:
     """Register ``servicer``'s methods for ``service`` (every RPC the descriptor names) with
-    tolerant request deserializers; the generated ``add_…_to_server`` uses raising ones."""
+    tolerant request deserializers; the generated ``add_…_to_server`` uses raising ones. Returns
+    the handlers by method name."""
     kinds = {
         (False, False): grpc.unary_unary_rpc_method_handler,
         (False, True): grpc.unary_stream_rpc_method_handler,
@@ -66,3 +69,4 @@ def add_servicer(servicer: object, server: grpc.aio.Server, service: ServiceDesc
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)
+    return handlers

@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from parsetier.models import ModelRegistry
 from parsetier.service import metrics, reflection
+from parsetier.service.accepts import ExtraAccepts
 from parsetier.service.admission import CountedHealthServicer, StreamCount
 from parsetier.service.decoding import add_servicer
 from parsetier.service.heap import HeapTrimmer
@@ -117,6 +118,9 @@ streams' trailers reach the clients (through proxies) before the connections are
 STOP_GRACE = 2.0
 """Seconds ``stop`` gives calls still in flight (refusals) once the server stops."""
 
+ADMITTED_RPCS = ("Parse", "ParseOnce", "ParseBatch", "BuildConstraint")
+"""The RPCs admission refuses under load: while it does, they get extra accepts."""
+
 
 async def build_server(
     registry: ModelRegistry,
@@ -160,7 +164,8 @@ async def build_server(
         ],
     )
     servicer = ParserServicer(registry, limits)
-    add_servicer(servicer, server, pb.DESCRIPTOR.services_by_name["ParserService"])
+    service = pb.DESCRIPTOR.services_by_name["ParserService"]
+    handlers = add_servicer(servicer, server, service)
     health_servicer = CountedHealthServicer(StreamCount(limits.max_watch_streams))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
@@ -179,6 +184,8 @@ async def build_server(
     except RuntimeError as exc:  # grpc's "Failed to bind": the pre-check above raced with someone
         raise ListenError(f"cannot listen on {host}:{port}: {exc}") from None
     await server.start()
+    shed = {f"/{service.full_name}/{name}": handlers[name] for name in ADMITTED_RPCS}
+    servicer.admission.on_refusal = ExtraAccepts(server, shed, interceptors).top_up
     servicer.admission.lag.start()
     heap = HeapTrimmer(servicer.gate)
     heap.start()
