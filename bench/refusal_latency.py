@@ -196,7 +196,7 @@ def main() -> None:
     parser.add_argument("--target", default="")
     parser.add_argument("--load-sessions", type=int, default=100)
     parser.add_argument("--ids", type=int, default=4000, help="ids per load message")
-    parser.add_argument("--probes", type=int, default=200)
+    parser.add_argument("--probes", type=int, default=100)
     parser.add_argument("--rate", type=float, default=20.0, help="new probe sessions per second")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds of load before probing")
     parser.add_argument("--max-loop-lag-ms", type=float, default=100)

@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from grpc_servers import ThreadServer
 from parsetier.service import Limits
+from parsetier.service.accepts import ExtraAccepts
 from parsetier.service.admission import Admission, LoopLag
 from parsetier.service.errors import ServiceError
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -188,6 +189,19 @@ def test_a_burst_waiting_on_a_lagging_loop_is_refused_within_a_few_iterations(re
         load.result(10)
     assert codes == [grpc.StatusCode.UNAVAILABLE] * burst
     assert taken < burst, f"{burst} refusals took {taken} loop iterations"
+
+
+def test_extra_accepts_stand_down_without_grpc_internals(caplog):
+    """A grpcio without the internals the extra accepts drive: one warning, and refusals simply
+    wait for grpc's own accept loop (the server still starts and serves)."""
+
+    async def run() -> None:
+        extra = ExtraAccepts(object(), {"/parsetier.v1.ParserService/Parse": None}, ())
+        extra.top_up()  # a no-op, not an error
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+    assert "extra accepts unavailable" in caplog.text
 
 
 def _wait_for(server: ThreadServer, condition, timeout: float = 20.0) -> None:
