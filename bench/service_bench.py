@@ -488,6 +488,7 @@ PACED_CASES = [
     # rpc, sessions, steps/s, workers, channels (the kernel hashes each connection to a worker:
     # 4 reach both of 2 with probability 7/8; the table shows the replies by worker)
     ("Parse", 250, 20.0, 1, 1),
+    ("Parse", 250, 20.0, 2, 4),
     ("ParseBatch", 1000, 20.0, 1, 1),
     ("ParseBatch", 1000, 20.0, 2, 4),
 ]
