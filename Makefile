@@ -53,6 +53,7 @@ deps:
 ## test: install test needs, lint, run every test (buf lint/breaking run as tests/test_proto_buf.py)
 test: deps $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)
 
 ## buf: lint the proto (STANDARD) and check it against the previous commit's (FILE)
@@ -61,6 +62,7 @@ buf: deps $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 ## proto: regenerate client/python/parsetier_api from protos/ (grpcio-tools)
 proto: $(TEST_STAMP)

@@ -225,8 +225,14 @@ def test_follow_must_name_terminals() -> None:
 
 
 @pytest.mark.parametrize(
-    "cut", ["<tool_call>", "<tool_call>\n", "<tool_call>\n<", "<tool_call>\n<function",
-            "<tool_call>\n<function=get"]
+    "cut",
+    [
+        "<tool_call>",
+        "<tool_call>\n",
+        "<tool_call>\n<",
+        "<tool_call>\n<function",
+        "<tool_call>\n<function=get",
+    ],
 )
 @pytest.mark.parametrize("reason", ["length", "stop"])
 def test_cut_inside_a_call_block_before_the_name_is_not_content(cut: str, reason: str) -> None:

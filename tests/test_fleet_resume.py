@@ -186,8 +186,10 @@ def test_sigkill_one_backend_mid_stream(fleet3: Fleet3):
 
     want, got, killed_at = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
     moved = check_identical(got, want)
-    print(f"\nSIGKILL: {SESSIONS} sessions x 1 kill at {killed_at}/{total} steps; {moved} sessions resumed; "
-          f"{SESSIONS} of {SESSIONS} identical to the uninterrupted run")
+    print(
+        f"\nSIGKILL: {SESSIONS} sessions x 1 kill at {killed_at}/{total} steps; {moved} sessions resumed; "
+        f"{SESSIONS} of {SESSIONS} identical to the uninterrupted run"
+    )
     assert moved >= SESSIONS // 6, f"only {moved} sessions were on the killed backend mid-stream"
 
 
@@ -229,8 +231,10 @@ def test_rolling_restart(fleet3: Fleet3):
 
     want, got = asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT))
     moved = check_identical(got, want)
-    print(f"\nrolling restart: {SESSIONS} sessions x 3 drains; {moved} sessions resumed; "
-          f"drain times {[round(d, 2) for d in drains]} s; all identical to the uninterrupted run")
+    print(
+        f"\nrolling restart: {SESSIONS} sessions x 3 drains; {moved} sessions resumed; "
+        f"drain times {[round(d, 2) for d in drains]} s; all identical to the uninterrupted run"
+    )
     assert moved >= SESSIONS // 2
     assert max(drains) < 5.0, drains
 
@@ -291,7 +295,10 @@ def test_sigkill_with_the_go_client(fleet3: Fleet3, tmp_path: Path):
     binary = tmp_path / "fleetcheck"
     build = subprocess.run(
         [go_binary(), "build", "-o", str(binary), "./internal/fleetcheck"],
-        cwd=GO_DIR, capture_output=True, text=True, timeout=300,
+        cwd=GO_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert build.returncode == 0, build.stderr
     plan = {
@@ -368,8 +375,10 @@ def test_drain_of_200_open_sessions_hands_them_off():
         draining = next(r for r in a.logs if r.get("msg") == "draining")
         stopped = next(r for r in a.logs if r.get("msg") == "stopped")
     moved = check_identical(got, want)
-    print(f"\ndrain: {draining['open_sessions']} open sessions, {draining['handed_off']} handed off at once, "
-          f"exit after {drain:.2f} s; {moved} resumed; all identical")
+    print(
+        f"\ndrain: {draining['open_sessions']} open sessions, {draining['handed_off']} handed off at once, "
+        f"exit after {drain:.2f} s; {moved} resumed; all identical"
+    )
     assert code == 0 and stopped["clean"] is True and stopped["cut_sessions"] == 0
     assert draining["open_sessions"] == SESSIONS, draining
     assert moved == SESSIONS

@@ -31,7 +31,6 @@ def test_hostile_argument_value(preset: str, payload: str, complete: bool) -> No
                 assert isinstance(json.loads(call.arguments), dict)
 
 
-
 @pytest.mark.parametrize(
     ("text", "depth"),
     [

@@ -45,8 +45,10 @@ def test_both_versions_list_and_describe(grpc_server, service):
     (proto,) = [f for f in files if f.package == "parsetier.v1"]
     served = [m.name for m in pb.DESCRIPTOR.services_by_name["ParserService"].methods]
     assert [m.name for m in proto.service[0].method] == served and "Parse" in served
-    (v1,) = [descriptor_pb2.FileDescriptorProto.FromString(raw) for raw in
-             itself.file_descriptor_response.file_descriptor_proto]
+    (v1,) = [
+        descriptor_pb2.FileDescriptorProto.FromString(raw)
+        for raw in itself.file_descriptor_response.file_descriptor_proto
+    ]
     assert v1.package == "grpc.reflection.v1" and v1.service[0].name == "ServerReflection"
     method = v1.service[0].method[0]
     assert method.input_type == ".grpc.reflection.v1.ServerReflectionRequest"

@@ -17,9 +17,7 @@ from parsetier_client.security import sync_channel, token_metadata
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", default="127.0.0.1:50051", help="HOST:PORT; default %(default)s")
-    parser.add_argument(
-        "--service", default="", help="service to ask about; default: the server as a whole"
-    )
+    parser.add_argument("--service", default="", help="service to ask about; default: the server as a whole")
     parser.add_argument("--timeout", type=positive_float, default=3.0, help="seconds; default %(default)s")
     add_connection_arguments(parser)
 

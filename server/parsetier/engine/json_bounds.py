@@ -91,4 +91,3 @@ def loads(text: str, max_depth: int = MAX_DEPTH) -> Any:
         return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except RecursionError:  # unreachable within MAX_DEPTH unless the stack is nearly full
         raise JsonBoundsError("nested too deep") from None
-

@@ -18,7 +18,7 @@ from parsetier.engine.json_bounds import MAX_DEPTH
 
 _IN_STRING = re.compile('["\\\\]')
 _OUTSIDE = re.compile('[{}\\[\\]"\U000f0000-\U000ffffd]|[^\\s0-9A-Za-z.,:+\\-]')
-_SCALAR_END = re.compile('[\\s,}\\]\U000f0000-\U000ffffd]')
+_SCALAR_END = re.compile("[\\s,}\\]\U000f0000-\U000ffffd]")
 
 OPEN, COMPLETE, MALFORMED = "open", "complete", "malformed"
 

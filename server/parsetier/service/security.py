@@ -269,6 +269,8 @@ class SecurityState:
 Failure = tuple[grpc.StatusCode, str]
 REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused streaming call waits for the client's first message (see ``_refusal``)."""
+
+
 def _refusal(handler: grpc.RpcMethodHandler, failure: Failure) -> grpc.RpcMethodHandler:
     """``handler``'s shape, answering only ``failure``. A streaming request's first message is read
     first (briefly): grpc's asyncio client reports INTERNAL rather than the status when a write is

@@ -63,7 +63,6 @@ def _python_container(value: str) -> Any:
     return value
 
 
-
 _NULL_SPELLINGS = ("null", "None")
 """Raw values that mean JSON null for a parameter whose schema allows both string and null."""
 
