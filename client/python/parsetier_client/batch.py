@@ -120,7 +120,25 @@ def _refused() -> grpc.aio.AioRpcError:
     )
 
 
-class Batch(StepBuilder):
+class _BatchStream(StepBuilder):
+    """What the blocking and the asyncio batch streams hold alike: the stub and call options, and
+    with resume on, the policy and the ledger of every session's history."""
+
+    def __init__(
+        self,
+        stub: pb_grpc.ParserServiceStub,
+        timeout: float | None,
+        metadata: Metadata,
+        policy: ResumePolicy | None,
+    ) -> None:
+        super().__init__(resumable=policy is not None)
+        self._stub, self._timeout, self._metadata = stub, timeout, metadata
+        self._policy = policy
+        self._ledger = BatchLedger() if policy is not None else None
+        self._closing = False
+
+
+class Batch(_BatchStream):
     """A blocking ``ParseBatch`` stream (``Client.batch()``). Not thread-safe: one serving loop
     drives it."""
 
@@ -131,11 +149,7 @@ class Batch(StepBuilder):
         metadata: Metadata = None,
         policy: ResumePolicy | None = None,
     ) -> None:
-        super().__init__(resumable=policy is not None)
-        self._stub, self._timeout, self._metadata = stub, timeout, metadata
-        self._policy = policy
-        self._ledger = BatchLedger() if policy is not None else None
-        self._closing = False
+        super().__init__(stub, timeout, metadata, policy)
         self._start(())
         self.in_flight = 0
         """Steps sent whose replies have not been received yet."""
@@ -248,7 +262,7 @@ class Batch(StepBuilder):
             self.cancel_stream()
 
 
-class AsyncBatch(StepBuilder):
+class AsyncBatch(_BatchStream):
     """An asyncio ``ParseBatch`` stream (``AsyncClient.batch()``); one task drives it.
 
     With resume on, ``send()`` queues the step for a writer task of the batch's own (it never
@@ -262,11 +276,7 @@ class AsyncBatch(StepBuilder):
         metadata: Metadata = None,
         policy: ResumePolicy | None = None,
     ) -> None:
-        super().__init__(resumable=policy is not None)
-        self._stub, self._timeout, self._metadata = stub, timeout, metadata
-        self._policy = policy
-        self._ledger = BatchLedger() if policy is not None else None
-        self._closing = False
+        super().__init__(stub, timeout, metadata, policy)
         self._writer: asyncio.Task | None = None
         self._start(())
         self.in_flight = 0

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +25,7 @@ import grpc
 from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection
 
+from parsetier.service.background import LoopTask
 from parsetier.service.errors import ServiceError, exhausted
 from parsetier.service.logs import SERVER_LOG
 
@@ -39,29 +39,19 @@ LOG_EVERY = 1.0
 """Seconds between ``overloaded`` log lines while refusals go on."""
 
 
-class LoopLag:
+class LoopLag(LoopTask):
     """How late the event loop runs: the median lateness of a ``TICK``-second timer over the last
     ``WINDOW`` seconds (at least ``MIN_SAMPLES`` ticks). A saturated loop makes every tick late;
     one long pause (a model loading in a worker thread that holds the GIL in C for a moment)
     makes one tick late, and the median ignores it, so start-up and first-request loads do not
     shed traffic."""
 
+    task_name = "parsetier-loop-lag"
+
     def __init__(self, tick: float = TICK, window: float = WINDOW) -> None:
         self.tick = tick
         self.window = window
         self._samples: collections.deque[tuple[float, float]] = collections.deque()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="parsetier-loop-lag")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     async def _run(self) -> None:
         samples = self._samples

@@ -23,11 +23,11 @@ releases the GIL for it, so the event loop and every stream go on meanwhile. Els
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import ctypes.util
 from collections.abc import Callable
 
+from parsetier.service.background import LoopTask
 from parsetier.service.limits import SessionGate
 from parsetier.service.logs import SERVER_LOG
 
@@ -71,8 +71,10 @@ def _malloc_trim() -> Callable[[], object] | None:
     return lambda: trim(0)
 
 
-class HeapTrimmer:
+class HeapTrimmer(LoopTask):
     """Watches a ``SessionGate`` and trims the C heap once a burst of sessions has ended."""
+
+    task_name = "parsetier-heap-trim"
 
     def __init__(self, gate: SessionGate, period: float = PERIOD, min_ended: int = MIN_ENDED) -> None:
         self.gate = gate
@@ -81,18 +83,10 @@ class HeapTrimmer:
         self.trims = 0
         """Trims done since start (for operators and tests)."""
         self._trim = _malloc_trim()
-        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._trim is not None and self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="parsetier-heap-trim")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        if self._trim is not None:  # nothing to do without glibc
+            super().start()
 
     async def _run(self) -> None:
         gate = self.gate
