@@ -16,14 +16,13 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	parsetier "github.com/parsetier/parsetier/client/go"
+	"github.com/parsetier/parsetier/client/go/internal/tokenfile"
 )
 
 func main() {
@@ -38,7 +37,7 @@ func main() {
 	batch := flag.Bool("batch", false, "one ParseBatch stream carrying -concurrency sessions instead of a stream each")
 	flag.Parse()
 
-	ids, err := readIDs(*idsPath)
+	ids, err := tokenfile.Read(*idsPath)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -187,23 +186,4 @@ func runBatch(client *parsetier.Client, model, toolsJSON string, ids []uint32, s
 			}
 		}
 	}
-}
-
-func readIDs(path string) ([]uint32, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var ids []uint32
-	for _, field := range strings.Fields(string(data)) {
-		id, err := strconv.ParseUint(field, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		ids = append(ids, uint32(id))
-	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("%s: no token ids", path)
-	}
-	return ids, nil
 }

@@ -26,16 +26,14 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/parsetier/parsetier/client/go/internal/tokenfile"
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
 
@@ -110,7 +108,7 @@ func main() {
 	stopToken := flag.Uint("stop-token", 151645, "the stop token id Finish names")
 	flag.Parse()
 
-	ids, err := readIDs(*idsPath)
+	ids, err := tokenfile.Read(*idsPath)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -321,23 +319,4 @@ func paceBatch(ctx context.Context, client pb.ParserServiceClient, index, n int,
 		return err
 	}
 	return nil
-}
-
-func readIDs(path string) ([]uint32, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var ids []uint32
-	for _, field := range strings.Fields(string(data)) {
-		id, err := strconv.ParseUint(field, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		ids = append(ids, uint32(id))
-	}
-	if len(ids) == 0 {
-		return nil, fmt.Errorf("%s: no token ids", path)
-	}
-	return ids, nil
 }
