@@ -117,10 +117,10 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self.limits = limits
         self.gate = SessionGate(limits.max_sessions)
         self.admission = Admission(limits.max_loop_lag)
-        self._reading: set[asyncio.Task] = set()
-        """Resumable streams waiting for their client's next message (hand-off candidates)."""
-        self._reading_batches: dict[asyncio.Task, BatchProtocol] = {}
-        """ParseBatch streams waiting for their client's next message, with their sessions."""
+        self._reading: dict[asyncio.Task, BatchProtocol | None] = {}
+        """Streams waiting for their client's next message that a drain may hand off: resumable
+        ``Parse`` sessions (None), and ``ParseBatch`` streams with their sessions (handed off
+        when all of them can resume)."""
         self._handed_off: set[asyncio.Task] = set()
 
     def hand_off(self) -> int:
@@ -129,8 +129,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
 
         A stream is interrupted only while it waits for its next message, never in the middle of
         one, so every reply it wrote is whole; one busy right now moves at its next read."""
-        waiting = list(self._reading)
-        waiting += [task for task, batch in self._reading_batches.items() if _all_resumable(batch)]
+        waiting = [task for task, batch in self._reading.items() if batch is None or _all_resumable(batch)]
         for task in waiting:
             self._handed_off.add(task)
             task.cancel()
@@ -203,10 +202,18 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         if not (stream.resumable and not stream.finished):
             return await _read(context, self.limits.idle_timeout)
         if self.gate.draining:
-            raise ServiceError(grpc.StatusCode.UNAVAILABLE, HANDOFF_MESSAGE)
+            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE)
+        return await self._read_unless_handed_off(context, None)
+
+    async def _read_unless_handed_off(
+        self, context: grpc.aio.ServicerContext, batch: BatchProtocol | None
+    ) -> Any:
+        """The client's next message, or the hand-off status if a drain hands this stream off
+        while it waits (``hand_off``; ``batch``: a ParseBatch stream's sessions, None for a
+        resumable ``Parse`` session)."""
         task = asyncio.current_task()
         assert task is not None
-        self._reading.add(task)
+        self._reading[task] = batch
         try:
             return await _read(context, self.limits.idle_timeout)
         except asyncio.CancelledError:
@@ -214,9 +221,9 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 raise
             self._handed_off.discard(task)
             task.uncancel()
-            raise ServiceError(grpc.StatusCode.UNAVAILABLE, HANDOFF_MESSAGE) from None
+            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE) from None
         finally:
-            self._reading.discard(task)
+            del self._reading[task]
 
     # --- ParseOnce -------------------------------------------------------------------------
 
@@ -303,19 +310,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         """The client's next ParseBatch message; while draining, the hand-off (as for ``Parse``,
         only between two messages)."""
         self._check_batch_hand_off(batch)
-        task = asyncio.current_task()
-        assert task is not None
-        self._reading_batches[task] = batch
-        try:
-            return await asyncio.wait_for(context.read(), self.limits.idle_timeout)
-        except asyncio.CancelledError:
-            if task not in self._handed_off:
-                raise
-            self._handed_off.discard(task)
-            task.uncancel()
-            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE) from None
-        finally:
-            del self._reading_batches[task]
+        return await self._read_unless_handed_off(context, batch)
 
     async def _model_or_error(self, name: str) -> Model | BaseException:
         try:
