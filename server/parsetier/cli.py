@@ -8,7 +8,15 @@ import asyncio
 import sys
 from collections.abc import Callable
 
-from parsetier_client.arguments import OneLineParser, UsageError, fail, positive_float
+from parsetier_client.arguments import (
+    OneLineParser,
+    UsageError,
+    count,
+    fail,
+    non_negative_float,
+    port_number,
+    positive_float,
+)
 
 DEFAULT_PORT = 50051
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -20,39 +28,6 @@ MIN_REPLY_BYTES = 4096
 parts would cost a message each for almost nothing."""
 
 
-def _port(value: str) -> int:
-    """A TCP port, 0 (pick a free one) to 65535."""
-    number = _integer(value)
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port, 0 to 65535, got {value}")
-    return number
-
-
-def _integer(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-
-
-def _count(value: str) -> int:
-    """A limit or a number of things: 1 or more (0 would refuse everything)."""
-    number = _integer(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return number
-
-
-def _non_negative(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not 0 <= number < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return number
-
-
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from parsetier.service.limits import Limits
 
@@ -61,36 +36,39 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for all); default %(default)s"
     )
     parser.add_argument(
-        "--port", type=_port, default=DEFAULT_PORT, help="gRPC port; 0 picks a free one; default %(default)s"
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help="gRPC port; 0 picks a free one; default %(default)s",
     )
     parser.add_argument("--config", help="models TOML file; without it every built-in preset is served")
     parser.add_argument(
         "--grace",
-        type=_non_negative,
+        type=non_negative_float,
         default=30.0,
         help="seconds open sessions get after SIGTERM; default %(default)s",
     )
     parser.add_argument(
         "--max-sessions",
-        type=_count,
+        type=count,
         default=defaults.max_sessions,
         help="open sessions at once; more are refused; default %(default)s",
     )
     parser.add_argument(
         "--max-sessions-per-stream",
-        type=_count,
+        type=count,
         default=defaults.max_sessions_per_stream,
         help="open sessions on one ParseBatch stream; an open past it is refused; default %(default)s",
     )
     parser.add_argument(
         "--max-items-per-message",
-        type=_count,
+        type=count,
         default=defaults.max_items_per_message,
         help="session entries in one ParseBatch message; more end the stream; default %(default)s",
     )
     parser.add_argument(
         "--max-message-bytes",
-        type=_count,
+        type=count,
         default=defaults.max_message_bytes,
         help="largest client message; larger ones get RESOURCE_EXHAUSTED; default %(default)s",
     )
@@ -102,13 +80,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-steps-per-message",
-        type=_count,
+        type=count,
         default=defaults.max_steps_per_message,
         help="steps in one client message; default %(default)s",
     )
     parser.add_argument(
         "--max-tokens-per-session",
-        type=_count,
+        type=count,
         default=defaults.max_tokens_per_session,
         help="output token ids one session may feed (the prompt tail too); default %(default)s",
     )
@@ -120,14 +98,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-loop-lag-ms",
-        type=_non_negative,
+        type=non_negative_float,
         default=defaults.max_loop_lag * 1000,
         help="refuse new sessions (UNAVAILABLE) while the event loop runs this far behind; 0 never; "
         "default %(default)g",
     )
     parser.add_argument(
         "--max-watch-streams",
-        type=_count,
+        type=count,
         default=defaults.max_watch_streams,
         help="Health.Watch streams, and reflection streams, open at once; default %(default)s",
     )
@@ -139,7 +117,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=_count,
+        type=count,
         default=None,
         help="server processes sharing the port (SO_REUSEPORT), each on its own core; "
         "default: the number of cores; 1 serves in this process",
@@ -162,7 +140,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port_number,
         help="serve Prometheus metrics over HTTP on this port (0: a free one); default off",
     )
     parser.add_argument("--metrics-host", help="address for --metrics-port; default: --host")

@@ -72,13 +72,48 @@ def token_ids_argument(value: str) -> list[int]:
     return ids
 
 
-def positive_float(value: str) -> float:
+def _float(value: str) -> float:
     try:
-        number = float(value)
+        return float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+
+
+def _integer(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+
+
+def positive_float(value: str) -> float:
+    number = _float(value)
     if not number > 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    """Seconds or milliseconds where 0 means "none": 0 or more, finite."""
+    number = _float(value)
+    if not 0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return number
+
+
+def port_number(value: str) -> int:
+    """A TCP port, 0 (pick a free one) to 65535."""
+    number = _integer(value)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port, 0 to 65535, got {value}")
+    return number
+
+
+def count(value: str) -> int:
+    """A limit or a number of things: 1 or more (0 would refuse everything)."""
+    number = _integer(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return number
 
 
