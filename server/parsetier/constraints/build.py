@@ -21,7 +21,7 @@ from parsetier.constraints.elements import element_arguments
 from parsetier.constraints.headers import derive_headers, is_header_format
 from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Regex, Root, Seq, Star, Text, Ws
 from parsetier.constraints.notation import notation_arguments, python_call
-from parsetier.constraints.request import MODES, ConstraintRequest, InvalidTool, arguments_schema
+from parsetier.constraints.request import MODES, ConstraintRequest, InvalidTool, arguments_schema, unwritable
 from parsetier.constraints.shape import (
     CallShape,
     Encoding,
@@ -251,7 +251,7 @@ def _split_end(
 
 def _name(enc: Encoding | None, name: str, fmt: str) -> Node:
     assert enc is not None
-    bad = SENTINEL_RE.search(name) or name != name.strip() or not name
+    bad = unwritable(name)
     if enc.rule is not None and enc.rule.write:
         if bad:
             raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r}")
@@ -323,7 +323,7 @@ def _is_string(schema: Mapping[str, Any]) -> bool:
 
 def _key(enc: Encoding, key: str | None, schema: Mapping[str, Any] | None, fmt: str) -> Node:
     if enc.rule is not None and enc.rule.write:
-        if key is not None and (SENTINEL_RE.search(key) or not key or key != key.strip()):
+        if key is not None and unwritable(key):
             raise InvalidTool(f"format {fmt!r} cannot write the parameter key {key!r}")
         kind = "string" if schema is None or _is_string(schema) else schema.get("type")
         values: dict[str, str | Node] = {
@@ -335,7 +335,7 @@ def _key(enc: Encoding, key: str | None, schema: Mapping[str, Any] | None, fmt: 
         if enc.rule is None:
             return Regex(r"[A-Za-z0-9_.\-]+")
         return Regex(fill_rule(enc.rule, {}))
-    if SENTINEL_RE.search(key) or not key or key != key.strip() or re.search(r"[<>\"\n]", key):
+    if unwritable(key) or re.search(r"[<>\"\n]", key):
         raise InvalidTool(f"format {fmt!r} cannot write the parameter key {key!r}")
     if enc.rule is None:
         return Lit(((key, None),))

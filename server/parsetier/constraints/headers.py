@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Root, Seq, Text
-from parsetier.constraints.request import ConstraintRequest, InvalidTool, arguments_schema
+from parsetier.constraints.request import ConstraintRequest, InvalidTool, arguments_schema, unwritable
 from parsetier.constraints.shape import MAX_WALK, Underivable
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, Grammar, Rule, State
 
@@ -153,7 +153,7 @@ def derive_headers(bound: BoundGrammar, request: ConstraintRequest) -> Root:
     calls = []
     for tool in tools:
         name = tool.name
-        if SENTINEL_RE.search(name) or not name or name != name.strip() or "{" in name:
+        if unwritable(name) or "{" in name:
             raise InvalidTool(f"format {g.name!r} cannot write the tool name {name!r}")
         end = tuple((w.term(t),) for t in shape.call_ends)
         calls.append(Call((w.header(shape.call, name),), Json(arguments_schema(tool, tool.strict)), end))

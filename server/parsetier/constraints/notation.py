@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parsetier.constraints.ir import Alt, Json, Lit, Node, Opt, Regex, Seq, Star, Text
-from parsetier.constraints.request import InvalidTool
+from parsetier.constraints.request import InvalidTool, unwritable
 from parsetier.constraints.shape import Underivable
 from parsetier.engine.grammar import SENTINEL_RE
 
@@ -83,7 +83,7 @@ class _Writer:
         """Members in order; a comma before each one that follows a written member."""
         nodes = []
         for key, sub in props.items():
-            if SENTINEL_RE.search(key) or not key or key != key.strip() or any(c in key for c in ':,{}[]"'):
+            if unwritable(key) or any(c in key for c in ':,{}[]"'):
                 raise InvalidTool(f"format {self.fmt!r} cannot write the key {key!r}")
             value = self.value(sub if isinstance(sub, Mapping) else {}, depth + 1)
             nodes.append((Seq((_lit(f"{key}:"), value)), key in required))

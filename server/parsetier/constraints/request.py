@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from parsetier.engine.grammar import SENTINEL_RE
 from parsetier.messages import Tool
 
 MODES = ("auto", "none", "required", "named")
@@ -12,6 +13,11 @@ MODES = ("auto", "none", "required", "named")
 
 class InvalidTool(ValueError):
     """A tool the format cannot write (its name or a key holds the format's own markup)."""
+
+
+def unwritable(text: str) -> bool:
+    """A name or key no format writes: empty, padded with whitespace, or holding a marker."""
+    return bool(SENTINEL_RE.search(text)) or not text or text != text.strip()
 
 
 @dataclass(frozen=True, slots=True)
