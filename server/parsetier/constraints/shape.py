@@ -469,7 +469,7 @@ def _closers(
         raise Underivable(f"format {g.name!r}: nothing ends a call in state {state.name!r}")
     # Where a closer can end the whole message (Kimi K3's `<|close|>message<|sep|>`), the
     # constraint ends it so: nothing follows the calls, as the template writes them.
-    final = [p for p in out if p and _is_final(g.states[_replay(g, state.name, p)[-1]])]
+    final = [p for p in out if ends_message(g, state.name, (p,))]
     return tuple(dict.fromkeys(final or out))
 
 
