@@ -123,7 +123,7 @@ def derive_headers(bound: BoundGrammar, request: ConstraintRequest) -> Root:
         t for t, p in bound.patterns.items() if len(p) == 1 and id_of_sentinel.get(p) in request.stop_ids
     )
     shape = header_shape(g, stop_terms)
-    w = _Writer(bound, shape)
+    w = _Writer(bound, shape, id_of_sentinel)
 
     prefix: tuple[Node, ...] = ()
     if request.reasoning != "off":
@@ -151,11 +151,11 @@ def derive_headers(bound: BoundGrammar, request: ConstraintRequest) -> Root:
     if shape.call is None:
         raise Underivable(f"format {g.name!r}: no header rule writes a call")
     calls = []
+    end = tuple((w.term(t),) for t in shape.call_ends)
     for tool in tools:
         name = tool.name
         if unwritable(name) or "{" in name:
             raise InvalidTool(f"format {g.name!r} cannot write the tool name {name!r}")
-        end = tuple((w.term(t),) for t in shape.call_ends)
         calls.append(Call((w.header(shape.call, name),), Json(arguments_schema(tool, tool.strict)), end))
     forced = request.mode in ("required", "named")
     choices: list[Node] = list(calls) if forced or answer is None else [answer, *calls]
@@ -169,10 +169,10 @@ def _alt(nodes: Sequence[Node]) -> Node:
 class _Writer:
     """Literals of a header format: terminals, headers (checked against the rules), the lead."""
 
-    def __init__(self, bound: BoundGrammar, shape: HeaderShape) -> None:
+    def __init__(self, bound: BoundGrammar, shape: HeaderShape, id_of_sentinel: dict[str, int]) -> None:
         self.bound = bound
         self.shape = shape
-        id_of_sentinel = {s: tid for tid, s in bound.sentinel_of_id.items()}
+        self.id_of_sentinel = id_of_sentinel
         # Marker texts that are one added token, longest first, for splitting written headers.
         markers = [
             (bound.grammar.terminals[t], id_of_sentinel[p])
@@ -184,8 +184,7 @@ class _Writer:
     def term(self, name: str) -> Lit:
         pattern = self.bound.patterns[name]
         if len(pattern) == 1 and SENTINEL_RE.fullmatch(pattern):
-            tid = {s: i for i, s in self.bound.sentinel_of_id.items()}[pattern]
-            return Lit(((self.bound.text_of_sentinel[pattern], tid),))
+            return Lit(((self.bound.text_of_sentinel[pattern], self.id_of_sentinel[pattern]),))
         return self.text(self.bound.grammar.terminals[name])
 
     def text(self, text: str) -> Lit:
