@@ -321,19 +321,23 @@ def _is_string(schema: Mapping[str, Any]) -> bool:
     return False
 
 
+_ANY_KEY = Regex(r"[A-Za-z0-9_.\-]+")
+"""A non-strict tool's parameter key where no rule spells one."""
+
+
 def _key(enc: Encoding, key: str | None, schema: Mapping[str, Any] | None, fmt: str) -> Node:
     if enc.rule is not None and enc.rule.write:
         if key is not None and unwritable(key):
             raise InvalidTool(f"format {fmt!r} cannot write the parameter key {key!r}")
         kind = "string" if schema is None or _is_string(schema) else schema.get("type")
         values: dict[str, str | Node] = {
-            "key": key if key is not None else Regex(r"[A-Za-z0-9_.\-]+"),
+            "key": key if key is not None else _ANY_KEY,
             "type": kind if isinstance(kind, str) else "json",
         }
         return _written(enc, values, "key" if key is not None else "", fmt)
     if key is None:
         if enc.rule is None:
-            return Regex(r"[A-Za-z0-9_.\-]+")
+            return _ANY_KEY
         return Regex(fill_rule(enc.rule, {}))
     if unwritable(key) or re.search(r"[<>\"\n]", key):
         raise InvalidTool(f"format {fmt!r} cannot write the parameter key {key!r}")

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parsetier.constraints.ir import Alt, Json, Lit, Node, Opt, Seq, Star, Text
-from parsetier.constraints.request import InvalidTool
+from parsetier.constraints.request import ARRAY_LIMITS, STRING_LIMITS, InvalidTool
 from parsetier.constraints.shape import Underivable
 from parsetier.engine.arguments.elements import _TAG
 from parsetier.engine.grammar import SENTINEL_RE
@@ -69,7 +69,7 @@ class _Writer:
 
     def value(self, schema: Mapping[str, Any], depth: int) -> Node:
         kind = schema.get("type")
-        if kind == "string" and not set(schema) & {"pattern", "format", "minLength", "maxLength"}:
+        if kind == "string" and not set(schema) & STRING_LIMITS:
             if "const" in schema:
                 return self.literal(schema["const"])
             if "enum" in schema:
@@ -84,7 +84,7 @@ class _Writer:
         props = schema.get("properties")
         if depth < MAX_NESTING and kind == "object" and isinstance(props, Mapping) and props:
             return self.members(props, set(schema.get("required") or ()), depth)
-        counted = set(schema) & {"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"}
+        counted = set(schema) & ARRAY_LIMITS
         if (
             depth < MAX_NESTING
             and kind == "array"

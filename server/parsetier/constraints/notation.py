@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parsetier.constraints.ir import Alt, Json, Lit, Node, Opt, Regex, Seq, Star, Text
-from parsetier.constraints.request import InvalidTool, unwritable
+from parsetier.constraints.request import ARRAY_LIMITS, STRING_LIMITS, InvalidTool, unwritable
 from parsetier.constraints.shape import Underivable
 from parsetier.engine.grammar import SENTINEL_RE
 
@@ -57,7 +57,7 @@ class _Writer:
         kind = schema.get("type")
         if depth > MAX_NESTING:
             raise Underivable(f"format {self.fmt!r}: the schema nests deeper than {MAX_NESTING}")
-        if kind == "string" and not set(schema) & {"pattern", "format", "minLength", "maxLength"}:
+        if kind == "string" and not set(schema) & STRING_LIMITS:
             if "const" in schema:
                 return self.string(self.literal(schema["const"]))
             if "enum" in schema:
@@ -71,7 +71,7 @@ class _Writer:
             if not isinstance(props, Mapping):
                 raise Underivable(f"format {self.fmt!r}: 'properties' is not an object")
             return Seq((_lit("{"), self.members(props, set(schema.get("required") or ()), depth), _lit("}")))
-        counted = set(schema) & {"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"}
+        counted = set(schema) & ARRAY_LIMITS
         if kind == "array" and isinstance(schema.get("items"), Mapping) and not counted:
             item = self.value(schema["items"], depth + 1)
             return Seq((_lit("["), Opt(Seq((item, Star(Seq((_lit(","), item)))))), _lit("]")))
@@ -131,7 +131,7 @@ class _PyWriter:
         kind = schema.get("type")
         if depth > MAX_NESTING:
             raise Underivable(f"format {self.fmt!r}: the schema nests deeper than {MAX_NESTING}")
-        if kind == "string" and not set(schema) & {"pattern", "format", "minLength", "maxLength"}:
+        if kind == "string" and not set(schema) & STRING_LIMITS:
             values = [schema["const"]] if "const" in schema else schema.get("enum")
             if values is None:
                 return Regex(_PY_STRING)
@@ -149,7 +149,7 @@ class _PyWriter:
                 raise Underivable(f"format {self.fmt!r}: 'properties' is not an object")
             members = self.members(props, set(schema.get("required") or ()), depth, keyword=False)
             return Seq((_lit("{"), members, _lit("}")))
-        counted = set(schema) & {"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"}
+        counted = set(schema) & ARRAY_LIMITS
         if kind == "array" and isinstance(schema.get("items"), Mapping) and not counted:
             item = self.value(schema["items"], depth + 1)
             return Seq((_lit("["), Opt(Seq((item, Star(Seq((_lit(", "), item)))))), _lit("]")))

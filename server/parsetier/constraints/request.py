@@ -35,6 +35,12 @@ class ConstraintRequest:
     that way (Harmony's ``<|call|>``) need them to tell a call's end from a message's."""
 
 
+STRING_LIMITS = frozenset({"pattern", "format", "minLength", "maxLength"})
+"""String keywords a written text value cannot be held to (elements, notation)."""
+ARRAY_LIMITS = frozenset({"minItems", "maxItems", "uniqueItems", "prefixItems", "contains"})
+"""Array keywords a repeated item cannot be held to (elements, notation)."""
+
+
 def arguments_schema(tool: Tool, strict: bool) -> dict[str, Any]:
     """The schema a call's arguments are held to: the tool's own when strict, else any object."""
     if not strict:
