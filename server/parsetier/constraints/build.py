@@ -187,9 +187,9 @@ def _tags(lit: _Literals, shape: CallShape, tools: Sequence[Tool], single: bool,
         if shape.pythonic:
             pycalls = [python_call(t.name, t.parameters if t.strict else None, g.name) for t in tools]
             one = pycalls[0] if len(pycalls) == 1 else Alt(tuple(pycalls))
-            comma = Lit((("\n" if shape.separate else ", ", None),))
+            comma = Lit.plain("\n" if shape.separate else ", ")
             more: tuple[Node, ...] = () if single else (Star(Seq((comma, one))),)
-            brackets = ((), ()) if shape.separate else ((Lit((("[", None),)),), (Lit((("]", None),)),))
+            brackets = ((), ()) if shape.separate else ((Lit.plain("["),), (Lit.plain("]"),))
             listed = Seq((*brackets[0], one, *more, *brackets[1]))
         else:
             objects = [_envelope(shape, t.name, arguments_schema(t, t.strict)) for t in tools]
@@ -245,7 +245,7 @@ def _split_end(
         items = [*items, alts[0] if len(alts) == 1 else Alt(alts)]
     tails = tuple(dict.fromkeys((lit.term(p[-1]),) for p in ends if p))
     if not tails:  # the call ends with its JSON (Llama's bare envelopes)
-        tails = ((Lit((("", None),)),),)
+        tails = ((Lit.plain(""),),)
     return items, tails
 
 
@@ -263,7 +263,7 @@ def _name(enc: Encoding | None, name: str, fmt: str) -> Node:
         return Regex(fill_rule(enc.rule, {"name": name}))
     if bad or any(c in name for c in '<>"\n'):
         raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r}")
-    return Lit(((name, None),))
+    return Lit.plain(name)
 
 
 def _has_params(schema: Mapping[str, Any], strict: bool) -> bool:
@@ -300,7 +300,7 @@ def _params(
             value = Text(closers)
         else:
             value = (
-                Seq((Opt(Lit((("\n", None),))), Json(dict(sub)), Opt(Lit((("\n", None),)))))
+                Seq((Opt(Lit.plain("\n")), Json(dict(sub)), Opt(Lit.plain("\n"))))
                 if newline
                 else Json(dict(sub))
             )
@@ -342,7 +342,7 @@ def _key(enc: Encoding, key: str | None, schema: Mapping[str, Any] | None, fmt: 
     if unwritable(key) or re.search(r"[<>\"\n]", key):
         raise InvalidTool(f"format {fmt!r} cannot write the parameter key {key!r}")
     if enc.rule is None:
-        return Lit(((key, None),))
+        return Lit.plain(key)
     values = {"key": key}
     if "string" in enc.rule.pattern.groupindex:
         values["string"] = "true" if schema is not None and _is_string(schema) else "false"
@@ -364,7 +364,7 @@ def _written(enc: Encoding, values: Mapping[str, str | Node], group: str, fmt: s
     last = 0
     for m in _PLACEHOLDER.finditer(rule.write):
         if m.start() > last:
-            nodes.append(Lit(((rule.write[last : m.start()], None),)))
+            nodes.append(Lit.plain(rule.write[last : m.start()]))
             sample.append(rule.write[last : m.start()])
         last = m.end()
         name = m.group(1)
@@ -374,7 +374,7 @@ def _written(enc: Encoding, values: Mapping[str, str | Node], group: str, fmt: s
             sample.append("1")
         elif isinstance(value, str):
             text = "".join(_XML_ESCAPES.get(c, c) for c in value) if enc.xml else value
-            nodes.append(Lit(((text, None),)))
+            nodes.append(Lit.plain(text))
             sample.append(text)
         elif value is not None:
             nodes.append(value)
@@ -382,7 +382,7 @@ def _written(enc: Encoding, values: Mapping[str, str | Node], group: str, fmt: s
         else:
             raise Underivable(f"format {fmt!r}: a rule's write names {{{name}}}, which it cannot fill")
     if last < len(rule.write):
-        nodes.append(Lit(((rule.write[last:], None),)))
+        nodes.append(Lit.plain(rule.write[last:]))
         sample.append(rule.write[last:])
     found = rule.pattern.search("".join(sample))
     if group:

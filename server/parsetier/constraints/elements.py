@@ -97,4 +97,4 @@ class _Writer:
     def literal(self, value: Any) -> Lit:
         if not isinstance(value, str) or self.tag.text in value or SENTINEL_RE.search(value):
             raise Underivable(f"format {self.fmt!r}: the string value {value!r} has no element form")
-        return Lit(((value, None),))
+        return Lit.plain(value)

@@ -30,6 +30,11 @@ class Lit:
     pieces: tuple[tuple[str, int | None], ...]
     """(text, token id or None) in order; a piece with an id is that one added token."""
 
+    @classmethod
+    def plain(cls, text: str) -> Lit:
+        """Ordinary text: one piece, no added token in it."""
+        return cls(((text, None),))
+
     @property
     def text(self) -> str:
         return "".join(t for t, _ in self.pieces)

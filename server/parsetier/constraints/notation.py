@@ -33,13 +33,9 @@ def notation_arguments(quote: Lit, schema: Mapping[str, Any] | None, fmt: str) -
     """The arguments object; ``schema`` None for a non-strict tool."""
     w = _Writer(quote, fmt)
     if schema is None:
-        member = Seq((Regex(_KEY), _lit(":"), Alt((w.string(), Regex(_SCALAR)))))
-        return Seq((_lit("{"), Opt(Seq((member, Star(Seq((_lit(","), member)))))), _lit("}")))
+        member = Seq((Regex(_KEY), Lit.plain(":"), Alt((w.string(), Regex(_SCALAR)))))
+        return Seq((Lit.plain("{"), Opt(Seq((member, Star(Seq((Lit.plain(","), member)))))), Lit.plain("}")))
     return w.value(schema, 0)
-
-
-def _lit(text: str) -> Lit:
-    return Lit(((text, None),))
 
 
 class _Writer:
@@ -70,11 +66,12 @@ class _Writer:
             props = schema.get("properties") or {}
             if not isinstance(props, Mapping):
                 raise Underivable(f"format {self.fmt!r}: 'properties' is not an object")
-            return Seq((_lit("{"), self.members(props, set(schema.get("required") or ()), depth), _lit("}")))
+            members = self.members(props, set(schema.get("required") or ()), depth)
+            return Seq((Lit.plain("{"), members, Lit.plain("}")))
         counted = set(schema) & ARRAY_LIMITS
         if kind == "array" and isinstance(schema.get("items"), Mapping) and not counted:
             item = self.value(schema["items"], depth + 1)
-            return Seq((_lit("["), Opt(Seq((item, Star(Seq((_lit(","), item)))))), _lit("]")))
+            return Seq((Lit.plain("["), Opt(Seq((item, Star(Seq((Lit.plain(","), item)))))), Lit.plain("]")))
         raise Underivable(
             f"format {self.fmt!r}: the schema {dict(schema)!r} has no form in the object notation"
         )
@@ -86,14 +83,14 @@ class _Writer:
             if unwritable(key) or any(c in key for c in ':,{}[]"'):
                 raise InvalidTool(f"format {self.fmt!r} cannot write the key {key!r}")
             value = self.value(sub if isinstance(sub, Mapping) else {}, depth + 1)
-            nodes.append((Seq((_lit(f"{key}:"), value)), key in required))
+            nodes.append((Seq((Lit.plain(f"{key}:"), value)), key in required))
 
         return _comma_list(nodes, ",")
 
     def literal(self, value: Any) -> Lit:
         if not isinstance(value, str) or self.quote.text in value or SENTINEL_RE.search(value):
             raise Underivable(f"format {self.fmt!r}: the string value {value!r} has no form in the notation")
-        return _lit(value)
+        return Lit.plain(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,14 +110,14 @@ def python_call(name: str, schema: Mapping[str, Any] | None, fmt: str) -> Node:
         raise InvalidTool(f"format {fmt!r} cannot write the tool name {name!r} as a Python call")
     w = _PyWriter(fmt)
     if schema is None:
-        arg = Seq((Regex(_PY_KEY.pattern), _lit("="), Alt((Regex(_PY_STRING), Regex(_SCALAR)))))
-        args: Node = Opt(Seq((arg, Star(Seq((_lit(", "), arg))))))
+        arg = Seq((Regex(_PY_KEY.pattern), Lit.plain("="), Alt((Regex(_PY_STRING), Regex(_SCALAR)))))
+        args: Node = Opt(Seq((arg, Star(Seq((Lit.plain(", "), arg))))))
     else:
         props = schema.get("properties") or {}
         if not isinstance(props, Mapping):
             raise Underivable(f"format {fmt!r}: 'properties' is not an object")
         args = w.members(props, set(schema.get("required") or ()), 0, keyword=True)
-    return Seq((_lit(f"{name}("), args, _lit(")")))
+    return Seq((Lit.plain(f"{name}("), args, Lit.plain(")")))
 
 
 class _PyWriter:
@@ -135,24 +132,24 @@ class _PyWriter:
             values = [schema["const"]] if "const" in schema else schema.get("enum")
             if values is None:
                 return Regex(_PY_STRING)
-            lits = [_lit(self.quoted(v)) for v in values]
+            lits = [Lit.plain(self.quoted(v)) for v in values]
             return lits[0] if len(lits) == 1 else Alt(tuple(lits))
         if kind in ("integer", "number"):
             return Json(dict(schema))
         if kind == "boolean" and not set(schema) & {"const", "enum"}:
-            return Alt((_lit("True"), _lit("False")))
+            return Alt((Lit.plain("True"), Lit.plain("False")))
         if kind == "null":
-            return _lit("None")
+            return Lit.plain("None")
         if kind == "object" or (kind is None and "properties" in schema):
             props = schema.get("properties") or {}
             if not isinstance(props, Mapping):
                 raise Underivable(f"format {self.fmt!r}: 'properties' is not an object")
             members = self.members(props, set(schema.get("required") or ()), depth, keyword=False)
-            return Seq((_lit("{"), members, _lit("}")))
+            return Seq((Lit.plain("{"), members, Lit.plain("}")))
         counted = set(schema) & ARRAY_LIMITS
         if kind == "array" and isinstance(schema.get("items"), Mapping) and not counted:
             item = self.value(schema["items"], depth + 1)
-            return Seq((_lit("["), Opt(Seq((item, Star(Seq((_lit(", "), item)))))), _lit("]")))
+            return Seq((Lit.plain("["), Opt(Seq((item, Star(Seq((Lit.plain(", "), item)))))), Lit.plain("]")))
         raise Underivable(f"format {self.fmt!r}: the schema {dict(schema)!r} has no Python literal form here")
 
     def members(self, props: Mapping[str, Any], required: set[str], depth: int, keyword: bool) -> Node:
@@ -163,7 +160,7 @@ class _PyWriter:
                 raise InvalidTool(f"format {self.fmt!r} cannot write the keyword {key!r}")
             head = f"{key}=" if keyword else f"{self.quoted(key)}: "
             value = self.value(sub if isinstance(sub, Mapping) else {}, depth + 1)
-            nodes.append((Seq((_lit(head), value)), key in required))
+            nodes.append((Seq((Lit.plain(head), value)), key in required))
         return _comma_list(nodes, ", ")
 
     def quoted(self, value: Any) -> str:
@@ -178,7 +175,7 @@ def _comma_list(nodes: list[tuple[Node, bool]], comma: str) -> Node:
     def after(i: int) -> list[Node]:
         out: list[Node] = []
         for node, needed in nodes[i:]:
-            item = Seq((_lit(comma), node))
+            item = Seq((Lit.plain(comma), node))
             out.append(item if needed else Opt(item))
         return out
 
