@@ -43,7 +43,8 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
     g = bound.grammar
     if request.mode not in MODES:
         raise ValueError(f"unknown tool_choice mode {request.mode!r}")
-    if request.mode == "named" and not any(t.name == request.function_name for t in request.tools):
+    tools = request.callable_tools
+    if request.mode == "named" and not tools:
         raise InvalidTool(f"tool_choice names {request.function_name!r}, which is not among the tools")
     if request.mode in ("required", "named") and not request.tools:
         raise InvalidTool(f"tool_choice {request.mode!r} needs at least one tool")
@@ -51,9 +52,6 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
         return derive_headers(bound, request)
     lit = _Literals(bound)
     prefix = _reasoning_prefix(lit, reasoning_shape(g), request.reasoning, g.name)
-    tools = request.tools
-    if request.mode == "named":
-        tools = tuple(t for t in tools if t.name == request.function_name)
     if request.mode == "none" or not tools:
         excludes = ()
         if g.has_tool_calls:

@@ -140,9 +140,7 @@ def derive_headers(bound: BoundGrammar, request: ConstraintRequest) -> Root:
             block = Seq((w.header(shape.reasoning), *rest))
             prefix = (Opt(block),) if request.reasoning == "optional" else (block,)
 
-    tools = request.tools
-    if request.mode == "named":
-        tools = tuple(t for t in tools if t.name == request.function_name)
+    tools = request.callable_tools
     answer = Seq((w.header(shape.answer), Text())) if shape.answer is not None else None
     if request.mode == "none" or not tools:
         if answer is None:

@@ -34,6 +34,13 @@ class ConstraintRequest:
     """The model's stop tokens. A closer that is one ends the turn: formats whose calls end
     that way (Harmony's ``<|call|>``) need them to tell a call's end from a message's."""
 
+    @property
+    def callable_tools(self) -> tuple[Tool, ...]:
+        """The tools a call may name: under ``named`` only the named one, else every tool."""
+        if self.mode != "named":
+            return self.tools
+        return tuple(t for t in self.tools if t.name == self.function_name)
+
 
 STRING_LIMITS = frozenset({"pattern", "format", "minLength", "maxLength"})
 """String keywords a written text value cannot be held to (elements, notation)."""
