@@ -49,9 +49,7 @@ class _Writer:
         self.fmt = fmt
 
     def text(self) -> Text:
-        # A tag marker that is one added token cannot be spelled by text (look-alikes stay
-        # text to the reader); one made of ordinary text must not occur in a value.
-        return Text(() if not self.tag.is_text else (self.tag.text,))
+        return Text.without(self.tag)
 
     def element(self, key: str, value: Node) -> Node:
         if SENTINEL_RE.search(key) or not _TAG.fullmatch(f"<{key}>"):

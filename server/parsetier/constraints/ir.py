@@ -54,6 +54,12 @@ class Ws:
 class Text:
     excludes: tuple[str, ...] = ()
 
+    @classmethod
+    def without(cls, marker: Lit) -> Text:
+        """Text in which ``marker`` does not occur: one that is added tokens cannot be spelled
+        by text (look-alikes stay text to the reader); one of ordinary text is excluded."""
+        return cls((marker.text,) if marker.is_text else ())
+
 
 @dataclass(frozen=True, slots=True)
 class Regex:

@@ -44,10 +44,7 @@ class _Writer:
         self.fmt = fmt
 
     def string(self, inner: Node | None = None) -> Node:
-        # A quote that is one added token cannot be spelled by text; one of plain text must not
-        # occur inside the string.
-        text = Text(() if not self.quote.is_text else (self.quote.text,))
-        return Seq((self.quote, inner if inner is not None else text, self.quote))
+        return Seq((self.quote, inner if inner is not None else Text.without(self.quote), self.quote))
 
     def value(self, schema: Mapping[str, Any], depth: int) -> Node:
         kind = schema.get("type")
