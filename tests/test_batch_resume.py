@@ -235,10 +235,11 @@ def test_a_drain_hands_batch_streams_off(pair):
     stopped = next(r for r in a.logs if r.get("msg") == "stopped")
     print(
         f"\nbatch drain: {draining['open_sessions']} open sessions on {STREAMS} streams, "
-        f"{draining['handed_off']} streams handed off, exit after {took:.2f} s; resumes {resumes}"
+        f"{stopped['handed_off']} streams handed off ({draining['handed_off']} waiting as the drain "
+        f"began), exit after {took:.2f} s; resumes {resumes}"
     )
-    # Streams waiting for their next message are counted; one busy at that instant moves at its next read.
-    assert draining["open_sessions"] > 0 and 1 <= draining["handed_off"] <= STREAMS, draining
+    # Every stream moves: one waiting for its next message at once, one busy then at its next read.
+    assert draining["open_sessions"] > 0 and stopped["handed_off"] == STREAMS, (draining, stopped)
     assert stopped["clean"] is True and stopped["cut_sessions"] == 0
     assert resumes == [1] * STREAMS
     ends = [r for r in a.logs if r.get("msg") == "session_end" and r.get("rpc") == "ParseBatch"]

@@ -181,9 +181,9 @@ def test_cpp_client_resumes_on_another_server(cpp_build):
             assert f"[       OK ] Resume.{name}" in output, f"{name} did not pass:\n{output}"
         assert killed.wait(10) == -signal.SIGKILL
         assert drained.wait(30) == 0, drained.logs[-5:]
-        draining = next(r for r in drained.logs if r.get("msg") == "draining")
-        # Handed off at once: the resuming sessions between two messages (busy ones follow).
-        assert draining["handed_off"] >= 4, draining
+        stopped = next(r for r in drained.logs if r.get("msg") == "stopped")
+        # Handed off: the resuming sessions, at once between two messages, busy ones at their next read.
+        assert stopped["handed_off"] >= 4, stopped
         moved = session_ends(spare, "cpp-resume-kill", 16)
         assert sum(r["outcome"] == "OK" for r in moved) >= 16, moved
     finally:

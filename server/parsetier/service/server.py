@@ -85,7 +85,8 @@ class ServerHandle:
             await self.heap.stop()
         if self.security is not None:
             await self.security.stop()
-        SERVER_LOG.info("stopped", extra={"fields": {"clean": clean, "cut_sessions": cut}})
+        fields = {"clean": clean, "cut_sessions": cut, "handed_off": self.servicer.handed_off}
+        SERVER_LOG.info("stopped", extra={"fields": fields})
         return clean
 
 

@@ -122,6 +122,9 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         ``Parse`` sessions (None), and ``ParseBatch`` streams with their sessions (handed off
         when all of them can resume)."""
         self._handed_off: set[asyncio.Task] = set()
+        self.handed_off = 0
+        """Streams handed off since the drain began: those waiting when it began, at once, and the
+        busy ones at their next read."""
 
     def hand_off(self) -> int:
         """Drain: tell every resumable session to move now; returns how many streams were waiting
@@ -202,8 +205,13 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         if not (stream.resumable and not stream.finished):
             return await _read(context, self.limits.idle_timeout)
         if self.gate.draining:
-            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE)
+            raise self._hand_off_error()
         return await self._read_unless_handed_off(context, None)
+
+    def _hand_off_error(self) -> ProtocolError:
+        """The status that ends a stream handed off (counted in ``handed_off``)."""
+        self.handed_off += 1
+        return ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE)
 
     async def _read_unless_handed_off(
         self, context: grpc.aio.ServicerContext, batch: BatchProtocol | None
@@ -221,7 +229,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 raise
             self._handed_off.discard(task)
             task.uncancel()
-            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE) from None
+            raise self._hand_off_error() from None
         finally:
             del self._reading[task]
 
@@ -304,7 +312,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         the stream ends with the hand-off status, its sessions with it (their clients resume
         each from its last reply, so nothing this stream did but did not answer is lost)."""
         if self.gate.draining and _all_resumable(batch):
-            raise ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE)
+            raise self._hand_off_error()
 
     async def _next_batch_message(self, context: grpc.aio.ServicerContext, batch: BatchProtocol) -> Any:
         """The client's next ParseBatch message; while draining, the hand-off (as for ``Parse``,
