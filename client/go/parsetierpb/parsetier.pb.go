@@ -2692,7 +2692,12 @@ type ParseBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One entry per session, applied in order. A key may appear at most once per message
 	// (a second entry for it ends that session with INVALID_ARGUMENT).
-	Sessions      []*SessionInput `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	Sessions []*SessionInput `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// The usual entries of an engine step in packed form: one step of token ids for each of many
+	// open sessions. Item `i` means exactly the entry `{key: keys[i], steps: [{token_ids: ...}]}`
+	// placed after `sessions`, at a fraction of the cost. Replies to packed items come back packed
+	// where they can (`ParseBatchResponse.packed`); a client that never sends them never sees them.
+	Packed        *PackedSteps `protobuf:"bytes,2,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2734,6 +2739,79 @@ func (x *ParseBatchRequest) GetSessions() []*SessionInput {
 	return nil
 }
 
+func (x *ParseBatchRequest) GetPacked() *PackedSteps {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
+// One token-id step for each of many sessions, as parallel arrays.
+type PackedSteps struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sessions' keys. A key may appear once per message in all (here or in `sessions`).
+	Keys []string `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// How many of `token_ids` each key takes, in order; empty means one each. When set, it has one
+	// count per key and the counts add up to the length of `token_ids` (else INVALID_ARGUMENT ends
+	// the stream, as malformed framing). A count of 0 is an empty entry (a keep-alive).
+	TokenCounts []uint32 `protobuf:"varint,2,rep,packed,name=token_counts,json=tokenCounts,proto3" json:"token_counts,omitempty"`
+	// Every key's token ids, concatenated.
+	TokenIds      []uint32 `protobuf:"varint,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackedSteps) Reset() {
+	*x = PackedSteps{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackedSteps) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackedSteps) ProtoMessage() {}
+
+func (x *PackedSteps) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackedSteps.ProtoReflect.Descriptor instead.
+func (*PackedSteps) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PackedSteps) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *PackedSteps) GetTokenCounts() []uint32 {
+	if x != nil {
+		return x.TokenCounts
+	}
+	return nil
+}
+
+func (x *PackedSteps) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
 // One session's part of an engine step. Its `open`, `steps` and `finish` mean exactly what they
 // mean in a `ParseRequest` of a `Parse` stream, and apply in that order.
 type SessionInput struct {
@@ -2757,7 +2835,7 @@ type SessionInput struct {
 
 func (x *SessionInput) Reset() {
 	*x = SessionInput{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2847,7 @@ func (x *SessionInput) String() string {
 func (*SessionInput) ProtoMessage() {}
 
 func (x *SessionInput) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2860,7 @@ func (x *SessionInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInput.ProtoReflect.Descriptor instead.
 func (*SessionInput) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{30}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SessionInput) GetKey() string {
@@ -2832,14 +2910,20 @@ type ParseBatchResponse struct {
 	// A piece of a reply too large for one message, as `ParseResponse.part`: join the pieces'
 	// `data` and parse it as a `ParseBatchResponse`. The pieces of one reply answer one client
 	// message together (still one reply per client message).
-	Part          *ReplyPart `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
+	Part *ReplyPart `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
+	// Outputs of packed items (`ParseBatchRequest.packed`) that are one plain text delta each, as
+	// parallel arrays. Item `i` means exactly the `SessionOutput` `{key: keys[i], sequence:
+	// sequences[i], client_messages: client_messages[i], deltas: [{content: texts[i]}]}`, or
+	// `{reasoning: texts[i]}` when `reasoning[i]`. A packed item's other outputs (tool-call deltas,
+	// events, errors) are in `sessions`; a session's output for one message is in one place only.
+	Packed        *PackedOutputs `protobuf:"bytes,4,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParseBatchResponse) Reset() {
 	*x = ParseBatchResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2935,7 @@ func (x *ParseBatchResponse) String() string {
 func (*ParseBatchResponse) ProtoMessage() {}
 
 func (x *ParseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2948,7 @@ func (x *ParseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ParseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{31}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ParseBatchResponse) GetClientMessages() uint64 {
@@ -2884,6 +2968,95 @@ func (x *ParseBatchResponse) GetSessions() []*SessionOutput {
 func (x *ParseBatchResponse) GetPart() *ReplyPart {
 	if x != nil {
 		return x.Part
+	}
+	return nil
+}
+
+func (x *ParseBatchResponse) GetPacked() *PackedOutputs {
+	if x != nil {
+		return x.Packed
+	}
+	return nil
+}
+
+// Plain text deltas of many sessions, as parallel arrays (all of one length).
+type PackedOutputs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sessions' keys.
+	Keys []string `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// As `SessionOutput.sequence`.
+	Sequences []uint64 `protobuf:"varint,2,rep,packed,name=sequences,proto3" json:"sequences,omitempty"`
+	// As `SessionOutput.client_messages`.
+	ClientMessages []uint64 `protobuf:"varint,3,rep,packed,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
+	// The text of each session's one delta.
+	Texts []string `protobuf:"bytes,4,rep,name=texts,proto3" json:"texts,omitempty"`
+	// Whether each text is reasoning (else it is content).
+	Reasoning     []bool `protobuf:"varint,5,rep,packed,name=reasoning,proto3" json:"reasoning,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PackedOutputs) Reset() {
+	*x = PackedOutputs{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PackedOutputs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PackedOutputs) ProtoMessage() {}
+
+func (x *PackedOutputs) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PackedOutputs.ProtoReflect.Descriptor instead.
+func (*PackedOutputs) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PackedOutputs) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *PackedOutputs) GetSequences() []uint64 {
+	if x != nil {
+		return x.Sequences
+	}
+	return nil
+}
+
+func (x *PackedOutputs) GetClientMessages() []uint64 {
+	if x != nil {
+		return x.ClientMessages
+	}
+	return nil
+}
+
+func (x *PackedOutputs) GetTexts() []string {
+	if x != nil {
+		return x.Texts
+	}
+	return nil
+}
+
+func (x *PackedOutputs) GetReasoning() []bool {
+	if x != nil {
+		return x.Reasoning
 	}
 	return nil
 }
@@ -2913,7 +3086,7 @@ type SessionOutput struct {
 
 func (x *SessionOutput) Reset() {
 	*x = SessionOutput{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3098,7 @@ func (x *SessionOutput) String() string {
 func (*SessionOutput) ProtoMessage() {}
 
 func (x *SessionOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3111,7 @@ func (x *SessionOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOutput.ProtoReflect.Descriptor instead.
 func (*SessionOutput) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{32}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SessionOutput) GetKey() string {
@@ -3004,7 +3177,7 @@ type SessionStatus struct {
 
 func (x *SessionStatus) Reset() {
 	*x = SessionStatus{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3189,7 @@ func (x *SessionStatus) String() string {
 func (*SessionStatus) ProtoMessage() {}
 
 func (x *SessionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3202,7 @@ func (x *SessionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStatus.ProtoReflect.Descriptor instead.
 func (*SessionStatus) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{33}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionStatus) GetCode() int32 {
@@ -3221,19 +3394,31 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x15message_start_anchors\x18\x05 \x03(\v2 .parsetier.v1.MessageStartAnchorR\x13messageStartAnchors\"K\n" +
 	"\x12MessageStartAnchor\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12!\n" +
-	"\fin_reasoning\x18\x02 \x01(\bR\vinReasoning\"K\n" +
+	"\fin_reasoning\x18\x02 \x01(\bR\vinReasoning\"~\n" +
 	"\x11ParseBatchRequest\x126\n" +
-	"\bsessions\x18\x01 \x03(\v2\x1a.parsetier.v1.SessionInputR\bsessions\"\xb8\x01\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1a.parsetier.v1.SessionInputR\bsessions\x121\n" +
+	"\x06packed\x18\x02 \x01(\v2\x19.parsetier.v1.PackedStepsR\x06packed\"i\n" +
+	"\vPackedSteps\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12%\n" +
+	"\ftoken_counts\x18\x02 \x03(\rB\x02\x10\x01R\vtokenCounts\x12\x1f\n" +
+	"\ttoken_ids\x18\x03 \x03(\rB\x02\x10\x01R\btokenIds\"\xb8\x01\n" +
 	"\fSessionInput\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x04open\x18\x02 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12(\n" +
 	"\x05steps\x18\x03 \x03(\v2\x12.parsetier.v1.StepR\x05steps\x12,\n" +
 	"\x06finish\x18\x04 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\x12\x16\n" +
-	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"\xa3\x01\n" +
+	"\x06cancel\x18\x05 \x01(\bR\x06cancel\"\xd8\x01\n" +
 	"\x12ParseBatchResponse\x12'\n" +
 	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.parsetier.v1.SessionOutputR\bsessions\x12+\n" +
-	"\x04part\x18\x03 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\"\xa0\x02\n" +
+	"\x04part\x18\x03 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\x123\n" +
+	"\x06packed\x18\x04 \x01(\v2\x1b.parsetier.v1.PackedOutputsR\x06packed\"\xaa\x01\n" +
+	"\rPackedOutputs\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12 \n" +
+	"\tsequences\x18\x02 \x03(\x04B\x02\x10\x01R\tsequences\x12+\n" +
+	"\x0fclient_messages\x18\x03 \x03(\x04B\x02\x10\x01R\x0eclientMessages\x12\x14\n" +
+	"\x05texts\x18\x04 \x03(\tR\x05texts\x12 \n" +
+	"\treasoning\x18\x05 \x03(\bB\x02\x10\x01R\treasoning\"\xa0\x02\n" +
 	"\rSessionOutput\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12'\n" +
@@ -3307,7 +3492,7 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 }
 
 var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(ToolChoiceMode)(0),             // 0: parsetier.v1.ToolChoiceMode
 	(OutputKind)(0),                 // 1: parsetier.v1.OutputKind
@@ -3345,11 +3530,13 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(*BuildConstraintResponse)(nil), // 33: parsetier.v1.BuildConstraintResponse
 	(*MessageStartAnchor)(nil),      // 34: parsetier.v1.MessageStartAnchor
 	(*ParseBatchRequest)(nil),       // 35: parsetier.v1.ParseBatchRequest
-	(*SessionInput)(nil),            // 36: parsetier.v1.SessionInput
-	(*ParseBatchResponse)(nil),      // 37: parsetier.v1.ParseBatchResponse
-	(*SessionOutput)(nil),           // 38: parsetier.v1.SessionOutput
-	(*SessionStatus)(nil),           // 39: parsetier.v1.SessionStatus
-	nil,                             // 40: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(*PackedSteps)(nil),             // 36: parsetier.v1.PackedSteps
+	(*SessionInput)(nil),            // 37: parsetier.v1.SessionInput
+	(*ParseBatchResponse)(nil),      // 38: parsetier.v1.ParseBatchResponse
+	(*PackedOutputs)(nil),           // 39: parsetier.v1.PackedOutputs
+	(*SessionOutput)(nil),           // 40: parsetier.v1.SessionOutput
+	(*SessionStatus)(nil),           // 41: parsetier.v1.SessionStatus
+	nil,                             // 42: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	7,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
@@ -3357,7 +3544,7 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	14, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
 	10, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
 	11, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	40, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	42, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
 	8,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
 	9,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
@@ -3389,31 +3576,33 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	7,  // 34: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
 	5,  // 35: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
 	34, // 36: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	36, // 37: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
-	7,  // 38: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
-	12, // 39: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
-	14, // 40: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
-	38, // 41: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
-	16, // 42: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
-	17, // 43: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
-	21, // 44: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
-	22, // 45: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
-	39, // 46: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
-	6,  // 47: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	26, // 48: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	28, // 49: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	32, // 50: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	35, // 51: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
-	15, // 52: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	27, // 53: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	29, // 54: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	33, // 55: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	37, // 56: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
-	52, // [52:57] is the sub-list for method output_type
-	47, // [47:52] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	37, // 37: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
+	36, // 38: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
+	7,  // 39: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
+	12, // 40: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
+	14, // 41: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
+	40, // 42: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
+	16, // 43: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
+	39, // 44: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
+	17, // 45: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
+	21, // 46: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
+	22, // 47: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
+	41, // 48: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
+	6,  // 49: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	26, // 50: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	28, // 51: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	32, // 52: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	35, // 53: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	15, // 54: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	27, // 55: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	29, // 56: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	33, // 57: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	38, // 58: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	54, // [54:59] is the sub-list for method output_type
+	49, // [49:54] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -3437,7 +3626,7 @@ func file_parsetier_v1_parsetier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

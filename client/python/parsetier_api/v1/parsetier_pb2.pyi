@@ -445,10 +445,22 @@ class MessageStartAnchor(_message.Message):
     def __init__(self, text: _Optional[str] = ..., in_reasoning: _Optional[bool] = ...) -> None: ...
 
 class ParseBatchRequest(_message.Message):
-    __slots__ = ("sessions",)
+    __slots__ = ("sessions", "packed")
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     sessions: _containers.RepeatedCompositeFieldContainer[SessionInput]
-    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInput, _Mapping]]] = ...) -> None: ...
+    packed: PackedSteps
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInput, _Mapping]]] = ..., packed: _Optional[_Union[PackedSteps, _Mapping]] = ...) -> None: ...
+
+class PackedSteps(_message.Message):
+    __slots__ = ("keys", "token_counts", "token_ids")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    token_counts: _containers.RepeatedScalarFieldContainer[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., token_counts: _Optional[_Iterable[int]] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SessionInput(_message.Message):
     __slots__ = ("key", "open", "steps", "finish", "cancel")
@@ -465,14 +477,30 @@ class SessionInput(_message.Message):
     def __init__(self, key: _Optional[str] = ..., open: _Optional[_Union[Open, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., cancel: _Optional[bool] = ...) -> None: ...
 
 class ParseBatchResponse(_message.Message):
-    __slots__ = ("client_messages", "sessions", "part")
+    __slots__ = ("client_messages", "sessions", "part", "packed")
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     PART_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     client_messages: int
     sessions: _containers.RepeatedCompositeFieldContainer[SessionOutput]
     part: ReplyPart
-    def __init__(self, client_messages: _Optional[int] = ..., sessions: _Optional[_Iterable[_Union[SessionOutput, _Mapping]]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ...) -> None: ...
+    packed: PackedOutputs
+    def __init__(self, client_messages: _Optional[int] = ..., sessions: _Optional[_Iterable[_Union[SessionOutput, _Mapping]]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ..., packed: _Optional[_Union[PackedOutputs, _Mapping]] = ...) -> None: ...
+
+class PackedOutputs(_message.Message):
+    __slots__ = ("keys", "sequences", "client_messages", "texts", "reasoning")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TEXTS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    sequences: _containers.RepeatedScalarFieldContainer[int]
+    client_messages: _containers.RepeatedScalarFieldContainer[int]
+    texts: _containers.RepeatedScalarFieldContainer[str]
+    reasoning: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., sequences: _Optional[_Iterable[int]] = ..., client_messages: _Optional[_Iterable[int]] = ..., texts: _Optional[_Iterable[str]] = ..., reasoning: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class SessionOutput(_message.Message):
     __slots__ = ("key", "sequence", "client_messages", "deltas", "events", "final", "status")
