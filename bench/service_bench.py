@@ -190,7 +190,7 @@ def echo_server() -> Server:
 
 class EchoServicer(pb_grpc.ParserServiceServicer):
     """Same proto, no parsing: one reply of the usual shape per message (4 characters of content
-    per token), one output per session entry for ParseBatch."""
+    per token), one output per session entry for ParseBatch and one packed output per packed item."""
 
     async def Parse(self, request_iterator, context):
         await context.send_initial_metadata(())  # as parsetier does once the Open is accepted
@@ -217,6 +217,14 @@ class EchoServicer(pb_grpc.ParserServiceServicer):
                 if tokens or entry.HasField("finish"):
                     out = reply.sessions.add(key=entry.key, sequence=messages, client_messages=messages)
                     out.deltas.add(content="abcd" * tokens)
+            n = len(message.packed.keys)
+            if n:  # packed items (one token each here): packed text outputs
+                packed = reply.packed
+                packed.keys.extend(message.packed.keys)
+                packed.sequences.extend([messages] * n)
+                packed.client_messages.extend([messages] * n)
+                packed.texts.extend(["abcd"] * n)
+                packed.reasoning.extend([False] * n)
             yield reply
 
 
@@ -292,33 +300,48 @@ def _opens(keys: list[str]) -> pb.ParseBatchRequest:
     )
 
 
-def _step(keys: list[str], position: list[int], ids: list[int]) -> tuple[pb.ParseBatchRequest, int]:
+def _step(
+    keys: list[str], position: list[int], ids: list[int], packed: bool = True
+) -> tuple[pb.ParseBatchRequest, int]:
     """One engine step: one token for every session; a session past the end of the output
-    finishes, and opens again (with its first token) in the next step. Returns the message and
-    the tokens in it."""
+    finishes, and opens again (with its first token) in the next step. The usual steps go as
+    packed items (``PackedSteps``), as the batch clients send them, or as entries. Returns the
+    message and the tokens in it."""
     message = pb.ParseBatchRequest()
     entries = message.sessions
+    stepped: list[str] = []
+    stepped_ids: list[int] = []
     tokens = 0
     for i, key in enumerate(keys):
         p = position[i]
-        entry = entries.add(key=key)
         if p == len(ids):
-            entry.finish.SetInParent()
+            entries.add(key=key).finish.SetInParent()
             position[i] = -1
             continue
         if p == -1:
+            entry = entries.add(key=key)
             entry.open.model, entry.open.tools_json = "qwen3", TOOLS
+            entry.steps.add().token_ids.append(ids[0])
             p = 0
-        entry.steps.add().token_ids.append(ids[p])
+        elif packed:
+            stepped.append(key)
+            stepped_ids.append(ids[p])
+        else:
+            entries.add(key=key).steps.add().token_ids.append(ids[p])
         position[i] = p + 1
         tokens += 1
+    if stepped:
+        message.packed.keys.extend(stepped)
+        message.packed.token_ids.extend(stepped_ids)
     return message, tokens
 
 
-async def batch_load(target: str, ids: list[int], sessions: int, steps: int, streams: int = 1) -> int:
+async def batch_load(
+    target: str, ids: list[int], sessions: int, steps: int, streams: int = 1, packed: bool = True
+) -> int:
     """ParseBatch streams of ``sessions`` sessions each, one token per session per step, two steps
     in flight; sessions start at different points of the output and start over when done.
-    Returns the tokens sent."""
+    ``packed``: the usual steps as packed items (else as entries). Returns the tokens sent."""
 
     async def one(index: int) -> int:
         channel = _channel(target)
@@ -329,7 +352,7 @@ async def batch_load(target: str, ids: list[int], sessions: int, steps: int, str
         await call.read()
         sent = in_flight = 0
         for _ in range(steps):
-            message, tokens = _step(keys, position, ids)
+            message, tokens = _step(keys, position, ids, packed)
             sent += tokens
             await call.write(message)
             in_flight += 1
@@ -374,10 +397,15 @@ BATCH_STEPS = {False: 130, True: 30}
 """Steps of the ``ParseBatch`` 256 × 1 run (by ``--quick``); other session counts scale it."""
 
 
+ENTRIES_256 = "256 sessions x 1 token/step, as entries"
+"""The 256 × 1 load with every step a ``SessionInput`` entry instead of a packed item."""
+
+
 def echo_ceiling(results: Results, ids: list[int]) -> None:
     q = results.quick
     cases = [("Parse", f"{k} tokens/message", k) for k in (1, 4, 16)]
     cases += [("ParseBatch", f"{n} sessions x 1 token/step", n) for n in (64, 256, 1024)]
+    cases += [("ParseBatch", ENTRIES_256, 256)]
     rates: dict[tuple[str, str], dict[str, float]] = {}
     for kind, make in (("parsetier", parsetier_server), ("echo", echo_server)):
         with make() as server:
@@ -388,7 +416,7 @@ def echo_ceiling(results: Results, ids: list[int]) -> None:
                     )
                 else:
                     steps = (BATCH_STEPS[q] - 10) * 256 // n + 10
-                    load = batch_load(server.target, ids, n, steps=steps)
+                    load = batch_load(server.target, ids, n, steps=steps, packed=label != ENTRIES_256)
                 tokens, cpu, wall = measured(server, load)
                 print(f"  {kind} {rpc} {label}: {tokens} tokens, {cpu:.2f} s CPU", file=sys.stderr)
                 rates.setdefault((rpc, label), {})[kind] = tokens / cpu if cpu else float("nan")

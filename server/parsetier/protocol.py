@@ -61,12 +61,15 @@ The servicers need no change: they only see ``NeedModel`` and ``Reply`` as today
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from parsetier import convert
 from parsetier import session as core
 from parsetier.completion import CompletionSession, open_session
+from parsetier.engine.events import Event
+from parsetier.messages import Delta
 from parsetier.models import Model
 from parsetier.resume import Replay
 from parsetier.status import Code, ProtocolError, error_of, exhausted, invalid, out_of_order
@@ -319,6 +322,17 @@ class SessionProtocol:
         """A message of one token-id step for a STREAMING session (the caller has checked that it
         carries nothing else): the same rules and output as ``receive``, written into ``into``;
         whether anything was written. The hot path of both streaming RPCs."""
+        taken = self.take_ids(ids)
+        if taken is None:
+            return False
+        self.write(into, *taken)
+        return True
+
+    def take_ids(self, ids: Sequence[int]) -> tuple[Sequence[Delta], Sequence[Event]] | None:
+        """``feed_ids`` without the writing: the message is counted and its ids fed, and what the
+        reply carries (the deltas and events the session asked for) is returned, its ``sequence``
+        taken; None when the message produced nothing to send. The caller writes the reply (with
+        ``write``, or packed: ``BatchProtocol``)."""
         counts = self.counts
         counts.client_messages += 1
         try:
@@ -337,18 +351,21 @@ class SessionProtocol:
         deltas = out.deltas if self.want_deltas else ()
         events = out.events if self.want_events else ()
         if not deltas and not events:
-            return False
+            return None
         self.sequence += 1
+        counts.deltas += len(deltas)
+        counts.events += len(events)
+        counts.server_messages += 1
+        return deltas, events
+
+    def write(self, into: Output, deltas: Sequence[Delta], events: Sequence[Event]) -> None:
+        """Write the reply ``take_ids`` returned into ``into``."""
         into.sequence = self.sequence
-        into.client_messages = counts.client_messages
+        into.client_messages = self.counts.client_messages
         if deltas:
             convert.add_deltas(into.deltas, deltas)
-            counts.deltas += len(deltas)
         if events:
             into.events.extend([convert.event_to_pb(e) for e in events])
-            counts.events += len(events)
-        counts.server_messages += 1
-        return True
 
     def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
@@ -576,22 +593,23 @@ class BatchProtocol:
         """One client message (one engine step): the reply, or the models to load first."""
         self.client_messages += 1
         entries = list(message.sessions)
-        if len(entries) > self.limits.max_items_per_message:
+        items = len(entries) + len(message.packed.keys)
+        if items > self.limits.max_items_per_message:
             limit = self.limits.max_items_per_message
-            raise exhausted(f"{len(entries)} session entries in one message; the limit is {limit}")
-        keys = [entry.key for entry in entries]
+            raise exhausted(f"{items} session entries in one message; the limit is {limit}")
         models, sessions = self.models, self.sessions
         # Only an entry of a key with no open session can open one (an Open for an open session
-        # is refused before it needs a model), so the usual entry costs no Open check here.
+        # is refused before it needs a model; a packed item never opens), so the usual entry
+        # costs no Open check here.
         missing = {
             e.open.model
-            for key, e in zip(keys, entries, strict=True)
-            if key not in sessions and e.HasField("open") and e.open.model not in models
+            for e in entries
+            if e.HasField("open") and e.open.model not in models and e.key not in sessions
         }
         if missing:
             self._pending = message
             return NeedModels(tuple(sorted(missing)))
-        return self._apply(entries, keys)
+        return self._apply(message, entries)
 
     def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
         """The models ``NeedModels`` named, or the exception each load raised (that name's opens
@@ -605,8 +623,7 @@ class BatchProtocol:
             else:
                 self.models[name] = model
         try:
-            entries = list(message.sessions)
-            return self._apply(entries, [entry.key for entry in entries])
+            return self._apply(message, list(message.sessions))
         finally:
             self._load_errors.clear()
 
@@ -630,65 +647,127 @@ class BatchProtocol:
             self.hooks.ended(protocol.counts, error, True)
 
     # ------------------------------------------------------------------ rules
-    def _apply(self, entries: list[pb.SessionInput], keys: list[str]) -> pb.ParseBatchResponse:
-        if not all(keys):
+    def _apply(self, message: pb.ParseBatchRequest, entries: list[pb.SessionInput]) -> pb.ParseBatchResponse:
+        keys = [entry.key for entry in entries]
+        packed = Packed.of(message.packed) if message.HasField("packed") else None
+        every_key = keys + packed.keys if packed is not None else keys
+        if not all(every_key):
             raise invalid("every session entry needs a non-empty key")
         response = pb.ParseBatchResponse(client_messages=self.client_messages)
         outputs = response.sessions
+        if len(set(every_key)) == len(every_key):
+            for key, entry in zip(keys, entries, strict=True):
+                self._entry(outputs, key, entry)
+            if packed is not None:
+                self._apply_packed(response, packed)
+            return response
+        # A key repeats: its first entry applies and every later one ends the session (packed
+        # items then go as the entries they stand for, to be held to the same rule).
+        seen: set[str] = set()
+        items = zip(keys, entries, strict=True)
+        if packed is not None:
+            pairs = zip(packed.keys, packed.steps(), strict=True)
+            items = itertools.chain(items, ((key, _entry_of(key, ids)) for key, ids in pairs))
+        for key, entry in items:
+            if key in seen:
+                error = invalid(f"session {key!r} appears twice in one message")
+                self._end_with(outputs, key, self.sessions.get(key), error)
+                continue
+            seen.add(key)
+            self._entry(outputs, key, entry)
+        return response
+
+    def _entry(self, outputs, key: str, entry: pb.SessionInput) -> None:
+        """Apply one session's entry; its output (or the status that ended it) goes in ``outputs``."""
         sessions = self.sessions
-        # Keys seen so far, kept only when some key repeats (one set() in C tells).
-        seen: set[str] | None = set() if len(set(keys)) < len(keys) else None
-        streaming = State.STREAMING
-        for key, entry in zip(keys, entries, strict=True):
-            protocol = sessions.get(key)
-            if seen is not None:
-                if key in seen:
-                    error = invalid(f"session {key!r} appears twice in one message")
-                    self._end_with(outputs, key, protocol, error)
-                    continue
-                seen.add(key)
-            if protocol is not None and protocol.state is streaming and protocol.replay is None:
-                # The hot path: one token-id step for an open session, nothing else.
-                steps = entry.steps
-                plain = not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
-                if plain and len(steps) == 1 and not steps[0].HasField("logprobs"):
-                    ids = steps[0].token_ids
-                    if ids:
-                        output = outputs.add()
-                        try:
-                            if protocol.feed_ids(ids, output):
-                                output.key = key
-                            else:
-                                del outputs[-1]
-                        except Exception as exc:
+        protocol = sessions.get(key)
+        if protocol is not None and protocol.state is State.STREAMING and protocol.replay is None:
+            # The usual entry: one token-id step for an open session, nothing else.
+            steps = entry.steps
+            plain = not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
+            if plain and len(steps) == 1 and not steps[0].HasField("logprobs"):
+                ids = steps[0].token_ids
+                if ids:
+                    output = outputs.add()
+                    try:
+                        if protocol.feed_ids(ids, output):
+                            output.key = key
+                        else:
                             del outputs[-1]
-                            self._end_with(outputs, key, protocol, _session_error(exc))
-                        continue
-            if entry.cancel:
-                if protocol is not None:
-                    self._end_with(outputs, key, protocol, ProtocolError(Code.CANCELLED, CANCELLED_BY_CLIENT))
-                continue  # cancelling a session that already ended is a harmless race
+                    except Exception as exc:
+                        del outputs[-1]
+                        self._end_with(outputs, key, protocol, _session_error(exc))
+                    return
+        if entry.cancel:
+            if protocol is not None:
+                self._end_with(outputs, key, protocol, ProtocolError(Code.CANCELLED, CANCELLED_BY_CLIENT))
+            return  # cancelling a session that already ended is a harmless race
+        if protocol is None:
+            protocol = self._open(outputs, key, entry)
             if protocol is None:
-                protocol = self._open(outputs, key, entry)
-                if protocol is None:
-                    continue
-            output = outputs.add()
+                return
+        output = outputs.add()
+        try:
+            reply = protocol.receive(entry, output)
+            if isinstance(reply, NeedModel):
+                reply = protocol.supply_model(self._model(reply.name), output)
+        except Exception as exc:
+            del outputs[-1]
+            self._end_with(outputs, key, protocol, _session_error(exc))
+            return
+        if reply.response is None:
+            del outputs[-1]
+        else:
+            output.key = key
+        if reply.finished:
+            del sessions[key]
+            self.hooks.ended(protocol.counts, None, True)
+
+    def _apply_packed(self, response: pb.ParseBatchResponse, packed: Packed) -> None:
+        """The packed items of a message whose keys are all distinct: each exactly as the entry
+        it stands for, with replies that are one plain text delta written packed."""
+        outputs = response.sessions
+        sessions, streaming = self.sessions, State.STREAMING
+        keys: list[str] = []
+        sequences: list[int] = []
+        messages: list[int] = []
+        texts: list[str] = []
+        reasoning: list[bool] = []
+        for key, ids in zip(packed.keys, packed.steps(), strict=True):
+            protocol = sessions.get(key)
+            if protocol is None or protocol.state is not streaming or protocol.replay is not None or not ids:
+                self._entry(outputs, key, _entry_of(key, ids))  # the rules' other cases
+                continue
             try:
-                reply = protocol.receive(entry, output)
-                if isinstance(reply, NeedModel):
-                    reply = protocol.supply_model(self._model(reply.name), output)
+                taken = protocol.take_ids(ids)
             except Exception as exc:
-                del outputs[-1]
                 self._end_with(outputs, key, protocol, _session_error(exc))
                 continue
-            if reply.response is None:
-                del outputs[-1]
-            else:
-                output.key = key
-            if reply.finished:
-                del sessions[key]
-                self.hooks.ended(protocol.counts, None, True)
-        return response
+            if taken is None:
+                continue
+            deltas, events = taken
+            if not events and len(deltas) == 1:
+                delta = deltas[0]
+                if not (
+                    delta.tool_calls
+                    or delta.logprobs
+                    or delta.token_ids
+                    or (delta.reasoning and delta.content)
+                ):
+                    keys.append(key)
+                    sequences.append(protocol.sequence)
+                    messages.append(protocol.counts.client_messages)
+                    texts.append(delta.reasoning or delta.content)
+                    reasoning.append(bool(delta.reasoning))
+                    continue
+            protocol.write(outputs.add(key=key), deltas, events)
+        if keys:
+            out = response.packed
+            out.keys.extend(keys)
+            out.sequences.extend(sequences)
+            out.client_messages.extend(messages)
+            out.texts.extend(texts)
+            out.reasoning.extend(reasoning)
 
     def _open(self, outputs, key: str, entry: pb.SessionInput) -> SessionProtocol | None:
         """A new session for ``key``, or None when its first entry is refused (answered in
@@ -731,6 +810,45 @@ class BatchProtocol:
             del self.sessions[key]
             protocol.state = State.FAILED
             self.hooks.ended(protocol.counts, error, True)
+
+
+class Packed:
+    """A message's packed items (``PackedSteps``), checked as framing: their keys and, per key,
+    its token ids."""
+
+    __slots__ = ("counts", "ids", "keys")
+
+    def __init__(self, keys: list[str], counts: list[int], ids: list[int]) -> None:
+        self.keys, self.counts, self.ids = keys, counts, ids
+
+    @classmethod
+    def of(cls, packed: pb.PackedSteps) -> Packed:
+        keys, counts, ids = list(packed.keys), list(packed.token_counts), list(packed.token_ids)
+        if counts and len(counts) != len(keys):
+            raise invalid(f"packed: {len(counts)} token_counts for {len(keys)} keys")
+        expected = sum(counts) if counts else len(keys)
+        if expected != len(ids):
+            raise invalid(f"packed: the items take {expected} token_ids, and {len(ids)} came")
+        return cls(keys, counts, ids)
+
+    def steps(self) -> list[list[int]]:
+        """Each item's token ids."""
+        ids = self.ids
+        if not self.counts:
+            return [ids[i : i + 1] for i in range(len(ids))]
+        steps, at = [], 0
+        for n in self.counts:
+            steps.append(ids[at : at + n])
+            at += n
+        return steps
+
+
+def _entry_of(key: str, ids: list[int]) -> pb.SessionInput:
+    """A packed item as the entry it stands for."""
+    entry = pb.SessionInput(key=key)
+    if ids:
+        entry.steps.add().token_ids.extend(ids)
+    return entry
 
 
 def _session_error(exc: Exception) -> ProtocolError:

@@ -37,6 +37,7 @@ import grpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch_resume import BatchLedger
+from parsetier_client.packed import add_packed, outputs_of
 from parsetier_client.parts import Joiner, joined
 from parsetier_client.requests import StepLike, finish_message, open_message, step_message
 from parsetier_client.resume import ResumePolicy, retryable
@@ -58,10 +59,13 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 class StepBuilder:
     """The next engine step's entries, one per session key (merged when a key is used twice:
-    an open, steps and a finish of one session in one step travel as one entry)."""
+    an open, steps and a finish of one session in one step travel as one entry). A key whose only
+    part is one step of token ids goes as a packed item (``packed``), after the entries."""
 
     def __init__(self, resumable: bool = False) -> None:
         self._entries: dict[str, pb.SessionInput] = {}
+        self._plain: dict[str, list[int]] = {}
+        """Keys whose only part so far is one step of ids."""
         self._resumable = resumable
         """Opens say ``resumable`` (the batch resumes them; a draining server hands them off)."""
 
@@ -69,6 +73,9 @@ class StepBuilder:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = pb.SessionInput(key=key)
+            ids = self._plain.pop(key, None)
+            if ids is not None:
+                entry.steps.add().token_ids.extend(ids)
         return entry
 
     def open(self, key: str, model: str, **options: Any) -> None:
@@ -80,6 +87,14 @@ class StepBuilder:
 
     def feed(self, key: str, *steps: StepLike) -> None:
         """Decode steps of session ``key`` (token-id lists, text, or ``pb.Step``)."""
+        if (
+            len(steps) == 1
+            and isinstance(steps[0], list | tuple)
+            and key not in self._entries
+            and key not in self._plain
+        ):
+            self._plain[key] = list(steps[0])
+            return
         entry = self._entry(key)
         for step in steps:
             if isinstance(step, list | tuple):
@@ -93,17 +108,18 @@ class StepBuilder:
 
     def cancel(self, key: str) -> None:
         """Drop session ``key`` (its output in the reply carries the status CANCELLED)."""
+        self._plain.pop(key, None)
         entry = self._entries[key] = pb.SessionInput(key=key)
         entry.cancel = True
 
     def take(self) -> pb.ParseBatchRequest:
         """The queued entries as one message; the builder starts empty again."""
         entries, self._entries = self._entries, {}
-        return pb.ParseBatchRequest(sessions=entries.values())
-
-
-def outputs_of(response: pb.ParseBatchResponse) -> dict[str, pb.SessionOutput]:
-    return {output.key: output for output in response.sessions}
+        message = pb.ParseBatchRequest(sessions=entries.values())
+        if self._plain:
+            add_packed(message, self._plain)
+            self._plain = {}
+        return message
 
 
 def _ended_early() -> RuntimeError:

@@ -19,6 +19,7 @@ from collections import deque
 from typing import NamedTuple
 
 from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_client.packed import outputs_of, packed_steps
 from parsetier_client.resume import History, Progress
 
 
@@ -174,6 +175,15 @@ class BatchLedger:
             else:
                 carried[key] = Carried(None, step, len(orphans), False)
                 orphans.append(entry)
+        for key, ids in packed_steps(message):  # packed items: each the usual entry
+            session = live.get(key)
+            if session is not None:
+                carried[key] = Carried(session, step, session.messages, False)
+                session.messages += 1
+                session.history.record_ids(ids)
+            else:
+                carried[key] = Carried(None, step, len(orphans), False)
+                orphans.append(pb.SessionInput(key=key, steps=[pb.Step(token_ids=ids)]))
         self._steps.append(_Step(carried, orphans, self._sent))
         self._carried.append(carried)
 
@@ -186,8 +196,7 @@ class BatchLedger:
             self.resumes += 1
         delivered = self.delivered
         steps = self._steps
-        for output in reply.sessions:
-            key = output.key
+        for key, output in outputs_of(reply).items():
             session, step, _, opens = carried.get(key) or (None, 0, 0, False)
             if opens and output.status.code == UNAVAILABLE:
                 # Refused because this server is draining or overloaded: not the session's own
