@@ -238,6 +238,11 @@ class BoundGrammar:
     """States from which plain text (no marker token in it) can never move the output into or
     out of reasoning: there a run of plain ids may be parsed as one piece and still be counted
     exactly (see ``run_states``)."""
+    plain_states: frozenset[str] = frozenset()
+    """States where text without a sentinel is, whole, the state's own text: every terminal they
+    listen for starts with a sentinel and nothing moves them on text (no ``text_next``). Text
+    without a marker token can neither hold nor begin a terminal there (``Machine.feed``'s fast
+    path)."""
 
     @classmethod
     def build(cls, grammar: Grammar, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
@@ -307,6 +312,12 @@ class BoundGrammar:
                 for tid in special | set(sentinel_of_id)
             },
             run_states=run_states(grammar, patterns),
+            plain_states=frozenset(
+                name
+                for name, state in grammar.states.items()
+                if state.text_next is None
+                and all(SENTINEL_RE.match(patterns[t]) is not None for t in state.on)
+            ),
         )
 
 

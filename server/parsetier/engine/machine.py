@@ -82,6 +82,9 @@ class Machine:
         self._scan = self._tsets[start].scan
         """The state's terminal scanner, looked up when the state changes, not per piece of text."""
         self._in_reasoning = self._state.kind == "reasoning"
+        self._plain_states = bound.plain_states
+        self._plain = _plain_kind(self._state, self._plain_states)
+        """The event kind text of this state makes when no sentinel is in it, or None (``feed``)."""
         self._hold = ""
         self._events: list[Event] = []
         self._tokens = 0
@@ -105,10 +108,25 @@ class Machine:
 
     # ------------------------------------------------------------------ public
     def feed(self, text: str, tokens: int = 0) -> list[Event]:
-        """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens."""
-        self._tokens += tokens
+        """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens.
+
+        The fast path is most tokens' way: in a content or reasoning state whose terminals all
+        start with a sentinel, text without one is the state's text, whole (what ``_run`` would
+        find, without lexing), unless something is held back or waiting to be taken."""
         if self._in_reasoning:
             self.reasoning_tokens += tokens
+        kind = self._plain
+        if (
+            kind is not None
+            and text
+            and not self._hold
+            and not self._events
+            and (text.isascii() or SENTINEL_RE.search(text) is None)
+        ):
+            event = _new_event(Event, (kind, text, -1, self._tokens + tokens, ""))
+            self._tokens = 0
+            return [event]
+        self._tokens += tokens
         if text:
             self._run(text)
         return self._take()
@@ -259,6 +277,7 @@ class Machine:
             self._kind = _KINDS[target.kind]
             self._scan = self._tsets[nxt].scan
             self._in_reasoning = target.kind == "reasoning"
+            self._plain = _plain_kind(target, self._plain_states)
             self._kind.enter(self, target, pattern, state.kind)
 
     # ------------------------------------------------------------------ calls
@@ -484,6 +503,13 @@ _ACTIONS: Mapping[str, Callable[[Machine, Mapping[str, str], str], None]] = {
 }
 """Every action of ``grammar.ACTIONS``: what it does, given a capture rule's groups and the captured
 text."""
+
+
+def _plain_kind(state: State, plain_states: frozenset[str]) -> EventKind | None:
+    """``Machine._plain`` for ``state``: ``BoundGrammar.plain_states`` of content or reasoning kind."""
+    if state.name not in plain_states:
+        return None
+    return CONTENT if state.kind == "content" else REASONING if state.kind == "reasoning" else None
 
 
 def _first_non_space(text: str, start: int, end: int) -> int:
