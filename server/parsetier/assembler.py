@@ -24,7 +24,15 @@ from parsetier.engine.events import (
     TOOL_CALL_START,
     Event,
 )
-from parsetier.messages import Delta, Message, SessionOptions, ToolCall, ToolCallDelta
+from parsetier.messages import (
+    Delta,
+    Message,
+    SessionOptions,
+    ToolCall,
+    ToolCallDelta,
+    arguments_delta,
+    text_delta,
+)
 
 
 class _Call:
@@ -64,19 +72,19 @@ class Assembler:
                 if not text:
                     return []
                 self._content.append(text)
-                return [Delta("", text)]
+                return [text_delta("", text)]
             if kind is REASONING:
                 text = self._reasoning_edges.push(ev.text)
                 if not text or not self._show_reasoning:
                     return []
                 self._reasoning.append(text)
-                return [Delta(text)]
+                return [text_delta(text, "")]
             if kind is TOOL_ARGUMENTS and not self._buffer_calls:
                 call = self._open.get(ev.tool_index)
                 if call is None:
                     return []
                 call.arguments.append(ev.text)
-                return [Delta("", "", (ToolCallDelta(call.delivered_index, ev.text),))]
+                return [arguments_delta(call.delivered_index, ev.text)]
         out = _DeltaRuns()
         for ev in events:
             kind = ev.kind

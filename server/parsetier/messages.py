@@ -169,6 +169,35 @@ _set_content = Delta.__dict__["content"].__set__
 _set_tool_calls = Delta.__dict__["tool_calls"].__set__
 _set_logprobs = Delta.__dict__["logprobs"].__set__
 _set_token_ids = Delta.__dict__["token_ids"].__set__
+_new = object.__new__
+
+
+def text_delta(reasoning: str, content: str) -> Delta:
+    """``Delta(reasoning, content)`` for the per-token path: calling the class runs its
+    ``__init__`` through ``type.__call__`` (about 0.4 µs more than the same stores made here)."""
+    delta = _new(Delta)
+    _set_reasoning(delta, reasoning)
+    _set_content(delta, content)
+    _set_tool_calls(delta, ())
+    _set_logprobs(delta, ())
+    _set_token_ids(delta, ())
+    return delta
+
+
+def arguments_delta(index: int, arguments: str) -> Delta:
+    """``Delta("", "", (ToolCallDelta(index, arguments),))``, made as ``text_delta`` is."""
+    call = _new(ToolCallDelta)
+    _set_index(call, index)
+    _set_arguments(call, arguments)
+    _set_id(call, None)
+    _set_name(call, None)
+    delta = _new(Delta)
+    _set_reasoning(delta, "")
+    _set_content(delta, "")
+    _set_tool_calls(delta, (call,))
+    _set_logprobs(delta, ())
+    _set_token_ids(delta, ())
+    return delta
 
 
 @dataclass(frozen=True, slots=True)
