@@ -75,7 +75,25 @@ def test_idle_timeout(small_server):
 
     code, waited = asyncio.run(run())
     assert code == Code.DEADLINE_EXCEEDED
-    assert waited < 5
+    assert 0.4 < waited < 5  # never before the timeout (the read began just before ``started``)
+
+
+def test_idle_timeout_is_per_read(small_server):
+    """Messages closer together than the timeout keep a stream alive for longer than it."""
+
+    async def run():
+        async with AsyncClient(small_server.target, timeout=30) as client:
+            stream = await client.open("qwen3")
+            started = time.monotonic()
+            for _ in range(5):
+                await asyncio.sleep(0.3)
+                await stream.send([9707])
+            await stream.finish()
+            replies = [reply async for reply in stream]
+            return replies[-1].final.usage.completion_tokens, time.monotonic() - started
+
+    tokens, lived = asyncio.run(run())
+    assert tokens == 5 and lived > 1.0  # twice the timeout, and never ended
 
 
 def test_concurrent_sessions(small_server):

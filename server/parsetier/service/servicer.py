@@ -38,6 +38,7 @@ from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
 from parsetier.service.errors import ServiceError, grpc_code, status_for
+from parsetier.service.idle import IdleWatch
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip
 from parsetier.status import Code, ProtocolError
@@ -89,14 +90,6 @@ async def _write(context: grpc.aio.ServicerContext, reply: Message) -> None:
         raise ClientGone() from exc
 
 
-async def _read(context: grpc.aio.ServicerContext, timeout: float) -> Any:
-    """The client's next message, or ``TimeoutError`` after ``timeout`` s of silence.
-    ``asyncio.timeout`` rather than ``wait_for``: no task and future per message (a few µs of a
-    one-token ``Parse`` message)."""
-    async with asyncio.timeout(timeout):
-        return await context.read()
-
-
 def _decoded(message: T | Undecodable) -> T:
     """The message, or INVALID_ARGUMENT when its bytes did not decode (see ``decoding``)."""
     if isinstance(message, Undecodable):
@@ -117,6 +110,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self.limits = limits
         self.gate = SessionGate(limits.max_sessions)
         self.admission = Admission(limits.max_loop_lag)
+        self._idle = IdleWatch(limits.idle_timeout)
         self._reading: dict[asyncio.Task, BatchProtocol | None] = {}
         """Streams waiting for their client's next message that a drain may hand off: resumable
         ``Parse`` sessions (None), and ``ParseBatch`` streams with their sessions (handed off
@@ -203,7 +197,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
     async def _next_message(self, context: grpc.aio.ServicerContext, stream: SessionProtocol) -> Any:
         """The client's next message; for a resumable session while draining, the hand-off."""
         if not (stream.resumable and not stream.finished):
-            return await _read(context, self.limits.idle_timeout)
+            return await self._idle.read(context)
         if self.gate.draining:
             raise self._hand_off_error()
         return await self._read_unless_handed_off(context, None)
@@ -223,7 +217,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         assert task is not None
         self._reading[task] = batch
         try:
-            return await _read(context, self.limits.idle_timeout)
+            return await self._idle.read(context)
         except asyncio.CancelledError:
             if task not in self._handed_off:
                 raise
