@@ -68,13 +68,17 @@ class Assembler:
             ev = events[0]
             kind = ev.kind
             if kind is CONTENT:
-                text = self._content_edges.push(ev.text)
-                if not text:
-                    return []
+                text, edges = ev.text, self._content_edges
+                if not (edges._started and not edges._held and text and not text[-1].isspace()):
+                    text = edges.push(text)  # (else ``push`` would return the text as it is)
+                    if not text:
+                        return []
                 self._content.append(text)
                 return [text_delta("", text)]
             if kind is REASONING:
-                text = self._reasoning_edges.push(ev.text)
+                text, edges = ev.text, self._reasoning_edges
+                if not (edges._started and not edges._held and text and not text[-1].isspace()):
+                    text = edges.push(text)
                 if not text or not self._show_reasoning:
                     return []
                 self._reasoning.append(text)
