@@ -490,6 +490,64 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
     return statistics.median(d for d, _ in pairs), statistics.median(r - d for d, r in pairs)
 
 
+def steady_costs(ids: list[int], reps: int, steps: int = 50, sessions: int = 256) -> dict[str, float]:
+    """µs of CPU per item of engine steps alone (no session opens or ends), in this process:
+    ``sessions`` sessions already open, each stepped one token per message ``steps`` times, fed
+    directly (``Session.feed``), and as ``BatchProtocol.receive`` of the same steps, packed and as
+    entries (messages decoded from bytes, replies serialized). Alternated; the median of the
+    direct feeds and of each form's per-round difference from them."""
+    from parsetier.messages import SessionOptions, Tool
+    from parsetier.models import ModelRegistry
+    from parsetier.protocol import BatchProtocol, Limits
+    from parsetier.session import Session
+
+    model = ModelRegistry().get("qwen3")
+    tools = tuple(Tool(name=n, parameters={"type": "object"}) for n in ("get_weather", "get_time"))
+    start = [i % (len(ids) - steps) for i in range(sessions)]
+    keys = [f"s{i}" for i in range(sessions)]
+    limits = Limits(max_sessions_per_stream=4096, max_items_per_message=4096)
+
+    def direct() -> float:
+        live = [Session(model, SessionOptions(tools=tools)) for _ in range(sessions)]
+        for i in range(sessions):
+            live[i].feed(ids[: start[i]])
+        started = time.process_time()
+        for step in range(steps):
+            for i in range(sessions):
+                live[i].feed([ids[start[i] + step]])
+        return (time.process_time() - started) / (sessions * steps) * 1e6
+
+    def protocol(packed: bool) -> float:
+        batch = BatchProtocol(limits)
+        batch.models["qwen3"] = model
+        opening = _opens(keys)
+        for i, entry in enumerate(opening.sessions):
+            entry.steps.add().token_ids.extend(ids[: start[i]])
+        batch.receive(opening)
+        messages = []
+        for step in range(steps):
+            message = pb.ParseBatchRequest()
+            stepped = [ids[start[i] + step] for i in range(sessions)]
+            if packed:
+                message.packed.keys.extend(keys)
+                message.packed.token_ids.extend(stepped)
+            else:
+                for key, token in zip(keys, stepped, strict=True):
+                    message.sessions.add(key=key).steps.add().token_ids.append(token)
+            messages.append(message.SerializeToString())
+        started = time.process_time()
+        for data in messages:
+            batch.receive(pb.ParseBatchRequest.FromString(data)).SerializeToString()
+        return (time.process_time() - started) / (sessions * steps) * 1e6
+
+    rounds = [(direct(), protocol(True), protocol(False)) for _ in range(reps)]
+    return {
+        "feed": statistics.median(d for d, _, _ in rounds),
+        "packed": statistics.median(p - d for d, p, _ in rounds),
+        "entries": statistics.median(e - d for d, _, e in rounds),
+    }
+
+
 def cpu_costs(results: Results, ids: list[int]) -> None:
     by = {(r["rpc"], r["load"]): r for r in results.ceiling}
     per_message = by[("Parse", "1 tokens/message")]["parsetier_cpu_us"]
@@ -498,7 +556,12 @@ def cpu_costs(results: Results, ids: list[int]) -> None:
     echo_item = by[("ParseBatch", "256 sessions x 1 token/step")]["echo_cpu_us"]
     feed, protocol = in_process_costs(ids, 3 if results.quick else 7, BATCH_STEPS[results.quick])
     receive = feed + protocol
+    steady = steady_costs(ids, 3 if results.quick else 9)
     results.cpu = {
+        "steady_feed": steady["feed"],
+        "steady_packed": steady["packed"],
+        "steady_entries": steady["entries"],
+        "entries_item": by[("ParseBatch", ENTRIES_256)]["parsetier_cpu_us"],
         "per_message": per_message,
         "per_token_16": per_token_16,
         "per_item": per_item,
@@ -801,6 +864,12 @@ def report(results: Results) -> str:
         f" `receive` running slower among them than alone) | {c['transport']:.1f} |",
         f"| per item beyond the session's parsing (the target's figure) | {c['beyond_parsing']:.1f} |",
         f"| per item, the echo server (gRPC + protobuf of the same messages) | {c['echo_item']:.1f} |",
+        "| per session item, `ParseBatch` 256 × 1 token with every step an entry |"
+        f" {c['entries_item']:.1f} |",
+        "| engine steps alone (256 sessions open, none opening or ending; in process): the sessions'"
+        f" own parsing per token | {c['steady_feed']:.1f} |",
+        f"| of which beyond the parsing, per packed item | {c['steady_packed']:.1f} |",
+        f"| of which beyond the parsing, per item sent as an entry | {c['steady_entries']:.1f} |",
         "",
         "### Paced load",
         "",
