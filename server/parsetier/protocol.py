@@ -105,7 +105,7 @@ class Limits:
     max_sessions_per_stream: int = 2048
     """Open sessions on one ParseBatch stream; an open past it is refused (that session only)."""
     max_items_per_message: int = 2048
-    """Session entries in one ParseBatch message; more end the stream (a framing limit)."""
+    """Session entries and packed items in one ParseBatch message; more end the stream (a framing limit)."""
     idle_timeout: float = 300.0
     """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
     max_reply_bytes: int = 64 * 1024 * 1024
