@@ -64,7 +64,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-items-per-message",
         type=count,
         default=defaults.max_items_per_message,
-        help="session entries and packed items in one ParseBatch message; more end the stream; default %(default)s",
+        help="session entries and packed items in one ParseBatch message; more end the stream; "
+        "default %(default)s",
     )
     parser.add_argument(
         "--max-message-bytes",
