@@ -87,6 +87,8 @@ def test_go_client_against_real_server():
             "TestBatchManySessionsOneTokenPerStep",
             "TestBatchSessionErrors",
             "TestBatchEmptyKeyEndsTheStream",
+            "TestBatchPackedAndUnpackedEntriesInOneStep",
+            "TestBatchResumesPackedSessions",
             "ExampleClient_Open",
             "ExampleClient_ParseOnce",
             "ExampleClient_ParseStream",
@@ -117,7 +119,7 @@ def test_go_client_joins_a_reply_sent_in_parts():
         argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "-run", "^TestReplyParts$", "."]
         code, output = run_go(argv, env=env)
     assert code == 0, f"go test -run TestReplyParts failed (exit {code}):\n{output}"
-    for name in ("RawStreamIsInParts", "SessionJoinsThem", "BatchJoinsThem"):
+    for name in ("RawStreamIsInParts", "SessionJoinsThem", "BatchJoinsThem", "PackedBatchJoinsThem"):
         assert f"--- PASS: TestReplyParts/{name}" in output, f"{name} did not run:\n{output}"
 
 

@@ -42,6 +42,7 @@ type Batch struct {
 	cancel  context.CancelFunc
 	entries map[string]*pb.SessionInput
 	order   []*pb.SessionInput
+	sent    [][]*pb.SessionInput // resume off: the entries of each step in flight, oldest first
 	// InFlight counts steps sent whose replies have not been received yet.
 	InFlight int
 
@@ -83,7 +84,7 @@ func (b *Batch) start(msgs []*pb.ParseBatchRequest) error {
 	go func() {
 		defer close(done)
 		for _, msg := range msgs {
-			if stream.Send(msg) != nil {
+			if stream.Send(wireRequest(msg.GetSessions())) != nil {
 				return // broken again: Recv sees it
 			}
 		}
@@ -147,25 +148,28 @@ func (b *Batch) Cancel(key string) {
 	e.Open, e.Steps, e.Finish, e.Cancel = nil, nil, nil, true
 }
 
-// Send sends the queued entries as one message (one engine step), and starts a new step.
+// Send sends the queued entries as one message (one engine step), and starts a new step. The
+// entries that are one step of token ids of an open session go in packed form
+// (ParseBatchRequest.packed); Recv turns their packed outputs back into SessionOutputs.
 func (b *Batch) Send() error {
-	msg := &pb.ParseBatchRequest{Sessions: b.order}
+	order := b.order
 	b.entries, b.order = map[string]*pb.SessionInput{}, nil
 	if b.ledger != nil {
-		b.ledger.sentStep(msg)
+		b.ledger.sentStep(&pb.ParseBatchRequest{Sessions: order}) // the ledger keeps entries whole
 		b.InFlight++
 		<-b.replaying
 		if b.streamErr == nil {
-			_ = b.stream.Send(msg) // a break is Recv's to resume
+			_ = b.stream.Send(wireRequest(order)) // a break is Recv's to resume
 		}
 		return nil
 	}
-	if err := b.stream.Send(msg); err != nil {
+	if err := b.stream.Send(wireRequest(order)); err != nil {
 		if errors.Is(err, io.EOF) { // the stream has ended: Recv says why
 			_, err = b.stream.Recv()
 		}
 		return err
 	}
+	b.sent = append(b.sent, order)
 	b.InFlight++
 	return nil
 }
@@ -184,8 +188,14 @@ func (b *Batch) Recv() ([]*pb.SessionOutput, error) {
 		}
 		return nil, err
 	}
+	entries := b.sent[0]
+	b.sent = b.sent[1:]
 	b.InFlight--
-	return reply.GetSessions(), nil
+	packed, err := unpackOutputs(reply.GetPacked())
+	if err != nil {
+		return nil, err
+	}
+	return inEntryOrder(entries, reply.GetSessions(), packed)
 }
 
 func (b *Batch) recvResuming() ([]*pb.SessionOutput, error) {
@@ -211,6 +221,11 @@ func (b *Batch) recvOrResume() ([]*pb.SessionOutput, error) {
 			var reply *pb.ParseBatchResponse
 			reply, err = recvWhole(b.stream.Recv, func() *pb.ParseBatchResponse { return new(pb.ParseBatchResponse) })
 			if err == nil {
+				packed, err := unpackOutputs(reply.GetPacked())
+				if err != nil {
+					return nil, err
+				}
+				reply.Sessions = append(reply.Sessions, packed...) // the ledger sorts them by key
 				if err := l.receivedReply(reply); err != nil {
 					return nil, err
 				}

@@ -2,6 +2,7 @@ package parsetier_test
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -14,9 +15,13 @@ import (
 
 // Many sessions over one ParseBatch stream, one token per session per step as an engine steps
 // its batch: every session gets the expected parse, and the same deltas and final result as a
-// Parse stream fed the same steps (the same request id gives the same tool call ids).
+// Parse stream fed the same steps (the same request id gives the same tool call ids). Every
+// step after the open goes packed, one id each (no token_counts), and the replies' text deltas
+// come back packed.
 func TestBatchManySessionsOneTokenPerStep(t *testing.T) {
-	client := connect(t)
+	connect(t)
+	w := &wireCount{}
+	client := w.client(t, os.Getenv("PARSETIER_SERVER"))
 	ctx := testContext(t)
 	const sessions = 64
 	batch, err := client.Batch(ctx)
@@ -60,6 +65,13 @@ func TestBatchManySessionsOneTokenPerStep(t *testing.T) {
 		parsetier.WithToolsJSON(weatherTools), parsetier.WithRequestID("go-batch"))
 	if err != nil {
 		t.Fatalf("ParseStream: %v", err)
+	}
+	wire := w.snapshot()
+	if want := sessions * (len(qwen3Output) - 1); wire.packedSent != want || wire.countedSent != 0 {
+		t.Errorf("%d packed items (%d messages with token_counts), want %d (none)", wire.packedSent, wire.countedSent, want)
+	}
+	if wire.packedRecv == 0 {
+		t.Errorf("no packed outputs in the replies (%d session outputs)", wire.sessionsRecv)
 	}
 	for i := range sessions {
 		checkFinal(t, finals[key(i)])

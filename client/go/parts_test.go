@@ -107,4 +107,43 @@ func TestReplyParts(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 	})
+
+	t.Run("PackedBatchJoinsThem", func(t *testing.T) {
+		w := &wireCount{}
+		batch, err := w.client(t, target).Batch(ctx)
+		if err != nil {
+			t.Fatalf("Batch: %v", err)
+		}
+		defer batch.Close()
+		const sessions, each = 16, 4000 // 20 kB of text each, 320 kB in all: packed, in parts
+		key := func(i int) string { return "packed-" + strconv.Itoa(i) }
+		for i := range sessions {
+			batch.Open(key(i), "qwen3")
+		}
+		if _, err := batch.Step(); err != nil {
+			t.Fatalf("Step: %v", err)
+		}
+		for i := range sessions {
+			batch.Feed(key(i), step[:each]) // packed items, with token_counts
+		}
+		outputs, err := batch.Step()
+		if err != nil {
+			t.Fatalf("Step: %v", err)
+		}
+		if len(outputs) != sessions {
+			t.Fatalf("%d outputs, want %d", len(outputs), sessions)
+		}
+		for i, out := range outputs {
+			if out.GetKey() != key(i) || len(out.GetDeltas()) != 1 || out.GetDeltas()[0].GetContent() != want[:5*each] {
+				t.Fatalf("output %d: key %s, %d deltas: want %s with one delta of %d bytes", i, out.GetKey(),
+					len(out.GetDeltas()), key(i), 5*each)
+			}
+		}
+		if err := batch.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if wire := w.snapshot(); wire.packedSent != sessions || wire.countedSent != 1 || wire.partsRecv < 2 {
+			t.Fatalf("%+v: want %d packed items with token_counts, the reply in parts", wire, sessions)
+		}
+	})
 }

@@ -9,7 +9,8 @@
 // (start times spread over the period); at the end of the output it finishes and a new session
 // takes its place. -rpc batch: the sessions are spread over one ParseBatch stream per channel,
 // and each stream writes one message every 1/rate seconds with one step of each of its sessions
-// (a session at the end of the output finishes, and opens again in the next message).
+// (a session at the end of the output finishes, and opens again in the next message); the steps
+// of open sessions travel packed (ParseBatchRequest.packed), as the Go batch API sends them.
 // -channels connections are opened, each its own TCP connection (with several server workers on
 // one port, each lands on one of them); sessions are spread over them.
 //
@@ -285,22 +286,24 @@ func paceBatch(ctx context.Context, client pb.ParserServiceClient, index, n int,
 	tick := first
 	message := uint64(1)
 	for time.Now().Before(deadline) {
-		request := &pb.ParseBatchRequest{Sessions: make([]*pb.SessionInput, n)}
+		// The steps of open sessions go packed (one id each: no token_counts); the finishes
+		// and the opens with their first token go as entries.
+		packed := &pb.PackedSteps{Keys: make([]string, 0, n), TokenIds: make([]uint32, 0, n)}
+		request := &pb.ParseBatchRequest{Packed: packed}
 		for i, key := range keys {
-			entry := &pb.SessionInput{Key: key}
 			switch p := position[i]; {
 			case p == len(ids):
-				entry.Finish = finish
+				request.Sessions = append(request.Sessions, &pb.SessionInput{Key: key, Finish: finish})
 				position[i] = -1
 			case p == -1:
-				entry.Open = open
-				entry.Steps = []*pb.Step{{TokenIds: ids[0:1]}}
+				request.Sessions = append(request.Sessions,
+					&pb.SessionInput{Key: key, Open: open, Steps: []*pb.Step{{TokenIds: ids[0:1]}}})
 				position[i] = 1
 			default:
-				entry.Steps = []*pb.Step{{TokenIds: ids[p : p+1]}}
+				packed.Keys = append(packed.Keys, key)
+				packed.TokenIds = append(packed.TokenIds, ids[p])
 				position[i] = p + 1
 			}
-			request.Sessions[i] = entry
 		}
 		tick = tick.Add(period)
 		time.Sleep(time.Until(tick))
