@@ -134,6 +134,21 @@ def test_packed_items_keep_the_rules_of_entries(small_client, small_server):
     _wait_for(lambda: small_server.handle.servicer.gate.active == 0)  # "b" freed when the stream closed
 
 
+def test_a_session_resumed_before_its_first_reply_answers_packed(small_client):
+    """A resume point of {0, 0} (no reply was received yet) replays nothing: the session's
+    steps take the packed path at once."""
+    open_ = open_message("qwen3")
+    open_.resumable = True
+    open_.resume.SetInParent()
+    messages = [
+        pb.ParseBatchRequest(sessions=[pb.SessionInput(key="a", open=open_)]),
+        _packed(["a"], [HELLO]),
+    ]
+    _, reply = small_client.stub.ParseBatch(iter(messages), timeout=30)
+    assert list(reply.packed.keys) == ["a"] and list(reply.packed.texts) == ["Hello"]
+    assert (reply.packed.sequences[0], reply.packed.client_messages[0]) == (1, 2)
+
+
 @pytest.mark.parametrize(
     ("message", "code", "words"),
     [

@@ -425,8 +425,9 @@ class SessionProtocol:
         self.session = open_session(model, options)
         self.resumable = open_.resumable
         if open_.HasField("resume"):  # the resume seam: the history replays silently in _apply
-            self.replay = Replay(open_.resume.client_messages, open_.resume.sequence)
+            replay = Replay(open_.resume.client_messages, open_.resume.sequence)  # checks the point
             self.counts.replayed = open_.resume.client_messages
+            self.replay = replay if replay.until else None  # at {0, 0} no message is silent
 
     def _apply(self, message: Input, into: Output | None) -> Output | None:
         replay = self.replay
