@@ -102,6 +102,7 @@ def test_cpp_client_against_real_server(cpp_build):
             "LiveServer.LogprobStepsResolve",
             "BatchLive.ManySessionsOneTokenPerStep",
             "BatchLive.SessionErrors",
+            "BatchLive.PackedAndUnpackedEntriesInOneStep",
             "BatchLive.EmptyKeyEndsTheStream",
             "LiveServer.Callbacks",
             "LiveServer.ConcurrentSessions",

@@ -4,6 +4,7 @@
 // reply per message, in order, and a refused session does not end the stream (its status is in
 // its output), so nothing needs the callback API's view of the stream's headers.
 #include "parsetier/batch.h"
+#include "packed.h"
 #include "parts.h"
 
 namespace parsetier {
@@ -53,27 +54,31 @@ void Batch::Cancel(const std::string& key) {
 
 void Batch::Send() {
   if (closed_) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: the batch stream is closed");
-  v1::ParseBatchRequest message;
-  message.Swap(&pending_);
+  std::vector<internal::SentEntry> sent;
+  v1::ParseBatchRequest message = internal::WireRequest(pending_, sent);
   index_.clear();
   if (!stream_->Write(message)) Fail();  // the stream has ended: its status says why
+  sent_.push_back(std::move(sent));
   ++in_flight_;
 }
 
 std::vector<v1::SessionOutput> Batch::Recv() {
   if (closed_) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: the batch stream is closed");
+  if (sent_.empty()) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: Recv with no message in flight");
   v1::ParseBatchResponse reply;
   grpc::Status broken;
   do {
     if (!stream_->Read(&reply)) Fail();
   } while (!internal::JoinParts(reply, parts_, in_parts_, broken));  // a large reply comes in parts
+  std::vector<v1::SessionOutput> outputs;
+  if (broken.ok()) outputs = internal::EntryOutputs(reply, sent_.front(), broken);
   if (!broken.ok()) {
     context_.TryCancel();
     Fail(broken);
   }
+  sent_.pop_front();
   --in_flight_;
-  return {std::make_move_iterator(reply.mutable_sessions()->begin()),
-          std::make_move_iterator(reply.mutable_sessions()->end())};
+  return outputs;
 }
 
 std::vector<v1::SessionOutput> Batch::Step() {
@@ -88,6 +93,7 @@ grpc::Status Batch::Close() {
   while (stream_->Read(&reply)) {
   }
   in_flight_ = 0;
+  sent_.clear();
   closed_ = true;
   status_ = stream_->Finish();
   return status_;

@@ -2,6 +2,7 @@
 // message per engine step.
 #pragma once
 
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -10,6 +11,10 @@
 #include "parsetier/client.h"
 
 namespace parsetier {
+
+namespace internal {
+struct SentEntry;
+}  // namespace internal
 
 // One ParseBatch stream. A serving loop queues what each request did during the engine step
 // (Open, Feed, Finish, Cancel), keyed by a name it chooses per request, and calls Step once: the
@@ -21,6 +26,12 @@ namespace parsetier {
 // the stream itself ended (malformed framing, the stream's limits, the server going away). Send
 // and Recv split Step for a loop that overlaps the round trip with its own work: replies come
 // in order, one per Send. One thread drives a Batch. Destroying it unclosed cancels the stream.
+//
+// On the wire, every entry that is exactly one step of token ids (a Feed of one step, and
+// nothing else queued for its key in this step) goes as a packed item (ParseBatchRequest.packed,
+// docs/service.md "Packed steps"), and the packed outputs of the reply come back as the
+// SessionOutputs they stand for, in the order of the step's entries: callers see the same
+// outputs, in the same order, as if every entry went as a SessionInput.
 class Batch {
  public:
   ~Batch();
@@ -35,7 +46,7 @@ class Batch {
   void Cancel(const std::string& key);
 
   void Send();                             // the queued entries, as one message
-  std::vector<v1::SessionOutput> Recv();   // the reply to the oldest message sent
+  std::vector<v1::SessionOutput> Recv();   // the reply to the oldest message sent (none: Error)
   std::vector<v1::SessionOutput> Step();   // Send, then Recv
   // Receives the replies still in flight, closes the stream and returns its status.
   grpc::Status Close();
@@ -51,8 +62,11 @@ class Batch {
 
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ParseBatchRequest, v1::ParseBatchResponse>> stream_;
-  v1::ParseBatchRequest pending_;
+  v1::ParseBatchRequest pending_;               // the queued entries, all as SessionInputs
   std::unordered_map<std::string, int> index_;  // key -> its entry in pending_
+  // Per message in flight, oldest first: its entries' keys and which went packed (empty when
+  // none did), to put the reply in the entries' order.
+  std::deque<std::vector<internal::SentEntry>> sent_;
   std::string parts_;  // a reply sent in parts, so far
   bool in_parts_ = false;
   int in_flight_ = 0;
