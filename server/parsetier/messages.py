@@ -172,32 +172,43 @@ _set_token_ids = Delta.__dict__["token_ids"].__set__
 _new = object.__new__
 
 
+class _DeltaSlots:
+    """``Delta``'s slots on a plain class. The per-token path fills one with ordinary attribute
+    stores (a third of the descriptor calls' cost) and then makes it a ``Delta`` by assigning
+    ``__class__``, which Python allows between classes of the same slot layout."""
+
+    __slots__ = Delta.__slots__
+
+
+class _ToolCallDeltaSlots:
+    """``ToolCallDelta``'s slots, as ``_DeltaSlots`` holds ``Delta``'s."""
+
+    __slots__ = ToolCallDelta.__slots__
+
+
 def text_delta(reasoning: str, content: str) -> Delta:
-    """``Delta(reasoning, content)`` for the per-token path: calling the class runs its
-    ``__init__`` through ``type.__call__`` (about 0.4 µs more than the same stores made here)."""
-    delta = _new(Delta)
-    _set_reasoning(delta, reasoning)
-    _set_content(delta, content)
-    _set_tool_calls(delta, ())
-    _set_logprobs(delta, ())
-    _set_token_ids(delta, ())
-    return delta
+    """``Delta(reasoning, content)``, for the per-token path (about half the cost)."""
+    delta = _new(_DeltaSlots)
+    delta.reasoning = reasoning
+    delta.content = content
+    delta.tool_calls = delta.logprobs = delta.token_ids = ()
+    delta.__class__ = Delta  # type: ignore[assignment]
+    return delta  # type: ignore[return-value]
 
 
 def arguments_delta(index: int, arguments: str) -> Delta:
     """``Delta("", "", (ToolCallDelta(index, arguments),))``, made as ``text_delta`` is."""
-    call = _new(ToolCallDelta)
-    _set_index(call, index)
-    _set_arguments(call, arguments)
-    _set_id(call, None)
-    _set_name(call, None)
-    delta = _new(Delta)
-    _set_reasoning(delta, "")
-    _set_content(delta, "")
-    _set_tool_calls(delta, (call,))
-    _set_logprobs(delta, ())
-    _set_token_ids(delta, ())
-    return delta
+    call = _new(_ToolCallDeltaSlots)
+    call.index = index
+    call.arguments = arguments
+    call.id = call.name = None
+    call.__class__ = ToolCallDelta  # type: ignore[assignment]
+    delta = _new(_DeltaSlots)
+    delta.reasoning = delta.content = ""
+    delta.tool_calls = (call,)
+    delta.logprobs = delta.token_ids = ()
+    delta.__class__ = Delta  # type: ignore[assignment]
+    return delta  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
