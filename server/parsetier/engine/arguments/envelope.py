@@ -11,16 +11,22 @@ from parsetier.engine import json_bounds
 from parsetier.engine.arguments.common import SENTINEL, CallsReader, Emit
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN, JsonValueScanner
 
+# A JSON string's body up to its closing quote. Possessive: a body cannot end before an unescaped
+# quote, so giving characters back never finds another match, and the regex engine (partial
+# matches above all) would otherwise retry every split of it (over a quarter of a head match's cost).
+_STRING_BODY = r'(?:[^"\\]++|\\.)*+'
 # Keys a call object may carry besides its name and arguments, skipped before and between them:
 # ``"type": "function"`` (Llama 3's example) and the id the model numbered the call with (Cohere
 # Command's ``"tool_call_id": "0"``; the delivered id is still derived, docs/engine.md).
-_SKIPPED = r'(?:(?:"type"\s*:\s*"function"|"(?:id|tool_call_id)"\s*:\s*"(?:[^"\\]|\\.)*")\s*,\s*)*'
+_SKIPPED = r'(?:(?:"type"\s*:\s*"function"|"(?:id|tool_call_id)"\s*:\s*"' + _STRING_BODY + r'")\s*,\s*)*'
 _NAME_KEY = r'"(?:name|tool_name)"'
 _HEAD = regex.compile(
     r"\s*\{\s*"
     + _SKIPPED
     + _NAME_KEY
-    + r'\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"\s*,\s*'
+    + r'\s*:\s*"(?P<name>'
+    + _STRING_BODY
+    + r')"\s*,\s*'
     + _SKIPPED
     + r'"(?:arguments|parameters)"\s*:\s*(?=\S)',
     regex.DOTALL,
@@ -28,7 +34,9 @@ _HEAD = regex.compile(
 _HEAD_ARGS_FIRST = regex.compile(
     r"\s*\{\s*" + _SKIPPED + r'"(?:arguments|parameters)"\s*:\s*(?=\S)', regex.DOTALL
 )
-_NAME_AFTER = regex.compile(r"\s*,\s*" + _NAME_KEY + r'\s*:\s*"(?P<name>(?:[^"\\]|\\.)*)"', regex.DOTALL)
+_NAME_AFTER = regex.compile(
+    r"\s*,\s*" + _NAME_KEY + r'\s*:\s*"(?P<name>' + _STRING_BODY + r')"', regex.DOTALL
+)
 # Either the opening bracket, or (no bracket) the first non-space character of a bare call list; written
 # without an optional "[" so that a buffer ending right after "[" is a complete match, not a partial one.
 _LIST_OPEN = regex.compile(r"\s*(?:(?P<open>\[)|(?=[^\s\[]))", regex.DOTALL)
@@ -37,7 +45,7 @@ _HEAD_LIMIT = 4096
 _STRUCTURE = {"list?": _LIST_OPEN, "head": _HEAD, "next": _LIST_NEXT, "name-after": _NAME_AFTER}
 # Keyed objects (Apertus): the tool's name is the only key and its value the arguments,
 # ``{"get_weather": {"city": "Paris"}}``; arguments that are not an object are no call.
-_HEAD_KEYED = regex.compile(r'\s*\{\s*"(?P<name>(?:[^"\\]|\\.)*)"\s*:\s*(?=\{)', regex.DOTALL)
+_HEAD_KEYED = regex.compile(r'\s*\{\s*"(?P<name>' + _STRING_BODY + r')"\s*:\s*(?=\{)', regex.DOTALL)
 
 
 class EnvelopeReader(CallsReader):
@@ -216,6 +224,8 @@ class EnvelopeReader(CallsReader):
 
 
 def _unescape(json_string_body: str) -> str:
+    if "\\" not in json_string_body:  # no escape: decoding would give the text back, or fail
+        return json_string_body
     try:
         return json.loads(f'"{json_string_body}"')
     except ValueError:
