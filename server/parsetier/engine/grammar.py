@@ -238,11 +238,12 @@ class BoundGrammar:
     """States from which plain text (no marker token in it) can never move the output into or
     out of reasoning: there a run of plain ids may be parsed as one piece and still be counted
     exactly (see ``run_states``)."""
-    plain_states: frozenset[str] = frozenset()
-    """States where text without a sentinel is, whole, the state's own text: every terminal they
-    listen for starts with a sentinel and nothing moves them on text (no ``text_next``). Text
-    without a marker token can neither hold nor begin a terminal there (``Machine.feed``'s fast
-    path)."""
+    plain_stops: Mapping[str, tuple[bool, re.Pattern[str]]] = field(default_factory=dict)
+    """Content and reasoning states that nothing moves on text (no ``text_next``) → (whether no
+    terminal of theirs starts with an ASCII character, the characters a piece must not hold):
+    any sentinel, and the first character of each terminal they listen for. A piece without
+    them can neither hold nor begin a terminal there: it is, whole, the state's own text
+    (``Machine.feed``'s fast path; ASCII text is such a piece at once when the flag is set)."""
 
     @classmethod
     def build(cls, grammar: Grammar, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
@@ -312,13 +313,19 @@ class BoundGrammar:
                 for tid in special | set(sentinel_of_id)
             },
             run_states=run_states(grammar, patterns),
-            plain_states=frozenset(
-                name
+            plain_stops={
+                name: _plain_stops([patterns[t] for t in state.on])
                 for name, state in grammar.states.items()
-                if state.text_next is None
-                and all(SENTINEL_RE.match(patterns[t]) is not None for t in state.on)
-            ),
+                if state.kind in ("content", "reasoning") and state.text_next is None
+            },
         )
+
+
+def _plain_stops(patterns: list[str]) -> tuple[bool, re.Pattern[str]]:
+    """``BoundGrammar.plain_stops`` of a state listening for ``patterns``."""
+    firsts = sorted({p[0] for p in patterns if p and SENTINEL_RE.match(p) is None})
+    stops = re.compile("[" + "".join(re.escape(c) for c in firsts) + SENTINEL_RE.pattern[1:])
+    return all(not c.isascii() for c in firsts), stops
 
 
 def run_states(grammar: Grammar, patterns: Mapping[str, str]) -> frozenset[str]:

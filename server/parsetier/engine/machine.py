@@ -82,9 +82,12 @@ class Machine:
         self._scan = self._tsets[start].scan
         """The state's terminal scanner, looked up when the state changes, not per piece of text."""
         self._in_reasoning = self._state.kind == "reasoning"
-        self._plain_states = bound.plain_states
-        self._plain = _plain_kind(self._state, self._plain_states)
-        """The event kind text of this state makes when no sentinel is in it, or None (``feed``)."""
+        self._plain: EventKind | None = None
+        """The event kind of this state's text when the fast path applies, else None (``feed``)."""
+        self._plain_stop: re.Pattern[str] | None = None
+        """What a piece must not hold for the fast path; None: only a sentinel, and ASCII text
+        has none (most states: checked without a search)."""
+        self._set_plain(self._state)
         self._hold = ""
         self._events: list[Event] = []
         self._tokens = 0
@@ -110,9 +113,10 @@ class Machine:
     def feed(self, text: str, tokens: int = 0) -> list[Event]:
         """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens.
 
-        The fast path is most tokens' way: in a content or reasoning state whose terminals all
-        start with a sentinel, text without one is the state's text, whole (what ``_run`` would
-        find, without lexing), unless something is held back or waiting to be taken."""
+        The fast path is most tokens' way: in a content or reasoning state, text that holds no
+        sentinel and no first character of the state's terminals (``BoundGrammar.plain_stops``)
+        is the state's text, whole (what ``_run`` would find, without lexing), unless something
+        is held back or waiting to be taken."""
         if self._in_reasoning:
             self.reasoning_tokens += tokens
         kind = self._plain
@@ -121,7 +125,11 @@ class Machine:
             and text
             and not self._hold
             and not self._events
-            and (text.isascii() or SENTINEL_RE.search(text) is None)
+            and (
+                (text.isascii() or SENTINEL_RE.search(text) is None)
+                if self._plain_stop is None
+                else self._plain_stop.search(text) is None
+            )
         ):
             event = _new_event(Event, (kind, text, -1, self._tokens + tokens, ""))
             self._tokens = 0
@@ -247,6 +255,16 @@ class Machine:
         # inside a call block is never content.
         return "end" in transition.follow
 
+    def _set_plain(self, state: State) -> None:
+        """The fast path's view of ``state`` (``BoundGrammar.plain_stops``)."""
+        stops = self._bound.plain_stops.get(state.name)
+        if stops is None:
+            self._plain = None
+            return
+        self._plain = CONTENT if state.kind == "content" else REASONING
+        ascii_ok, stop = stops
+        self._plain_stop = None if ascii_ok and stop.pattern == SENTINEL_RE.pattern else stop
+
     # ------------------------------------------------------------------ transitions
     def _fire(self, transition: Transition, pattern: str, state: State) -> None:
         nxt, actions = transition.next, transition.actions
@@ -277,7 +295,7 @@ class Machine:
             self._kind = _KINDS[target.kind]
             self._scan = self._tsets[nxt].scan
             self._in_reasoning = target.kind == "reasoning"
-            self._plain = _plain_kind(target, self._plain_states)
+            self._set_plain(target)
             self._kind.enter(self, target, pattern, state.kind)
 
     # ------------------------------------------------------------------ calls
@@ -503,13 +521,6 @@ _ACTIONS: Mapping[str, Callable[[Machine, Mapping[str, str], str], None]] = {
 }
 """Every action of ``grammar.ACTIONS``: what it does, given a capture rule's groups and the captured
 text."""
-
-
-def _plain_kind(state: State, plain_states: frozenset[str]) -> EventKind | None:
-    """``Machine._plain`` for ``state``: ``BoundGrammar.plain_states`` of content or reasoning kind."""
-    if state.name not in plain_states:
-        return None
-    return CONTENT if state.kind == "content" else REASONING if state.kind == "reasoning" else None
 
 
 def _first_non_space(text: str, start: int, end: int) -> int:
