@@ -65,3 +65,22 @@ def client(grpc_server) -> Iterator:
 
     with Client(grpc_server.target, timeout=60) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def small_server(registry, request) -> Iterator:
+    """A server with the test module's own ``LIMITS`` (small ones, so every limit is reachable),
+    shared by that module's tests."""
+    from grpc_servers import ThreadServer
+
+    registry.get("qwen3")
+    with ThreadServer(registry, request.module.LIMITS) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def small_client(small_server) -> Iterator:
+    from parsetier_client import Client
+
+    with Client(small_server.target, timeout=30) as client:
+        yield client

@@ -26,6 +26,15 @@ from parsetier.service.server import ServerHandle
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def wait_for(condition, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it holds (what a server does after a reply, such as freeing a
+    stream's sessions, happens just after the client sees the reply); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
 class ThreadServer:
     """A server on 127.0.0.1 with its own event loop thread. ``with ThreadServer(...) as s: s.target``."""
 

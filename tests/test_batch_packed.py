@@ -4,15 +4,13 @@ broken packed framing ends the stream as any malformed framing does."""
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
 
-from grpc_servers import ThreadServer
+from grpc_servers import wait_for
 from parsetier.service import Limits
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client import Client, StepBuilder, open_message, session_error
+from parsetier_client import StepBuilder, open_message, session_error
 from parsetier_client.packed import outputs_of
 from service_samples import WEATHER_TOOLS
 
@@ -82,19 +80,6 @@ def test_packed_items_answer_exactly_as_entries(client, encode):
 LIMITS = Limits(max_tokens_per_session=5, max_items_per_message=6, max_sessions_per_stream=4)
 
 
-@pytest.fixture(scope="module")
-def small_server(registry):
-    registry.get("qwen3")
-    with ThreadServer(registry, LIMITS) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def small_client(small_server):
-    with Client(small_server.target, timeout=30) as client:
-        yield client
-
-
 def _packed(keys: list[str], ids: list[int], counts: list[int] | None = None) -> pb.ParseBatchRequest:
     message = pb.ParseBatchRequest()
     message.packed.keys.extend(keys)
@@ -131,7 +116,7 @@ def test_packed_items_keep_the_rules_of_entries(small_client, small_server):
     assert third["b"].client_messages == 3
     assert replies[3] == {}
     assert (replies[4]["b"].sequence, replies[4]["b"].client_messages) == (3, 5)
-    _wait_for(lambda: small_server.handle.servicer.gate.active == 0)  # "b" freed when the stream closed
+    wait_for(lambda: small_server.handle.servicer.gate.active == 0)  # "b" freed when the stream closed
 
 
 def test_a_session_resumed_before_its_first_reply_answers_packed(small_client):
@@ -165,7 +150,7 @@ def test_broken_packed_framing_ends_the_stream(small_client, small_server, messa
     with pytest.raises(grpc.RpcError) as info:
         list(call)
     assert info.value.code() == code and words in info.value.details()
-    _wait_for(lambda: small_server.handle.servicer.gate.active == 0)  # "a" was freed with the stream
+    wait_for(lambda: small_server.handle.servicer.gate.active == 0)  # "a" was freed with the stream
 
 
 def test_step_builder_packs_the_usual_entries():
@@ -189,10 +174,3 @@ def test_step_builder_packs_the_usual_entries():
     again = builder.take()
     assert list(again.packed.keys) == ["x", "y"] and not again.packed.token_counts  # one id each
     assert not again.sessions and not builder.take().HasField("packed")
-
-
-def _wait_for(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)

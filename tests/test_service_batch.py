@@ -10,10 +10,10 @@ import time
 import grpc
 import pytest
 
-from grpc_servers import ThreadServer
+from grpc_servers import wait_for
 from parsetier.service import Limits
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client import AsyncClient, Client, StepBuilder, open_message, session_error
+from parsetier_client import AsyncClient, StepBuilder, open_message, session_error
 from service_samples import WEATHER_TOOLS
 
 Code = grpc.StatusCode
@@ -166,19 +166,6 @@ LIMITS = Limits(
 )
 
 
-@pytest.fixture(scope="module")
-def small_server(registry):
-    registry.get("qwen3")
-    with ThreadServer(registry, LIMITS) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def small_client(small_server):
-    with Client(small_server.target, timeout=30) as client:
-        yield client
-
-
 def test_per_session_limits_end_only_their_session(small_client):
     with small_client.batch() as batch:
         for key in ("steps", "tokens", "text"):
@@ -208,7 +195,7 @@ def test_sessions_per_stream_refuses_the_open_only(small_client, small_server):
         batch.open("d", "qwen3")  # "a" ends in this step's first entry, which frees a place
         results = batch.step()
         assert results["a"].HasField("final") and "d" not in results
-    _wait_for(lambda: small_server.handle.servicer.gate.active == 0)
+    wait_for(lambda: small_server.handle.servicer.gate.active == 0)
 
 
 def test_items_per_message_and_empty_keys_end_the_stream(small_client, small_server):
@@ -221,7 +208,7 @@ def test_items_per_message_and_empty_keys_end_the_stream(small_client, small_ser
     with pytest.raises(grpc.RpcError) as info:
         batch.receive()
     assert info.value.code() == Code.RESOURCE_EXHAUSTED and "4" in info.value.details()
-    _wait_for(lambda: small_server.handle.servicer.gate.active == 0)  # "a" was freed with the stream
+    wait_for(lambda: small_server.handle.servicer.gate.active == 0)  # "a" was freed with the stream
 
     batch = small_client.batch()
     batch.feed("", [HELLO])
@@ -284,7 +271,7 @@ def test_idle_stream_with_open_sessions_is_ended(small_server):
 
     code, waited = asyncio.run(run())
     assert code == Code.DEADLINE_EXCEEDED and waited < 5
-    _wait_for(lambda: small_server.handle.servicer.gate.active == 0)
+    wait_for(lambda: small_server.handle.servicer.gate.active == 0)
 
 
 def test_closing_or_cancelling_the_stream_frees_its_sessions(small_server, small_client):
@@ -295,14 +282,14 @@ def test_closing_or_cancelling_the_stream_frees_its_sessions(small_server, small
     batch.step()
     assert small_server.handle.servicer.gate.active == 2
     batch.close()
-    _wait_for(lambda: small_server.handle.servicer.gate.active == 0)
+    wait_for(lambda: small_server.handle.servicer.gate.active == 0)
 
     batch = small_client.batch()
     batch.open("a", "qwen3")
     batch.step()
     assert small_server.handle.servicer.gate.active == 1
     batch.cancel_stream()
-    _wait_for(lambda: small_server.handle.servicer.gate.active == 0)
+    wait_for(lambda: small_server.handle.servicer.gate.active == 0)
 
 
 def test_step_builder_merges_a_sessions_parts():
@@ -317,10 +304,3 @@ def test_step_builder_merges_a_sessions_parts():
     assert entry.open.model == "qwen3" and [list(s.token_ids) for s in entry.steps] == [[1, 2], [3]]
     assert entry.finish.reason == pb.FINISH_REASON_LENGTH and message.sessions[1].steps[0].text == "text"
     assert not builder.take().sessions
-
-
-def _wait_for(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)

@@ -4,12 +4,11 @@ error; a server bug's status never carries exception text; a client that leaves 
 from __future__ import annotations
 
 import logging
-import time
 
 import grpc
 import pytest
 
-from grpc_servers import server_logs
+from grpc_servers import server_logs, wait_for
 from parsetier import protocol as protocol_module
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, open_message
@@ -38,7 +37,7 @@ def test_undecodable_parse_message_is_invalid_argument(grpc_server, case):
             list(call(iter([GARBAGE[case]]), timeout=30))
         assert info.value.code() == Code.INVALID_ARGUMENT, info.value.details()
         assert "not a valid parsetier.v1.ParseRequest" in info.value.details()
-        _wait_for(lambda: logs.session_ends("Parse"))
+        wait_for(lambda: logs.session_ends("Parse"))
         [end] = logs.session_ends("Parse")
         assert end["outcome"] == "INVALID_ARGUMENT"
         assert not [r for r in logs.records if r.levelno >= logging.ERROR or r.exc_info]
@@ -77,7 +76,7 @@ def test_internal_errors_do_not_leak_exception_text(grpc_server, monkeypatch):
             client.parse_once("qwen3", [9707])
         assert info.value.code() == Code.INTERNAL
         assert "secret" not in info.value.details() and "RuntimeError" not in info.value.details()
-        _wait_for(lambda: logs.session_ends("ParseOnce"))
+        wait_for(lambda: logs.session_ends("ParseOnce"))
         assert any(r.exc_info for r in logs.records)  # the server log keeps the traceback
 
 
@@ -95,14 +94,7 @@ def test_a_client_that_leaves_is_logged_as_cancelled(grpc_server, when):
             for _ in range(200):
                 stream.send([9707])
         stream.cancel()
-        _wait_for(lambda: logs.session_ends("Parse"))
+        wait_for(lambda: logs.session_ends("Parse"))
         [end] = logs.session_ends("Parse")
         assert end["outcome"] == "CANCELLED", end
         assert not [r for r in logs.records if r.levelno >= logging.ERROR]
-
-
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)

@@ -8,10 +8,9 @@ import time
 import grpc
 import pytest
 
-from grpc_servers import ThreadServer
 from parsetier.service import Limits
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client import AsyncClient, Client, open_message
+from parsetier_client import AsyncClient, open_message
 
 Code = grpc.StatusCode
 LIMITS = Limits(
@@ -21,19 +20,6 @@ LIMITS = Limits(
     max_sessions=2,
     idle_timeout=0.5,
 )
-
-
-@pytest.fixture(scope="module")
-def small_server(registry):
-    registry.get("qwen3")
-    with ThreadServer(registry, LIMITS) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def small_client(small_server):
-    with Client(small_server.target, timeout=30) as client:
-        yield client
 
 
 def _code(fn) -> grpc.StatusCode:
