@@ -21,7 +21,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from parsetier.models import ModelRegistry
-from parsetier.service import metrics, reflection
+from parsetier.service import collector, metrics, reflection
 from parsetier.service.accepts import ExtraAccepts
 from parsetier.service.admission import CountedHealthServicer, StreamCount
 from parsetier.service.decoding import add_servicer
@@ -204,6 +204,7 @@ async def _preload(registry: ModelRegistry, names: Sequence[str]) -> None:
         except Exception as exc:
             SERVER_LOG.error("model failed to load", extra={"fields": {"model": name, "error": str(exc)}})
     if names:
+        collector.freeze_loaded()
         elapsed = round(time.monotonic() - started, 3)
         SERVER_LOG.info("models loaded", extra={"fields": {"models": len(names), "seconds": elapsed}})
 
@@ -248,6 +249,7 @@ async def _serve(
     server_options: dict[str, Any],
 ) -> bool:
     handle = await build_server(registry, limits, host, port, **server_options)
+    collector.tune()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

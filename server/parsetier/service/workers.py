@@ -31,7 +31,7 @@ from typing import Any
 
 from parsetier.models import ModelRegistry
 from parsetier.protocol import Limits
-from parsetier.service import logs
+from parsetier.service import collector, logs
 from parsetier.service.logs import SERVER_LOG
 
 READY_TIMEOUT = 120.0
@@ -100,6 +100,8 @@ def serve_workers(
             extra={"fields": {"models": len(preload), "seconds": round(time.monotonic() - started, 3)}},
         )
         preload = ()
+    collector.tune()  # the workers inherit both
+    collector.freeze_loaded()
     supervisor = _Supervisor(registry, limits, host, port, grace, preload, log_level)
     supervisor.server_options = dict(server_options or {})
     supervisor.metrics_on = metrics_on
