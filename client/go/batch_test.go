@@ -78,15 +78,7 @@ func TestBatchManySessionsOneTokenPerStep(t *testing.T) {
 		if !proto.Equal(finals[key(i)], final) {
 			t.Errorf("session %d final\n got %v\nwant %v", i, finals[key(i)], final)
 		}
-		got := deltas[key(i)]
-		if len(got) != len(streamed) {
-			t.Fatalf("session %d: %d deltas, the Parse stream %d", i, len(got), len(streamed))
-		}
-		for j := range got {
-			if !proto.Equal(got[j], streamed[j]) {
-				t.Errorf("session %d delta %d: %v, the Parse stream %v", i, j, got[j], streamed[j])
-			}
-		}
+		sameDeltas(t, fmt.Sprintf("session %d", i), deltas[key(i)], streamed)
 	}
 }
 
