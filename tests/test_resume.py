@@ -167,7 +167,7 @@ def test_a_parse_batch_session_resumes_like_a_stream(client, encode):
 
 def test_clients_do_not_resume_the_servers_own_internal_error():
     """The server's INTERNAL (a bug it logged) is the request's own; a proxy's reset is not."""
-    from parsetier.protocol import INTERNAL_MESSAGE
+    from parsetier.batch_protocol import INTERNAL_MESSAGE
     from parsetier_client.resume import retryable
 
     assert not retryable(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)

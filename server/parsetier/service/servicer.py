@@ -20,12 +20,10 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from parsetier.batch_protocol import BatchHooks, BatchProtocol, NeedModels
 from parsetier.models import Model, ModelRegistry, TokenizerState
 from parsetier.protocol import (
-    BatchHooks,
-    BatchProtocol,
     NeedModel,
-    NeedModels,
     Reply,
     SessionCounts,
     SessionProtocol,

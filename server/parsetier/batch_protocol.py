@@ -1,0 +1,347 @@
+"""The rules of one ``ParseBatch`` stream, sans-IO: many sessions over one stream, each driven by
+its own ``SessionProtocol`` (``parsetier.protocol``), one reply per client message.
+
+A message's entries (``SessionInput``) and packed items (``PackedSteps``) go, each, to its
+session's protocol exactly as a ``Parse`` message would; what this file adds is the stream's own
+framing: keys, the table of open sessions, the stream's limits, where each session's output or
+status goes in the reply, and the packed form of both. The servicer drives it as it drives a
+``SessionProtocol``: ``receive`` returns the reply, or ``NeedModels`` to load first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from parsetier.models import Model
+from parsetier.protocol import Limits, NeedModel, SessionCounts, SessionProtocol, State
+from parsetier.status import Code, ProtocolError, error_of, exhausted, invalid, out_of_order
+from parsetier_api.v1 import parsetier_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class NeedModels:
+    """The message opens sessions of models this stream has not used yet: load each and pass
+    them (or the exception its load raised) to ``BatchProtocol.supply_models``."""
+
+    names: tuple[str, ...]
+
+
+class BatchHooks:
+    """What a ``BatchProtocol`` asks of its host when sessions begin and end; the defaults
+    admit everything and forget. The servicer's hooks count sessions in the server's gate and
+    log each session's end."""
+
+    def new_counts(self) -> SessionCounts:
+        return SessionCounts()
+
+    def admit(self) -> None:
+        """Raise ``ProtocolError`` to refuse a new session (the server is full or draining)."""
+
+    def ended(self, counts: SessionCounts, error: ProtocolError | None, admitted: bool) -> None:
+        """A session ended: finished (``error`` None), failed, cancelled or cut with its stream."""
+
+
+CANCELLED_BY_CLIENT = "the client cancelled the session"
+INTERNAL_MESSAGE = "internal server error; the server log has the details"
+"""A server bug's status says nothing about the exception (its text may hold request data)."""
+
+
+class BatchProtocol:
+    """The rules of one ``ParseBatch`` stream: a table of key → ``SessionProtocol``, one reply per
+    client message. Each entry goes to its session's protocol exactly as a ``Parse`` message
+    would, so a multiplexed session answers byte for byte like a stream.
+
+    Errors: a session's error (anything its protocol raises, a refused open, a server bug in its
+    parsing) ends that session — its entry in the reply carries the status — and the stream goes
+    on. Malformed framing (an entry without a key) and the stream's own limit on entries per
+    message raise ``ProtocolError``: the stream ends, and ``close`` ends its sessions.
+    """
+
+    def __init__(self, limits: Limits, hooks: BatchHooks | None = None) -> None:
+        self.limits = limits
+        self.hooks = hooks or BatchHooks()
+        self.sessions: dict[str, SessionProtocol] = {}
+        self.models: dict[str, Model] = {}
+        """Models this stream's sessions use, looked up once per stream."""
+        self.client_messages = 0
+        self._pending: pb.ParseBatchRequest | None = None
+        self._load_errors: dict[str, BaseException] = {}
+
+    # ------------------------------------------------------------------ input
+    def receive(self, message: pb.ParseBatchRequest) -> NeedModels | pb.ParseBatchResponse:
+        """One client message (one engine step): the reply, or the models to load first."""
+        self.client_messages += 1
+        entries = list(message.sessions)
+        items = len(entries) + len(message.packed.keys)
+        if items > self.limits.max_items_per_message:
+            limit = self.limits.max_items_per_message
+            raise exhausted(f"{items} session entries in one message; the limit is {limit}")
+        models, sessions = self.models, self.sessions
+        # Only an entry of a key with no open session can open one (an Open for an open session
+        # is refused before it needs a model; a packed item never opens), so the usual entry
+        # costs no Open check here.
+        missing = {
+            e.open.model
+            for e in entries
+            if e.HasField("open") and e.open.model not in models and e.key not in sessions
+        }
+        if missing:
+            self._pending = message
+            return NeedModels(tuple(sorted(missing)))
+        return self._apply(message, entries)
+
+    def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
+        """The models ``NeedModels`` named, or the exception each load raised (that name's opens
+        fail with its status; nothing else does)."""
+        message, self._pending = self._pending, None
+        if message is None:
+            raise RuntimeError("supply_models without a pending message")
+        for name, model in loaded.items():
+            if isinstance(model, BaseException):
+                self._load_errors[name] = model
+            else:
+                self.models[name] = model
+        try:
+            return self._apply(message, list(message.sessions))
+        finally:
+            self._load_errors.clear()
+
+    def receive_eof(self) -> None:
+        """The client closed its side: sessions still open are dropped; the stream ends OK."""
+        self.close(ProtocolError(Code.CANCELLED, "the stream was closed before the session finished"))
+
+    def idle(self) -> None:
+        """No message for ``limits.idle_timeout``: fine with no session open, else the stream ends."""
+        if self.sessions:
+            raise ProtocolError(
+                Code.DEADLINE_EXCEEDED,
+                f"no message for {self.limits.idle_timeout:g} s with {len(self.sessions)} sessions open",
+            )
+
+    def close(self, error: ProtocolError) -> None:
+        """The stream is over: end every session still open with ``error``."""
+        sessions, self.sessions = self.sessions, {}
+        for protocol in sessions.values():
+            protocol.state = State.FAILED
+            self.hooks.ended(protocol.counts, error, True)
+
+    # ------------------------------------------------------------------ rules
+    def _apply(self, message: pb.ParseBatchRequest, entries: list[pb.SessionInput]) -> pb.ParseBatchResponse:
+        keys = [entry.key for entry in entries]
+        packed = Packed.of(message.packed) if message.HasField("packed") else None
+        every_key = keys + packed.keys if packed is not None else keys
+        if not all(every_key):
+            raise invalid("every session entry needs a non-empty key")
+        response = pb.ParseBatchResponse(client_messages=self.client_messages)
+        outputs = response.sessions
+        if len(set(every_key)) == len(every_key):
+            for key, entry in zip(keys, entries, strict=True):
+                self._entry(outputs, key, entry)
+            if packed is not None:
+                self._apply_packed(response, packed)
+            return response
+        # A key repeats: its first entry applies and every later one ends the session (packed
+        # items then go as the entries they stand for, to be held to the same rule).
+        seen: set[str] = set()
+        items = zip(keys, entries, strict=True)
+        if packed is not None:
+            pairs = zip(packed.keys, packed.steps(), strict=True)
+            items = itertools.chain(items, ((key, _entry_of(key, ids)) for key, ids in pairs))
+        for key, entry in items:
+            if key in seen:
+                error = invalid(f"session {key!r} appears twice in one message")
+                self._end_with(outputs, key, self.sessions.get(key), error)
+                continue
+            seen.add(key)
+            self._entry(outputs, key, entry)
+        return response
+
+    def _entry(self, outputs, key: str, entry: pb.SessionInput) -> None:
+        """Apply one session's entry; its output (or the status that ended it) goes in ``outputs``."""
+        sessions = self.sessions
+        protocol = sessions.get(key)
+        if protocol is not None and protocol.state is State.STREAMING and protocol.replay is None:
+            # The usual entry: one token-id step for an open session, nothing else.
+            steps = entry.steps
+            plain = not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
+            if plain and len(steps) == 1 and not steps[0].HasField("logprobs"):
+                ids = steps[0].token_ids
+                if ids:
+                    output = outputs.add()
+                    try:
+                        if protocol.feed_ids(ids, output):
+                            output.key = key
+                        else:
+                            del outputs[-1]
+                    except Exception as exc:
+                        del outputs[-1]
+                        self._end_with(outputs, key, protocol, _session_error(exc))
+                    return
+        if entry.cancel:
+            if protocol is not None:
+                self._end_with(outputs, key, protocol, ProtocolError(Code.CANCELLED, CANCELLED_BY_CLIENT))
+            return  # cancelling a session that already ended is a harmless race
+        if protocol is None:
+            protocol = self._open(outputs, key, entry)
+            if protocol is None:
+                return
+        output = outputs.add()
+        try:
+            reply = protocol.receive(entry, output)
+            if isinstance(reply, NeedModel):
+                reply = protocol.supply_model(self._model(reply.name), output)
+        except Exception as exc:
+            del outputs[-1]
+            self._end_with(outputs, key, protocol, _session_error(exc))
+            return
+        if reply.response is None:
+            del outputs[-1]
+        else:
+            output.key = key
+        if reply.finished:
+            del sessions[key]
+            self.hooks.ended(protocol.counts, None, True)
+
+    def _apply_packed(self, response: pb.ParseBatchResponse, packed: Packed) -> None:
+        """The packed items of a message whose keys are all distinct: each exactly as the entry
+        it stands for, with replies that are one plain text delta written packed."""
+        outputs = response.sessions
+        sessions, streaming = self.sessions, State.STREAMING
+        keys: list[str] = []
+        sequences: list[int] = []
+        messages: list[int] = []
+        texts: list[str] = []
+        reasoning: list[bool] = []
+        for key, ids in zip(packed.keys, packed.steps(), strict=True):
+            protocol = sessions.get(key)
+            if protocol is None or protocol.state is not streaming or protocol.replay is not None or not ids:
+                self._entry(outputs, key, _entry_of(key, ids))  # the rules' other cases
+                continue
+            try:
+                taken = protocol.take_ids(ids)
+            except Exception as exc:
+                self._end_with(outputs, key, protocol, _session_error(exc))
+                continue
+            if taken is None:
+                continue
+            deltas, events = taken
+            if not events and len(deltas) == 1:
+                delta = deltas[0]
+                if not (
+                    delta.tool_calls
+                    or delta.logprobs
+                    or delta.token_ids
+                    or (delta.reasoning and delta.content)
+                ):
+                    keys.append(key)
+                    sequences.append(protocol.sequence)
+                    messages.append(protocol.counts.client_messages)
+                    texts.append(delta.reasoning or delta.content)
+                    reasoning.append(bool(delta.reasoning))
+                    continue
+            protocol.write(outputs.add(key=key), deltas, events)
+        if keys:
+            out = response.packed
+            out.keys.extend(keys)
+            out.sequences.extend(sequences)
+            out.client_messages.extend(messages)
+            out.texts.extend(texts)
+            out.reasoning.extend(reasoning)
+
+    def _open(self, outputs, key: str, entry: pb.SessionInput) -> SessionProtocol | None:
+        """A new session for ``key``, or None when its first entry is refused (answered in
+        ``outputs``)."""
+        if not entry.HasField("open"):
+            _status(outputs, key, out_of_order(f"no open session {key!r}: its first entry must carry open"))
+            return None
+        counts = self.hooks.new_counts()
+        counts.model, counts.request_id = entry.open.model, entry.open.request_id
+        if len(self.sessions) >= self.limits.max_sessions_per_stream:
+            error = exhausted(
+                f"the stream has {len(self.sessions)} open sessions; the limit is "
+                f"{self.limits.max_sessions_per_stream}"
+            )
+            return self._refuse(outputs, key, counts, error)
+        try:
+            self.hooks.admit()
+        except ProtocolError as error:
+            return self._refuse(outputs, key, counts, error)
+        protocol = SessionProtocol(self.limits, counts)
+        self.sessions[key] = protocol
+        return protocol
+
+    def _refuse(self, outputs, key: str, counts: SessionCounts, error: ProtocolError) -> None:
+        counts.client_messages += 1
+        _status(outputs, key, error)
+        self.hooks.ended(counts, error, False)
+        return None
+
+    def _model(self, name: str) -> Model:
+        error = self._load_errors.get(name)
+        if error is not None:
+            raise error
+        return self.models[name]
+
+    def _end_with(self, outputs, key: str, protocol: SessionProtocol | None, error: ProtocolError) -> None:
+        """End a session with ``error`` and say so in the reply."""
+        _status(outputs, key, error)
+        if protocol is not None and self.sessions.get(key) is protocol:
+            del self.sessions[key]
+            protocol.state = State.FAILED
+            self.hooks.ended(protocol.counts, error, True)
+
+
+class Packed:
+    """A message's packed items (``PackedSteps``), checked as framing: their keys and, per key,
+    its token ids."""
+
+    __slots__ = ("counts", "ids", "keys")
+
+    def __init__(self, keys: list[str], counts: list[int], ids: list[int]) -> None:
+        self.keys, self.counts, self.ids = keys, counts, ids
+
+    @classmethod
+    def of(cls, packed: pb.PackedSteps) -> Packed:
+        keys, counts, ids = list(packed.keys), list(packed.token_counts), list(packed.token_ids)
+        if counts and len(counts) != len(keys):
+            raise invalid(f"packed: {len(counts)} token_counts for {len(keys)} keys")
+        expected = sum(counts) if counts else len(keys)
+        if expected != len(ids):
+            raise invalid(f"packed: the items take {expected} token_ids, and {len(ids)} came")
+        return cls(keys, counts, ids)
+
+    def steps(self) -> list[list[int]]:
+        """Each item's token ids."""
+        ids = self.ids
+        if not self.counts:
+            return [ids[i : i + 1] for i in range(len(ids))]
+        steps, at = [], 0
+        for n in self.counts:
+            steps.append(ids[at : at + n])
+            at += n
+        return steps
+
+
+def _entry_of(key: str, ids: list[int]) -> pb.SessionInput:
+    """A packed item as the entry it stands for."""
+    entry = pb.SessionInput(key=key)
+    if ids:
+        entry.steps.add().token_ids.extend(ids)
+    return entry
+
+
+def _session_error(exc: Exception) -> ProtocolError:
+    """The error that ends a multiplexed session; a server bug becomes INTERNAL for that session
+    alone (``__cause__`` keeps the exception for the host's log)."""
+    error = error_of(exc)
+    if error is None:
+        error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
+        error.__cause__ = exc
+    return error
+
+
+def _status(outputs, key: str, error: ProtocolError) -> None:
+    output = outputs.add(key=key)
+    output.status.code = int(error.code)
+    output.status.message = error.message
