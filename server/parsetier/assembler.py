@@ -69,7 +69,7 @@ class Assembler:
             kind = ev.kind
             if kind is CONTENT:
                 text, edges = ev.text, self._content_edges
-                if not (edges._started and not edges._held and text and not text[-1].isspace()):
+                if not (edges.passing and text and not text[-1].isspace()):
                     text = edges.push(text)  # (else ``push`` would return the text as it is)
                     if not text:
                         return []
@@ -77,7 +77,7 @@ class Assembler:
                 return [text_delta("", text)]
             if kind is REASONING:
                 text, edges = ev.text, self._reasoning_edges
-                if not (edges._started and not edges._held and text and not text[-1].isspace()):
+                if not (edges.passing and text and not text[-1].isspace()):
                     text = edges.push(text)
                 if not text or not self._show_reasoning:
                     return []
@@ -163,11 +163,14 @@ class EdgeTrim:
     emitted verbatim) or the stream ends (then it is never sent). Holding is the only way to trim
     the end of a stream without ever retracting what was sent."""
 
-    __slots__ = ("_held", "_started")
+    __slots__ = ("_held", "_started", "passing")
 
     def __init__(self) -> None:
         self._started = False
         self._held = ""
+        self.passing = False
+        """Started, with nothing held: ``push`` would return a text that ends in a visible
+        character unchanged, so the per-token path may skip the call."""
 
     def push(self, text: str) -> str:
         """Take ``text``; return what can be emitted now."""
@@ -179,9 +182,11 @@ class EdgeTrim:
         body = text.rstrip()
         if not body:
             self._held += text
+            self.passing = False
             return ""
         out = self._held + body
         self._held = text[len(body) :]
+        self.passing = not self._held
         return out
 
 
