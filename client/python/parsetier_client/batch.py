@@ -138,25 +138,8 @@ def _refused() -> grpc.aio.AioRpcError:
 
 class _BatchStream(StepBuilder):
     """What the blocking and the asyncio batch streams hold alike: the stub and call options, and
-    with resume on, the policy and the ledger of every session's history."""
-
-    def __init__(
-        self,
-        stub: pb_grpc.ParserServiceStub,
-        timeout: float | None,
-        metadata: Metadata,
-        policy: ResumePolicy | None,
-    ) -> None:
-        super().__init__(resumable=policy is not None)
-        self._stub, self._timeout, self._metadata = stub, timeout, metadata
-        self._policy = policy
-        self._ledger = BatchLedger() if policy is not None else None
-        self._closing = False
-
-
-class Batch(_BatchStream):
-    """A blocking ``ParseBatch`` stream (``Client.batch()``). Not thread-safe: one serving loop
-    drives it."""
+    with resume on, the policy and the ledger of every session's history. Each subclass's
+    ``_start`` opens its call."""
 
     def __init__(
         self,
@@ -165,16 +148,28 @@ class Batch(_BatchStream):
         metadata: Metadata = None,
         policy: ResumePolicy | None = None,
     ) -> None:
-        super().__init__(stub, timeout, metadata, policy)
+        super().__init__(resumable=policy is not None)
+        self._stub, self._timeout, self._metadata = stub, timeout, metadata
+        self._policy = policy
+        self._ledger = BatchLedger() if policy is not None else None
+        self._closing = False
         self._start(())
         self.in_flight = 0
         """Steps sent whose replies have not been received yet."""
         self._ended = False
 
+    def _start(self, messages: list[pb.ParseBatchRequest] | tuple[()]) -> None:
+        raise NotImplementedError
+
     @property
     def resumes(self) -> int:
         """How many times the batch moved its sessions to a new stream."""
         return self._ledger.resumes if self._ledger is not None else 0
+
+
+class Batch(_BatchStream):
+    """A blocking ``ParseBatch`` stream (``Client.batch()``). Not thread-safe: one serving loop
+    drives it."""
 
     def _start(self, messages: list[pb.ParseBatchRequest] | tuple[()]) -> None:
         """A new call fed from a fresh queue, which holds ``messages`` first."""
@@ -285,23 +280,8 @@ class AsyncBatch(_BatchStream):
     waits for the network), so that a resume can re-send the sessions' history ahead of later
     steps while ``receive()`` reads the replies."""
 
-    def __init__(
-        self,
-        stub: pb_grpc.ParserServiceStub,
-        timeout: float | None = None,
-        metadata: Metadata = None,
-        policy: ResumePolicy | None = None,
-    ) -> None:
-        super().__init__(stub, timeout, metadata, policy)
-        self._writer: asyncio.Task | None = None
-        self._start(())
-        self.in_flight = 0
-        self._ended = False
-
-    @property
-    def resumes(self) -> int:
-        """How many times the batch moved its sessions to a new stream."""
-        return self._ledger.resumes if self._ledger is not None else 0
+    _writer: asyncio.Task | None = None
+    """The task writing queued steps (resume on), once ``_start`` made one."""
 
     def _start(self, messages: list[pb.ParseBatchRequest] | tuple[()]) -> None:
         self._call = self._stub.ParseBatch(timeout=self._timeout, metadata=self._metadata)
