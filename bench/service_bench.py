@@ -597,7 +597,12 @@ PACED_CASES = [
     ("Parse", 250, 20.0, 2, 4),
     ("ParseBatch", 1000, 20.0, 1, 1),
     ("ParseBatch", 1000, 20.0, 2, 4),
+    # the same 1,000 sessions as 16 and 32 streams (an engine per stream, their steps spread
+    # over the period): a message's latency is its sessions times their cost
+    ("ParseBatch", 1000, 20.0, 1, 16),
+    ("ParseBatch", 1000, 20.0, 1, 32),
 ]
+PROBE = Path(__file__).resolve().parent / "machine_probe.py"
 
 
 def _scrape(port: int, rpc: str) -> dict[float | str, float]:
@@ -684,6 +689,7 @@ def paced(results: Results, ids: list[int]) -> None:
                 f"  paced {rpc} {sessions} x {rate:g}/s, {workers} workers: {server_ms}, {client}",
                 file=sys.stderr,
             )
+            probe = machine_probe(server_ms[0], rate, seconds, pin)
             results.paced.append(
                 {
                     "rpc": rpc,
@@ -696,8 +702,23 @@ def paced(results: Results, ids: list[int]) -> None:
                     "client": (client["p50"], client["p99"], client["p999"]),
                     "late": client["late_p99"],
                     "cpu": cpu / wall,
+                    "machine": (probe["p50"], probe["p99"], probe["p999"]),
                 }
             )
+
+
+def machine_probe(job_ms: float, rate: float, seconds: float, pin: int | None) -> dict:
+    """The machine's own tail for work of ``job_ms`` (``machine_probe.py``): a fixed job of that
+    size, at the paced rate, on the core the server had (anywhere when it was not pinned)."""
+    argv = [sys.executable, str(PROBE), "--job-ms", f"{job_ms:.3f}", "--rate", str(rate)]
+    out = subprocess.run(
+        [*argv, "--seconds", str(seconds)],
+        check=True,
+        capture_output=True,
+        text=True,
+        preexec_fn=None if pin is None else (lambda: os.sched_setaffinity(0, {pin})),
+    ).stdout
+    return json.loads(out)
 
 
 def _pin_client(server_pin: int | None):
@@ -898,17 +919,22 @@ def report(results: Results) -> str:
         " `histogram_quantile` does. *Round trip* is the Go client's, from writing a step to reading"
         " its reply (loopback, client included); *pacer late* is how late the load program wrote its"
         " steps (p99): when the server falls behind, gRPC flow control holds the writes back. Server"
-        " CPU is CPU-seconds per second of the run (1.0 = one core busy).",
+        " CPU is CPU-seconds per second of the run (1.0 = one core busy). *Machine* is the"
+        " machine's own tail (`bench/machine_probe.py`, run after each row on the server's core): a"
+        " fixed pure-Python job sized to the row's server p50, run at the row's rate for as long; its"
+        " tail is what the VM adds to any work of that size.",
         "",
         "| RPC | load | workers (channels; replies by worker) | server p50 / p99 / p99.9 ms "
-        "| round trip p50 / p99 / p99.9 ms | pacer late p99 ms | server CPU |",
-        "|---|---|---|---|---|---|---|",
+        "| machine p50 / p99 / p99.9 ms | round trip p50 / p99 / p99.9 ms | pacer late p99 ms "
+        "| server CPU |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results.paced:
         fmt = " / ".join
         lines.append(
             f"| {r['rpc']} | {r['load']} | {r['workers']} ({r['channels']}; {r['split']}) | "
-            f"{fmt(f'{v:.2f}' for v in r['server'])} | {fmt(f'{v:.1f}' for v in r['client'])} | "
+            f"{fmt(f'{v:.2f}' for v in r['server'])} | {fmt(f'{v:.2f}' for v in r['machine'])} | "
+            f"{fmt(f'{v:.1f}' for v in r['client'])} | "
             f"{r['late']:.1f} | {r['cpu']:.2f} |"
         )
     lines += [
@@ -976,12 +1002,11 @@ def plots(results: Results) -> None:
     names = ["p50", "p99", "p99.9"]
     width = 0.8 / max(1, len(results.paced))
     for i, r in enumerate(results.paced):
-        ax.bar(
-            [j + (i - len(results.paced) / 2 + 0.5) * width for j in range(3)],
-            r["server"],
-            width,
-            label=f"{r['rpc']} ({r['load']}, {r['workers']} workers)",
-        )
+        at = [j + (i - len(results.paced) / 2 + 0.5) * width for j in range(3)]
+        label = f"{r['rpc']} ({r['load']}, {r['workers']} w, {r['channels']} ch)"
+        ax.bar(at, r["server"], width, label=label)
+        ax.scatter(at, r["machine"], marker="_", color="black", s=60, zorder=3)
+    ax.scatter([], [], marker="_", color="black", label="machine: a fixed job of the p50's size")
     ax.set_xticks(range(3), names)
     ax.set_ylabel("server latency, ms (step read to reply written)")
     ax.set_yscale("log")
