@@ -15,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -81,6 +83,21 @@ def session_ends(server: ProcessServer, request_id: str, count: int) -> list[dic
         if len(ends) >= count or time.monotonic() > deadline:
             return ends
         time.sleep(0.05)
+
+
+@contextmanager
+def loaded_servers(count: int) -> Iterator[list[ProcessServer]]:
+    """``count`` servers with qwen3 loaded and a 20 s drain grace, started at once; killed after."""
+    servers = [ProcessServer("--preload", "qwen3", "--grace", "20") for _ in range(count)]
+    try:
+        for server in servers:
+            server.start()
+        for server in servers:
+            server.wait_for_log("models loaded", 120)
+        yield servers
+    finally:
+        for server in servers:
+            server.kill()
 
 
 def test_cpp_client_against_real_server(cpp_build):
@@ -161,13 +178,7 @@ def test_cpp_client_resumes_on_another_server(cpp_build):
     that is SIGKILLed mid-stream, then 8 on one that is SIGTERMed (it hands them off), complete on
     the spare with every reply equal to an uninterrupted run there; a session with resume off fails
     with UNAVAILABLE on the kill and gets the drain's grace."""
-    servers = [ProcessServer("--preload", "qwen3", "--grace", "20") for _ in range(3)]
-    try:
-        for server in servers:
-            server.start()
-        for server in servers:
-            server.wait_for_log("models loaded", 120)
-        killed, drained, spare = servers
+    with loaded_servers(3) as (killed, drained, spare):
         env = dict(
             os.environ,
             PARSETIER_RESUME_SPARE=spare.target,
@@ -187,9 +198,34 @@ def test_cpp_client_resumes_on_another_server(cpp_build):
         assert stopped["handed_off"] >= 4, stopped
         moved = session_ends(spare, "cpp-resume-kill", 16)
         assert sum(r["outcome"] == "OK" for r in moved) >= 16, moved
-    finally:
-        for server in servers:
-            server.kill()
+
+
+def test_cpp_batch_resumes_on_another_server(cpp_build):
+    """parsetier_batch_resume_test: 60 sessions on 2 resuming batch streams whose server is
+    SIGKILLed at 40% of the steps, then on one that is SIGTERMed (it hands them off), complete on
+    the spare with every step's reply equal to an uninterrupted run there; with resume off the kill
+    surfaces as UNAVAILABLE and the drain gives the grace; pipelined steps full of edge cases
+    (finish, cancel, a key reopened, no session, a bad id, an empty step) unanswered at a kill
+    resume exactly."""
+    with loaded_servers(4) as (killed, drained, edge, spare):
+        env = dict(
+            os.environ,
+            PARSETIER_BATCH_RESUME_SPARE=spare.target,
+            PARSETIER_BATCH_RESUME_KILL=f"{killed.proc.pid}@{killed.target}",
+            PARSETIER_BATCH_RESUME_DRAIN=f"{drained.proc.pid}@{drained.target}",
+            PARSETIER_BATCH_RESUME_EDGE=f"{edge.proc.pid}@{edge.target}",
+        )
+        code, output = run([str(BUILD_DIR / "parsetier_batch_resume_test")], TEST_TIMEOUT, env=env)
+        print(output)  # the signals and resumes per stream, for `pytest -s`
+        assert code == 0, f"parsetier_batch_resume_test failed (exit {code}):\n{output}"
+        for name in ("SigkillMidRun", "SigtermHandsOff", "PipelinedEdgeCasesResumeExactly"):
+            assert f"[       OK ] BatchResume.{name}" in output, f"{name} did not pass:\n{output}"
+        assert killed.wait(10) == -signal.SIGKILL
+        assert edge.wait(10) == -signal.SIGKILL
+        assert drained.wait(30) == 0, drained.logs[-5:]
+        stopped = next(r for r in drained.logs if r.get("msg") == "stopped")
+        # The resuming streams were handed off (the resume-off one got the grace instead).
+        assert stopped["handed_off"] >= 1 and stopped["clean"] is True, stopped
 
 
 def test_cpp_client_joins_a_reply_sent_in_parts(cpp_build):
@@ -208,15 +244,9 @@ def test_cpp_client_resumes_behind_nginx(cpp_build, tmp_path):
     mid-stream; the sessions on it resume through nginx on the other, every reply as uninterrupted."""
     from test_fleet_nginx import Nginx
 
-    backends = [ProcessServer("--preload", "qwen3", "--grace", "20") for _ in range(2)]
-    nginx = None
-    try:
-        for server in backends:
-            server.start()
-        for server in backends:
-            server.wait_for_log("models loaded", 120)
-        nginx = Nginx(tmp_path, [server.target for server in backends]).start()
+    with loaded_servers(2) as backends:
         killed, other = backends
+        nginx = Nginx(tmp_path, [server.target for server in backends]).start()
         env = dict(
             os.environ,
             PARSETIER_RESUME_SPARE=other.target,
@@ -224,12 +254,10 @@ def test_cpp_client_resumes_behind_nginx(cpp_build, tmp_path):
             PARSETIER_RESUME_PROXIED_KILL=f"{killed.proc.pid}@{killed.target}",
         )
         argv = [str(BUILD_DIR / "parsetier_resume_test"), "--gtest_filter=Resume.SigkillBehindNginx"]
-        code, output = run(argv, TEST_TIMEOUT, env=env)
+        try:
+            code, output = run(argv, TEST_TIMEOUT, env=env)
+        finally:
+            nginx.stop()
         print(output)
         assert code == 0, f"parsetier_resume_test behind nginx failed (exit {code}):\n{output}"
         assert "[       OK ] Resume.SigkillBehindNginx" in output, output
-    finally:
-        if nginx is not None:
-            nginx.stop()
-        for server in backends:
-            server.kill()

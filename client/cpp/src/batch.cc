@@ -4,21 +4,57 @@
 // reply per message, in order, and a refused session does not end the stream (its status is in
 // its output), so nothing needs the callback API's view of the stream's headers.
 #include "parsetier/batch.h"
+#include "batch_resume.h"
 #include "packed.h"
 #include "parts.h"
+#include "resume.h"
 
 namespace parsetier {
 
-Batch::Batch(v1::ParserService::Stub& stub, const std::function<void(grpc::ClientContext&)>& prepare) {
-  prepare(context_);
-  stream_ = stub.ParseBatch(&context_);
+Batch::Batch(v1::ParserService::Stub& stub, std::function<void(grpc::ClientContext&)> prepare,
+             std::optional<ResumePolicy> policy)
+    : stub_(stub), prepare_(std::move(prepare)), policy_(policy) {
+  if (policy_) ledger_ = std::make_unique<internal::BatchLedger>();
+  Start({});
 }
 
 Batch::~Batch() {
-  if (!closed_) {
-    context_.TryCancel();
-    stream_->Finish();  // CANCELLED; releases the call
+  if (!stream_ended_) {
+    context_->TryCancel();
+    EndStream();  // CANCELLED; releases the call
   }
+}
+
+void Batch::Start(std::vector<v1::ParseBatchRequest> replay) {
+  stream_.reset();  // an ended stream goes before its context
+  context_ = std::make_unique<grpc::ClientContext>();
+  prepare_(*context_);
+  stream_ = stub_.ParseBatch(context_.get());
+  stream_ended_ = write_failed_ = in_parts_ = false;
+  parts_.clear();
+  sent_.clear();
+  if (replay.empty()) return;
+  std::vector<v1::ParseBatchRequest> wire;
+  wire.reserve(replay.size());
+  for (v1::ParseBatchRequest& message : replay) {
+    std::vector<internal::SentEntry> sent;
+    wire.push_back(internal::WireRequest(message, sent));
+    sent_.push_back(std::move(sent));
+  }
+  replaying_ = std::thread([context = context_.get(), stream = stream_.get(), wire = std::move(wire)] {
+    for (const v1::ParseBatchRequest& message : wire) {
+      if (!stream->Write(message)) {
+        context->TryCancel();  // broken again: Recv sees it, even on a call gRPC retried elsewhere
+        return;
+      }
+    }
+  });
+}
+
+grpc::Status Batch::EndStream() {
+  if (replaying_.joinable()) replaying_.join();  // its writes fail once the stream has ended
+  stream_ended_ = true;
+  return stream_->Finish();
 }
 
 v1::SessionInput& Batch::Entry(const std::string& key) {
@@ -30,7 +66,10 @@ v1::SessionInput& Batch::Entry(const std::string& key) {
   return *entry;
 }
 
-void Batch::Open(const std::string& key, const OpenOptions& options) { *Entry(key).mutable_open() = options.ToProto(); }
+void Batch::Open(const std::string& key, const OpenOptions& options) {
+  v1::Open& open = *Entry(key).mutable_open() = options.ToProto();
+  if (ledger_) open.set_resumable(true);  // a draining server hands the stream off
+}
 
 void Batch::Feed(const std::string& key, const std::vector<::parsetier::Step>& steps) {
   v1::SessionInput& entry = Entry(key);
@@ -54,31 +93,85 @@ void Batch::Cancel(const std::string& key) {
 
 void Batch::Send() {
   if (closed_) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: the batch stream is closed");
+  if (ledger_) {
+    ledger_->Sent(pending_);  // before packing empties pending_
+    if (replaying_.joinable()) replaying_.join();
+  }
   std::vector<internal::SentEntry> sent;
   v1::ParseBatchRequest message = internal::WireRequest(pending_, sent);
   index_.clear();
-  if (!stream_->Write(message)) Fail();  // the stream has ended: its status says why
+  if (!write_failed_ && !stream_->Write(message)) {
+    if (!ledger_) Fail();  // the stream has ended: its status says why
+    // A break is Recv's to resume. The call is ended for sure: gRPC can fail a write on a call it
+    // has transparently retried on a new connection, whose server would wait for it forever.
+    write_failed_ = true;
+    context_->TryCancel();
+  }
   sent_.push_back(std::move(sent));
   ++in_flight_;
 }
 
-std::vector<v1::SessionOutput> Batch::Recv() {
-  if (closed_) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: the batch stream is closed");
-  if (sent_.empty()) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: Recv with no message in flight");
+bool Batch::ReadReply(std::vector<v1::SessionOutput>& outputs) {
   v1::ParseBatchResponse reply;
   grpc::Status broken;
   do {
-    if (!stream_->Read(&reply)) Fail();
+    if (!stream_->Read(&reply)) return false;
   } while (!internal::JoinParts(reply, parts_, in_parts_, broken));  // a large reply comes in parts
-  std::vector<v1::SessionOutput> outputs;
+  if (broken.ok() && sent_.empty()) {
+    broken = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: a ParseBatch reply to no message");
+  }
   if (broken.ok()) outputs = internal::EntryOutputs(reply, sent_.front(), broken);
   if (!broken.ok()) {
-    context_.TryCancel();
+    context_->TryCancel();
     Fail(broken);
   }
   sent_.pop_front();
+  return true;
+}
+
+std::vector<v1::SessionOutput> Batch::Recv() {
+  if (closed_) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: the batch stream is closed");
+  if (in_flight_ == 0) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: Recv with no message in flight");
+  std::vector<v1::SessionOutput> outputs;
+  if (ledger_) {
+    outputs = RecvResuming();
+  } else if (!ReadReply(outputs)) {
+    Fail();
+  }
   --in_flight_;
   return outputs;
+}
+
+std::vector<v1::SessionOutput> Batch::RecvResuming() {
+  for (int attempt = 0;;) {
+    if (std::optional<std::vector<v1::SessionOutput>> outputs = ledger_->Ready()) return std::move(*outputs);
+    grpc::Status status;
+    std::vector<v1::SessionOutput> outputs;
+    if (ReadReply(outputs)) {
+      grpc::Status unfit = ledger_->Received(outputs);
+      if (!unfit.ok()) {
+        context_->TryCancel();
+        Fail(unfit);
+      }
+      if (!ledger_->must_move()) {
+        attempt = 0;  // progress renews the budget
+        continue;
+      }
+      context_->TryCancel();
+      EndStream();
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "parsetier: a server refused to open a session (draining or overloaded)");
+    } else {
+      status = EndStream();
+      if (status.ok()) {
+        status = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: ParseBatch stream ended before its reply");
+        Fail(status);
+      }
+    }
+    if (!internal::Retryable(status) || attempt >= policy_->attempts) Fail(status);
+    std::this_thread::sleep_for(internal::Backoff(*policy_, attempt++));
+    Start(ledger_->Replay());
+  }
 }
 
 std::vector<v1::SessionOutput> Batch::Step() {
@@ -88,6 +181,14 @@ std::vector<v1::SessionOutput> Batch::Step() {
 
 grpc::Status Batch::Close() {
   if (closed_) return status_;
+  if (ledger_) {
+    try {
+      while (in_flight_ > 0) Recv();  // resumes if the stream breaks meanwhile
+    } catch (const Error&) {
+      return status_;  // what ended the batch
+    }
+    if (replaying_.joinable()) replaying_.join();
+  }
   stream_->WritesDone();
   v1::ParseBatchResponse reply;
   while (stream_->Read(&reply)) {
@@ -95,20 +196,25 @@ grpc::Status Batch::Close() {
   in_flight_ = 0;
   sent_.clear();
   closed_ = true;
-  status_ = stream_->Finish();
+  status_ = EndStream();
+  if (ledger_ && internal::Retryable(status_)) status_ = grpc::Status::OK;  // every reply came: a break loses nothing
   return status_;
 }
 
 void Batch::Fail(const grpc::Status& cause) {
-  v1::ParseBatchResponse ignored;
-  while (stream_->Read(&ignored)) {
+  if (!stream_ended_) {
+    v1::ParseBatchResponse ignored;
+    while (stream_->Read(&ignored)) {
+    }
+    status_ = EndStream();
   }
   closed_ = true;
-  status_ = stream_->Finish();
   if (!cause.ok()) status_ = cause;
   throw Error(status_.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: ParseBatch stream ended early")
                            : status_);
 }
+
+int Batch::Resumes() const { return ledger_ ? ledger_->resumes() : 0; }
 
 std::optional<Error> SessionError(const v1::SessionOutput& output) {
   if (!output.has_status()) return std::nullopt;
@@ -116,7 +222,7 @@ std::optional<Error> SessionError(const v1::SessionOutput& output) {
 }
 
 std::unique_ptr<Batch> Client::OpenBatch(std::chrono::milliseconds timeout) {
-  return std::unique_ptr<Batch>(new Batch(*stub_, [&](grpc::ClientContext& context) { Prepare(context, timeout); }));
+  return std::unique_ptr<Batch>(new Batch(*stub_, Preparer(timeout), resume_));
 }
 
 }  // namespace parsetier

@@ -170,6 +170,15 @@ void Client::Prepare(grpc::ClientContext& context, std::chrono::milliseconds tim
   if (!bearer_token_.empty()) context.AddMetadata("authorization", "Bearer " + bearer_token_);
 }
 
+std::function<void(grpc::ClientContext&)> Client::Preparer(std::chrono::milliseconds timeout) const {
+  std::optional<std::chrono::system_clock::time_point> deadline;
+  if (timeout.count() > 0) deadline = std::chrono::system_clock::now() + timeout;
+  return [deadline, token = bearer_token_](grpc::ClientContext& context) {
+    if (deadline) context.set_deadline(*deadline);
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  };
+}
+
 v1::ParseOnceResponse Client::ParseOnce(const OpenOptions& options, const std::vector<uint32_t>& token_ids,
                                         const FinishOptions& finish) {
   v1::ParseOnceRequest request;

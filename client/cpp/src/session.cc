@@ -15,12 +15,11 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <random>
 #include <thread>
-#include <unordered_map>
 
 #include "parsetier/client.h"
 #include "parts.h"
+#include "resume.h"
 
 namespace parsetier {
 
@@ -28,44 +27,9 @@ namespace {
 
 constexpr size_t kMaxQueuedWrites = 64;  // Send blocks beyond this many unwritten messages
 
-// How a parsetier server's own INTERNAL statuses begin (a bug it logged): not worth a retry.
-constexpr const char* kServerFaults[] = {"internal server error", "internal error:"};
-
-// Whether a session survives `status` by resuming elsewhere: the server or the connection went
-// away (UNAVAILABLE: refused, unreachable, draining, handed off), the stream was cut by a stopping
-// server or reset by a proxy (CANCELLED; a cancel of the caller's own never gets here), or reset
-// on the way (INTERNAL, e.g. "Received RST_STREAM", but not the server's own INTERNAL). Every
-// other status is the request's own.
-bool Retryable(const grpc::Status& status) {
-  switch (status.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::CANCELLED:
-      return true;
-    case grpc::StatusCode::INTERNAL:
-      for (const char* fault : kServerFaults) {
-        if (status.error_message().rfind(fault, 0) == 0) return false;
-      }
-      return true;
-    default:
-      return false;
-  }
-}
-
-std::chrono::milliseconds Backoff(const ResumePolicy& policy, int attempt) {
-  thread_local std::mt19937 random{std::random_device{}()};
-  std::chrono::milliseconds delay = policy.max_backoff;
-  if (attempt < 30 && policy.initial_backoff * (int64_t{1} << attempt) < delay) {
-    delay = policy.initial_backoff * (int64_t{1} << attempt);
-  }
-  std::uniform_real_distribution<double> jitter(0.5, 1.0);
-  return std::chrono::milliseconds(static_cast<int64_t>(delay.count() * jitter(random)));
-}
-
 // The client messages of one session, numbered as the server counts them (the Open is 0). A
 // message is kept as the caller made it until it is first written; with resume on, a record of
-// it stays for re-sending: token ids in one array (about 4 bytes per token), messages that are
-// more than a run of ids (the Finish, text or logprob steps) whole. A message of several id steps
-// is re-sent as one step of all its ids, which the server parses identically (it joins them).
+// it (internal::MessageRecord) stays for re-sending.
 class History {
  public:
   explicit History(bool keep) : keep_(keep) {}
@@ -74,16 +38,7 @@ class History {
   size_t size() const { return size_; }
 
   void Record(v1::ParseRequest message) {
-    if (keep_) {
-      bool plain = !message.has_finish();
-      for (const v1::Step& step : message.steps()) plain = plain && step.token_ids_size() > 0 && !step.has_logprobs();
-      if (plain) {
-        for (const v1::Step& step : message.steps()) ids_.insert(ids_.end(), step.token_ids().begin(), step.token_ids().end());
-      } else {
-        whole_.emplace(size_, message);
-      }
-      ends_.push_back(ids_.size());
-    }
+    if (keep_) record_.Record(message);
     pending_.push_back(std::move(message));
     ++size_;
   }
@@ -97,13 +52,7 @@ class History {
       ++first_pending_;
       return message;
     }
-    auto whole = whole_.find(index);
-    if (whole != whole_.end()) return whole->second;
-    v1::ParseRequest message;
-    if (ends_[index] > ends_[index - 1]) {
-      message.add_steps()->mutable_token_ids()->Add(ids_.begin() + ends_[index - 1], ids_.begin() + ends_[index]);
-    }
-    return message;
+    return record_.Message(index);
   }
 
  private:
@@ -111,9 +60,7 @@ class History {
   size_t size_ = 1;
   std::deque<v1::ParseRequest> pending_;  // messages first_pending_.. not written yet
   size_t first_pending_ = 1;
-  std::vector<uint32_t> ids_;
-  std::vector<size_t> ends_{0};  // message k >= 1 holds ids_[ends_[k - 1], ends_[k])
-  std::unordered_map<size_t, v1::ParseRequest> whole_;
+  internal::MessageRecord record_;
 };
 
 }  // namespace
@@ -329,8 +276,8 @@ class SessionCore {
       if (status.ok()) {
         status = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: stream ended before the server accepted Open");
       }
-      if (!policy_ || cancelled_ || !Retryable(status) || attempt >= policy_->attempts) return status;
-      if (cv_.wait_for(lock, Backoff(*policy_, attempt), [&] { return cancelled_; })) {
+      if (!policy_ || cancelled_ || !internal::Retryable(status) || attempt >= policy_->attempts) return status;
+      if (cv_.wait_for(lock, internal::Backoff(*policy_, attempt), [&] { return cancelled_; })) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "parsetier: session cancelled");
       }
     }
@@ -401,7 +348,7 @@ class SessionCore {
     current_ = nullptr;
     if (failure_) return Finish(lock, *failure_);
     if (final_) return Finish(lock, policy_ ? grpc::Status::OK : status);  // with resume: complete
-    if (policy_ && !cancelled_ && Retryable(status)) {
+    if (policy_ && !cancelled_ && internal::Retryable(status)) {
       resume_wanted_ = true;
       if (!resumer_.joinable()) resumer_ = std::thread([this] { ResumeLoop(); });
       return;
@@ -544,14 +491,8 @@ int Session::Resumes() const { return core_->Resumes(); }
 
 std::unique_ptr<Session> Client::Open(const OpenOptions& options, SessionCallbacks callbacks) {
   // Every stream of the session shares one deadline: the session's, not each stream's.
-  std::optional<std::chrono::system_clock::time_point> deadline;
-  if (options.timeout.count() > 0) deadline = std::chrono::system_clock::now() + options.timeout;
-  std::string token = bearer_token_;
-  auto prepare = [deadline, token](grpc::ClientContext& context) {
-    if (deadline) context.set_deadline(*deadline);
-    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
-  };
-  auto core = std::make_unique<SessionCore>(*stub_, options.ToProto(), std::move(callbacks), prepare, resume_);
+  auto core = std::make_unique<SessionCore>(*stub_, options.ToProto(), std::move(callbacks), Preparer(options.timeout),
+                                            resume_);
   core->Open();  // on failure, every stream is done: destroying the core is safe
   return std::unique_ptr<Session>(new Session(std::move(core)));
 }

@@ -37,24 +37,9 @@ constexpr int kSessions = 8;
 constexpr auto kStepPause = std::chrono::milliseconds(10);  // so every session is mid-stream at the kill
 
 using parsetier_test::Env;
-
-struct Victim {
-  pid_t pid = 0;
-  std::string target;
-};
-
-Victim ParseVictim(const std::string& spec) {
-  size_t at = spec.find('@');
-  if (at == std::string::npos) return {};
-  return {static_cast<pid_t>(std::stol(spec.substr(0, at))), spec.substr(at + 1)};
-}
-
-parsetier::ClientOptions Options(std::optional<parsetier::ResumePolicy> resume) {
-  parsetier::ClientOptions options;
-  options.credentials = parsetier::InsecureCredentials();
-  options.resume = resume;
-  return options;
-}
+using parsetier_test::InsecureOptions;
+using parsetier_test::ParseVictim;
+using parsetier_test::Victim;
 
 // How session i is driven: 1 to 3 steps per message, pull or push delivery.
 struct Plan {
@@ -125,7 +110,7 @@ std::vector<Outcome> RunThroughFailure(parsetier::Client& client, const Victim& 
     sessions.push_back(
         std::async(std::launch::async, [&, i] { return Stream(client, PlanFor(i, prefix), &sent); }));
   }
-  parsetier::Client direct(victim.target, Options(std::nullopt));
+  parsetier::Client direct(victim.target, InsecureOptions(std::nullopt));
   std::future<Outcome> plain =
       std::async(std::launch::async, [&] { return Stream(direct, {prefix + "plain", 1, false}, nullptr); });
   const size_t total = kSessions * kOutput.size();
@@ -144,7 +129,7 @@ std::vector<Outcome> RunThroughFailure(parsetier::Client& client, const Victim& 
 // Every session's replies as an uninterrupted run on the spare gives them; with `every_moves`, each
 // session resumed at least once (else at least one did).
 void ExpectIdentical(const std::vector<Outcome>& runs, const std::string& prefix, bool every_moves = true) {
-  parsetier::Client spare(Env("PARSETIER_RESUME_SPARE"), Options(std::nullopt));
+  parsetier::Client spare(Env("PARSETIER_RESUME_SPARE"), InsecureOptions(std::nullopt));
   int resumes = 0;
   for (const Outcome& run : runs) resumes += run.resumes;
   std::cout << prefix << ": " << runs.size() << " sessions, " << resumes << " resumes\n";
@@ -173,7 +158,7 @@ Outcome ResumeThrough(const char* victim_env, int signal_number, const std::stri
   EXPECT_GT(victim.pid, 0);
   if (victim.pid <= 0) return {};
   parsetier::Client client("ipv4:" + victim.target + "," + Env("PARSETIER_RESUME_SPARE"),
-                           Options(parsetier::ResumePolicy{}));
+                           InsecureOptions(parsetier::ResumePolicy{}));
   Outcome unresumed;
   std::vector<Outcome> runs = RunThroughFailure(client, victim, signal_number, prefix, &unresumed);
   ExpectIdentical(runs, prefix);
@@ -200,7 +185,7 @@ TEST(Resume, SigtermHandsOff) {
 TEST(Resume, SigkillBehindNginx) {
   Victim victim = ParseVictim(Env("PARSETIER_RESUME_PROXIED_KILL"));
   ASSERT_GT(victim.pid, 0);
-  parsetier::ClientOptions options = Options(parsetier::ResumePolicy{});
+  parsetier::ClientOptions options = InsecureOptions(parsetier::ResumePolicy{});
   options.keepalive_time = std::chrono::seconds(1);
   options.keepalive_timeout = std::chrono::seconds(5);
   options.channel_arguments = [](grpc::ChannelArguments& args) {
@@ -218,7 +203,7 @@ TEST(Resume, UnreachableOpenSpendsTheBudget) {
   policy.attempts = 3;
   policy.initial_backoff = std::chrono::milliseconds(1);
   policy.max_backoff = std::chrono::milliseconds(5);
-  parsetier::Client nowhere("127.0.0.1:1", Options(policy));
+  parsetier::Client nowhere("127.0.0.1:1", InsecureOptions(policy));
   parsetier::OpenOptions open;
   open.model = "qwen3";
   open.timeout = std::chrono::seconds(30);

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,26 @@ inline std::string Env(const char* name) {
     return "";
   }
   return value;
+}
+
+// Plaintext client options with this resume policy (std::nullopt: resume off).
+inline parsetier::ClientOptions InsecureOptions(std::optional<parsetier::ResumePolicy> resume) {
+  parsetier::ClientOptions options;
+  options.credentials = parsetier::InsecureCredentials();
+  options.resume = resume;
+  return options;
+}
+
+// A server a test signals mid-stream: its pid and target, passed as "pid@host:port".
+struct Victim {
+  pid_t pid = 0;
+  std::string target;
+};
+
+inline Victim ParseVictim(const std::string& spec) {
+  size_t at = spec.find('@');
+  if (at == std::string::npos) return {};
+  return {static_cast<pid_t>(std::stol(spec.substr(0, at))), spec.substr(at + 1)};
 }
 
 }  // namespace parsetier_test

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <deque>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -14,6 +17,7 @@ namespace parsetier {
 
 namespace internal {
 struct SentEntry;
+class BatchLedger;
 }  // namespace internal
 
 // One ParseBatch stream. A serving loop queues what each request did during the engine step
@@ -32,6 +36,20 @@ struct SentEntry;
 // docs/service.md "Packed steps"), and the packed outputs of the reply come back as the
 // SessionOutputs they stand for, in the order of the step's entries: callers see the same
 // outputs, in the same order, as if every entry went as a SessionInput.
+//
+// With resume on (ClientOptions::resume, the default, the same policy as Parse sessions) a
+// broken stream (a dead or draining server, a lost connection, a proxy's reset) does not end the
+// sessions: Recv opens a new stream through the same channel, with the policy's backoff and retry
+// budget, resumes every live session there (docs/service.md, "Resume": each re-opened at its
+// resume point, its history re-sent, entry j of every session in message j) and returns the next
+// step's reply as if nothing had happened: one reply per step sent, each with the outputs an
+// uninterrupted stream gives, in order, exactly once (an output whose sequence leaves a gap or
+// repeats is an Error, not output). Send never reports such a break. An open refused with
+// UNAVAILABLE (the server is draining or overloaded) moves the stream too. Sessions that ended
+// with a status of their own are in their step's reply as before and are not resumed. The batch
+// keeps, per live session, its token ids (about 4 bytes per token; text, logprob steps and the
+// finish whole) and, per step not yet received, its entries' keys. With resume off
+// (std::nullopt) it keeps nothing and a break is an Error.
 class Batch {
  public:
   ~Batch();
@@ -52,20 +70,40 @@ class Batch {
   grpc::Status Close();
   // Messages sent whose replies have not been received.
   int in_flight() const { return in_flight_; }
+  // How many times the batch has moved its sessions to a new stream.
+  int Resumes() const;
 
  private:
   friend class Client;
-  Batch(v1::ParserService::Stub& stub, const std::function<void(grpc::ClientContext&)>& prepare);
+  Batch(v1::ParserService::Stub& stub, std::function<void(grpc::ClientContext&)> prepare,
+        std::optional<ResumePolicy> policy);
   v1::SessionInput& Entry(const std::string& key);
+  // Opens a new stream. `replay` (a resume's first messages) is written to it by a thread of its
+  // own, so that Recv reads the replies meanwhile; Send waits for it, so later steps follow it.
+  void Start(std::vector<v1::ParseBatchRequest> replay);
+  // Reads the next whole reply of the current stream into `outputs`, in its entries' order
+  // (a reply that does not fit, or parts that do not join, throw Error); false once the stream
+  // has ended.
+  bool ReadReply(std::vector<v1::SessionOutput>& outputs);
+  // The current stream's status, once it has ended or been cancelled (the replay writer stopped).
+  grpc::Status EndStream();
+  std::vector<v1::SessionOutput> RecvResuming();
   // Ends the stream after a failure: with its status, or with `cause` when that is set.
   [[noreturn]] void Fail(const grpc::Status& cause = grpc::Status::OK);
 
-  grpc::ClientContext context_;
+  v1::ParserService::Stub& stub_;
+  std::function<void(grpc::ClientContext&)> prepare_;  // every stream's deadline and token
+  std::optional<ResumePolicy> policy_;
+  std::unique_ptr<internal::BatchLedger> ledger_;  // with resume on
+  std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ParseBatchRequest, v1::ParseBatchResponse>> stream_;
+  std::thread replaying_;  // writes a replay to the current stream
+  bool write_failed_ = false;  // the current stream took no more writes (resume on: Recv moves it)
+  bool stream_ended_ = false;  // the current stream's Finish has been called
   v1::ParseBatchRequest pending_;               // the queued entries, all as SessionInputs
   std::unordered_map<std::string, int> index_;  // key -> its entry in pending_
-  // Per message in flight, oldest first: its entries' keys and which went packed (empty when
-  // none did), to put the reply in the entries' order.
+  // Per message in flight on the current stream, oldest first: its entries' keys and which went
+  // packed (empty when none did), to put the reply in the entries' order.
   std::deque<std::vector<internal::SentEntry>> sent_;
   std::string parts_;  // a reply sent in parts, so far
   bool in_parts_ = false;

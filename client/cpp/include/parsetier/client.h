@@ -228,8 +228,8 @@ class Client {
   // retried within the policy's budget.
   std::unique_ptr<Session> Open(const OpenOptions& options, SessionCallbacks callbacks = {});
 
-  // A multiplexed ParseBatch stream (include "parsetier/batch.h"); `timeout` bounds the whole
-  // stream (zero: none).
+  // A multiplexed ParseBatch stream (include "parsetier/batch.h"), resuming on failover with
+  // resume on; `timeout` bounds the whole batch, every stream it resumes on included (zero: none).
   std::unique_ptr<Batch> OpenBatch(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // The whole output with the unary RPC: the same result as a stream fed every token at once.
@@ -253,6 +253,9 @@ class Client {
  private:
   // Sets the deadline and the token on a call's context.
   void Prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const;
+  // What sets them on every stream of a session or batch that may resume: one deadline, `timeout`
+  // from now (zero: none), shared by all of them.
+  std::function<void(grpc::ClientContext&)> Preparer(std::chrono::milliseconds timeout) const;
 
   std::shared_ptr<grpc::ChannelInterface> channel_;
   std::unique_ptr<v1::ParserService::Stub> stub_;

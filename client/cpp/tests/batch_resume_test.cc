@@ -1,0 +1,300 @@
+// The batch API resumes too: a ParseBatch stream's sessions survive the loss of their server,
+// together, with every step's reply exactly as an uninterrupted run gives it. tests/test_cpp_client.py
+// starts the servers and runs this program with
+//   PARSETIER_BATCH_RESUME_SPARE=host:port      the server the sessions move to;
+//   PARSETIER_BATCH_RESUME_KILL=pid@host:port   SIGKILLed mid-run;
+//   PARSETIER_BATCH_RESUME_DRAIN=pid@host:port  sent SIGTERM mid-run (it hands the streams off);
+//   PARSETIER_BATCH_RESUME_EDGE=pid@host:port   SIGKILLed with pipelined steps unanswered.
+// The resuming client's target lists the victim first, then the spare (pick_first), so every
+// stream starts on the victim and must move. Each run's replies (step by step, session by
+// session, field by field) are compared with an uninterrupted run of the same steps on the spare
+// with resume off, so sequence numbers have no gap and no repeat.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "parsetier/batch.h"
+#include "test_support.h"
+
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using parsetier_test::Env;
+using parsetier_test::InsecureOptions;
+using parsetier_test::kImEnd;
+using parsetier_test::kOutput;
+using parsetier_test::kTools;
+using parsetier_test::ParseVictim;
+using parsetier_test::Victim;
+namespace v1 = parsetier::v1;
+
+constexpr int kSessions = 60;
+constexpr int kStreams = 2;  // batch streams (one serving loop each) sharing the sessions
+constexpr auto kStepPause = std::chrono::milliseconds(10);  // so every stream is mid-way at the signal
+
+using Reply = std::vector<v1::SessionOutput>;
+
+// One session of a serving loop: opened at step `open_at` with its first token, then one token
+// per step, finishing with its last; lengths, output kinds and finishes vary.
+struct Planned {
+  std::string key;
+  size_t open_at;
+  size_t length;
+  bool events;
+  bool stop_token;
+};
+
+std::vector<Planned> PlanFor(int stream) {
+  std::vector<Planned> plan;
+  for (int i = stream; i < kSessions; i += kStreams) {
+    plan.push_back({"s" + std::to_string(stream) + "-" + std::to_string(i), static_cast<size_t>(i % 5),
+                    30 + static_cast<size_t>(i * 7) % (kOutput.size() - 29), i % 3 == 0, i % 2 == 0});
+  }
+  return plan;
+}
+
+size_t StepsOf(const std::vector<Planned>& plan) {
+  size_t steps = 0;
+  for (const Planned& p : plan) steps = std::max(steps, p.open_at + p.length);
+  return steps;
+}
+
+parsetier::OpenOptions OpenFor(const std::string& key, bool events) {
+  parsetier::OpenOptions open;
+  open.model = "qwen3";
+  open.tools_json = kTools;
+  open.request_id = key;
+  if (events) open.output = v1::OUTPUT_KIND_DELTAS_AND_EVENTS;
+  return open;
+}
+
+void Queue(parsetier::Batch& batch, const std::vector<Planned>& plan, size_t k) {
+  for (const Planned& p : plan) {
+    if (k == p.open_at) batch.Open(p.key, OpenFor(p.key, p.events));
+    if (k < p.open_at || k >= p.open_at + p.length) continue;
+    batch.Feed(p.key, {{kOutput[k - p.open_at]}});
+    if (k + 1 == p.open_at + p.length) {
+      batch.Finish(p.key, p.stop_token ? parsetier::FinishOptions::StopToken(kImEnd) : parsetier::FinishOptions{});
+    }
+  }
+}
+
+struct Loop {  // one serving loop's replies, resumes and the error that ended it (if any)
+  std::vector<Reply> replies;
+  int resumes = 0;
+  std::optional<parsetier::Error> error;
+};
+
+// One serving loop: a step, its reply, a short pause (`progress` counts the steps done), the next.
+Loop Drive(parsetier::Client& client, const std::vector<Planned>& plan, std::atomic<size_t>* progress) {
+  Loop run;
+  std::unique_ptr<parsetier::Batch> batch = client.OpenBatch(std::chrono::seconds(120));
+  try {
+    for (size_t k = 0; k < StepsOf(plan); ++k) {
+      Queue(*batch, plan, k);
+      run.replies.push_back(batch->Step());
+      if (progress != nullptr) {
+        ++*progress;
+        std::this_thread::sleep_for(kStepPause);
+      }
+    }
+    grpc::Status closed = batch->Close();
+    if (!closed.ok()) run.error = parsetier::Error(closed);
+  } catch (const parsetier::Error& error) {
+    run.error = error;
+  }
+  run.resumes = batch->Resumes();
+  return run;
+}
+
+void ExpectSameReplies(const std::vector<Reply>& got, const std::vector<Reply>& want, const std::string& label) {
+  ASSERT_EQ(got.size(), want.size()) << label << ": replies";
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].size(), want[k].size()) << label << " step " << k << ": outputs";
+    for (size_t i = 0; i < want[k].size(); ++i) {
+      EXPECT_TRUE(MessageDifferencer::Equals(got[k][i], want[k][i]))
+          << label << " step " << k << " output " << i << ":\n"
+          << got[k][i].DebugString() << "want:\n"
+          << want[k][i].DebugString();
+    }
+  }
+}
+
+int Finals(const std::vector<Loop>& runs) {
+  int finals = 0;
+  for (const Loop& run : runs) {
+    for (const Reply& reply : run.replies) {
+      for (const v1::SessionOutput& output : reply) finals += output.has_final();
+    }
+  }
+  return finals;
+}
+
+// Every serving loop uninterrupted on the spare, resume off.
+std::vector<Loop> Reference() {
+  parsetier::Client spare(Env("PARSETIER_BATCH_RESUME_SPARE"), InsecureOptions(std::nullopt));
+  std::vector<Loop> runs;
+  for (int s = 0; s < kStreams; ++s) runs.push_back(Drive(spare, PlanFor(s), nullptr));
+  for (const Loop& run : runs) EXPECT_FALSE(run.error) << run.error->what();
+  EXPECT_EQ(Finals(runs), kSessions);
+  return runs;
+}
+
+// The serving loops through a resuming client whose target lists the victim first, then the
+// spare; the victim gets `signal_number` once 40% of all steps are done, and `alongside` runs
+// meanwhile (a loop straight to the victim with resume off). Checks every reply against the
+// uninterrupted run and that each stream moved once. Returns the uninterrupted run.
+std::vector<Loop> ResumeThrough(const char* victim_env, int signal_number, const std::function<void()>& alongside) {
+  std::vector<Loop> want = Reference();
+  Victim victim = ParseVictim(Env(victim_env));
+  EXPECT_GT(victim.pid, 0);
+  if (victim.pid <= 0) return want;
+  parsetier::Client client("ipv4:" + victim.target + "," + Env("PARSETIER_BATCH_RESUME_SPARE"),
+                           InsecureOptions(parsetier::ResumePolicy{}));
+  std::atomic<size_t> progress{0};
+  std::vector<std::future<Loop>> loops;
+  size_t total = 0;
+  for (int s = 0; s < kStreams; ++s) {
+    total += StepsOf(PlanFor(s));
+    loops.push_back(std::async(std::launch::async, [&, s] { return Drive(client, PlanFor(s), &progress); }));
+  }
+  std::future<void> side = std::async(std::launch::async, alongside);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (progress < total * 4 / 10 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const size_t signalled_at = progress;
+  EXPECT_LT(signalled_at, total) << "the loops ended before the signal";
+  EXPECT_EQ(kill(victim.pid, signal_number), 0) << "cannot signal " << victim.pid;
+  std::vector<Loop> got;
+  for (auto& loop : loops) got.push_back(loop.get());
+  side.get();
+  std::cout << victim_env << ": " << kSessions << " sessions on " << kStreams << " streams, signal " << signal_number
+            << " at " << signalled_at << "/" << total << " steps; resumes per stream";
+  for (const Loop& run : got) std::cout << " " << run.resumes;
+  std::cout << "\n";
+  for (int s = 0; s < kStreams; ++s) {
+    EXPECT_FALSE(got[s].error) << "stream " << s << ": " << got[s].error->what();
+    EXPECT_EQ(got[s].resumes, 1) << "stream " << s;
+    ExpectSameReplies(got[s].replies, want[s].replies, "stream " + std::to_string(s));
+  }
+  EXPECT_EQ(Finals(got), kSessions);
+  return want;
+}
+
+// A SIGKILL mid-run: every stream moves to the spare, every reply as uninterrupted. A loop with
+// resume off straight to the victim gets the break as an Error (UNAVAILABLE), before its end.
+TEST(BatchResume, SigkillMidRun) {
+  Victim victim = ParseVictim(Env("PARSETIER_BATCH_RESUME_KILL"));
+  Loop unresumed;
+  ResumeThrough("PARSETIER_BATCH_RESUME_KILL", SIGKILL, [&] {
+    parsetier::Client direct(victim.target, InsecureOptions(std::nullopt));
+    std::atomic<size_t> steps{0};
+    unresumed = Drive(direct, PlanFor(0), &steps);
+  });
+  ASSERT_TRUE(unresumed.error) << "resume off: the kill did not end the stream";
+  EXPECT_EQ(unresumed.error->code(), grpc::StatusCode::UNAVAILABLE) << unresumed.error->what();
+  EXPECT_LT(unresumed.replies.size(), StepsOf(PlanFor(0)));
+  EXPECT_EQ(unresumed.resumes, 0);
+}
+
+// A SIGTERM mid-run: the draining server hands the resuming streams off, and they complete on the
+// spare as uninterrupted. A loop with resume off on it is not handed off: it gets the drain's
+// grace and completes there, as uninterrupted too.
+TEST(BatchResume, SigtermHandsOff) {
+  Victim victim = ParseVictim(Env("PARSETIER_BATCH_RESUME_DRAIN"));
+  Loop unresumed;
+  std::vector<Loop> want = ResumeThrough("PARSETIER_BATCH_RESUME_DRAIN", SIGTERM, [&] {
+    parsetier::Client direct(victim.target, InsecureOptions(std::nullopt));
+    std::atomic<size_t> steps{0};
+    unresumed = Drive(direct, PlanFor(0), &steps);
+  });
+  EXPECT_FALSE(unresumed.error) << unresumed.error->what();
+  ExpectSameReplies(unresumed.replies, want[0].replies, "resume off, draining");
+}
+
+// Steps sent ahead and unanswered when the server dies, full of what a resume must replay
+// faithfully: a session that finishes, one cancelled, a key opened again after its session
+// ended, entries for a key with no session, a bad token id (the session's own error), an empty
+// step. Every reply is as an uninterrupted run gives it.
+std::vector<Reply> Pipelined(parsetier::Client& client, const std::function<void()>& kill_now, int* resumes) {
+  const std::vector<std::string> keys = {"keep", "done", "gone", "bad"};
+  auto queue = [&](parsetier::Batch& batch, size_t k) {
+    if (k == 0) {
+      for (const std::string& key : keys) batch.Open(key, OpenFor("cpp-edge-" + key, false));
+    }
+    if (k == 19) return;  // an empty step
+    for (const std::string& key : keys) {
+      if (k < 12 || key == "keep") batch.Feed(key, {{kOutput[k % kOutput.size()]}});
+    }
+    if (k == 12) {
+      batch.Finish("done");
+      batch.Cancel("gone");
+      batch.Feed("bad", {{1000000000}});  // outside the vocabulary: that session's error
+      batch.Feed("nobody", {{kOutput[0]}});  // no such session: answered with a status
+    }
+    if (k == 14) {
+      batch.Open("done", OpenFor("cpp-edge-done-again", false));  // the key is free again
+      batch.Cancel("nobody");  // cancels nothing
+    }
+    if (k >= 14) batch.Feed("done", {{kOutput[k]}});
+  };
+  std::vector<Reply> replies;
+  std::unique_ptr<parsetier::Batch> batch = client.OpenBatch(std::chrono::seconds(60));
+  for (size_t k = 0; k < 8; ++k) {
+    queue(*batch, k);
+    replies.push_back(batch->Step());
+  }
+  for (size_t k = 8; k < 24; ++k) {  // pipelined: sent, not yet answered
+    queue(*batch, k);
+    batch->Send();
+  }
+  kill_now();
+  while (batch->in_flight() > 0) replies.push_back(batch->Recv());
+  batch->Finish("keep");
+  batch->Finish("done");
+  replies.push_back(batch->Step());
+  EXPECT_TRUE(batch->Close().ok());
+  *resumes = batch->Resumes();
+  return replies;
+}
+
+TEST(BatchResume, PipelinedEdgeCasesResumeExactly) {
+  Victim victim = ParseVictim(Env("PARSETIER_BATCH_RESUME_EDGE"));
+  ASSERT_GT(victim.pid, 0);
+  parsetier::Client spare(Env("PARSETIER_BATCH_RESUME_SPARE"), InsecureOptions(std::nullopt));
+  int resumes = 0;
+  std::vector<Reply> want = Pipelined(spare, [] {}, &resumes);
+  EXPECT_EQ(resumes, 0);
+  parsetier::Client client("ipv4:" + victim.target + "," + Env("PARSETIER_BATCH_RESUME_SPARE"),
+                           InsecureOptions(parsetier::ResumePolicy{}));
+  std::vector<Reply> got =
+      Pipelined(client, [&] { EXPECT_EQ(kill(victim.pid, SIGKILL), 0) << "cannot kill " << victim.pid; }, &resumes);
+  EXPECT_EQ(resumes, 1);
+  ExpectSameReplies(got, want, "pipelined");
+  std::map<std::string, grpc::StatusCode> codes;
+  for (const Reply& reply : got) {
+    for (const v1::SessionOutput& output : reply) {
+      if (std::optional<parsetier::Error> error = parsetier::SessionError(output)) codes[output.key()] = error->code();
+    }
+  }
+  EXPECT_EQ(codes["bad"], grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(codes["gone"], grpc::StatusCode::CANCELLED);
+  EXPECT_NE(codes.count("nobody"), 0u);
+  EXPECT_EQ(codes.count("keep"), 0u);
+}
+
+}  // namespace
