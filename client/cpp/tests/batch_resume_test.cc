@@ -4,9 +4,11 @@
 //   PARSETIER_BATCH_RESUME_SPARE=host:port      the server the sessions move to;
 //   PARSETIER_BATCH_RESUME_KILL=pid@host:port   SIGKILLed mid-run;
 //   PARSETIER_BATCH_RESUME_DRAIN=pid@host:port  sent SIGTERM mid-run (it hands the streams off);
-//   PARSETIER_BATCH_RESUME_EDGE=pid@host:port   SIGKILLed with pipelined steps unanswered.
-// The resuming client's target lists the victim first, then the spare (pick_first), so every
-// stream starts on the victim and must move. Each run's replies (step by step, session by
+//   PARSETIER_BATCH_RESUME_EDGE=pid@host:port   SIGKILLed with pipelined steps unanswered;
+//   PARSETIER_BATCH_RESUME_PROXY=host:port, PARSETIER_BATCH_RESUME_PROXIED_KILL=pid@host:port
+//                                               nginx, and a backend of its to SIGKILL.
+// Unless through nginx, the resuming client's target lists the victim first, then the spare
+// (pick_first), so every stream starts on the victim and must move. Each run's replies (step by step, session by
 // session, field by field) are compared with an uninterrupted run of the same steps on the spare
 // with resume off, so sequence numbers have no gap and no repeat.
 #include <gtest/gtest.h>
@@ -43,6 +45,7 @@ namespace v1 = parsetier::v1;
 
 constexpr int kSessions = 60;
 constexpr int kStreams = 2;  // batch streams (one serving loop each) sharing the sessions
+constexpr int kProxiedStreams = 4;  // behind nginx, which balances streams over its backends
 constexpr auto kStepPause = std::chrono::milliseconds(10);  // so every stream is mid-way at the signal
 
 using Reply = std::vector<v1::SessionOutput>;
@@ -57,9 +60,10 @@ struct Planned {
   bool stop_token;
 };
 
-std::vector<Planned> PlanFor(int stream) {
+// Stream `stream`'s share of the sessions, of `streams`.
+std::vector<Planned> PlanFor(int stream, int streams = kStreams) {
   std::vector<Planned> plan;
-  for (int i = stream; i < kSessions; i += kStreams) {
+  for (int i = stream; i < kSessions; i += streams) {
     plan.push_back({"s" + std::to_string(stream) + "-" + std::to_string(i), static_cast<size_t>(i % 5),
                     30 + static_cast<size_t>(i * 7) % (kOutput.size() - 29), i % 3 == 0, i % 2 == 0});
   }
@@ -143,33 +147,28 @@ int Finals(const std::vector<Loop>& runs) {
   return finals;
 }
 
-// Every serving loop uninterrupted on the spare, resume off.
-std::vector<Loop> Reference() {
-  parsetier::Client spare(Env("PARSETIER_BATCH_RESUME_SPARE"), InsecureOptions(std::nullopt));
+// Every serving loop (of `streams`) uninterrupted on `target`, resume off.
+std::vector<Loop> Reference(const std::string& target, int streams = kStreams) {
+  parsetier::Client spare(target, InsecureOptions(std::nullopt));
   std::vector<Loop> runs;
-  for (int s = 0; s < kStreams; ++s) runs.push_back(Drive(spare, PlanFor(s), nullptr));
+  for (int s = 0; s < streams; ++s) runs.push_back(Drive(spare, PlanFor(s, streams), nullptr));
   for (const Loop& run : runs) EXPECT_FALSE(run.error) << run.error->what();
   EXPECT_EQ(Finals(runs), kSessions);
   return runs;
 }
 
-// The serving loops through a resuming client whose target lists the victim first, then the
-// spare; the victim gets `signal_number` once 40% of all steps are done, and `alongside` runs
-// meanwhile (a loop straight to the victim with resume off). Checks every reply against the
-// uninterrupted run and that each stream moved once. Returns the uninterrupted run.
-std::vector<Loop> ResumeThrough(const char* victim_env, int signal_number, const std::function<void()>& alongside) {
-  std::vector<Loop> want = Reference();
-  Victim victim = ParseVictim(Env(victim_env));
-  EXPECT_GT(victim.pid, 0);
-  if (victim.pid <= 0) return want;
-  parsetier::Client client("ipv4:" + victim.target + "," + Env("PARSETIER_BATCH_RESUME_SPARE"),
-                           InsecureOptions(parsetier::ResumePolicy{}));
+// The serving loops (of `streams`) through `client`; `victim` gets `signal_number` once 40% of
+// all steps are done, and `alongside` runs meanwhile. Checks every reply against `want` and that
+// every session ended with its final result. Returns the loops.
+std::vector<Loop> RunThrough(parsetier::Client& client, const Victim& victim, int signal_number, int streams,
+                             const std::vector<Loop>& want, const std::function<void()>& alongside) {
   std::atomic<size_t> progress{0};
   std::vector<std::future<Loop>> loops;
   size_t total = 0;
-  for (int s = 0; s < kStreams; ++s) {
-    total += StepsOf(PlanFor(s));
-    loops.push_back(std::async(std::launch::async, [&, s] { return Drive(client, PlanFor(s), &progress); }));
+  for (int s = 0; s < streams; ++s) {
+    total += StepsOf(PlanFor(s, streams));
+    loops.push_back(
+        std::async(std::launch::async, [&, s] { return Drive(client, PlanFor(s, streams), &progress); }));
   }
   std::future<void> side = std::async(std::launch::async, alongside);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -182,16 +181,30 @@ std::vector<Loop> ResumeThrough(const char* victim_env, int signal_number, const
   std::vector<Loop> got;
   for (auto& loop : loops) got.push_back(loop.get());
   side.get();
-  std::cout << victim_env << ": " << kSessions << " sessions on " << kStreams << " streams, signal " << signal_number
+  std::cout << victim.target << ": " << kSessions << " sessions on " << streams << " streams, signal " << signal_number
             << " at " << signalled_at << "/" << total << " steps; resumes per stream";
   for (const Loop& run : got) std::cout << " " << run.resumes;
   std::cout << "\n";
-  for (int s = 0; s < kStreams; ++s) {
+  for (int s = 0; s < streams; ++s) {
     EXPECT_FALSE(got[s].error) << "stream " << s << ": " << got[s].error->what();
-    EXPECT_EQ(got[s].resumes, 1) << "stream " << s;
     ExpectSameReplies(got[s].replies, want[s].replies, "stream " + std::to_string(s));
   }
   EXPECT_EQ(Finals(got), kSessions);
+  return got;
+}
+
+// The serving loops through a resuming client whose target lists the victim (`victim_env`)
+// first, then the spare, while `alongside` runs (a loop straight to the victim with resume off):
+// every reply as the uninterrupted run on the spare gives it (returned), each stream moved once.
+std::vector<Loop> ResumeThrough(const char* victim_env, int signal_number, const std::function<void()>& alongside) {
+  std::vector<Loop> want = Reference(Env("PARSETIER_BATCH_RESUME_SPARE"));
+  Victim victim = ParseVictim(Env(victim_env));
+  EXPECT_GT(victim.pid, 0);
+  if (victim.pid <= 0) return want;
+  parsetier::Client client("ipv4:" + victim.target + "," + Env("PARSETIER_BATCH_RESUME_SPARE"),
+                           InsecureOptions(parsetier::ResumePolicy{}));
+  std::vector<Loop> got = RunThrough(client, victim, signal_number, kStreams, want, alongside);
+  for (int s = 0; s < kStreams; ++s) EXPECT_EQ(got[s].resumes, 1) << "stream " << s;
   return want;
 }
 
@@ -224,6 +237,21 @@ TEST(BatchResume, SigtermHandsOff) {
   });
   EXPECT_FALSE(unresumed.error) << unresumed.error->what();
   ExpectSameReplies(unresumed.replies, want[0].replies, "resume off, draining");
+}
+
+// Behind nginx (the deploy config), the streams spread over two backends and one is SIGKILLed:
+// the streams on it reconnect through nginx and resume on the other, every reply as
+// uninterrupted. The client pings every second, as deploy/README.md asks of clients behind nginx.
+TEST(BatchResume, SigkillBehindNginx) {
+  Victim victim = ParseVictim(Env("PARSETIER_BATCH_RESUME_PROXIED_KILL"));
+  ASSERT_GT(victim.pid, 0);
+  std::vector<Loop> want = Reference(Env("PARSETIER_BATCH_RESUME_SPARE"), kProxiedStreams);
+  parsetier::Client client(Env("PARSETIER_BATCH_RESUME_PROXY"), parsetier_test::BehindNginx());
+  std::vector<Loop> got = RunThrough(client, victim, SIGKILL, kProxiedStreams, want, [] {});
+  int resumes = 0;
+  for (const Loop& run : got) resumes += run.resumes;
+  EXPECT_GE(resumes, 1) << "no stream moved";
+  EXPECT_LT(resumes, kProxiedStreams) << "nginx put every stream on the victim";
 }
 
 // Steps sent ahead and unanswered when the server dies, full of what a resume must replay

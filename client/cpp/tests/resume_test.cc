@@ -185,13 +185,7 @@ TEST(Resume, SigtermHandsOff) {
 TEST(Resume, SigkillBehindNginx) {
   Victim victim = ParseVictim(Env("PARSETIER_RESUME_PROXIED_KILL"));
   ASSERT_GT(victim.pid, 0);
-  parsetier::ClientOptions options = InsecureOptions(parsetier::ResumePolicy{});
-  options.keepalive_time = std::chrono::seconds(1);
-  options.keepalive_timeout = std::chrono::seconds(5);
-  options.channel_arguments = [](grpc::ChannelArguments& args) {
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  };
-  parsetier::Client client(Env("PARSETIER_RESUME_PROXY"), options);
+  parsetier::Client client(Env("PARSETIER_RESUME_PROXY"), parsetier_test::BehindNginx());
   Outcome unresumed;
   std::vector<Outcome> runs = RunThroughFailure(client, victim, SIGKILL, "cpp-resume-nginx-", &unresumed);
   ExpectIdentical(runs, "cpp-resume-nginx-", false);

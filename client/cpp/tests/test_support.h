@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -49,6 +50,19 @@ inline parsetier::ClientOptions InsecureOptions(std::optional<parsetier::ResumeP
   parsetier::ClientOptions options;
   options.credentials = parsetier::InsecureCredentials();
   options.resume = resume;
+  return options;
+}
+
+// Resuming plaintext client options for a target behind nginx: a ping every second, as
+// deploy/README.md asks of clients behind nginx, which may hold a stream's reset until the
+// connection shows activity.
+inline parsetier::ClientOptions BehindNginx() {
+  parsetier::ClientOptions options = InsecureOptions(parsetier::ResumePolicy{});
+  options.keepalive_time = std::chrono::seconds(1);
+  options.keepalive_timeout = std::chrono::seconds(5);
+  options.channel_arguments = [](grpc::ChannelArguments& args) {
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  };
   return options;
 }
 
