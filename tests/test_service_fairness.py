@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from grpc_servers import ProcessServer, subprocess_env
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
 HEAVY_IDS = 500_000
 """One message of this many ordinary ids (1 MB, inside every default limit) takes a few tenths of
@@ -70,3 +73,52 @@ def _probe_while_heavy(target: str) -> tuple[list[float], float]:
         out = heavy.stdout.read()
     assert heavy.returncode == 0, "the heavy session failed"
     return probes, float(out.strip())
+
+
+BATCH_SESSIONS = 2000
+"""One ParseBatch step of this many one-token sessions is ~25 KB (under the worker-thread size)
+and tens of milliseconds of parsing: applied whole, it would hold every other stream meanwhile."""
+TRIALS = 5
+
+
+def test_a_large_parse_batch_step_lets_other_streams_through():
+    """A ``Parse`` step sent while a 2,000-session ``ParseBatch`` step is being applied is
+    answered before that step is: the batch is applied in slices, and the other stream's message
+    is served between two. Applied whole, the batch's reply would come first every time."""
+    with ProcessServer("--preload", "qwen3") as server:
+        server.wait_for_log("models loaded", timeout=120)
+        orders = asyncio.run(_orders_of_replies(server.target))
+    assert sum(first == "parse" for first in orders) >= TRIALS - 1, orders
+
+
+async def _orders_of_replies(target: str) -> list[str]:
+    """Per trial, which reply came first: the Parse step's or the batch step's."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.ParserServiceStub(channel)
+        keys = [f"s{i}" for i in range(BATCH_SESSIONS)]
+        batch = stub.ParseBatch()
+        await batch.write(
+            pb.ParseBatchRequest(sessions=[pb.SessionInput(key=k, open=pb.Open(model="qwen3")) for k in keys])
+        )
+        await batch.read()
+        parse = stub.Parse()
+        await parse.write(pb.ParseRequest(open=pb.Open(model="qwen3")))
+        await parse.initial_metadata()
+        step = pb.ParseBatchRequest(packed=pb.PackedSteps(keys=keys, token_ids=[3409] * len(keys)))
+        orders: list[str] = []
+        for _ in range(TRIALS):
+            arrived: list[str] = []
+            await batch.write(step)
+            batch_reply = asyncio.create_task(_note("batch", batch, arrived))
+            await asyncio.sleep(0.003)  # the server is applying the step now
+            await parse.write(pb.ParseRequest(steps=[pb.Step(token_ids=[3409])]))
+            await asyncio.gather(batch_reply, _note("parse", parse, arrived))
+            orders.append(arrived[0])
+        await batch.done_writing()
+        await parse.done_writing()
+    return orders
+
+
+async def _note(name: str, call: grpc.aio.StreamStreamCall, arrived: list[str]) -> None:
+    await call.read()
+    arrived.append(name)

@@ -6,12 +6,19 @@ session's protocol exactly as a ``Parse`` message would; what this file adds is 
 framing: keys, the table of open sessions, the stream's limits, where each session's output or
 status goes in the reply, and the packed form of both. The servicer drives it as it drives a
 ``SessionProtocol``: ``receive`` returns the reply, or ``NeedModels`` to load first.
+
+A step of a thousand sessions is tens of milliseconds of parsing. ``receiving`` (and
+``supplying_models``) apply a message in slices of ``SLICE_ITEMS`` items, pausing between two (a
+generator that yields), so a host on an event loop can serve its other streams in between: a
+stream's large step then delays the others by one slice, not by the whole step.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from parsetier.models import Model
 from parsetier.protocol import Limits, NeedModel, SessionCounts, SessionProtocol, State
@@ -40,6 +47,24 @@ class BatchHooks:
 
     def ended(self, counts: SessionCounts, error: ProtocolError | None, admitted: bool) -> None:
         """A session ended: finished (``error`` None), failed, cancelled or cut with its stream."""
+
+
+SLICE_ITEMS = 64
+"""Items (entries and packed steps) applied between two pauses of ``receiving``: about a
+millisecond of parsing at one token each."""
+
+T = TypeVar("T")
+Slices = Generator[None, None, T]
+"""Work done in slices: each ``next`` applies one, and the generator returns the result."""
+
+
+def to_the_end(work: Slices[T]) -> T:
+    """Run sliced work with no pause: its result."""
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            return done.value
 
 
 CANCELLED_BY_CLIENT = "the client cancelled the session"
@@ -71,6 +96,16 @@ class BatchProtocol:
     # ------------------------------------------------------------------ input
     def receive(self, message: pb.ParseBatchRequest) -> NeedModels | pb.ParseBatchResponse:
         """One client message (one engine step): the reply, or the models to load first."""
+        return to_the_end(self.receiving(message))
+
+    def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
+        """The models ``NeedModels`` named, or the exception each load raised (that name's opens
+        fail with its status; nothing else does)."""
+        return to_the_end(self.supplying_models(loaded))
+
+    def receiving(self, message: pb.ParseBatchRequest) -> Slices[NeedModels | pb.ParseBatchResponse]:
+        """``receive``, applied in slices of ``SLICE_ITEMS`` (nothing else may drive this
+        protocol until the work is done)."""
         self.client_messages += 1
         entries = list(message.sessions)
         items = len(entries) + len(message.packed.keys)
@@ -89,11 +124,10 @@ class BatchProtocol:
         if missing:
             self._pending = message
             return NeedModels(tuple(sorted(missing)))
-        return self._apply(message, entries)
+        return (yield from self._apply(message, entries))
 
-    def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
-        """The models ``NeedModels`` named, or the exception each load raised (that name's opens
-        fail with its status; nothing else does)."""
+    def supplying_models(self, loaded: dict[str, Model | BaseException]) -> Slices[pb.ParseBatchResponse]:
+        """``supply_models``, applied in slices of ``SLICE_ITEMS``."""
         message, self._pending = self._pending, None
         if message is None:
             raise RuntimeError("supply_models without a pending message")
@@ -103,7 +137,7 @@ class BatchProtocol:
             else:
                 self.models[name] = model
         try:
-            return self._apply(message, list(message.sessions))
+            return (yield from self._apply(message, list(message.sessions)))
         finally:
             self._load_errors.clear()
 
@@ -127,7 +161,9 @@ class BatchProtocol:
             self.hooks.ended(protocol.counts, error, True)
 
     # ------------------------------------------------------------------ rules
-    def _apply(self, message: pb.ParseBatchRequest, entries: list[pb.SessionInput]) -> pb.ParseBatchResponse:
+    def _apply(
+        self, message: pb.ParseBatchRequest, entries: list[pb.SessionInput]
+    ) -> Slices[pb.ParseBatchResponse]:
         keys = [entry.key for entry in entries]
         packed = Packed.of(message.packed) if message.HasField("packed") else None
         every_key = keys + packed.keys if packed is not None else keys
@@ -136,10 +172,12 @@ class BatchProtocol:
         response = pb.ParseBatchResponse(client_messages=self.client_messages)
         outputs = response.sessions
         if len(set(every_key)) == len(every_key):
-            for key, entry in zip(keys, entries, strict=True):
+            for done, (key, entry) in enumerate(zip(keys, entries, strict=True), 1):
                 self._entry(outputs, key, entry)
+                if not done % SLICE_ITEMS:
+                    yield
             if packed is not None:
-                self._apply_packed(response, packed)
+                yield from self._apply_packed(response, packed, len(keys))
             return response
         # A key repeats: its first entry applies and every later one ends the session (packed
         # items then go as the entries they stand for, to be held to the same rule).
@@ -148,13 +186,15 @@ class BatchProtocol:
         if packed is not None:
             pairs = zip(packed.keys, packed.steps(), strict=True)
             items = itertools.chain(items, ((key, _entry_of(key, ids)) for key, ids in pairs))
-        for key, entry in items:
+        for done, (key, entry) in enumerate(items, 1):
             if key in seen:
                 error = invalid(f"session {key!r} appears twice in one message")
                 self._end_with(outputs, key, self.sessions.get(key), error)
-                continue
-            seen.add(key)
-            self._entry(outputs, key, entry)
+            else:
+                seen.add(key)
+                self._entry(outputs, key, entry)
+            if not done % SLICE_ITEMS:
+                yield
         return response
 
     def _entry(self, outputs, key: str, entry: pb.SessionInput) -> None:
@@ -203,9 +243,10 @@ class BatchProtocol:
             del sessions[key]
             self.hooks.ended(protocol.counts, None, True)
 
-    def _apply_packed(self, response: pb.ParseBatchResponse, packed: Packed) -> None:
-        """The packed items of a message whose keys are all distinct: each exactly as the entry
-        it stands for, with replies that are one plain text delta written packed."""
+    def _apply_packed(self, response: pb.ParseBatchResponse, packed: Packed, done: int) -> Slices[None]:
+        """The packed items of a message whose keys are all distinct (after ``done`` entries):
+        each exactly as the entry it stands for, with replies that are one plain text delta
+        written packed."""
         outputs = response.sessions
         sessions, streaming = self.sessions, State.STREAMING
         keys: list[str] = []
@@ -214,6 +255,9 @@ class BatchProtocol:
         texts: list[str] = []
         reasoning: list[bool] = []
         for key, ids in zip(packed.keys, packed.steps(), strict=True):
+            done += 1
+            if not done % SLICE_ITEMS:
+                yield
             protocol = sessions.get(key)
             if protocol is None or protocol.state is not streaming or protocol.replay is not None or not ids:
                 self._entry(outputs, key, _entry_of(key, ids))  # the rules' other cases

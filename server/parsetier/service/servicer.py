@@ -6,7 +6,9 @@ Each stream is one asyncio task with its own session object; an exception in one
 that stream only. Parsing runs inline on the event loop: a step costs microseconds to
 milliseconds, less than a thread hop. A large message (a Parse message or a ParseOnce request of
 ``OFF_LOOP_BYTES`` or more) is parsed in a worker thread, so it cannot stall the other streams; the
-stream awaits it before reading its next message, so a session's messages still apply in order.
+stream awaits it before reading its next message, so a session's messages still apply in order. A
+ParseBatch message is small for its work (a dozen bytes per one-token session): it is applied in
+slices, the loop serving the other streams between two.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from parsetier.batch_protocol import BatchHooks, BatchProtocol, NeedModels
+from parsetier.batch_protocol import BatchHooks, BatchProtocol, NeedModels, Slices, to_the_end
 from parsetier.models import Model, ModelRegistry, TokenizerState
 from parsetier.protocol import (
     NeedModel,
@@ -100,6 +102,20 @@ async def _off_loop_if_large(message: Message, work: Callable[..., T], *args: An
     if message.ByteSize() >= OFF_LOOP_BYTES:
         return await asyncio.to_thread(work, *args)
     return work(*args)
+
+
+async def _in_slices(message: Message, work: Slices[T]) -> T:
+    """Sliced protocol work (``BatchProtocol.receiving``) for ``message``: on the event loop,
+    which serves the other streams between two slices; in a worker thread, whole, when the message
+    is large enough for that (as ``_off_loop_if_large``)."""
+    if message.ByteSize() >= OFF_LOOP_BYTES:
+        return await asyncio.to_thread(to_the_end, work)
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            return done.value
+        await asyncio.sleep(0)
 
 
 class ParserServicer(pb_grpc.ParserServiceServicer):
@@ -274,11 +290,12 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 if message is grpc.aio.EOF:
                     batch.receive_eof()
                     return
-                reply = await _off_loop_if_large(message, batch.receive, _decoded(message))
+                request = _decoded(message)
+                reply = await _in_slices(request, batch.receiving(request))
                 if isinstance(reply, NeedModels):
                     loaded = {name: await self._model_or_error(name) for name in reply.names}
                     self._check_batch_hand_off(batch)  # the drain may have begun meanwhile
-                    reply = await _off_loop_if_large(message, batch.supply_models, loaded)
+                    reply = await _in_slices(request, batch.supplying_models(loaded))
                 for part in self.limits.in_parts(reply):
                     await _write(context, part)
         except ProtocolError as exc:
