@@ -84,6 +84,7 @@ struct BatchLedger::Session {
   MessageRecord record;                   // entry i >= 1 is message i
   uint64_t client_messages = 0;           // the resume point: of the last output received
   uint64_t sequence = 0;
+  std::optional<size_t> ended_at;  // the entry whose output ended it (its final or its status)
   int opened_at;
   bool sending = true;  // entries may still follow (no finish or cancel sent yet)
   bool cancelled = false;
@@ -156,7 +157,10 @@ grpc::Status BatchLedger::Received(std::vector<v1::SessionOutput>& outputs) {
         session->client_messages = output.client_messages();
         session->sequence = output.sequence();
       }
-      if (output.has_final() || output.has_status()) Ended(c.session);
+      if (output.has_final() || output.has_status()) {
+        if (!session->ended_at) session->ended_at = c.index;
+        Ended(c.session);
+      }
     }
     if (c.step > delivered) {
       std::string key = output.key();
@@ -235,6 +239,14 @@ std::vector<v1::ParseBatchRequest> BatchLedger::Replay() {
   }
   for (size_t n = 0; n < steps_.size(); ++n) {
     const int number = delivered + static_cast<int>(n) + 1;
+    // Entries sent to a session before its end (its own status, say) was received, and not
+    // answered yet: the server answers them as entries of no session, so they are re-sent as such.
+    for (const auto& [key, c] : *steps_[n].entries) {
+      const Session* session = c.session.get();
+      if (session == nullptr || !session->ended_at || c.index <= *session->ended_at) continue;
+      if (c.index >= session->record.size() || steps_[n].outputs.count(key) > 0) continue;  // a cancel answers nothing
+      groups.push_back({number, key, {{c.session, c.index, number}}});
+    }
     for (size_t k = 0; k < steps_[n].orphans.size(); ++k) {
       groups.push_back({number, steps_[n].orphans[k].key(), {{nullptr, k, number}}});
     }

@@ -254,19 +254,20 @@ TEST(BatchResume, SigkillBehindNginx) {
   EXPECT_LT(resumes, kProxiedStreams) << "nginx put every stream on the victim";
 }
 
-// Steps sent ahead and unanswered when the server dies, full of what a resume must replay
-// faithfully: a session that finishes, one cancelled, a key opened again after its session
-// ended, entries for a key with no session, a bad token id (the session's own error), an empty
-// step. Every reply is as an uninterrupted run gives it.
-std::vector<Reply> Pipelined(parsetier::Client& client, const std::function<void()>& kill_now, int* resumes) {
-  const std::vector<std::string> keys = {"keep", "done", "gone", "bad"};
+// Steps sent ahead, full of what a resume must replay faithfully: a session that finishes, one
+// cancelled, a key opened again after its session ended, entries for a key with no session, a
+// bad token id (the session's own error) and an entry sent to that session before its error was
+// received, an empty step. The server answers steps 8-12 (finish, cancel, the bad id), is then
+// stopped (SIGSTOP) so that it answers nothing of steps 13-23 (the entry after the error, the
+// reopened key, a finish and a cancel), and killed once the replies to 8-12 are received: every
+// reply is as an uninterrupted run gives it. `victim` is null for that run.
+std::vector<Reply> Pipelined(parsetier::Client& client, const Victim* victim, int* resumes) {
+  const std::vector<std::pair<std::string, size_t>> fed = {  // each session's last step of ids
+      {"keep", 23}, {"done", 11}, {"gone", 11}, {"bad", 11}, {"late", 15}, {"drop", 16}};
   auto queue = [&](parsetier::Batch& batch, size_t k) {
-    if (k == 0) {
-      for (const std::string& key : keys) batch.Open(key, OpenFor("cpp-edge-" + key, false));
-    }
-    if (k == 19) return;  // an empty step
-    for (const std::string& key : keys) {
-      if (k < 12 || key == "keep") batch.Feed(key, {{kOutput[k % kOutput.size()]}});
+    for (const auto& [key, last] : fed) {
+      if (k == 0) batch.Open(key, OpenFor("cpp-edge-" + key, false));
+      if (k <= last && k != 19) batch.Feed(key, {{kOutput[k % kOutput.size()]}});  // step 19 is empty
     }
     if (k == 12) {
       batch.Finish("done");
@@ -274,11 +275,14 @@ std::vector<Reply> Pipelined(parsetier::Client& client, const std::function<void
       batch.Feed("bad", {{1000000000}});  // outside the vocabulary: that session's error
       batch.Feed("nobody", {{kOutput[0]}});  // no such session: answered with a status
     }
+    if (k == 13) batch.Feed("bad", {{kOutput[0]}});  // sent before bad's error is received
     if (k == 14) {
       batch.Open("done", OpenFor("cpp-edge-done-again", false));  // the key is free again
       batch.Cancel("nobody");  // cancels nothing
     }
-    if (k >= 14) batch.Feed("done", {{kOutput[k]}});
+    if (k >= 14 && k != 19) batch.Feed("done", {{kOutput[k]}});
+    if (k == 16) batch.Finish("late");
+    if (k == 17) batch.Cancel("drop");
   };
   std::vector<Reply> replies;
   std::unique_ptr<parsetier::Batch> batch = client.OpenBatch(std::chrono::seconds(60));
@@ -286,11 +290,34 @@ std::vector<Reply> Pipelined(parsetier::Client& client, const std::function<void
     queue(*batch, k);
     replies.push_back(batch->Step());
   }
-  for (size_t k = 8; k < 24; ++k) {  // pipelined: sent, not yet answered
+  for (size_t k = 8; k < 13; ++k) {
     queue(*batch, k);
     batch->Send();
   }
-  kill_now();
+  if (victim != nullptr) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it answers steps 8-12 meanwhile
+    EXPECT_EQ(kill(victim->pid, SIGSTOP), 0) << "cannot stop " << victim->pid;
+  }
+  for (size_t k = 13; k < 24; ++k) {  // unanswered until the kill
+    queue(*batch, k);
+    batch->Send();
+  }
+  // Should the stopped server not have answered 8-12, the watchdog kills it: a resume then
+  // replays those steps too (and this run checks less than it means to, but nothing wrong).
+  std::atomic<bool> received{false};
+  std::thread watchdog;
+  if (victim != nullptr) {
+    watchdog = std::thread([&] {
+      for (int i = 0; i < 1000 && !received; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!received) kill(victim->pid, SIGKILL);
+    });
+  }
+  for (size_t k = 8; k < 13; ++k) replies.push_back(batch->Recv());
+  if (victim != nullptr) {
+    received = true;
+    watchdog.join();
+    kill(victim->pid, SIGKILL);
+  }
   while (batch->in_flight() > 0) replies.push_back(batch->Recv());
   batch->Finish("keep");
   batch->Finish("done");
@@ -305,24 +332,31 @@ TEST(BatchResume, PipelinedEdgeCasesResumeExactly) {
   ASSERT_GT(victim.pid, 0);
   parsetier::Client spare(Env("PARSETIER_BATCH_RESUME_SPARE"), InsecureOptions(std::nullopt));
   int resumes = 0;
-  std::vector<Reply> want = Pipelined(spare, [] {}, &resumes);
+  std::vector<Reply> want = Pipelined(spare, nullptr, &resumes);
   EXPECT_EQ(resumes, 0);
   parsetier::Client client("ipv4:" + victim.target + "," + Env("PARSETIER_BATCH_RESUME_SPARE"),
                            InsecureOptions(parsetier::ResumePolicy{}));
-  std::vector<Reply> got =
-      Pipelined(client, [&] { EXPECT_EQ(kill(victim.pid, SIGKILL), 0) << "cannot kill " << victim.pid; }, &resumes);
+  std::vector<Reply> got = Pipelined(client, &victim, &resumes);
   EXPECT_EQ(resumes, 1);
   ExpectSameReplies(got, want, "pipelined");
-  std::map<std::string, grpc::StatusCode> codes;
+  std::map<std::string, grpc::StatusCode> codes;  // each key's first status
   for (const Reply& reply : got) {
     for (const v1::SessionOutput& output : reply) {
-      if (std::optional<parsetier::Error> error = parsetier::SessionError(output)) codes[output.key()] = error->code();
+      std::optional<parsetier::Error> error = parsetier::SessionError(output);
+      if (error) codes.emplace(output.key(), error->code());
     }
   }
   EXPECT_EQ(codes["bad"], grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(codes["gone"], grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(codes["drop"], grpc::StatusCode::CANCELLED);
   EXPECT_NE(codes.count("nobody"), 0u);
   EXPECT_EQ(codes.count("keep"), 0u);
+  EXPECT_EQ(codes.count("late"), 0u);
+  // The entry sent to bad after its error has its status, as on the uninterrupted stream.
+  ASSERT_GT(got.size(), 13u);
+  auto after = std::find_if(got[13].begin(), got[13].end(), [](const auto& output) { return output.key() == "bad"; });
+  ASSERT_NE(after, got[13].end()) << "no reply to bad's entry after its error";
+  EXPECT_TRUE(after->has_status());
 }
 
 }  // namespace
