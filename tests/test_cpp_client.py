@@ -219,7 +219,12 @@ def test_cpp_batch_resumes_on_another_server(cpp_build):
         code, output = run(argv, TEST_TIMEOUT, env=env)
         print(output)  # the signals and resumes per stream, for `pytest -s`
         assert code == 0, f"parsetier_batch_resume_test failed (exit {code}):\n{output}"
-        for name in ("SigkillMidRun", "SigtermHandsOff", "PipelinedEdgeCasesResumeExactly"):
+        for name in (
+            "SigkillMidRun",
+            "SigtermHandsOff",
+            "PipelinedEdgeCasesResumeExactly",
+            "UnreachableSpendsTheBudget",
+        ):
             assert f"[       OK ] BatchResume.{name}" in output, f"{name} did not pass:\n{output}"
         assert killed.wait(10) == -signal.SIGKILL
         assert edge.wait(10) == -signal.SIGKILL

@@ -359,4 +359,18 @@ TEST(BatchResume, PipelinedEdgeCasesResumeExactly) {
   EXPECT_TRUE(after->has_status());
 }
 
+// A batch that reaches no server retries within the budget, then the last status surfaces.
+TEST(BatchResume, UnreachableSpendsTheBudget) {
+  parsetier::Client nowhere("127.0.0.1:1", InsecureOptions(parsetier_test::QuickBudget()));
+  std::unique_ptr<parsetier::Batch> batch = nowhere.OpenBatch(std::chrono::seconds(30));
+  batch->Open("s", OpenFor("cpp-nowhere", false));
+  try {
+    batch->Step();
+    ADD_FAILURE() << "Step reached nothing and did not throw";
+  } catch (const parsetier::Error& error) {
+    EXPECT_EQ(error.code(), grpc::StatusCode::UNAVAILABLE) << error.what();
+  }
+  EXPECT_EQ(batch->Resumes(), 0);
+}
+
 }  // namespace

@@ -193,11 +193,7 @@ TEST(Resume, SigkillBehindNginx) {
 
 // Refused opens are retried within the budget, then the last status surfaces.
 TEST(Resume, UnreachableOpenSpendsTheBudget) {
-  parsetier::ResumePolicy policy;
-  policy.attempts = 3;
-  policy.initial_backoff = std::chrono::milliseconds(1);
-  policy.max_backoff = std::chrono::milliseconds(5);
-  parsetier::Client nowhere("127.0.0.1:1", InsecureOptions(policy));
+  parsetier::Client nowhere("127.0.0.1:1", InsecureOptions(parsetier_test::QuickBudget()));
   parsetier::OpenOptions open;
   open.model = "qwen3";
   open.timeout = std::chrono::seconds(30);

@@ -53,6 +53,15 @@ inline parsetier::ClientOptions InsecureOptions(std::optional<parsetier::ResumeP
   return options;
 }
 
+// A retry budget spent in milliseconds: 3 attempts, backoff from 1 to 5 ms.
+inline parsetier::ResumePolicy QuickBudget() {
+  parsetier::ResumePolicy policy;
+  policy.attempts = 3;
+  policy.initial_backoff = std::chrono::milliseconds(1);
+  policy.max_backoff = std::chrono::milliseconds(5);
+  return policy;
+}
+
 // Resuming plaintext client options for a target behind nginx: a ping every second, as
 // deploy/README.md asks of clients behind nginx, which may hold a stream's reset until the
 // connection shows activity.
