@@ -5,7 +5,8 @@ Two real backends on loopback, the client's target lists both (pick_first: every
 the first while it listens). Sessions of several families stream real outputs one token per step
 through the batch API; then the first backend is SIGKILLed, or SIGTERMed (a drain hands batch
 streams off), or the client pipelines steps full of edge cases (finish, cancel, a key reused,
-entries for no session) and loses the backend with those unanswered. Each run's replies — step
+entries for no session, an entry after a session's error) and loses the backend, stopped after it
+answered some of them, with the rest unanswered. Each run's replies — step
 by step, session by session, byte for byte — are compared with an uninterrupted run of the same
 steps on one server, so sequence numbers have no gap and no repeat. With resume off the break
 surfaces, and a drain gives such streams the grace instead of a hand-off.
@@ -21,7 +22,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,7 +34,7 @@ import grpc
 import pytest
 
 from fleet_outputs import QUICK_MODELS, TOOLS, Output, sample
-from grpc_servers import ProcessServer
+from grpc_servers import ProcessServer, wait_for
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import AsyncClient, Client
 from parsetier_client.resume import retryable
@@ -78,6 +82,13 @@ def wire(outputs: dict[str, pb.SessionOutput]) -> dict[str, bytes]:
     return {key: out.SerializeToString(deterministic=True) for key, out in outputs.items()}
 
 
+def open_session(batch, key: str, out: Output, request_id: str) -> None:
+    """Queue the opening of ``key`` for ``out`` on ``batch`` (either client's batch API)."""
+    batch.open(
+        key, out.model, tools=TOOLS, prompt_token_ids=out.prompt_ids, output="both", request_id=request_id
+    )
+
+
 class Plan:
     """The steps of one serving loop over its sessions: all open in step 1 (with their first
     token), then one token per session per step, each finishing after its last token."""
@@ -90,14 +101,7 @@ class Plan:
         """Queue step ``k`` (0-based) on ``batch`` (either client's batch API)."""
         for key, out in self.sessions.items():
             if k == 0:
-                batch.open(
-                    key,
-                    out.model,
-                    tools=TOOLS,
-                    prompt_token_ids=out.prompt_ids,
-                    output="both",
-                    request_id=key,
-                )
+                open_session(batch, key, out, key)
             if k < len(out.ids):
                 batch.feed(key, [out.ids[k]])
             if k == len(out.ids) - 1:
@@ -306,76 +310,158 @@ def test_behind_nginx_a_drain_hands_batch_streams_off_with_no_nginx_change(pair,
     assert took is not None and took < 5.0, f"the drain took {took:.2f} s"
 
 
+EDGE_FED = {"keep": 23, "done": 11, "gone": 11, "bad": 11, "late": 15, "drop": 16}
+"""Each edge-case session's last step of token ids."""
+EDGE_STEPPED, EDGE_AHEAD, EDGE_STEPS = 8, 13, 24
+"""Steps 0-7 are sent one by one, each answered; 8-12 are sent ahead and answered before the
+server is stopped; 13-23 are sent to the stopped server, unanswered until it is killed. One last
+step finishes the sessions still open."""
+
+Action = dict
+"""One call of a batch API, as data both clients' drivers apply: ``op`` (open, feed, finish or
+cancel), ``key``, and ``ids`` or ``request_id``."""
+
+
+def edge_steps(out: Output) -> list[list[Action]]:
+    """Steps full of what a resume must replay faithfully: a session that finishes, one
+    cancelled, a key opened again after its session ended, entries for a key with no session, a
+    bad token id (the session's own error) and an entry sent to that session before its error is
+    received, a finish and a cancel in unanswered steps, an empty step (19)."""
+    ids = out.ids
+    plan: list[list[Action]] = []
+    for k in range(EDGE_STEPS):
+        step: list[Action] = []
+        for key, last in EDGE_FED.items():
+            if k == 0:
+                step.append({"op": "open", "key": key, "request_id": f"edge-{key}"})
+            if k <= last and k != 19:
+                step.append({"op": "feed", "key": key, "ids": [ids[k % len(ids)]]})
+        if k == 12:
+            step.append({"op": "finish", "key": "done"})
+            step.append({"op": "cancel", "key": "gone"})
+            step.append({"op": "feed", "key": "bad", "ids": [10**9]})  # outside the vocabulary
+            step.append({"op": "feed", "key": "nobody", "ids": [ids[0]]})  # no such session
+        if k == 13:
+            step.append({"op": "feed", "key": "bad", "ids": [ids[0]]})  # sent before bad's error is received
+        if k == 14:
+            step.append({"op": "open", "key": "done", "request_id": "edge-done-again"})  # free again
+            step.append({"op": "cancel", "key": "nobody"})  # cancels nothing
+        if k >= 14 and k != 19:
+            step.append({"op": "feed", "key": "done", "ids": [ids[k % len(ids)]]})
+        if k == 16:
+            step.append({"op": "finish", "key": "late"})
+        if k == 17:
+            step.append({"op": "cancel", "key": "drop"})
+        plan.append(step)
+    plan.append([{"op": "finish", "key": "keep"}, {"op": "finish", "key": "done"}])
+    return plan
+
+
+def apply(batch, out: Output, step: list[Action]) -> None:
+    """Queue ``step`` on a Python batch (the Go driver applies the same actions)."""
+    for action in step:
+        op, key = action["op"], action["key"]
+        if op == "open":
+            open_session(batch, key, out, action["request_id"])
+        elif op == "feed":
+            batch.feed(key, action["ids"])
+        elif op == "finish":
+            batch.finish(key, "stop")
+        else:
+            batch.cancel(key)
+
+
+def run_edge(client: Client, out: Output, at: Callable[[str], None]) -> tuple[Replies, int]:
+    """The edge-case steps through the sync batch client; ``at("ahead")`` once steps 8-12 are
+    sent, ``at("answered")`` once their replies are received (13-23 sent meanwhile)."""
+    plan = edge_steps(out)
+    replies: Replies = []
+    with client.batch() as batch:
+        for step in plan[:EDGE_STEPPED]:
+            apply(batch, out, step)
+            replies.append(wire(batch.step()))
+        for step in plan[EDGE_STEPPED:EDGE_AHEAD]:
+            apply(batch, out, step)
+            batch.send()
+        at("ahead")
+        for step in plan[EDGE_AHEAD:-1]:
+            apply(batch, out, step)
+            batch.send()
+        for _ in range(EDGE_AHEAD - EDGE_STEPPED):
+            replies.append(wire(batch.receive()))
+        at("answered")
+        while batch.in_flight:
+            replies.append(wire(batch.receive()))
+        apply(batch, out, plan[-1])
+        replies.append(wire(batch.step()))
+        return replies, batch.resumes
+
+
+class StopThenKill:
+    """The victim's part in an edge-case run, at the driver's two points. At ``ahead`` it waits
+    until the server has parsed step 12 (bad's ``session_end`` line, logged as its error is
+    answered), gives the reply a moment to go out, and stops it (SIGSTOP): steps 13-23 reach a
+    server that answers nothing. At ``answered`` (the replies to 8-12 received) it kills it
+    (SIGKILL). A watchdog kills it should those replies not come; ``answered_first`` says whether
+    they did, i.e. whether the run resumed with 13-23, and only those, unanswered."""
+
+    WATCHDOG = 20.0
+
+    def __init__(self, victim: ProcessServer) -> None:
+        self.victim = victim
+        self.watchdog: threading.Timer | None = None
+        self.answered_first = False
+
+    def __call__(self, point: str) -> None:
+        victim = self.victim
+        assert victim.proc is not None
+        if point == "ahead":
+            wait_for(lambda: any(r.get("request_id") == "edge-bad" for r in list(victim.logs)), 30)
+            time.sleep(0.5)
+            os.kill(victim.proc.pid, signal.SIGSTOP)
+            self.watchdog = threading.Timer(self.WATCHDOG, victim.kill)
+            self.watchdog.start()
+        else:
+            assert self.watchdog is not None
+            self.watchdog.cancel()
+            self.answered_first = victim.proc.poll() is None
+            victim.kill()
+
+
+def check_edge_replies(got: Replies, want: Replies) -> None:
+    """Every reply as on the uninterrupted stream, with the statuses the steps call for."""
+    assert len(got) == len(want) == EDGE_STEPS + 1
+    for k, (reply, wanted) in enumerate(zip(got, want, strict=True)):
+        assert reply == wanted, f"step {k} differs from the uninterrupted run"
+    statuses: dict[str, int] = {}  # each key's first status
+    for reply in got:
+        for key, raw in reply.items():
+            output = pb.SessionOutput.FromString(raw)
+            if output.HasField("status"):
+                statuses.setdefault(key, output.status.code)
+    assert statuses["bad"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert statuses["gone"] == statuses["drop"] == grpc.StatusCode.CANCELLED.value[0]
+    assert statuses["nobody"] != 0
+    assert "keep" not in statuses and "late" not in statuses
+    # The entry sent to bad after its error has its status, as on the uninterrupted stream.
+    assert pb.SessionOutput.FromString(got[13]["bad"]).HasField("status")
+
+
 def test_pipelined_edge_cases_resume_exactly(pair):
-    """Steps sent ahead and unanswered when the backend dies, full of what a resume must replay
-    faithfully: a session that finishes, one cancelled, a key opened again after its session
-    ended, entries for keys with no session, a bad token id (the session's own error), an empty
-    step. The sync batch client receives every reply as an uninterrupted run gives it."""
+    """Edge-case steps pipelined (``edge_steps``): the server answers steps 8-12 (a finish, a
+    cancel, the bad id), is stopped for 13-23 (the entry after bad's error, the reopened key, a
+    finish and a cancel) and killed once the replies to 8-12 are received. The sync batch client
+    resumes once and receives every reply as an uninterrupted run gives it."""
     a, b = pair
     out = sample(0, QUICK_MODELS)
-    ids = list(out.ids)
-
-    def opening(batch, key: str) -> None:
-        batch.open(key, out.model, tools=TOOLS, prompt_token_ids=out.prompt_ids, request_id=key)
-
-    def steps() -> list[Callable]:
-        plan: list[Callable] = []
-
-        def step(k: int):
-            def queue(batch) -> None:
-                if k == 0:
-                    for key in ("keep", "done", "gone", "bad"):
-                        opening(batch, key)
-                if k == 19:
-                    return  # an empty step
-                for key in ("keep", "done", "gone", "bad"):
-                    if k < 12 or key == "keep":
-                        batch.feed(key, [ids[k % len(ids)]])
-                if k == 12:
-                    batch.finish("done", "stop")
-                    batch.cancel("gone")
-                    batch.feed("bad", [10**9])  # outside the vocabulary: that session's error
-                    batch.feed("nobody", [ids[0]])  # no such session: answered with a status
-                if k == 14:
-                    opening(batch, "done")  # the key is free again: a new session
-                    batch.cancel("nobody")  # cancels nothing
-                if k >= 14:
-                    batch.feed("done", [ids[k]])
-
-            return queue
-
-        plan.extend(step(k) for k in range(24))
-        return plan
-
-    def run(client: Client, kill: Callable[[], None] | None) -> tuple[Replies, int]:
-        replies: Replies = []
-        with client.batch() as batch:
-            plan = steps()
-            for queue in plan[:8]:
-                queue(batch)
-                replies.append(wire(batch.step()))
-            for queue in plan[8:]:  # pipelined: sent, not yet answered
-                queue(batch)
-                batch.send()
-            if kill is not None:
-                kill()
-            while batch.in_flight:
-                replies.append(wire(batch.receive()))
-            for key in ("keep", "done"):
-                batch.finish(key, "stop")
-            replies.append(wire(batch.step()))
-            return replies, batch.resumes
-
     with Client(b.target, timeout=60, resume=False) as client:
-        want, _ = run(client, None)
+        want, _ = run_edge(client, out, lambda point: None)
+    victim = StopThenKill(a)
     with Client(f"ipv4:{a.target},{b.target}", timeout=60) as client:
-        got, resumes = run(client, a.kill)
+        got, resumes = run_edge(client, out, victim)
+    assert victim.answered_first, "the stopped server had not answered steps 8-12"
     assert resumes == 1
-    assert got == want
-    statuses = {k: pb.SessionOutput.FromString(v).status.code for r in got for k, v in r.items()}
-    assert statuses["bad"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert statuses["gone"] == grpc.StatusCode.CANCELLED.value[0]
-    assert statuses["nobody"] != 0
+    check_edge_replies(got, want)
 
 
 def test_with_resume_off_a_break_surfaces_and_a_drain_gives_the_grace(pair):

@@ -10,7 +10,9 @@ that open a new stream: every live session re-opened with its point, its history
 ``j`` of every session in message ``j``. The new stream's replies are then sorted back into the
 caller's steps (each output carries its key, and every re-sent entry is known to belong to one
 step), so the caller receives one reply per step it sent, each with the outputs the uninterrupted
-stream would have given, in the same order, exactly once.
+stream would have given, in the same order, exactly once. An entry sent to a session before the
+session's end (its final, or its own status) was received, and unanswered at a break, is re-sent
+as the entry of no session it then is: the server answers it with the status it gave before.
 """
 
 from __future__ import annotations
@@ -27,7 +29,17 @@ class _Session:
     """One session as the caller opened it: its history (the open entry is message 0, with the
     steps and finish it carried) and what has been received of it."""
 
-    __slots__ = ("cancelled", "first", "history", "key", "messages", "opened_at", "progress", "sending")
+    __slots__ = (
+        "cancelled",
+        "ended_at",
+        "first",
+        "history",
+        "key",
+        "messages",
+        "opened_at",
+        "progress",
+        "sending",
+    )
 
     def __init__(self, key: str, entry: pb.SessionInput, step: int) -> None:
         self.key = key
@@ -45,6 +57,8 @@ class _Session:
         self.sending = not entry.HasField("finish")
         """Entries may still follow (no finish or cancel sent yet)."""
         self.cancelled = False
+        self.ended_at: int | None = None
+        """The entry whose output ended it (its final or its status), once received."""
 
     def add(self, entry: pb.SessionInput) -> None:
         """A later entry (not the usual one of token ids, which ``BatchLedger.sent`` records)."""
@@ -197,7 +211,7 @@ class BatchLedger:
         delivered = self.delivered
         steps = self._steps
         for key, output in outputs_of(reply).items():
-            session, step, _, opens = carried.get(key) or (None, 0, 0, False)
+            session, step, index, opens = carried.get(key) or (None, 0, 0, False)
             if opens and output.status.code == UNAVAILABLE:
                 # Refused because this server is draining or overloaded: not the session's own
                 # error. It stays live, and the stream moves (``must_move``): another server opens it.
@@ -207,6 +221,8 @@ class BatchLedger:
                 if output.sequence:
                     session.progress.received(output)  # type: ignore[arg-type]
                 if output.HasField("final") or output.HasField("status"):
+                    if session.ended_at is None:
+                        session.ended_at = index
                     self._ended(session)
             if step > delivered:
                 steps[step - delivered - 1].outputs[key] = output
@@ -247,6 +263,18 @@ class BatchLedger:
             items = [Carried(session, step_of.get((ident, i), 0), i, i == 0) for i in range(session.messages)]
             groups.append((session.opened_at, session.key, items))
         for number, step in enumerate(self._steps, delivered + 1):
+            # Entries sent to a session after the one whose output ended it, and not answered
+            # yet: the server answers them as entries of no session, so they are re-sent as such
+            # (a cancel answers nothing: its index is past the history).
+            for key, carried in step.entries.items():
+                session = carried.session
+                if (
+                    session is not None
+                    and session.ended_at is not None
+                    and session.ended_at < carried.index < len(session.history)
+                    and key not in step.outputs
+                ):
+                    groups.append((number, key, [carried]))
             groups.extend(
                 (number, entry.key, [Carried(None, number, k, False)]) for k, entry in enumerate(step.orphans)
             )
