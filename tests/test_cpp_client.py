@@ -206,14 +206,15 @@ def test_cpp_batch_resumes_on_another_server(cpp_build):
     the spare with every step's reply equal to an uninterrupted run there; with resume off the kill
     surfaces as UNAVAILABLE and the drain gives the grace; pipelined steps full of edge cases
     (finish, cancel, a key reopened, no session, a bad id, an empty step) unanswered at a kill
-    resume exactly."""
-    with loaded_servers(4) as (killed, drained, edge, spare):
+    resume exactly; an open refused by a draining server on an idle stream moves the stream."""
+    with loaded_servers(5) as (killed, drained, edge, refusing, spare):
         env = dict(
             os.environ,
             PARSETIER_BATCH_RESUME_SPARE=spare.target,
             PARSETIER_BATCH_RESUME_KILL=f"{killed.proc.pid}@{killed.target}",
             PARSETIER_BATCH_RESUME_DRAIN=f"{drained.proc.pid}@{drained.target}",
             PARSETIER_BATCH_RESUME_EDGE=f"{edge.proc.pid}@{edge.target}",
+            PARSETIER_BATCH_RESUME_REFUSE=f"{refusing.proc.pid}@{refusing.target}",
         )
         argv = [str(BUILD_DIR / "parsetier_batch_resume_test"), "--gtest_filter=-*BehindNginx"]
         code, output = run(argv, TEST_TIMEOUT, env=env)
@@ -224,6 +225,7 @@ def test_cpp_batch_resumes_on_another_server(cpp_build):
             "SigtermHandsOff",
             "PipelinedEdgeCasesResumeExactly",
             "UnreachableSpendsTheBudget",
+            "RefusedOpenMovesTheStream",
         ):
             assert f"[       OK ] BatchResume.{name}" in output, f"{name} did not pass:\n{output}"
         assert killed.wait(10) == -signal.SIGKILL
@@ -232,6 +234,10 @@ def test_cpp_batch_resumes_on_another_server(cpp_build):
         stopped = next(r for r in drained.logs if r.get("msg") == "stopped")
         # The resuming streams were handed off (the resume-off one got the grace instead).
         assert stopped["handed_off"] >= 1 and stopped["clean"] is True, stopped
+        # The idle stream's open was refused as draining (then opened on the spare).
+        assert refusing.wait(30) == 0, refusing.logs[-5:]
+        refused = session_ends(refusing, "cpp-refused-second", 1)
+        assert refused and all(r["outcome"] == "UNAVAILABLE" for r in refused), refused
 
 
 def test_cpp_client_joins_a_reply_sent_in_parts(cpp_build):

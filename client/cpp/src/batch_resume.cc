@@ -135,10 +135,8 @@ grpc::Status BatchLedger::Received(std::vector<v1::SessionOutput>& outputs) {
   std::shared_ptr<const CarriedMap> carried = std::move(carried_.front());
   carried_.pop_front();
   ++received_;
-  if (moving_) {
-    moving_ = false;
-    ++resumes_;
-  }
+  const bool moved = moving_;  // the first reply of a new stream: a move, unless it refuses an open
+  moving_ = false;
   const int delivered = this->delivered();
   for (v1::SessionOutput& output : outputs) {
     auto found = carried->find(output.key());
@@ -167,6 +165,7 @@ grpc::Status BatchLedger::Received(std::vector<v1::SessionOutput>& outputs) {
       steps_[c.step - delivered - 1].outputs[std::move(key)] = std::move(output);
     }
   }
+  if (moved && !must_move_) ++resumes_;
   return grpc::Status::OK;
 }
 

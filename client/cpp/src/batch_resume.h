@@ -47,8 +47,8 @@ class BatchLedger {
   // new one (its replies go to Received).
   std::vector<v1::ParseBatchRequest> Replay();
 
-  // Times the sessions moved to a new stream (counted at its first reply: refused attempts are
-  // not moves).
+  // Times the sessions moved to a new stream (counted at its first reply: attempts that failed
+  // or whose first reply refused an open are not moves).
   int resumes() const { return resumes_; }
   // A reply refused an open with UNAVAILABLE (the server is draining or overloaded): not the
   // session's own error; the stream should move now, so another server opens it.

@@ -5,6 +5,7 @@
 //   PARSETIER_BATCH_RESUME_KILL=pid@host:port   SIGKILLed mid-run;
 //   PARSETIER_BATCH_RESUME_DRAIN=pid@host:port  sent SIGTERM mid-run (it hands the streams off);
 //   PARSETIER_BATCH_RESUME_EDGE=pid@host:port   SIGKILLed with pipelined steps unanswered;
+//   PARSETIER_BATCH_RESUME_REFUSE=pid@host:port sent SIGTERM while a batch stream on it is idle;
 //   PARSETIER_BATCH_RESUME_PROXY=host:port, PARSETIER_BATCH_RESUME_PROXIED_KILL=pid@host:port
 //                                               nginx, and a backend of its to SIGKILL.
 // Unless through nginx, the resuming client's target lists the victim first, then the spare
@@ -371,6 +372,66 @@ TEST(BatchResume, UnreachableSpendsTheBudget) {
     EXPECT_EQ(error.code(), grpc::StatusCode::UNAVAILABLE) << error.what();
   }
   EXPECT_EQ(batch->Resumes(), 0);
+}
+
+// Two sessions one after the other, each one step (open, all its ids, finish) of its own.
+std::vector<Reply> OneAfterTheOther(parsetier::Batch& batch, const std::function<void()>& between) {
+  std::vector<Reply> replies;
+  std::vector<parsetier::Step> steps;
+  for (uint32_t id : kOutput) steps.push_back({id});
+  for (const std::string key : {"first", "second"}) {
+    batch.Open(key, OpenFor("cpp-refused-" + key, false));
+    batch.Feed(key, steps);
+    batch.Finish(key, parsetier::FinishOptions::StopToken(kImEnd));
+    replies.push_back(batch.Step());
+    if (key == "first") between();
+  }
+  return replies;
+}
+
+// A draining server leaves an idle batch stream (no session open) alone and refuses an open on it
+// with UNAVAILABLE: not the session's error but a reason to move, so the stream moves and the
+// session opens elsewhere; the reply is as on the spare directly. A session with resume off keeps
+// the victim draining (it is not handed off) for half a second more, then completes there; until
+// the victim exits, pick_first keeps its connection, so the moves land on it and are refused too
+// (within the retry budget), then on the spare.
+TEST(BatchResume, RefusedOpenMovesTheStream) {
+  Victim victim = ParseVictim(Env("PARSETIER_BATCH_RESUME_REFUSE"));
+  ASSERT_GT(victim.pid, 0);
+  parsetier::Client spare(Env("PARSETIER_BATCH_RESUME_SPARE"), InsecureOptions(std::nullopt));
+  std::vector<Reply> want = OneAfterTheOther(*spare.OpenBatch(std::chrono::seconds(60)), [] {});
+  parsetier::Client direct(victim.target, InsecureOptions(std::nullopt));
+  parsetier::OpenOptions plain = OpenFor("cpp-refused-keep", false);
+  std::unique_ptr<parsetier::Session> keep = direct.Open(plain);
+  ASSERT_TRUE(keep->Send({kOutput[0]}));
+  parsetier::Client client("ipv4:" + victim.target + "," + Env("PARSETIER_BATCH_RESUME_SPARE"),
+                           InsecureOptions(parsetier::ResumePolicy{}));
+  std::unique_ptr<parsetier::Batch> batch = client.OpenBatch(std::chrono::seconds(60));
+  std::thread finisher;
+  std::vector<Reply> got = OneAfterTheOther(*batch, [&] {
+    EXPECT_EQ(kill(victim.pid, SIGTERM), 0) << "cannot signal " << victim.pid;
+    // Draining once it refuses a new session (UNAVAILABLE), which it does within a few seconds.
+    for (int i = 0; i < 500; ++i) {
+      try {
+        direct.Open(plain)->Cancel();
+      } catch (const parsetier::Error& error) {
+        EXPECT_EQ(error.code(), grpc::StatusCode::UNAVAILABLE) << error.what();
+        finisher = std::thread([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          keep->Finish(parsetier::FinishOptions::StopToken(kImEnd));
+        });
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "the victim did not start draining";
+  });
+  if (finisher.joinable()) finisher.join();
+  EXPECT_TRUE(keep->Wait().ok()) << keep->Wait().error_message();
+  EXPECT_EQ(batch->Resumes(), 1);  // refused attempts are not moves
+  ASSERT_EQ(got.size(), want.size());
+  ExpectSameReplies(got, want, "refused open");
+  EXPECT_TRUE(batch->Close().ok());
 }
 
 }  // namespace
