@@ -145,7 +145,10 @@ grpc::Status BatchLedger::Received(std::vector<v1::SessionOutput>& outputs) {
       must_move_ = true;  // refused as draining or overloaded: it stays live, another server opens it
       continue;
     }
-    if (Session* session = c.session.get()) {
+    // After a session's end, the server answers its key's entries as those of no session (or of a
+    // new session, for an open): they are not that session's output.
+    Session* session = c.session.get();
+    if (session != nullptr && !session->ended_at) {
       if (output.sequence() != 0) {
         if (output.sequence() != session->sequence + 1) {
           const std::string order = std::to_string(output.sequence()) + " after " + std::to_string(session->sequence);
@@ -156,7 +159,7 @@ grpc::Status BatchLedger::Received(std::vector<v1::SessionOutput>& outputs) {
         session->sequence = output.sequence();
       }
       if (output.has_final() || output.has_status()) {
-        if (!session->ended_at) session->ended_at = c.index;
+        session->ended_at = c.index;
         Ended(c.session);
       }
     }

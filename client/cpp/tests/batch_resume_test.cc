@@ -257,11 +257,12 @@ TEST(BatchResume, SigkillBehindNginx) {
 
 // Steps sent ahead, full of what a resume must replay faithfully: a session that finishes, one
 // cancelled, a key opened again after its session ended, entries for a key with no session, a
-// bad token id (the session's own error) and an entry sent to that session before its error was
-// received, an empty step. The server answers steps 8-12 (finish, cancel, the bad id), is then
-// stopped (SIGSTOP) so that it answers nothing of steps 13-23 (the entry after the error, the
-// reopened key, a finish and a cancel), and killed once the replies to 8-12 are received: every
-// reply is as an uninterrupted run gives it. `victim` is null for that run.
+// bad token id (the session's own error) and entries sent to that session before its error was
+// received (a step, then an open, which the server takes for a new session), an empty step. The
+// server answers steps 8-12 (finish, cancel, the bad id), is then stopped (SIGSTOP) so that it
+// answers nothing of steps 13-23 (the entries after the error, the reopened keys, a finish and a
+// cancel), and killed once the replies to 8-12 are received: every reply is as an uninterrupted
+// run gives it. `victim` is null for that run.
 std::vector<Reply> Pipelined(parsetier::Client& client, const Victim* victim, int* resumes) {
   const std::vector<std::pair<std::string, size_t>> fed = {  // each session's last step of ids
       {"keep", 23}, {"done", 11}, {"gone", 11}, {"bad", 11}, {"late", 15}, {"drop", 16}};
@@ -277,6 +278,8 @@ std::vector<Reply> Pipelined(parsetier::Client& client, const Victim* victim, in
       batch.Feed("nobody", {{kOutput[0]}});  // no such session: answered with a status
     }
     if (k == 13) batch.Feed("bad", {{kOutput[0]}});  // sent before bad's error is received
+    if (k == 15) batch.Open("bad", OpenFor("cpp-edge-bad-again", false));  // a new session, as it turns out
+    if (k >= 15 && k <= 17) batch.Feed("bad", {{kOutput[k]}});
     if (k == 14) {
       batch.Open("done", OpenFor("cpp-edge-done-again", false));  // the key is free again
       batch.Cancel("nobody");  // cancels nothing
@@ -322,6 +325,7 @@ std::vector<Reply> Pipelined(parsetier::Client& client, const Victim* victim, in
   while (batch->in_flight() > 0) replies.push_back(batch->Recv());
   batch->Finish("keep");
   batch->Finish("done");
+  batch->Finish("bad");
   replies.push_back(batch->Step());
   EXPECT_TRUE(batch->Close().ok());
   *resumes = batch->Resumes();
@@ -355,9 +359,14 @@ TEST(BatchResume, PipelinedEdgeCasesResumeExactly) {
   EXPECT_EQ(codes.count("late"), 0u);
   // The entry sent to bad after its error has its status, as on the uninterrupted stream.
   ASSERT_GT(got.size(), 13u);
-  auto after = std::find_if(got[13].begin(), got[13].end(), [](const auto& output) { return output.key() == "bad"; });
+  auto bad = [](const v1::SessionOutput& output) { return output.key() == "bad"; };
+  auto after = std::find_if(got[13].begin(), got[13].end(), bad);
   ASSERT_NE(after, got[13].end()) << "no reply to bad's entry after its error";
   EXPECT_TRUE(after->has_status());
+  // The open sent after it was a new session, which the last step finished.
+  auto last = std::find_if(got.back().begin(), got.back().end(), bad);
+  ASSERT_NE(last, got.back().end());
+  EXPECT_TRUE(last->has_final()) << last->DebugString();
 }
 
 // A batch that reaches no server retries within the budget, then the last status surfaces.
