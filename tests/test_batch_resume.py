@@ -427,6 +427,13 @@ class StopThenKill:
             self.answered_first = victim.proc.poll() is None
             victim.kill()
 
+    def check(self) -> None:
+        """The run resumed what it means to: 8-12 answered before the kill, 13-23 not (late's
+        finish in step 16 and drop's cancel in 17 ended nothing on the victim)."""
+        assert self.answered_first, "the stopped server had not answered steps 8-12"
+        ended = {r.get("request_id") for r in self.victim.logs if r.get("msg") == "session_end"}
+        assert not ended & {"edge-late", "edge-drop"}, "the victim answered steps sent after its stop"
+
 
 def check_edge_replies(got: Replies, want: Replies) -> None:
     """Every reply as on the uninterrupted stream, with the statuses the steps call for."""
@@ -459,7 +466,7 @@ def test_pipelined_edge_cases_resume_exactly(pair):
     victim = StopThenKill(a)
     with Client(f"ipv4:{a.target},{b.target}", timeout=60) as client:
         got, resumes = run_edge(client, out, victim)
-    assert victim.answered_first, "the stopped server had not answered steps 8-12"
+    victim.check()
     assert resumes == 1
     check_edge_replies(got, want)
 
@@ -537,32 +544,48 @@ def batchcheck(tmp_path_factory) -> Path:
     return binary
 
 
+def drive_batchcheck(binary: Path, plan: dict, on_line: Callable[[str], bool]) -> list[dict]:
+    """Run the Go driver on ``plan``, calling ``on_line`` with each progress line it prints (when
+    that returns True, the driver is waiting: it is told to go on). Each stream's result."""
+    proc = subprocess.Popen(
+        [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    final = None
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(plan) + "\n")
+        proc.stdin.flush()
+        for line in proc.stdout:
+            if line.startswith("{"):
+                final = json.loads(line)
+            elif on_line(line.strip()):
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert final is not None
+    return final["results"]
+
+
 def run_batchcheck(
     binary: Path, plan: dict, kill_at: int, kill: Callable[[], None]
 ) -> tuple[list[dict], int]:
     """Run the Go serving loops; ``kill`` once ``kill_at`` steps are out. Each stream's result
     and the step count at the kill."""
-    proc = subprocess.Popen(
-        [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
     killed_at = 0
-    final = None
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(plan))
-        proc.stdin.close()
-        for line in proc.stdout:
-            if line.startswith("sent ") and not killed_at and int(line.split()[1]) >= kill_at:
-                kill()
-                killed_at = int(line.split()[1])
-            elif line.startswith("{"):
-                final = json.loads(line)
-        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert killed_at and final is not None
-    return final["results"], killed_at
+
+    def on_line(line: str) -> bool:
+        nonlocal killed_at
+        if line.startswith("sent ") and not killed_at and int(line.split()[1]) >= kill_at:
+            kill()
+            killed_at = int(line.split()[1])
+        return False
+
+    results = drive_batchcheck(binary, plan, on_line)
+    assert killed_at
+    return results, killed_at
 
 
 def test_go_batch_sessions_survive_a_sigkill(pair, batchcheck: Path):
@@ -602,3 +625,38 @@ def test_go_batch_with_resume_off_surfaces_the_break(pair, batchcheck: Path):
         assert r["resumes"] == 0
         assert "Unavailable" in r.get("error", ""), r.get("error")
         assert len(r["replies"]) < max(len(o.ids) for o in outputs()[:20])
+
+
+def test_go_pipelined_edge_cases_resume_exactly(pair, batchcheck: Path):
+    """The pipelined edge cases (``edge_steps``) through the Go client's batch API, the server
+    stopped and killed as for the sync client: one resume, every reply as the uninterrupted run
+    gives it (that run through the Python client: both give the same outputs)."""
+    a, b = pair
+    out = sample(0, QUICK_MODELS)
+    with Client(b.target, timeout=60, resume=False) as client:
+        want, _ = run_edge(client, out, lambda point: None)
+    victim = StopThenKill(a)
+    plan = go_plan(f"ipv4:{a.target},{b.target}", [])
+    plan["edge"] = {
+        "model": out.model,
+        "prompt_ids": list(out.prompt_ids),
+        "steps": edge_steps(out),
+        "stepped": EDGE_STEPPED,
+        "ahead": EDGE_AHEAD,
+    }
+
+    def on_line(point: str) -> bool:
+        if point not in ("ahead", "answered"):
+            return False
+        victim(point)
+        return True
+
+    (result,) = drive_batchcheck(batchcheck, plan, on_line)
+    assert not result.get("error"), result["error"]
+    victim.check()
+    assert result["resumes"] == 1
+    got = [
+        wire({k: pb.SessionOutput.FromString(base64.b64decode(v)) for k, v in step.items()})
+        for step in result["replies"]
+    ]
+    check_edge_replies(got, want)

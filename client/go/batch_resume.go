@@ -19,7 +19,9 @@ import (
 // messages that open a new stream: every live session re-opened with its point and its history
 // re-sent, entry j of every session in message j. The new stream's replies are sorted back into
 // the caller's steps, so Recv returns one reply per step sent, each with the outputs an
-// uninterrupted stream gives, in the same order, exactly once.
+// uninterrupted stream gives, in the same order, exactly once. An entry sent to a session before
+// the session's end (its final, or its own status) was received, and unanswered at a break, is
+// re-sent as the entry of no session it then is: the server answers it with the status it gave.
 
 // batchSession is one session as the caller opened it.
 type batchSession struct {
@@ -31,13 +33,14 @@ type batchSession struct {
 	tail      []batchTailEntry // its messages in steps not delivered yet, oldest first
 	sending   bool             // entries may still follow (no finish or cancel sent yet)
 	cancelled bool             // a cancel entry follows the history
+	endedAt   int              // the entry whose output ended it (its final or its status), or -1
 }
 
 type batchTailEntry struct{ index, step int }
 
 func newBatchSession(entry *pb.SessionInput, step int) *batchSession {
 	s := &batchSession{key: entry.GetKey(), hist: newHistory(entry.GetOpen()), openedAt: step,
-		tail: []batchTailEntry{{0, step}}, sending: entry.GetFinish() == nil}
+		tail: []batchTailEntry{{0, step}}, sending: entry.GetFinish() == nil, endedAt: -1}
 	if len(entry.GetSteps()) > 0 || entry.GetFinish() != nil {
 		// A copy: the caller may reuse its token slices once the step is sent.
 		s.first = proto.Clone(&pb.ParseRequest{Steps: entry.GetSteps(), Finish: entry.GetFinish()}).(*pb.ParseRequest)
@@ -109,6 +112,7 @@ func (s *batchSession) stepOf(index, delivered int) int {
 // pendingStep is a step sent whose reply the caller has not received.
 type pendingStep struct {
 	keys    []string
+	entries map[string]carriedEntry // what its entries were as first sent
 	outputs map[string]*pb.SessionOutput
 	until   int                // the reply on the current stream after which it is complete
 	orphans []*pb.SessionInput // entries for keys without a live session, re-sent as they are
@@ -117,6 +121,7 @@ type pendingStep struct {
 type carriedEntry struct {
 	session *batchSession // nil: an entry of no session
 	step    int           // the step it answers (0: delivered)
+	index   int           // its index among the session's entries
 	opens   bool          // the entry opens the session
 }
 
@@ -147,11 +152,13 @@ func (l *batchLedger) sentStep(msg *pb.ParseBatchRequest) {
 	l.sent++
 	rec := &pendingStep{outputs: map[string]*pb.SessionOutput{}, until: l.sent}
 	carried := make(map[string]carriedEntry, len(msg.GetSessions()))
+	rec.entries = carried
 	for _, entry := range msg.GetSessions() {
 		key := entry.GetKey()
 		rec.keys = append(rec.keys, key)
 		s := l.live[key]
 		opens := entry.GetOpen() != nil && !entry.GetCancel() && (s == nil || !s.sending)
+		index := 0
 		switch {
 		case opens:
 			if s != nil {
@@ -160,11 +167,12 @@ func (l *batchLedger) sentStep(msg *pb.ParseBatchRequest) {
 			s = newBatchSession(entry, l.step)
 			l.live[key] = s
 		case s != nil:
+			index = s.messages()
 			s.add(entry, l.step, delivered)
 		case !entry.GetCancel(): // a cancel of no live session answers nothing
 			rec.orphans = append(rec.orphans, entry)
 		}
-		carried[key] = carriedEntry{s, l.step, opens}
+		carried[key] = carriedEntry{s, l.step, index, opens}
 	}
 	l.steps = append(l.steps, rec)
 	l.carried = append(l.carried, carried)
@@ -195,6 +203,9 @@ func (l *batchLedger) receivedReply(reply *pb.ParseBatchResponse) error {
 				s.point.ClientMessages, s.point.Sequence = out.GetClientMessages(), out.GetSequence()
 			}
 			if out.GetFinal() != nil || out.GetStatus() != nil {
+				if s.endedAt < 0 {
+					s.endedAt = c.index
+				}
 				l.ended(s)
 			}
 		}
@@ -260,6 +271,17 @@ func (l *batchLedger) replay() []*pb.ParseBatchRequest {
 	}
 	for n, step := range l.steps {
 		number := delivered + n + 1
+		// Entries sent to a session after the one whose output ended it, and not answered yet:
+		// the server answers them as entries of no session, so they are re-sent as such (a
+		// cancel answers nothing: its index is past the history).
+		for _, key := range step.keys {
+			c := step.entries[key]
+			if s := c.session; s != nil && s.endedAt >= 0 && c.index > s.endedAt && c.index < s.hist.len() {
+				if _, answered := step.outputs[key]; !answered {
+					groups = append(groups, group{number, key, []laneItem{{s, c.index, number}}})
+				}
+			}
+		}
 		for k, e := range step.orphans {
 			groups = append(groups, group{number, e.GetKey(), []laneItem{{nil, k, number}}})
 		}
@@ -292,7 +314,7 @@ func (l *batchLedger) replay() []*pb.ParseBatchRequest {
 			} else {
 				msg.Sessions = append(msg.Sessions, l.steps[it.step-delivered-1].orphans[it.index])
 			}
-			carried[key] = carriedEntry{it.session, it.step, it.session != nil && it.index == 0}
+			carried[key] = carriedEntry{it.session, it.step, it.index, it.session != nil && it.index == 0}
 			if it.step != 0 {
 				lastOf[it.step] = j + 1
 			}

@@ -4,6 +4,13 @@
 // each finishing after its last token), prints "sent N" as steps go out (so the test knows when
 // to kill a backend), and ends with one JSON line holding every stream's replies, step by step
 // (each session's output as base64 protobuf), and how often each stream resumed.
+//
+// With "edge" in the plan it runs one stream of given steps instead (the pipelined edge cases):
+// the first "stepped" steps one by one, then the steps up to "ahead" sent without waiting; it
+// prints "ahead" and waits for a line on stdin (the test stops the server meanwhile), sends the
+// rest but the last, receives the replies to the steps sent ahead, prints "answered" and waits
+// for a line again (the test kills the server), receives the other replies and sends the last
+// step, which finishes what is still open.
 package main
 
 import (
@@ -12,6 +19,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -33,6 +41,23 @@ type plan struct {
 	PauseMs int            `json:"pause_ms"`
 	Resume  bool           `json:"resume"`
 	Streams [][]sessionRun `json:"streams"`
+	Edge    *edgePlan      `json:"edge"`
+}
+
+type edgePlan struct {
+	Model     string     `json:"model"`
+	PromptIDs []uint32   `json:"prompt_ids"`
+	Steps     [][]action `json:"steps"`
+	Stepped   int        `json:"stepped"`
+	Ahead     int        `json:"ahead"`
+}
+
+// action is one call of the batch API: Op is "open", "feed", "finish" or "cancel".
+type action struct {
+	Op        string   `json:"op"`
+	Key       string   `json:"key"`
+	IDs       []uint32 `json:"ids"`
+	RequestID string   `json:"request_id"`
 }
 
 type sessionRun struct {
@@ -50,7 +75,8 @@ type result struct {
 
 func main() {
 	var p plan
-	if err := json.NewDecoder(os.Stdin).Decode(&p); err != nil {
+	decoder := json.NewDecoder(os.Stdin)
+	if err := decoder.Decode(&p); err != nil {
 		fmt.Fprintln(os.Stderr, "plan:", err)
 		os.Exit(2)
 	}
@@ -80,6 +106,23 @@ func main() {
 	defer cancel()
 
 	out := bufio.NewWriter(os.Stdout)
+	if p.Edge != nil {
+		lines := bufio.NewReader(io.MultiReader(decoder.Buffered(), os.Stdin))
+		at := func(point string) {
+			fmt.Fprintln(out, point)
+			out.Flush()
+			for { // a line with something on it (the plan's own newline is none)
+				line, err := lines.ReadString('\n')
+				if err != nil || strings.TrimSpace(line) != "" {
+					break
+				}
+			}
+		}
+		line, _ := json.Marshal(map[string][]result{"results": {runEdge(ctx, client, p, at)}})
+		fmt.Fprintf(out, "%s\n", line)
+		out.Flush()
+		return
+	}
 	var outMu sync.Mutex
 	var sent atomic.Int64
 	results := make([]result, len(p.Streams))
@@ -133,16 +176,92 @@ func run(ctx context.Context, client *parsetier.Client, p plan, sessions []sessi
 			r.Error = err.Error()
 			break
 		}
-		reply := map[string]string{}
-		for _, o := range outputs {
-			raw, _ := proto.MarshalOptions{Deterministic: true}.Marshal(o)
-			reply[o.GetKey()] = base64.StdEncoding.EncodeToString(raw)
-		}
-		r.Replies = append(r.Replies, reply)
+		r.Replies = append(r.Replies, encoded(outputs))
 		onSent()
 		time.Sleep(time.Duration(p.PauseMs) * time.Millisecond)
 	}
 	if err := batch.Close(); err != nil && r.Error == "" {
+		r.Error = "close: " + err.Error()
+	}
+	r.Resumes = batch.Resumes()
+	return r
+}
+
+// encoded is a reply as the result holds it: each session's output, base64 protobuf.
+func encoded(outputs []*pb.SessionOutput) map[string]string {
+	reply := map[string]string{}
+	for _, o := range outputs {
+		raw, _ := proto.MarshalOptions{Deterministic: true}.Marshal(o)
+		reply[o.GetKey()] = base64.StdEncoding.EncodeToString(raw)
+	}
+	return reply
+}
+
+// runEdge runs the plan's edge steps on one stream, calling at("ahead") and at("answered").
+func runEdge(ctx context.Context, client *parsetier.Client, p plan, at func(string)) result {
+	e := p.Edge
+	batch, err := client.Batch(ctx)
+	if err != nil {
+		return result{Error: "batch: " + err.Error()}
+	}
+	queue := func(step []action) {
+		for _, a := range step {
+			switch a.Op {
+			case "open":
+				batch.Open(a.Key, e.Model, parsetier.WithToolsJSON(p.Tools), parsetier.WithRequestID(a.RequestID),
+					parsetier.WithPromptTokenIDs(e.PromptIDs), parsetier.WithOutput(pb.OutputKind_OUTPUT_KIND_DELTAS_AND_EVENTS))
+			case "feed":
+				batch.Feed(a.Key, a.IDs)
+			case "finish":
+				batch.Finish(a.Key, parsetier.Finish{Reason: parsetier.Stop})
+			default:
+				batch.Cancel(a.Key)
+			}
+		}
+	}
+	var r result
+	receive := func() bool {
+		outputs, err := batch.Recv()
+		if err != nil {
+			r.Error = err.Error()
+			return false
+		}
+		r.Replies = append(r.Replies, encoded(outputs))
+		return true
+	}
+	last := len(e.Steps) - 1
+	for k, step := range e.Steps[:last] {
+		queue(step)
+		if err := batch.Send(); err != nil {
+			return result{Error: err.Error()}
+		}
+		if k < e.Stepped && !receive() {
+			return r
+		}
+		if k == e.Ahead-1 {
+			at("ahead")
+		}
+	}
+	for range e.Ahead - e.Stepped {
+		if !receive() {
+			return r
+		}
+	}
+	at("answered")
+	for batch.InFlight > 0 {
+		if !receive() {
+			return r
+		}
+	}
+	queue(e.Steps[last])
+	if err := batch.Send(); err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	if !receive() {
+		return r
+	}
+	if err := batch.Close(); err != nil {
 		r.Error = "close: " + err.Error()
 	}
 	r.Resumes = batch.Resumes()
