@@ -325,8 +325,9 @@ cancel), ``key``, and ``ids`` or ``request_id``."""
 def edge_steps(out: Output) -> list[list[Action]]:
     """Steps full of what a resume must replay faithfully: a session that finishes, one
     cancelled, a key opened again after its session ended, entries for a key with no session, a
-    bad token id (the session's own error) and an entry sent to that session before its error is
-    received, a finish and a cancel in unanswered steps, an empty step (19)."""
+    bad token id (the session's own error) and entries sent to that session before its error is
+    received (a step, then an open, which the server takes for a new session), a finish and a
+    cancel in unanswered steps, an empty step (19)."""
     ids = out.ids
     plan: list[list[Action]] = []
     for k in range(EDGE_STEPS):
@@ -348,12 +349,16 @@ def edge_steps(out: Output) -> list[list[Action]]:
             step.append({"op": "cancel", "key": "nobody"})  # cancels nothing
         if k >= 14 and k != 19:
             step.append({"op": "feed", "key": "done", "ids": [ids[k % len(ids)]]})
+        if k == 15:  # a new session, as it turns out
+            step.append({"op": "open", "key": "bad", "request_id": "edge-bad-again"})
+        if 15 <= k <= 17:
+            step.append({"op": "feed", "key": "bad", "ids": [ids[k % len(ids)]]})
         if k == 16:
             step.append({"op": "finish", "key": "late"})
         if k == 17:
             step.append({"op": "cancel", "key": "drop"})
         plan.append(step)
-    plan.append([{"op": "finish", "key": "keep"}, {"op": "finish", "key": "done"}])
+    plan.append([{"op": "finish", "key": key} for key in ("keep", "done", "bad")])
     return plan
 
 
@@ -450,8 +455,10 @@ def check_edge_replies(got: Replies, want: Replies) -> None:
     assert statuses["gone"] == statuses["drop"] == grpc.StatusCode.CANCELLED.value[0]
     assert statuses["nobody"] != 0
     assert "keep" not in statuses and "late" not in statuses
-    # The entry sent to bad after its error has its status, as on the uninterrupted stream.
+    # The entry sent to bad after its error has its status, as on the uninterrupted stream; the
+    # open sent after it was a new session, which the last step finished.
     assert pb.SessionOutput.FromString(got[13]["bad"]).HasField("status")
+    assert pb.SessionOutput.FromString(got[-1]["bad"]).HasField("final")
 
 
 def test_pipelined_edge_cases_resume_exactly(pair):

@@ -194,7 +194,9 @@ func (l *batchLedger) receivedReply(reply *pb.ParseBatchResponse) error {
 			l.mustMove = true // refused as draining or overloaded: another server opens it
 			continue
 		}
-		if s := c.session; s != nil {
+		// After a session's end, the server answers its key's entries as those of no session (or
+		// of a new session, for an open, numbered from 1): they are not that session's output.
+		if s := c.session; s != nil && s.endedAt < 0 {
 			if out.GetSequence() != 0 {
 				if out.GetSequence() != s.point.Sequence+1 {
 					return status.Errorf(codes.Internal, "parsetier: session %q output %d after %d: a gap or a repeat",
@@ -203,9 +205,7 @@ func (l *batchLedger) receivedReply(reply *pb.ParseBatchResponse) error {
 				s.point.ClientMessages, s.point.Sequence = out.GetClientMessages(), out.GetSequence()
 			}
 			if out.GetFinal() != nil || out.GetStatus() != nil {
-				if s.endedAt < 0 {
-					s.endedAt = c.index
-				}
+				s.endedAt = c.index
 				l.ended(s)
 			}
 		}

@@ -217,12 +217,13 @@ class BatchLedger:
                 # error. It stays live, and the stream moves (``must_move``): another server opens it.
                 self.must_move = True
                 continue
-            if session is not None:
+            # After a session's end, the server answers its key's entries as those of no session
+            # (or of a new session, for an open, numbered from 1): they are not that session's.
+            if session is not None and session.ended_at is None:
                 if output.sequence:
                     session.progress.received(output)  # type: ignore[arg-type]
                 if output.HasField("final") or output.HasField("status"):
-                    if session.ended_at is None:
-                        session.ended_at = index
+                    session.ended_at = index
                     self._ended(session)
             if step > delivered:
                 steps[step - delivered - 1].outputs[key] = output
