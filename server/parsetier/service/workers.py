@@ -100,8 +100,7 @@ def serve_workers(
             extra={"fields": {"models": len(preload), "seconds": round(time.monotonic() - started, 3)}},
         )
         preload = ()
-    collector.tune()  # the workers inherit both
-    collector.freeze_loaded()
+    collector.freeze_loaded()  # the workers inherit the frozen models (each tunes its collector in serve)
     supervisor = _Supervisor(registry, limits, host, port, grace, preload, log_level)
     supervisor.server_options = dict(server_options or {})
     supervisor.metrics_on = metrics_on
