@@ -24,7 +24,7 @@ SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: serve test deps lint buf proto bench conformance venv clean fuzz
+.PHONY: serve test deps lint buf proto bench conformance venv clean fuzz native
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,8 +42,15 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --no-deps $(TEST_NO_DEPS)
 	touch $@ $(SERVE_STAMP)
 
+## native: (re)build the native core (server/parsetier_core) in place as parsetier/_core.abi3.so;
+## `pip install` builds it too, this is the inner loop after editing Rust (cargo is incremental)
+NATIVE_TARGET := server/parsetier_core/target
+native: $(SERVE_STAMP)
+	cargo build --release --quiet --manifest-path server/parsetier_core/Cargo.toml -p parsetier-core-python
+	cp $(NATIVE_TARGET)/release/lib_core.so server/parsetier/_core.abi3.so
+
 ## serve: install and run the gRPC server on the embedded Qwen3 presets (HOST, PORT, SERVE_ARGS)
-serve: $(SERVE_STAMP)
+serve: native
 	$(BIN)/parsetier serve --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
 ## deps: install the tests' system needs: Debian packages (nginx...), Go tools (buf, kubeconform)
@@ -51,7 +58,7 @@ deps:
 	.ci/setup
 
 ## test: install test needs, lint, run every test (buf lint/breaking run as tests/test_proto_buf.py)
-test: deps $(TEST_STAMP)
+test: deps $(TEST_STAMP) native
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)

@@ -1,0 +1,10 @@
+//! `parsetier._core`: the native engine behind a small Python API. Python owns loading,
+//! validation and errors; the core owns the loops.
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", parsetier_engine::VERSION)?;
+    Ok(())
+}
