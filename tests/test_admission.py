@@ -15,7 +15,7 @@ from grpc_servers import ThreadServer
 from parsetier.service import Limits
 from parsetier.service.accepts import ExtraAccepts
 from parsetier.service.admission import Admission, LoopLag
-from parsetier.service.errors import ServiceError
+from parsetier.status import Code, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client import Client, session_error
@@ -57,9 +57,9 @@ def test_admission_refuses_with_unavailable_past_the_limit():
     admission = Admission(0.1, lag)
     admission.check("Parse")
     lag.value = 0.5
-    with pytest.raises(ServiceError) as info:
+    with pytest.raises(StatusError) as info:
         admission.check("Parse")
-    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    assert info.value.code == Code.UNAVAILABLE
     assert "overloaded" in info.value.message and "500 ms" in info.value.message
     assert admission.refused == 1
     assert Admission(0, lag).check("Parse") is None  # 0 disables

@@ -14,7 +14,7 @@ from parsetier.protocol import (
     once_request,
     once_response,
 )
-from parsetier.status import Code, ProtocolError
+from parsetier.status import Code, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 HELLO = 9707
@@ -46,7 +46,7 @@ def _opened(qwen3, limits: Limits | None = None, **kwargs) -> SessionProtocol:
 
 
 def _code(fn) -> Code:
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(StatusError) as info:
         fn()
     return info.value.code
 
@@ -94,7 +94,7 @@ def test_eof_and_idle_before_finish_are_errors(qwen3):
     assert _code(_opened(qwen3).idle) == Code.DEADLINE_EXCEEDED
 
 
-def test_session_errors_become_protocol_errors(qwen3):
+def test_session_errors_carry_their_status(qwen3):
     protocol = _opened(qwen3)
     assert _code(lambda: protocol.receive(_steps([HELLO, 10_000_000]))) == Code.INVALID_ARGUMENT
     assert protocol.state is State.FAILED

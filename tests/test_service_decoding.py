@@ -52,6 +52,28 @@ def test_undecodable_message_after_a_good_open(grpc_server):
         assert info.value.code() == Code.INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize("case", sorted(GARBAGE))
+@pytest.mark.parametrize("open_first", [False, True], ids=["alone", "after an open"])
+def test_undecodable_parse_batch_message_is_invalid_argument(grpc_server, case, open_first):
+    """As ``Parse``: the stream ends INVALID_ARGUMENT, and so does every session open on it; not
+    INTERNAL, and nothing at ERROR in the server log."""
+    good = pb.ParseBatchRequest(sessions=[pb.SessionInput(key="a", open=open_message("qwen3"))])
+    messages = [good.SerializeToString()] * open_first + [GARBAGE[case]]
+    with server_logs() as logs, grpc.insecure_channel(grpc_server.target) as channel:
+        call = channel.stream_stream(
+            SERVICE + "ParseBatch", request_serializer=bytes, response_deserializer=bytes
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            list(call(iter(messages), timeout=30))
+        assert info.value.code() == Code.INVALID_ARGUMENT, info.value.details()
+        assert "not a valid parsetier.v1.ParseBatchRequest" in info.value.details()
+        if open_first:
+            wait_for(lambda: logs.session_ends("ParseBatch"))
+            [end] = logs.session_ends("ParseBatch")
+            assert end["outcome"] == "INVALID_ARGUMENT", end
+        assert not [r for r in logs.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
 @pytest.mark.parametrize(
     ("method", "case"),
     [(m, c) for m in ("ParseOnce", "BuildConstraint") for c in sorted(GARBAGE)]

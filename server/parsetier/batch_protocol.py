@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from parsetier.models import Model
 from parsetier.protocol import Limits, NeedModel, SessionCounts, SessionProtocol, State
-from parsetier.status import Code, ProtocolError, error_of, exhausted, invalid, out_of_order
+from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 
@@ -375,7 +375,7 @@ def _entry_of(key: str, ids: list[int]) -> pb.SessionInput:
     return entry
 
 
-def _session_error(exc: Exception) -> ProtocolError:
+def _session_error(exc: Exception) -> StatusError:
     """The error that ends a multiplexed session; a server bug becomes INTERNAL for that session
     alone (``__cause__`` keeps the exception for the host's log)."""
     error = error_of(exc)

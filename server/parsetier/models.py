@@ -20,6 +20,7 @@ import tokenizers
 from parsetier.engine.grammar import BoundGrammar, Grammar, GrammarError
 from parsetier.eos import eos_token_ids
 from parsetier.formats import FormatRegistry
+from parsetier.status import Code, StatusError
 from parsetier.token_bytes import TokenBytes
 from parsetier.tokenizers import (
     SOURCES,
@@ -30,8 +31,10 @@ from parsetier.tokenizers import (
 )
 
 
-class UnknownModel(KeyError):
+class UnknownModel(StatusError, KeyError):
     """No model of that name is configured."""
+
+    code = Code.NOT_FOUND
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown model"

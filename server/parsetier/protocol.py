@@ -71,7 +71,7 @@ from parsetier.engine.events import Event
 from parsetier.messages import Delta
 from parsetier.models import Model
 from parsetier.resume import Replay
-from parsetier.status import Code, ProtocolError, error_of, exhausted, invalid, out_of_order
+from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 Input = pb.ParseRequest | pb.SessionInput
@@ -376,7 +376,7 @@ class SessionProtocol:
             self.state = State.STREAMING
             return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
 
-    def fail(self, exc: BaseException) -> ProtocolError | None:
+    def fail(self, exc: BaseException) -> StatusError | None:
         """Mark the session failed by ``exc`` (e.g. the model would not load); its contract
         error, or None when ``exc`` is a server bug."""
         self.state = State.FAILED
@@ -519,7 +519,7 @@ class SessionProtocol:
 
 class _FailOnError:
     """Context manager: any exception marks the protocol FAILED; session errors become
-    ``ProtocolError`` (server bugs pass through unchanged, for the servicer to log)."""
+    their ``StatusError`` (server bugs pass through unchanged, for the servicer to log)."""
 
     __slots__ = ("protocol",)
 
@@ -553,7 +553,7 @@ def once_request(request: pb.ParseOnceRequest) -> pb.ParseRequest:
     return message
 
 
-def once_error(error: ProtocolError) -> ProtocolError:
+def once_error(error: StatusError) -> StatusError:
     """An error of the one step ``once_request`` made, naming the ParseOnceRequest's own fields
     (``logprobs.top_token_ids``, not ``steps[0].logprobs.top_token_ids``)."""
     if error.message.startswith("steps[0]."):

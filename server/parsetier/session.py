@@ -28,12 +28,15 @@ from parsetier.engine.machine import Machine
 from parsetier.logprobs import LogprobError, StepAnnotator
 from parsetier.messages import Delta, Final, FinishReason, Message, SessionOptions, StepLogprobs, Usage
 from parsetier.models import Model
+from parsetier.status import Code, StatusError
 
 FINISH_REASONS = ("stop", "length", "abort")
 
 
-class SessionError(Exception):
+class SessionError(StatusError):
     """Base of errors a caller caused; the message is meant for the caller."""
+
+    code = Code.INVALID_ARGUMENT
 
 
 class InvalidInput(SessionError):
@@ -42,6 +45,8 @@ class InvalidInput(SessionError):
 
 class WrongState(SessionError):
     """A call out of order: feed after finish, finish twice."""
+
+    code = Code.FAILED_PRECONDITION
 
 
 @dataclass(slots=True)

@@ -1,19 +1,21 @@
-"""The contract's error codes, free of grpc: the sans-IO protocol raises ``ProtocolError`` and the
-servicer translates its ``Code`` to a gRPC status (same names, same numbers as ``google.rpc.Code``).
+"""The contract's error codes, free of grpc, and the one error type that carries them.
+
+Every error a caller (or the deployment) causes is a ``StatusError``: it carries the status code
+the contract assigns (``code``) and a message meant for the caller (``message``), as h11's
+``ProtocolError`` carries its ``error_status_hint``. Turning an exception into a status is then
+one attribute read (``error_of``); an exception that is not a ``StatusError`` is a server bug
+(INTERNAL). A new refusal cannot be mapped wrong on one RPC and right on another: there is no
+table to forget it in.
 
 Keeping the codes here, rather than ``grpc.StatusCode``, lets the protocol, the session and their
 tests run without a network stack, and lets the multiplexed RPC put a session's code into a reply
-(``SessionStatus.code``) without the stream ending.
+(``SessionStatus.code``) without the stream ending. This module imports nothing of parsetier's, so
+every layer can raise its errors.
 """
 
 from __future__ import annotations
 
 import enum
-
-from parsetier.constraints import InvalidTool, Underivable
-from parsetier.models import UnknownModel
-from parsetier.session import InvalidInput, SessionError, WrongState
-from parsetier.tokenizers import TokenizerUnavailable
 
 
 class Code(enum.IntEnum):
@@ -30,13 +32,24 @@ class Code(enum.IntEnum):
     INTERNAL = 13
 
 
-class ProtocolError(Exception):
+class StatusError(Exception):
+    """An error with the status the contract assigns it. Subclasses name their code as a class
+    attribute (``code = Code.NOT_FOUND``); ``ProtocolError`` takes it per instance."""
+
+    code: Code = Code.INVALID_ARGUMENT
+
+    @property
+    def message(self) -> str:
+        """What the caller is told (by default the exception's text)."""
+        return str(self)
+
+
+class ProtocolError(StatusError):
     """A request the contract refuses, with the code it assigns and a message for the caller."""
 
     def __init__(self, code: Code, message: str) -> None:
         super().__init__(message)
         self.code = code
-        self.message = message
 
 
 def invalid(message: str) -> ProtocolError:
@@ -51,21 +64,10 @@ def exhausted(message: str) -> ProtocolError:
     return ProtocolError(Code.RESOURCE_EXHAUSTED, message)
 
 
-def error_of(exc: BaseException) -> ProtocolError | None:
+def unavailable(message: str) -> ProtocolError:
+    return ProtocolError(Code.UNAVAILABLE, message)
+
+
+def error_of(exc: BaseException) -> StatusError | None:
     """The contract's error for an exception the caller caused, or None for a server bug."""
-    if isinstance(exc, ProtocolError):
-        return exc
-    if isinstance(exc, UnknownModel):
-        return ProtocolError(Code.NOT_FOUND, str(exc))
-    if isinstance(exc, TokenizerUnavailable):
-        # Configured but not installed here: the operator's to fix, not the caller's request.
-        return ProtocolError(Code.FAILED_PRECONDITION, f"model's tokenizer is not available: {exc}")
-    if isinstance(exc, Underivable):
-        return ProtocolError(Code.FAILED_PRECONDITION, f"no constraint can be derived: {exc}")
-    if isinstance(exc, InvalidTool):
-        return ProtocolError(Code.INVALID_ARGUMENT, str(exc))
-    if isinstance(exc, WrongState):
-        return ProtocolError(Code.FAILED_PRECONDITION, str(exc))
-    if isinstance(exc, InvalidInput | SessionError):
-        return ProtocolError(Code.INVALID_ARGUMENT, str(exc))
-    return None
+    return exc if isinstance(exc, StatusError) else None

@@ -7,12 +7,16 @@ from typing import Any
 
 from parsetier.engine.grammar import SENTINEL_RE
 from parsetier.messages import Tool
+from parsetier.status import Code, StatusError
 
 MODES = ("auto", "none", "required", "named")
 
 
-class InvalidTool(ValueError):
-    """A tool the format cannot write (its name or a key holds the format's own markup)."""
+class InvalidTool(StatusError, ValueError):
+    """A tool the format cannot write (its name or a key holds the format's own markup), or whose
+    schema is malformed."""
+
+    code = Code.INVALID_ARGUMENT
 
 
 def unwritable(text: str) -> bool:

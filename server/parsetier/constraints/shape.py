@@ -21,13 +21,20 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from parsetier.engine.grammar import Grammar, Rule, State
+from parsetier.status import Code, StatusError
 
 MAX_WALK = 4
 """How many skip/wrapper states a path may cross between an answer state and a call's name."""
 
 
-class Underivable(ValueError):
+class Underivable(StatusError, ValueError):
     """The grammar (or the request) cannot be turned into a constraint; the message says why."""
+
+    code = Code.FAILED_PRECONDITION
+
+    @property
+    def message(self) -> str:
+        return f"no constraint can be derived: {self}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,9 @@ from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection
 
 from parsetier.service.background import LoopTask
-from parsetier.service.errors import ServiceError, exhausted
+from parsetier.service.errors import grpc_code
 from parsetier.service.logs import SERVER_LOG
+from parsetier.status import StatusError, exhausted, unavailable
 
 TICK = 0.02
 """Seconds between the lag probe's timer ticks (cost: one timer callback per tick)."""
@@ -101,8 +102,7 @@ class Admission:
             self._log(rpc, lag)
             if self.on_refusal is not None:
                 self.on_refusal()
-            raise ServiceError(
-                grpc.StatusCode.UNAVAILABLE,
+            raise unavailable(
                 f"server overloaded (event loop {lag * 1000:.0f} ms behind, limit "
                 f"{self.max_lag * 1000:.0f} ms); nothing was processed: retry after a backoff or on "
                 "another backend",
@@ -144,9 +144,9 @@ class StreamCount:
 async def _enter_or_abort(streams: StreamCount, what: str, context: grpc.aio.ServicerContext) -> None:
     try:
         streams.enter(what)
-    except ServiceError as exc:
+    except StatusError as exc:
         SERVER_LOG.warning("stream refused", extra={"fields": {"rpc": what, "error": exc.message}})
-        await context.abort(exc.code, exc.message)
+        await context.abort(grpc_code(exc), exc.message)
 
 
 class CountedHealthServicer(health.aio.HealthServicer):

@@ -16,7 +16,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from parsetier.service.errors import ProtocolError, invalid
+from parsetier.status import ProtocolError, invalid
 
 
 class Undecodable:

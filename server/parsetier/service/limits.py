@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
-
 from parsetier.protocol import Limits
-from parsetier.service.errors import ServiceError, exhausted
+from parsetier.status import exhausted, unavailable
 
 __all__ = ["Limits", "SessionGate"]
 
@@ -31,7 +29,7 @@ class SessionGate:
     def check_open(self) -> None:
         """A draining server refuses first: its refusal says where to go (elsewhere)."""
         if self.draining:
-            raise ServiceError(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
+            raise unavailable("server is shutting down; retry elsewhere")
 
     def enter(self) -> None:
         self.check_open()

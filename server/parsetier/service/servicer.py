@@ -37,11 +37,11 @@ from parsetier.service import metrics
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
-from parsetier.service.errors import ServiceError, grpc_code, status_for
+from parsetier.service.errors import grpc_code, status_for
 from parsetier.service.idle import IdleWatch
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip
-from parsetier.status import Code, ProtocolError
+from parsetier.status import Code, ProtocolError, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
@@ -91,7 +91,9 @@ async def _write(context: grpc.aio.ServicerContext, reply: Message) -> None:
 
 
 def _decoded(message: T | Undecodable) -> T:
-    """The message, or INVALID_ARGUMENT when its bytes did not decode (see ``decoding``)."""
+    """The message, or INVALID_ARGUMENT when its bytes did not decode (see ``decoding``): the one
+    path every RPC's messages take. The refusal is a ``StatusError`` like any other, so each RPC
+    answers it as it answers a bad field (``Parse``, ``ParseBatch``: ending the stream)."""
     if isinstance(message, Undecodable):
         raise message.refusal()
     return message
@@ -258,7 +260,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             model = await self._load(protocol, first)
             try:
                 reply = await _off_loop_if_large(request, protocol.supply_model, model)
-            except ProtocolError as exc:
+            except StatusError as exc:
                 raise once_error(exc) from None
             response = once_response(reply)
             self.limits.check_reply(response.ByteSize())
@@ -278,7 +280,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
         hooks = _GatedSessions(self.gate, self.admission, frozenset(self.registry.names()))
         batch = BatchProtocol(self.limits, hooks)
-        error: ProtocolError | None = None
+        error: StatusError | None = None
         try:
             await context.send_initial_metadata(())
             while True:
@@ -298,7 +300,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                     reply = await _in_slices(request, batch.supplying_models(loaded))
                 for part in self.limits.in_parts(reply):
                     await _write(context, part)
-        except ProtocolError as exc:
+        except StatusError as exc:
             error = exc
         except asyncio.CancelledError:
             batch.close(ProtocolError(Code.CANCELLED, "the client cancelled the stream"))
@@ -340,8 +342,10 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListModelsResponse:
-        if isinstance(request, Undecodable):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.refusal().message)
+        try:
+            _decoded(request)
+        except StatusError as exc:
+            await context.abort(grpc_code(exc), exc.message)
         return pb.ListModelsResponse(
             models=[
                 pb.ModelInfo(
@@ -393,7 +397,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             self.gate.check_open()
             self.admission.check(record.rpc)
             self.gate.enter()
-        except (ServiceError, ProtocolError) as exc:
+        except StatusError as exc:
             work.close()
             return status_for(exc)
         try:
@@ -452,12 +456,9 @@ class _GatedSessions(BatchHooks):
         return SessionRecord(rpc="ParseBatch")
 
     def admit(self) -> None:
-        try:
-            self.gate.check_open()
-            self.admission.check("ParseBatch")
-            self.gate.enter()
-        except ServiceError as exc:  # the gate speaks grpc; a multiplexed session's status does not
-            raise ProtocolError(Code[exc.code.name], exc.message) from None
+        self.gate.check_open()
+        self.admission.check("ParseBatch")
+        self.gate.enter()
 
     def ended(self, counts: SessionCounts, error: ProtocolError | None, admitted: bool) -> None:
         if admitted:
