@@ -79,7 +79,16 @@ def outputs() -> list[Output]:
 
 
 def wire(outputs: dict[str, pb.SessionOutput]) -> dict[str, bytes]:
-    return {key: out.SerializeToString(deterministic=True) for key, out in outputs.items()}
+    """Outputs as bytes, without ``client_messages``: it counts entries of the stream that
+    carried them, so a resumed session's restart from 1 on its new stream."""
+    return {key: _without_count(out).SerializeToString(deterministic=True) for key, out in outputs.items()}
+
+
+def _without_count(output: pb.SessionOutput) -> pb.SessionOutput:
+    copy = pb.SessionOutput()
+    copy.CopyFrom(output)
+    copy.client_messages = 0
+    return copy
 
 
 def open_session(batch, key: str, out: Output, request_id: str) -> None:

@@ -85,7 +85,15 @@ def open_options(i: int, out: Output) -> dict:
 
 
 def wire(replies: list[pb.ParseResponse]) -> list[bytes]:
-    return [r.SerializeToString(deterministic=True) for r in replies]
+    """Replies as bytes, without ``client_messages``: it counts messages of the stream that
+    carried the reply, so it restarts on a resumed session's new stream."""
+    out = []
+    for reply in replies:
+        copy = pb.ParseResponse()
+        copy.CopyFrom(reply)
+        copy.client_messages = 0
+        out.append(copy.SerializeToString(deterministic=True))
+    return out
 
 
 async def reference(target: str, outs: list[Output]) -> list[list[bytes]]:

@@ -411,16 +411,19 @@ def test_hidden_reasoning_drops_the_same_logprobs_under_every_split(client, mode
 
 
 def test_a_resumable_client_keeps_logprob_steps_whole():
-    """The clients' resume history re-sends what was sent: a step's logprobs are not reduced to
-    its ids (they would be lost on the new stream)."""
-    from parsetier_client.resume import History
+    """The clients' resume ledger keeps a step with logprobs whole in the answered history (its
+    logprobs would be lost on the new stream as a bare run of ids), and merges plain id steps."""
+    from parsetier_client.resume import Ledger
 
-    history = History(open_message("qwen3"))
+    ledger = Ledger(open_message("qwen3"))
     step = logprob_step([9, 10], [-0.5, -1.0], [[(3, -2.0)], [(4, -3.0)]])
-    history.record(pb.ParseRequest(steps=[step]))
-    history.record(pb.ParseRequest(steps=[pb.Step(token_ids=[11])]))
-    assert history.message(1) == pb.ParseRequest(steps=[step])
-    assert list(history.message(2).steps[0].token_ids) == [11]
+    ledger.send(pb.ParseRequest(steps=[step]))
+    ledger.send(pb.ParseRequest(steps=[pb.Step(token_ids=[11])]))
+    ledger.send(pb.ParseRequest(steps=[pb.Step(token_ids=[12])]))
+    ledger.received(1, 4, 7)
+    point = ledger.point().resume
+    assert list(point.history) == [step, pb.Step(token_ids=[11, 12])]
+    assert (point.sequence, point.output_digest) == (1, 7)
 
 
 @pytest.mark.parametrize("model", sorted(REASONING_OUTPUTS))

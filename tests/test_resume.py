@@ -1,13 +1,16 @@
-"""Server-side resume (docs/service.md, "Resume"): a new stream with the same Open plus a resume
-point, re-sending the broken stream's messages, answers exactly the replies the client had not
-received yet, byte for byte, with sequence numbers continuing; points that cannot be right are
-FAILED_PRECONDITION; a server without the model says NOT_FOUND. A drain hands ParseBatch streams of
-resumable sessions off."""
+"""Server-side resume, counted in tokens (docs/service.md, "Resume"): a new stream with the same
+Open plus a resume point (the answered history as one packed run, the last sequence and output
+digest), then the unanswered messages re-sent, answers exactly the replies the client had not
+received, byte for byte but for `client_messages` (counted on the new stream, its Open message
+being 1), with sequence numbers continuing; a history that does not reproduce the output received
+is FAILED_PRECONDITION; a server without the model says NOT_FOUND. The digest is split-invariant.
+A drain hands ParseBatch streams of resumable sessions off."""
 
 from __future__ import annotations
 
 import asyncio
 import queue
+import random
 
 import grpc
 import pytest
@@ -21,50 +24,100 @@ from service_samples import REASONING_AND_TWO_CALLS, WEATHER_TOOLS
 
 
 def session(encode, output: str = "both") -> list[pb.ParseRequest]:
-    """A session as its client framed it: Open alone, one step per message, Finish alone, and an
-    empty keep-alive in the middle (messages that produce no reply count too)."""
+    """A session as its client framed it: Open alone, one step per message, a text step, Finish
+    alone, and an empty keep-alive in the middle (messages that produce no reply count too)."""
     ids = encode(REASONING_AND_TWO_CALLS)
     steps = [pb.ParseRequest(steps=[pb.Step(token_ids=[i])]) for i in ids]
     steps.insert(len(steps) // 2, pb.ParseRequest())
+    steps.insert(3, pb.ParseRequest(steps=[pb.Step(text=" (typed) ", text_tokens=2)]))
     open_ = open_message("qwen3", tools=WEATHER_TOOLS, output=output, request_id="resume-1")
     open_.resumable = True
     return [pb.ParseRequest(open=open_), *steps, pb.ParseRequest(finish=finish_message("stop"))]
 
 
-def resumed(messages: list[pb.ParseRequest], client_messages: int, sequence: int) -> list[pb.ParseRequest]:
+def history(messages: list[pb.ParseRequest]) -> list[pb.Step]:
+    """The answered steps as the contract sends them: consecutive plain id steps as one run."""
+    steps: list[pb.Step] = []
+    for message in messages:
+        for step in message.steps:
+            plain = step.token_ids and not step.HasField("logprobs")
+            if plain and steps and steps[-1].token_ids and not steps[-1].HasField("logprobs"):
+                steps[-1].token_ids.extend(step.token_ids)
+            elif plain:
+                steps.append(pb.Step(token_ids=step.token_ids))
+            else:
+                steps.append(step)
+    return steps
+
+
+def resumed(messages: list[pb.ParseRequest], last: pb.ParseResponse | None) -> list[pb.ParseRequest]:
+    """The new stream after a break at which ``last`` was the last reply received: the Open with
+    the point, then every message ``last`` does not cover, as it was sent."""
+    answered = last.client_messages if last is not None else 1
     first = pb.ParseRequest()
     first.CopyFrom(messages[0])
-    first.open.resume.client_messages = client_messages
-    first.open.resume.sequence = sequence
-    return [first, *messages[1:]]
+    point = first.open.resume
+    point.SetInParent()
+    point.history.extend(history(messages[1:answered]))
+    if last is not None:
+        point.sequence, point.output_digest = last.sequence, last.output_digest
+    return [first, *messages[answered:]]
 
 
-def wire(replies) -> list[bytes]:
-    return [r.SerializeToString(deterministic=True) for r in replies]
+def wire(replies, renumber_from: int = 0) -> list[bytes]:
+    """Replies as bytes, ``client_messages`` made stream-relative: minus ``renumber_from``."""
+    out = []
+    for reply in replies:
+        copy = type(reply)()
+        copy.CopyFrom(reply)
+        copy.client_messages -= renumber_from
+        out.append(copy.SerializeToString(deterministic=True))
+    return out
 
 
-@pytest.mark.parametrize("output", ["deltas", "both"])
+@pytest.mark.parametrize("output", ["deltas", "both", "events"])
 def test_resume_after_every_reply_gives_exactly_the_rest(client, encode, output):
     messages = session(encode, output)
     full = list(client.parse(messages))
     assert [r.sequence for r in full] == list(range(1, len(full) + 1))
     assert len(full) > 20
+    assert len({r.output_digest for r in full}) > 10  # the digest moves with the output
     # Resume from "nothing received" and from every reply the client could have had last.
-    points = [(0, 0)] + [(r.client_messages, r.sequence) for r in full[:-1]]
-    for at, (client_messages, sequence) in enumerate(points):
-        rest = list(client.parse(resumed(messages, client_messages, sequence)))
-        assert wire(rest) == wire(full[at:]), (client_messages, sequence)
+    for at, last in enumerate([None, *full[:-1]]):
+        rest = list(client.parse(resumed(messages, last)))
+        shift = last.client_messages - 1 if last is not None else 0
+        assert wire(rest) == wire(full[at:], shift), at
 
 
 def test_resume_after_finish_was_sent_before_the_final_reply(client, encode):
-    """The client sent Finish but the stream broke before the final reply came: it re-sends the
-    Finish too and gets the final reply (and only it)."""
+    """The client sent Finish but the stream broke before the final reply came: the Finish is
+    pending, so it is re-sent and answered with the final reply (and only it)."""
     messages = session(encode)
     full = list(client.parse(messages))
     before_final = full[-2]
-    rest = list(client.parse(resumed(messages, before_final.client_messages, before_final.sequence)))
-    assert wire(rest) == wire(full[-1:])
-    assert rest[0].HasField("final") and rest[0].sequence == before_final.sequence + 1
+    rest = list(client.parse(resumed(messages, before_final)))
+    assert wire(rest) == wire(full[-1:], before_final.client_messages - 1)
+    assert rest[-1].HasField("final") and rest[0].sequence == before_final.sequence + 1
+
+
+def test_the_output_digest_is_split_invariant(client, encode):
+    """The same ids in one message or in random splits give the same digest."""
+    ids = encode(REASONING_AND_TWO_CALLS)
+    open_ = open_message("qwen3", tools=WEATHER_TOOLS, request_id="digest")
+    one = list(
+        client.parse([pb.ParseRequest(open=open_, steps=[pb.Step(token_ids=ids)], finish=finish_message())])
+    )
+    rng = random.Random(23)
+    digests = set()
+    for _ in range(4):
+        cuts = sorted(rng.sample(range(1, len(ids)), 12))
+        pieces = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)], strict=True)]
+        steps = [pb.ParseRequest(steps=[pb.Step(token_ids=piece)]) for piece in pieces]
+        replies = list(
+            client.parse([pb.ParseRequest(open=open_), *steps, pb.ParseRequest(finish=finish_message())])
+        )
+        digests.add(replies[-1].output_digest)
+    assert digests == {one[-1].output_digest}
 
 
 def _status(client, messages) -> grpc.RpcError:
@@ -73,59 +126,77 @@ def _status(client, messages) -> grpc.RpcError:
     return caught.value
 
 
-def test_resume_points_that_disagree_with_the_history_are_failed_precondition(client, encode):
+def test_histories_that_do_not_reproduce_the_output_are_failed_precondition(client, encode):
     messages = session(encode)
     full = list(client.parse(messages))
     last = full[len(full) // 2]
-    empty = next(n for n in range(1, len(messages)) if n not in {r.client_messages for r in full})
+    good = resumed(messages, last)
+
+    def altered(change) -> list[pb.ParseRequest]:
+        first = pb.ParseRequest()
+        first.CopyFrom(good[0])
+        change(first.open.resume)
+        return [first, *good[1:]]
+
+    def drop_last_id(point):
+        ids = list(point.history[-1].token_ids)
+        del point.history[-1].token_ids[:]
+        point.history[-1].token_ids.extend(ids[:-1])
+
+    def other_id(point):
+        point.history[-1].token_ids[-1] = point.history[0].token_ids[0]
+
     cases = {
-        "sequence too high": (last.client_messages, last.sequence + 1),
-        "sequence too low": (last.client_messages, last.sequence - 1),
-        "a message that produced no reply": (empty, sum(r.client_messages < empty for r in full)),
-        "impossible point": (0, 3),
-        "at the final reply": (full[-1].client_messages, full[-1].sequence),
+        "a wrong digest": lambda point: setattr(point, "output_digest", point.output_digest ^ 1),
+        "a history missing its last id": drop_last_id,
+        "a history with a different id": other_id,
+        "no history (a client that kept none)": lambda point: point.ClearField("history"),
+        "the digest of nothing with a history": lambda point: setattr(point, "output_digest", 0),
     }
-    for name, (client_messages, sequence) in cases.items():
-        error = _status(client, resumed(messages, client_messages, sequence))
+    for name, change in cases.items():
+        error = _status(client, altered(change))
         assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, (name, error.details())
-    # A history that differs so that the reply count up to the point changes (here: its steps
-    # lost, as a client that kept no history would re-send) is refused rather than continued with
-    # wrong output. (The check is on counts; see docs/service.md, "Resume".)
-    altered = list(messages)
-    altered[1 : last.client_messages] = [pb.ParseRequest()] * (last.client_messages - 1)
-    error = _status(client, resumed(altered, last.client_messages, last.sequence))
-    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error.details()
-    assert "disagrees" in error.details()
+        assert "does not reproduce the output received" in error.details(), name
 
 
 def test_resume_on_a_server_without_the_model_is_not_found(client, encode):
     messages = session(encode)
-    first = resumed(messages, 0, 0)[0]
+    first = resumed(messages, None)[0]
     first.open.model = "no-such-model"
     error = _status(client, [first, *messages[1:]])
     assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
 
 
-def test_replayed_history_counts_towards_the_session_limits(client, registry, encode):
+def test_the_history_counts_towards_the_session_limits(client, registry, encode):
     """The history is this session's tokens: a resume whose history exceeds a smaller server's
     token limit is refused there, as the original session would have been."""
-    from grpc_servers import ThreadServer
     from parsetier.service import Limits
     from parsetier_client import Client
 
     messages = session(encode)
     before_final = list(client.parse(messages))[-2]
     tokens = sum(len(m.steps) for m in messages)
-    point = (before_final.client_messages, before_final.sequence)
     limits = Limits(max_tokens_per_session=tokens // 2)
     with ThreadServer(registry, limits) as server, Client(server.target) as small:
-        error = _status(small, resumed(messages, *point))
+        error = _status(small, resumed(messages, before_final))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+
+
+def _entries(key: str, msgs: list[pb.ParseRequest]) -> list[pb.SessionInput]:
+    return [
+        pb.SessionInput(
+            key=key,
+            open=m.open if m.HasField("open") else None,
+            steps=m.steps,
+            finish=m.finish if m.HasField("finish") else None,
+        )
+        for m in msgs
+    ]
 
 
 def test_a_parse_batch_session_resumes_like_a_stream(client, encode):
     """Per session on the multiplexed RPC: a session re-opened on a new ParseBatch stream with a
-    resume point, its entries re-sent as before, gets exactly the outputs it had not received,
+    resume point, its unanswered entries re-sent, gets exactly the outputs it had not received,
     while another session on the same stream runs as usual."""
     messages = session(encode)
 
@@ -133,36 +204,57 @@ def test_a_parse_batch_session_resumes_like_a_stream(client, encode):
         requests = [pb.ParseBatchRequest(sessions=entries) for entries in entries_per_message]
         return [out for reply in client.stub.ParseBatch(iter(requests), timeout=60) for out in reply.sessions]
 
-    def entries(key: str, msgs: list[pb.ParseRequest]) -> list[list[pb.SessionInput]]:
-        return [
-            [
-                pb.SessionInput(
-                    key=key,
-                    open=m.open if m.HasField("open") else None,
-                    steps=m.steps,
-                    finish=m.finish if m.HasField("finish") else None,
-                )
-            ]
-            for m in msgs
-        ]
-
-    full = batch(entries("a", messages))
+    full = batch([[e] for e in _entries("a", messages)])
     assert [o.sequence for o in full] == list(range(1, len(full) + 1))
+    stream = list(client.parse(messages))
+    assert [o.output_digest for o in full] == [r.output_digest for r in stream]
     mid = full[len(full) // 3]
-    resumed_entries = entries("a", resumed(messages, mid.client_messages, mid.sequence))
-    fresh = entries("b", messages)
-    both = batch([ra + fb for ra, fb in zip(resumed_entries, fresh, strict=True)])
+    as_reply = pb.ParseResponse(
+        sequence=mid.sequence, client_messages=mid.client_messages, output_digest=mid.output_digest
+    )
+    resumed_entries = _entries("a", resumed(messages, as_reply))
+    fresh = _entries("b", messages)
+    per_message = [[e] for e in fresh]
+    for i, entry in enumerate(resumed_entries):
+        per_message[i].insert(0, entry)
+    both = batch(per_message)
     rest = [o for o in both if o.key == "a"]
-    assert [o.SerializeToString(deterministic=True) for o in rest] == [
-        o.SerializeToString(deterministic=True) for o in full[len(full) // 3 + 1 :]
-    ]
+    assert wire(rest) == wire(full[len(full) // 3 + 1 :], mid.client_messages - 1)
     other = [o for o in both if o.key == "b"]
-    assert [o.SerializeToString(deterministic=True) for o in other] == [
-        pb.SessionOutput(
-            key="b", **{f.name: v for f, v in o.ListFields() if f.name != "key"}
-        ).SerializeToString(deterministic=True)
-        for o in full
-    ]
+    assert wire(other) == wire(
+        [pb.SessionOutput(key="b", **{f.name: v for f, v in o.ListFields() if f.name != "key"}) for o in full]
+    )
+
+
+def test_a_whole_batch_resumes_in_one_message(client, encode):
+    """Every live session of a broken ParseBatch stream re-opens in ONE message, each with its
+    history and its unanswered steps in the same entry; the outputs are the rest of each."""
+    messages = session(encode)
+    keys = ["x", "y", "z"]
+    requests = [pb.ParseBatchRequest(sessions=[e for k in keys for e in _entries(k, [m])]) for m in messages]
+    full = [o for reply in client.stub.ParseBatch(iter(requests), timeout=60) for o in reply.sessions]
+    per_key = {k: [o for o in full if o.key == k] for k in keys}
+    cut = {"x": 5, "y": len(per_key["y"]) // 2, "z": len(per_key["z"]) - 2}
+    entries = []
+    for key in keys:
+        last = per_key[key][cut[key]]
+        reply = pb.ParseResponse(
+            sequence=last.sequence, client_messages=last.client_messages, output_digest=last.output_digest
+        )
+        opening, *pending = _entries(key, resumed(messages, reply))
+        for entry in pending:
+            opening.steps.extend(entry.steps)
+            if entry.HasField("finish"):
+                opening.finish.CopyFrom(entry.finish)
+        entries.append(opening)
+    (reply,) = list(client.stub.ParseBatch(iter([pb.ParseBatchRequest(sessions=entries)]), timeout=60))
+    for key in keys:
+        (out,) = [o for o in reply.sessions if o.key == key]
+        rest = per_key[key][cut[key] + 1 :]
+        joined = "".join(d.content + d.reasoning for o in rest for d in o.deltas)
+        assert "".join(d.content + d.reasoning for d in out.deltas) == joined, key
+        assert out.final == rest[-1].final and out.sequence == per_key[key][cut[key]].sequence + 1
+        assert out.output_digest == rest[-1].output_digest
 
 
 def test_clients_do_not_resume_the_servers_own_internal_error():

@@ -44,6 +44,7 @@ def _comparable(output: pb.SessionOutput | pb.ParseResponse) -> bytes:
     return pb.ParseResponse(
         sequence=output.sequence,
         client_messages=output.client_messages,
+        output_digest=output.output_digest,
         deltas=output.deltas,
         events=output.events,
         final=output.final if output.HasField("final") else None,

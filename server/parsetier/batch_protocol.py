@@ -201,7 +201,7 @@ class BatchProtocol:
         """Apply one session's entry; its output (or the status that ended it) goes in ``outputs``."""
         sessions = self.sessions
         protocol = sessions.get(key)
-        if protocol is not None and protocol.state is State.STREAMING and protocol.replay is None:
+        if protocol is not None and protocol.state is State.STREAMING:
             # The usual entry: one token-id step for an open session, nothing else.
             steps = entry.steps
             plain = not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
@@ -254,12 +254,13 @@ class BatchProtocol:
         messages: list[int] = []
         texts: list[str] = []
         reasoning: list[bool] = []
+        digests: list[int] = []
         for key, ids in zip(packed.keys, packed.steps(), strict=True):
             done += 1
             if not done % SLICE_ITEMS:
                 yield
             protocol = sessions.get(key)
-            if protocol is None or protocol.state is not streaming or protocol.replay is not None or not ids:
+            if protocol is None or protocol.state is not streaming or not ids:
                 self._entry(outputs, key, _entry_of(key, ids))  # the rules' other cases
                 continue
             try:
@@ -283,6 +284,7 @@ class BatchProtocol:
                     messages.append(protocol.counts.client_messages)
                     texts.append(delta.reasoning or delta.content)
                     reasoning.append(bool(delta.reasoning))
+                    digests.append(protocol.digest.value)
                     continue
             protocol.write(outputs.add(key=key), deltas, events)
         if keys:
@@ -292,6 +294,7 @@ class BatchProtocol:
             out.client_messages.extend(messages)
             out.texts.extend(texts)
             out.reasoning.extend(reasoning)
+            out.output_digests.extend(digests)
 
     def _open(self, outputs, key: str, entry: pb.SessionInput) -> SessionProtocol | None:
         """A new session for ``key``, or None when its first entry is refused (answered in

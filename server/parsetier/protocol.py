@@ -43,17 +43,15 @@ Batching: the token ids of consecutive id steps in one message are concatenated 
 by one, at a fraction of the per-call cost — and everything one message produced goes into one
 reply.
 
-Resume (the seam for a resume point in ``Open``)
------------------------------------------------
-A resumed session replays a history the client already has output for, silently, then continues
-as if the stream had never broken. It belongs here, in ``_start``, after the ``Session`` exists
-and before the opening message's own steps are applied:
+Resume (``Open.resume``, ``parsetier.resume``)
+----------------------------------------------
+A resumed session feeds the client's history silently in ``_start``, after the ``Session``
+exists and before the opening message's own steps: the same ``_feed`` (same limits and counting:
+they are this session's tokens), outputs dropped but digested; the digest must equal the point's
+(else FAILED_PRECONDITION) and ``sequence`` continues from the point's. Everything after is live.
 
-1. feed the history's steps through ``_feed`` (same limits and counting: they are this session's
-   tokens) and drop the outputs — the client has them;
-2. set ``self.sequence`` and ``self.counts.client_messages`` from the resume point, so the next
-   reply continues the numbering the client saw;
-3. return to ``supply_model``, which applies the opening message's steps/finish as usual.
+Digest: every reply carries ``output_digest``, the session's running digest of all the output it
+produced (``parsetier.digest``), updated wherever output is made, sent or not.
 
 The servicers need no change: they only see ``NeedModel`` and ``Reply`` as today.
 """
@@ -64,13 +62,13 @@ import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from parsetier import convert
+from parsetier import convert, resume
 from parsetier import session as core
 from parsetier.completion import CompletionSession, open_session
+from parsetier.digest import OutputDigest
 from parsetier.engine.events import Event
 from parsetier.messages import Delta
 from parsetier.models import Model
-from parsetier.resume import Replay
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -172,7 +170,7 @@ class SessionCounts:
     server_messages: int = 0
     finish_reason: str = ""
     replayed: int = 0
-    """A resumed session: the client messages it replayed silently (``Open.resume``)."""
+    """A resumed session: the history token ids it fed silently (``Open.resume``)."""
 
 
 class State(enum.Enum):
@@ -277,8 +275,8 @@ class SessionProtocol:
         self._pending: pb.ParseRequest | None = None
         self.resumable = False
         """The client can resume elsewhere: a draining server hands the session off."""
-        self.replay: Replay | None = None
-        """A resumed session's silent history (``parsetier.resume``), until it is replayed."""
+        self.digest = OutputDigest()
+        """The running digest of the output produced (``output_digest`` of the replies)."""
 
     @property
     def finished(self) -> bool:
@@ -291,7 +289,7 @@ class SessionProtocol:
         ``into`` is the message the reply is written into (a new ``ParseResponse`` when None);
         when nothing came out it is left untouched and ``Reply.response`` is None."""
         self.counts.client_messages += 1
-        if self.state is State.STREAMING and self.replay is None and len(message.steps) == 1:
+        if self.state is State.STREAMING and len(message.steps) == 1:
             fast = self._receive_one_step(message, into)
             if fast is not None:
                 return fast
@@ -347,6 +345,8 @@ class SessionProtocol:
             if error is None or error is exc:
                 raise
             raise error from None
+        if out.deltas:
+            self.digest.add(out.deltas)
         deltas = out.deltas if self.want_deltas else ()
         events = out.events if self.want_events else ()
         if not deltas and not events:
@@ -361,6 +361,7 @@ class SessionProtocol:
         """Write the reply ``take_ids`` returned into ``into``."""
         into.sequence = self.sequence
         into.client_messages = self.counts.client_messages
+        into.output_digest = self.digest.value
         if deltas:
             convert.add_deltas(into.deltas, deltas)
         if events:
@@ -416,25 +417,23 @@ class SessionProtocol:
             raise out_of_order("the stream must start with Open before steps or Finish")
 
     def _start(self, model: Model, open_: pb.Open) -> None:
-        """Create the session for an accepted Open. (A resume point would replay here.)"""
+        """Create the session for an accepted Open; a resumed one feeds its history silently here."""
         self.want_deltas, self.want_events = convert.wants(open_.output, unary=self.unary)
         options = convert.options_of(open_, collect_in_final=not self.want_deltas)
         self.counts.choice_index = options.choice_index
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options)
         self.resumable = open_.resumable
-        if open_.HasField("resume"):  # the resume seam: the history replays silently in _apply
-            replay = Replay(open_.resume.client_messages, open_.resume.sequence)  # checks the point
-            self.counts.replayed = open_.resume.client_messages
-            self.replay = replay if replay.until else None  # at {0, 0} no message is silent
+        if open_.HasField("resume") and not self.unary:  # ParseOnce ignores a resume point
+            point = open_.resume
+            self._digest(self._feed(point.history))  # silent: the client has this output
+            resume.check(point, self.digest.value)
+            self.sequence = point.sequence
+            self.counts.replayed = resume.history_tokens(point)
 
     def _apply(self, message: Input, into: Output | None) -> Output | None:
-        replay = self.replay
-        silent = replay is not None and replay.silent(self.counts.client_messages)
         finish = message.HasField("finish")
         if not message.steps and not finish:
-            if silent:
-                self._replayed(False)
             return None  # an Open alone, or an empty keep-alive message
         outputs = self._feed(message.steps)
         if finish:
@@ -442,28 +441,17 @@ class SessionProtocol:
             reason, matched = convert.finish_of(message.finish)
             outputs.append(self.session.finish(reason, matched_stop=matched))
             self.state = State.FINISHED
-        if silent:
-            produced = self._produces(outputs)
-            self._replayed(produced)
-            self.sequence += produced
-            return None
+        self._digest(outputs)
         return self._reply(outputs, into)
 
-    def _replayed(self, produced: bool) -> None:
-        """Account for one silent message of a resumed session's history."""
-        replay = self.replay
-        assert replay is not None
-        n = self.counts.client_messages
-        replay.replayed(n, produced, self.state is State.FINISHED)
-        if n >= replay.until:
-            self.replay = None  # the history is replayed: the session goes on as usual
-
-    def _produces(self, outputs: list[core.StepOutput]) -> bool:
-        """Whether these outputs make a reply (what ``_reply`` decides, without building it)."""
-        return any(
-            out.final is not None or (self.want_deltas and out.deltas) or (self.want_events and out.events)
-            for out in outputs
-        )
+    def _digest(self, outputs: list[core.StepOutput]) -> None:
+        """Account for produced output in the digest, whether it is sent or not."""
+        digest = self.digest
+        for out in outputs:
+            if out.deltas:
+                digest.add(out.deltas)
+            if out.final is not None:
+                digest.finish(out.final)
 
     def _feed(self, steps: Sequence[pb.Step]) -> list[core.StepOutput]:
         session, counts, limits = self.session, self.counts, self.limits
@@ -501,6 +489,7 @@ class SessionProtocol:
         self.sequence += 1
         reply.sequence = self.sequence
         reply.client_messages = counts.client_messages
+        reply.output_digest = self.digest.value
         if deltas:
             convert.add_deltas(reply.deltas, deltas)
         if events:

@@ -525,11 +525,12 @@ type Open struct {
 	// validated, instead of streaming argument fragments as they are generated. Default false.
 	CompleteToolCalls bool `protobuf:"varint,13,opt,name=complete_tool_calls,json=completeToolCalls,proto3" json:"complete_tool_calls,omitempty"`
 	// Set to resume a session whose stream broke, on any server (see docs/service.md, "Resume").
-	// The client opens a new stream with the same `Open` plus this point, and re-sends every client
-	// message of the broken stream, framed as before: the server feeds the first
-	// `resume.client_messages` of them silently (the client already has their output) and answers
-	// the rest as usual, with `sequence` continuing after `resume.sequence`. A point that disagrees
-	// with the re-sent messages is FAILED_PRECONDITION. Unset: a new session.
+	// The client opens a new stream with the same `Open` plus this point — the history it has the
+	// output of, as token ids, and the `sequence` and `output_digest` of the last reply it received
+	// — then re-sends, as they were sent, the messages whose replies it did not receive. The server
+	// feeds the history silently, checks the digest (FAILED_PRECONDITION when the history does not
+	// reproduce the output received) and answers the rest as usual, numbering replies from
+	// `resume.sequence + 1`. Unset: a new session.
 	Resume *ResumePoint `protobuf:"bytes,14,opt,name=resume,proto3" json:"resume,omitempty"`
 	// The client can resume this session elsewhere. A draining server then hands the session off at
 	// once, ending its stream with UNAVAILABLE and the trailing metadata `parsetier-handoff: resume`
@@ -734,13 +735,23 @@ func (x *Open) GetStopTokenIds() []uint32 {
 	return nil
 }
 
-// Where a resumed session continues: what the client had received on the broken stream.
+// Where a resumed session continues: what the client had received on the broken stream, counted
+// in tokens (docs/service.md, "Resume").
 type ResumePoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// `client_messages` of the last `ParseResponse` received (0 when none was).
-	ClientMessages uint64 `protobuf:"varint,1,opt,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
-	// `sequence` of that `ParseResponse` (0 when none was).
-	Sequence      uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// `sequence` of the last reply received for this session (0 when none was). The server numbers
+	// the resumed session's replies from `sequence + 1`.
+	Sequence uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The session's answered history: every step whose reply (or whose "no output" answer: a
+	// message covered by a later reply's `client_messages`) the client has, in order, with
+	// consecutive plain token-id steps merged into one step (one packed run of ids). Text steps and
+	// steps that carried logprobs keep their place as they were sent. The server feeds it silently
+	// (no replies) right after the `Open`, under the session's limits like any input.
+	History []*Step `protobuf:"bytes,3,rep,name=history,proto3" json:"history,omitempty"`
+	// `output_digest` of the last reply received (0 when none was). After feeding `history`, the
+	// server's own digest of the output it produced must equal this, else FAILED_PRECONDITION
+	// ("the resumed history does not reproduce the output received").
+	OutputDigest  uint32 `protobuf:"fixed32,4,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -775,16 +786,23 @@ func (*ResumePoint) Descriptor() ([]byte, []int) {
 	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *ResumePoint) GetClientMessages() uint64 {
+func (x *ResumePoint) GetSequence() uint64 {
 	if x != nil {
-		return x.ClientMessages
+		return x.Sequence
 	}
 	return 0
 }
 
-func (x *ResumePoint) GetSequence() uint64 {
+func (x *ResumePoint) GetHistory() []*Step {
 	if x != nil {
-		return x.Sequence
+		return x.History
+	}
+	return nil
+}
+
+func (x *ResumePoint) GetOutputDigest() uint32 {
+	if x != nil {
+		return x.OutputDigest
 	}
 	return 0
 }
@@ -1267,7 +1285,9 @@ type ParseResponse struct {
 	// 1, 2, 3, ... within the stream; a gap would mean a lost message.
 	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// How many client messages the server had consumed when it produced this message (the
-	// 1-based index of the last client message whose output it carries).
+	// 1-based index of the last client message whose output it carries), counted on this stream:
+	// on a resumed stream the message carrying the `Open` is message 1. A message whose output is
+	// in this reply, or that produced none, is answered by it.
 	ClientMessages uint64 `protobuf:"varint,2,opt,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
 	// The OpenAI-style deltas produced, in order (if the session asked for deltas).
 	Deltas []*Delta `protobuf:"bytes,3,rep,name=deltas,proto3" json:"deltas,omitempty"`
@@ -1281,7 +1301,12 @@ type ParseResponse struct {
 	// false, and parse the bytes as a `ParseResponse`: that is the reply, `sequence` and all. The
 	// pieces are one reply (they are not counted in `sequence` or `client_messages`); the Python,
 	// Go and C++ clients join them, so their callers never see `part`.
-	Part          *ReplyPart `protobuf:"bytes,6,opt,name=part,proto3" json:"part,omitempty"`
+	Part *ReplyPart `protobuf:"bytes,6,opt,name=part,proto3" json:"part,omitempty"`
+	// The session's running digest of all the output it produced up to and including this reply
+	// (deltas' text, tool calls, the finish; whatever `output` sends): CRC-32 over a canonical,
+	// split-invariant byte stream defined in docs/service.md, "Resume". A client keeps the last
+	// one it received and echoes it in `ResumePoint.output_digest`; it never computes one.
+	OutputDigest  uint32 `protobuf:"fixed32,7,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1356,6 +1381,13 @@ func (x *ParseResponse) GetPart() *ReplyPart {
 		return x.Part
 	}
 	return nil
+}
+
+func (x *ParseResponse) GetOutputDigest() uint32 {
+	if x != nil {
+		return x.OutputDigest
+	}
+	return 0
 }
 
 // A piece of a reply too large for one message (`ParseResponse.part`, `ParseBatchResponse.part`).
@@ -2913,8 +2945,8 @@ type ParseBatchResponse struct {
 	Part *ReplyPart `protobuf:"bytes,3,opt,name=part,proto3" json:"part,omitempty"`
 	// Outputs of packed items (`ParseBatchRequest.packed`) that are one plain text delta each, as
 	// parallel arrays. Item `i` means exactly the `SessionOutput` `{key: keys[i], sequence:
-	// sequences[i], client_messages: client_messages[i], deltas: [{content: texts[i]}]}`, or
-	// `{reasoning: texts[i]}` when `reasoning[i]`. A packed item's other outputs (tool-call deltas,
+	// sequences[i], client_messages: client_messages[i], output_digest: output_digests[i], deltas:
+	// [{content: texts[i]}]}`, or `{reasoning: texts[i]}` when `reasoning[i]`. A packed item's other outputs (tool-call deltas,
 	// events, errors) are in `sessions`; a session's output for one message is in one place only.
 	Packed        *PackedOutputs `protobuf:"bytes,4,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2991,7 +3023,9 @@ type PackedOutputs struct {
 	// The text of each session's one delta.
 	Texts []string `protobuf:"bytes,4,rep,name=texts,proto3" json:"texts,omitempty"`
 	// Whether each text is reasoning (else it is content).
-	Reasoning     []bool `protobuf:"varint,5,rep,packed,name=reasoning,proto3" json:"reasoning,omitempty"`
+	Reasoning []bool `protobuf:"varint,5,rep,packed,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// As `SessionOutput.output_digest`.
+	OutputDigests []uint32 `protobuf:"fixed32,6,rep,packed,name=output_digests,json=outputDigests,proto3" json:"output_digests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3061,6 +3095,13 @@ func (x *PackedOutputs) GetReasoning() []bool {
 	return nil
 }
 
+func (x *PackedOutputs) GetOutputDigests() []uint32 {
+	if x != nil {
+		return x.OutputDigests
+	}
+	return nil
+}
+
 // One session's output for one client message: what a `ParseResponse` of a `Parse` stream fed
 // the same messages would carry, or the status that ended the session.
 type SessionOutput struct {
@@ -3069,7 +3110,8 @@ type SessionOutput struct {
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// 1, 2, 3, ... over this session's outputs that carried deltas, events or a final result.
 	Sequence uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
-	// How many of this session's entries the server had consumed (as `ParseResponse.client_messages`).
+	// How many of this session's entries of this stream the server had consumed (as
+	// `ParseResponse.client_messages`; on a resumed session the entry carrying the `Open` is 1).
 	ClientMessages uint64 `protobuf:"varint,3,opt,name=client_messages,json=clientMessages,proto3" json:"client_messages,omitempty"`
 	// The OpenAI-style deltas produced, in order (if the session asked for deltas).
 	Deltas []*Delta `protobuf:"bytes,4,rep,name=deltas,proto3" json:"deltas,omitempty"`
@@ -3079,7 +3121,9 @@ type SessionOutput struct {
 	Final *Final `protobuf:"bytes,6,opt,name=final,proto3" json:"final,omitempty"`
 	// Set when the session ended without a final result (an error, or CANCELLED after a cancel);
 	// the key is then free. Output already sent for the session stays valid.
-	Status        *SessionStatus `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	Status *SessionStatus `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// As `ParseResponse.output_digest`: the session's digest after this output (0 on a status).
+	OutputDigest  uint32 `protobuf:"fixed32,8,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3161,6 +3205,13 @@ func (x *SessionOutput) GetStatus() *SessionStatus {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *SessionOutput) GetOutputDigest() uint32 {
+	if x != nil {
+		return x.OutputDigest
+	}
+	return 0
 }
 
 // Why a multiplexed session ended, as a gRPC status would say it.
@@ -3260,10 +3311,11 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
 	"\x14_parallel_tool_callsB\x14\n" +
 	"\x12_include_reasoningB\v\n" +
-	"\t_thinking\"R\n" +
-	"\vResumePoint\x12'\n" +
-	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x12\x1a\n" +
-	"\bsequence\x18\x02 \x01(\x04R\bsequence\"\xca\x01\n" +
+	"\t_thinking\"\x93\x01\n" +
+	"\vResumePoint\x12\x1a\n" +
+	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12,\n" +
+	"\ahistory\x18\x03 \x03(\v2\x12.parsetier.v1.StepR\ahistory\x12#\n" +
+	"\routput_digest\x18\x04 \x01(\aR\foutputDigestJ\x04\b\x01\x10\x02R\x0fclient_messages\"\xca\x01\n" +
 	"\x11CompletionOptions\x123\n" +
 	"\x13skip_special_tokens\x18\x01 \x01(\bH\x00R\x11skipSpecialTokens\x88\x01\x01\x12F\n" +
 	"\x1dspaces_between_special_tokens\x18\x02 \x01(\bH\x01R\x1aspacesBetweenSpecialTokens\x88\x01\x01B\x16\n" +
@@ -3294,14 +3346,15 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\rstop_token_id\x18\x02 \x01(\rH\x00R\vstopTokenId\x12!\n" +
 	"\vstop_string\x18\x03 \x01(\tH\x00R\n" +
 	"stopStringB\x0e\n" +
-	"\fmatched_stop\"\x86\x02\n" +
+	"\fmatched_stop\"\xab\x02\n" +
 	"\rParseResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12'\n" +
 	"\x0fclient_messages\x18\x02 \x01(\x04R\x0eclientMessages\x12+\n" +
 	"\x06deltas\x18\x03 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
 	"\x06events\x18\x04 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12)\n" +
 	"\x05final\x18\x05 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x12+\n" +
-	"\x04part\x18\x06 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\"3\n" +
+	"\x04part\x18\x06 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\x12#\n" +
+	"\routput_digest\x18\a \x01(\aR\foutputDigest\"3\n" +
 	"\tReplyPart\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\"\xd4\x01\n" +
@@ -3412,13 +3465,14 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x0fclient_messages\x18\x01 \x01(\x04R\x0eclientMessages\x127\n" +
 	"\bsessions\x18\x02 \x03(\v2\x1b.parsetier.v1.SessionOutputR\bsessions\x12+\n" +
 	"\x04part\x18\x03 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\x123\n" +
-	"\x06packed\x18\x04 \x01(\v2\x1b.parsetier.v1.PackedOutputsR\x06packed\"\xaa\x01\n" +
+	"\x06packed\x18\x04 \x01(\v2\x1b.parsetier.v1.PackedOutputsR\x06packed\"\xd5\x01\n" +
 	"\rPackedOutputs\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12 \n" +
 	"\tsequences\x18\x02 \x03(\x04B\x02\x10\x01R\tsequences\x12+\n" +
 	"\x0fclient_messages\x18\x03 \x03(\x04B\x02\x10\x01R\x0eclientMessages\x12\x14\n" +
 	"\x05texts\x18\x04 \x03(\tR\x05texts\x12 \n" +
-	"\treasoning\x18\x05 \x03(\bB\x02\x10\x01R\treasoning\"\xa0\x02\n" +
+	"\treasoning\x18\x05 \x03(\bB\x02\x10\x01R\treasoning\x12)\n" +
+	"\x0eoutput_digests\x18\x06 \x03(\aB\x02\x10\x01R\routputDigests\"\xc5\x02\n" +
 	"\rSessionOutput\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12'\n" +
@@ -3426,7 +3480,8 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x06deltas\x18\x04 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
 	"\x06events\x18\x05 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12)\n" +
 	"\x05final\x18\x06 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x123\n" +
-	"\x06status\x18\a \x01(\v2\x1b.parsetier.v1.SessionStatusR\x06status\"=\n" +
+	"\x06status\x18\a \x01(\v2\x1b.parsetier.v1.SessionStatusR\x06status\x12#\n" +
+	"\routput_digest\x18\b \x01(\aR\foutputDigest\"=\n" +
 	"\rSessionStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage*\x87\x01\n" +
@@ -3548,61 +3603,62 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
 	8,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
 	9,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
-	0,  // 9: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
-	13, // 10: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
-	2,  // 11: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	17, // 12: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	21, // 13: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	22, // 14: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	16, // 15: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
-	20, // 16: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	18, // 17: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
-	19, // 18: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
-	3,  // 19: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
-	2,  // 20: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	23, // 21: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	24, // 22: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	18, // 23: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
-	25, // 24: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	7,  // 25: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	14, // 26: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	13, // 27: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
-	22, // 28: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	17, // 29: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	21, // 30: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	30, // 31: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	31, // 32: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	4,  // 33: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
-	7,  // 34: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
-	5,  // 35: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
-	34, // 36: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	37, // 37: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
-	36, // 38: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
-	7,  // 39: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
-	12, // 40: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
-	14, // 41: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
-	40, // 42: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
-	16, // 43: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
-	39, // 44: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
-	17, // 45: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
-	21, // 46: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
-	22, // 47: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
-	41, // 48: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
-	6,  // 49: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	26, // 50: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	28, // 51: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	32, // 52: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	35, // 53: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
-	15, // 54: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	27, // 55: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	29, // 56: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	33, // 57: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	38, // 58: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
-	54, // [54:59] is the sub-list for method output_type
-	49, // [49:54] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	12, // 9: parsetier.v1.ResumePoint.history:type_name -> parsetier.v1.Step
+	0,  // 10: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
+	13, // 11: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
+	2,  // 12: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
+	17, // 13: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	21, // 14: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	22, // 15: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	16, // 16: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
+	20, // 17: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	18, // 18: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
+	19, // 19: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
+	3,  // 20: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
+	2,  // 21: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
+	23, // 22: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	24, // 23: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	18, // 24: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
+	25, // 25: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	7,  // 26: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	14, // 27: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	13, // 28: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
+	22, // 29: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	17, // 30: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	21, // 31: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	30, // 32: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	31, // 33: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	4,  // 34: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
+	7,  // 35: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	5,  // 36: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	34, // 37: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	37, // 38: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
+	36, // 39: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
+	7,  // 40: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
+	12, // 41: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
+	14, // 42: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
+	40, // 43: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
+	16, // 44: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
+	39, // 45: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
+	17, // 46: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
+	21, // 47: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
+	22, // 48: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
+	41, // 49: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
+	6,  // 50: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	26, // 51: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	28, // 52: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	32, // 53: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	35, // 54: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	15, // 55: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	27, // 56: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	29, // 57: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	33, // 58: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	38, // 59: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	55, // [55:60] is the sub-list for method output_type
+	50, // [50:55] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }

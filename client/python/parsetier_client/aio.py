@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from parsetier_client.requests import (
     step_message,
 )
 from parsetier_client.result import ParseResult, collect
-from parsetier_client.resume import History, Progress, ResumePolicy, policy_of, retryable
+from parsetier_client.resume import Ledger, ResumePolicy, as_request, policy_of, retryable
 from parsetier_client.security import Tls, aio_channel, tls_of, token_metadata
 
 
@@ -135,11 +136,10 @@ class AsyncParseStream:
         self._policy = policy
         if policy is not None:
             open_.resumable = True
-        self._history = History(open_)
-        self._progress = Progress()
+        self._ledger = Ledger(open_)
         self._call: grpc.aio.StreamStreamCall | None = None
-        self._written = 0
-        """History messages written to the current call."""
+        self._unwritten: deque[pb.ParseRequest] = deque()
+        """Messages sent that the current call has not had yet."""
         self._half_closed: grpc.aio.StreamStreamCall | None = None
         self._finished = False
         self._lock = asyncio.Lock()
@@ -150,12 +150,12 @@ class AsyncParseStream:
     async def _connect(self) -> None:
         """Open a new call (resuming from what was received, after the first) and wait for the
         server to accept it; refusals are retried with backoff within the budget."""
-        point = self._progress.point() if self._call is not None else None
+        first = pb.ParseRequest(open=self._ledger.point() if self._call is not None else self._ledger.open)
         attempt = 0
         while True:
             call = self._stub.Parse(timeout=self._timeout, metadata=self._metadata)
             try:
-                await _write(call, self._history.message(0, point))
+                await _write(call, first)
                 await _await_admission(call)
             except grpc.aio.AioRpcError as exc:
                 policy = self._policy
@@ -165,20 +165,23 @@ class AsyncParseStream:
                 attempt += 1
                 continue
             async with self._lock:
-                self._call, self._written = call, 1
+                self._call = call
+                if self._policy is not None:
+                    self._unwritten = deque(as_request(payload) for payload, _ in self._ledger.restart(2))
             return
 
     async def _pump(self) -> None:
-        """Write the history the current call has not had yet (and half-close after Finish).
-        A write that finds the call broken raises its status, unless the session will resume:
-        the reading side then moves it and re-sends everything."""
+        """Write what the current call has not had yet (and half-close after Finish). A write
+        that finds the call broken raises its status, unless the session will resume: the
+        reading side then moves it and re-sends what is pending."""
         async with self._lock:
             call = self._call
             assert call is not None
+            unwritten = self._unwritten
             try:
-                while self._written < len(self._history):
-                    await call.write(self._history.message(self._written))
-                    self._written += 1
+                while unwritten:
+                    await call.write(unwritten[0])
+                    unwritten.popleft()
                 if self._finished and self._half_closed is not call:
                     await call.done_writing()
                     self._half_closed = call
@@ -187,16 +190,21 @@ class AsyncParseStream:
                 if self._policy is None or not retryable(error.code(), error.details()):
                     raise error from None
 
+    def _queue(self, message: pb.ParseRequest) -> None:
+        if self._policy is not None:
+            self._ledger.send(message)
+        self._unwritten.append(message)
+
     async def send(self, *steps: StepLike) -> None:
         """Send one or more decode steps (token-id lists or text) in one message."""
-        self._history.record(pb.ParseRequest(steps=[step_message(s) for s in steps]))
+        self._queue(pb.ParseRequest(steps=[step_message(s) for s in steps]))
         await self._pump()
 
     async def finish(
         self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side."""
-        self._history.record(
+        self._queue(
             pb.ParseRequest(
                 steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
             )
@@ -216,7 +224,9 @@ class AsyncParseStream:
             try:
                 async for message in joined_async(call):
                     if self._policy is not None:
-                        self._progress.received(message)
+                        self._ledger.received(
+                            message.sequence, message.client_messages, message.output_digest
+                        )
                     if message.HasField("final"):
                         self.final = message.final
                     yield message

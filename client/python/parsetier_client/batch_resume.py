@@ -1,126 +1,68 @@
-"""Resume for the batch API: what a ``ParseBatch`` stream's sessions need to move, together, to a
-new stream. Free of I/O, shared by the sync and async batch clients.
+"""Resume for the batch API: a broken ``ParseBatch`` stream's sessions move, together, to a new
+stream. Free of I/O, shared by the sync and async batch clients.
 
-The server resumes each session of a ``ParseBatch`` stream on its own (docs/service.md,
-"Resume"): its entry with ``open`` carries its resume point, and its later entries are re-sent
-under the same key, one per message, as before. ``BatchLedger`` keeps what that takes for every
-live session — its history (token ids, ``resume.History``) and its resume point — plus the steps
-whose replies the caller has not received yet. After a break, ``replay()`` gives the messages
-that open a new stream: every live session re-opened with its point, its history re-sent, entry
-``j`` of every session in message ``j``. The new stream's replies are then sorted back into the
-caller's steps (each output carries its key, and every re-sent entry is known to belong to one
-step), so the caller receives one reply per step it sent, each with the outputs the uninterrupted
-stream would have given, in the same order, exactly once. An entry sent to a session before the
-session's end (its final, or its own status) was received, and unanswered at a break, is re-sent
-as the entry of no session it then is: the server answers it with the status it gave before.
+Each session keeps a ``resume.Ledger`` (its ``Open``, answered history, pending entries, sequence
+and digest), its pending entries tagged with the caller's step they were sent in. The server
+answers every client message with one reply, so the reply to message ``j`` answers every entry
+of message ``j``. After a break, ``replay()`` re-opens every live session in ONE message (its
+history as one packed run, its first pending entry in the same entry) and re-sends the other
+pending entries in the following messages; entries of keys with no live session (and those sent
+to a session after its end, unanswered) are re-sent as they were, and get their status again.
+Outputs are sorted back into the caller's steps by their tags, so the caller receives one reply
+per step it sent, with the outputs of an uninterrupted stream, exactly once.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client.packed import outputs_of, packed_steps
-from parsetier_client.resume import History, Progress
-
-
-class _Session:
-    """One session as the caller opened it: its history (the open entry is message 0, with the
-    steps and finish it carried) and what has been received of it."""
-
-    __slots__ = (
-        "cancelled",
-        "ended_at",
-        "first",
-        "history",
-        "key",
-        "messages",
-        "opened_at",
-        "progress",
-        "sending",
-    )
-
-    def __init__(self, key: str, entry: pb.SessionInput, step: int) -> None:
-        self.key = key
-        self.history = History(entry.open)
-        self.first: pb.ParseRequest | None = None
-        """The steps and finish the open entry carried (the server counts them as its message 1)."""
-        if entry.steps or entry.HasField("finish"):
-            self.first = pb.ParseRequest(steps=entry.steps)
-            if entry.HasField("finish"):
-                self.first.finish.CopyFrom(entry.finish)
-        self.progress = Progress()
-        self.opened_at = step
-        self.messages = 1
-        """Entries sent so far (a cancel included)."""
-        self.sending = not entry.HasField("finish")
-        """Entries may still follow (no finish or cancel sent yet)."""
-        self.cancelled = False
-        self.ended_at: int | None = None
-        """The entry whose output ended it (its final or its status), once received."""
-
-    def add(self, entry: pb.SessionInput) -> None:
-        """A later entry (not the usual one of token ids, which ``BatchLedger.sent`` records)."""
-        self.messages += 1
-        if entry.cancel:
-            self.cancelled, self.sending = True, False
-            return
-        message = pb.ParseRequest(steps=entry.steps)
-        if entry.HasField("finish"):
-            message.finish.CopyFrom(entry.finish)
-            self.sending = False
-        if entry.HasField("open"):  # a second open: the server ends the session for it
-            message.open.CopyFrom(entry.open)
-        self.history.record(message)
-
-    def entry(self, index: int) -> pb.SessionInput:
-        """Entry ``index`` as it is re-sent on a new stream (the open with the resume point)."""
-        if index == len(self.history):
-            return pb.SessionInput(key=self.key, cancel=True)
-        if index == 0:
-            entry = pb.SessionInput(key=self.key, open=self.history.message(0, self.progress.point()).open)
-            if self.first is not None:
-                entry.steps.extend(self.first.steps)
-                if self.first.HasField("finish"):
-                    entry.finish.CopyFrom(self.first.finish)
-            return entry
-        message = self.history.message(index)
-        entry = pb.SessionInput(key=self.key, steps=message.steps)
-        for field in ("open", "finish"):
-            if message.HasField(field):
-                getattr(entry, field).CopyFrom(getattr(message, field))
-        return entry
-
-
-class Carried(NamedTuple):
-    """What one entry of a message on the current stream is: its session (None: an entry of no
-    session), the step it answers (0: delivered already), its index among the session's entries
-    (or among the step's orphans), and whether it opens the session."""
-
-    session: _Session | None
-    step: int
-    index: int
-    opens: bool
-
-
-class _Step:
-    """A step sent whose reply the caller has not received: its entries as first sent (key ->
-    ``Carried``, in entry order), the outputs gathered for it so far, and the reply on the
-    current stream after which it is complete."""
-
-    __slots__ = ("entries", "orphans", "outputs", "until")
-
-    def __init__(self, entries: dict[str, Carried], orphans: list[pb.SessionInput], until: int) -> None:
-        self.entries = entries
-        self.orphans = orphans
-        """Entries for keys without a live session (answered with a status): re-sent as they are."""
-        self.outputs: dict[str, pb.SessionOutput] = {}
-        self.until = until
-
+from parsetier_client.resume import Ledger, Payload
 
 UNAVAILABLE = 14
 """``google.rpc.Code`` of a refused open (the server is draining or overloaded): move instead."""
+
+
+class _Session(Ledger):
+    """A session's ledger plus what the batch needs to route it: its key, the step that opened
+    it, whether entries may still follow (no finish or cancel sent yet), whether its end was
+    received."""
+
+    __slots__ = ("ended", "key", "opened_at", "sending")
+
+    def __init__(self, key: str, entry: pb.SessionInput, step: int) -> None:
+        super().__init__(entry.open)
+        self.key, self.opened_at = key, step
+        self.sending, self.ended = not entry.HasField("finish"), False
+        self.sent = 0
+        first = pb.SessionInput(key=key, steps=entry.steps)  # message 1, without its open
+        if entry.HasField("finish"):
+            first.finish.CopyFrom(entry.finish)
+        self.send(first, step)
+
+    def entry(self, payload: Payload) -> pb.SessionInput:
+        if isinstance(payload, pb.SessionInput):
+            return payload
+        return pb.SessionInput(key=self.key, steps=[pb.Step(token_ids=payload)])
+
+
+class _Step:
+    """A caller's step not delivered yet: its keys in entry order, the outputs gathered for it,
+    its entries of no session (re-sent as they are), and the reply on the current stream after
+    which it is complete."""
+
+    __slots__ = ("keys", "orphans", "outputs", "until")
+
+    def __init__(self, keys: list[str], until: int) -> None:
+        self.keys, self.until = keys, until
+        self.orphans: dict[str, pb.SessionInput] = {}
+        self.outputs: dict[str, pb.SessionOutput] = {}
+
+
+Carried = dict[str, tuple[_Session | None, int, int]]
+"""One message on the current stream: key -> (its session or None, the caller's step, the entry's
+index in the session on this stream)."""
 
 
 class BatchLedger:
@@ -129,21 +71,17 @@ class BatchLedger:
     replies from ``ready``; after a break, open a new stream with ``replay()``'s messages."""
 
     def __init__(self) -> None:
+        self._sessions: list[_Session] = []
+        """Sessions live or with pending entries, in the order they were opened."""
         self._live: dict[str, _Session] = {}
-        self._retiring: list[_Session] = []
-        """Sessions whose key was opened again after their finish or cancel, but whose end has not
-        been received yet (they are replayed before the new one)."""
         self._steps: deque[_Step] = deque()
         self._step = 0
         """Steps sent so far; ``self._step - len(self._steps)`` have been delivered."""
-        self._carried: deque[dict[str, Carried]] = deque()
-        """Per message sent on the current stream and not answered yet: what its entries are."""
-        self._sent = 0
-        """Messages sent on the current stream."""
-        self._received = 0
+        self._carried: deque[Carried] = deque()
+        self._sent = self._received = 0
+        """Messages sent and answered on the current stream."""
         self.resumes = 0
-        """Times the sessions moved to a new stream (counted at its first reply: refused
-        attempts are not moves)."""
+        """Times the sessions moved to a new stream (counted at its first reply)."""
         self._moving = False
         self.must_move = False
         """A reply refused an open with UNAVAILABLE: the client should move to a new stream now."""
@@ -155,84 +93,77 @@ class BatchLedger:
     def sent(self, message: pb.ParseBatchRequest) -> None:
         """The caller's next step goes out on the current stream as ``message``."""
         self._step += 1
-        step = self._step
         self._sent += 1
-        carried: dict[str, Carried] = {}
-        orphans: list[pb.SessionInput] = []
-        live = self._live
-        for entry in message.sessions:
-            key = entry.key
+        step, live = self._step, self._live
+        carried: Carried = {}
+        record = _Step([], self._sent)
+        items: list[tuple[str, Payload]] = [(entry.key, entry) for entry in message.sessions]
+        items += packed_steps(message)
+        for key, payload in items:
+            record.keys.append(key)
             session = live.get(key)
-            steps = entry.steps
-            if (
-                session is not None
-                and len(steps) == 1
-                and not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
-            ):
-                ids = steps[0].token_ids
-                if ids and not steps[0].HasField("logprobs"):  # the usual entry: one step of ids
-                    carried[key] = Carried(session, step, session.messages, False)
-                    session.messages += 1
-                    session.history.record_ids(ids)
-                    continue
-            opens = entry.HasField("open") and not entry.cancel and (session is None or not session.sending)
-            if opens:
-                if session is not None:
-                    self._retiring.append(session)
-                session = live[key] = _Session(key, entry, step)
-                carried[key] = Carried(session, step, 0, True)
-            elif session is not None:
-                carried[key] = Carried(session, step, session.messages, False)
-                session.add(entry)
-            elif entry.cancel:  # a cancel of no live session answers nothing: nothing to re-send
-                carried[key] = Carried(None, step, -1, False)
-            else:
-                carried[key] = Carried(None, step, len(orphans), False)
-                orphans.append(entry)
-        for key, ids in packed_steps(message):  # packed items: each the usual entry
-            session = live.get(key)
-            if session is not None:
-                carried[key] = Carried(session, step, session.messages, False)
-                session.messages += 1
-                session.history.record_ids(ids)
-            else:
-                carried[key] = Carried(None, step, len(orphans), False)
-                orphans.append(pb.SessionInput(key=key, steps=[pb.Step(token_ids=ids)]))
-        self._steps.append(_Step(carried, orphans, self._sent))
+            entry = payload if isinstance(payload, pb.SessionInput) else None
+            opens = entry is not None and entry.HasField("open") and not entry.cancel
+            if opens and (session is None or not session.sending):  # a new session (a reopened key too)
+                session = live[key] = _Session(key, entry, step)  # type: ignore[arg-type]
+                self._sessions.append(session)
+                carried[key] = (session, step, 1)
+                continue
+            if session is None:
+                if entry is None or not entry.cancel:  # a cancel of no session answers nothing
+                    record.orphans[key] = session_input(key, payload)
+                carried[key] = (None, step, 0)
+                continue
+            if entry is not None and (entry.cancel or entry.HasField("finish")):
+                session.sending = False
+            carried[key] = (session, step, session.send(payload, step))
+        self._steps.append(record)
         self._carried.append(carried)
 
     def received(self, reply: pb.ParseBatchResponse) -> None:
-        """A reply of the current stream: its outputs go to the steps they answer."""
+        """A reply of the current stream: it answers every entry of its message."""
         carried = self._carried.popleft()
         self._received += 1
         if self._moving:
             self._moving = False
             self.resumes += 1
+        outputs = outputs_of(reply)
         delivered = self.delivered
-        steps = self._steps
-        for key, output in outputs_of(reply).items():
-            session, step, index, opens = carried.get(key) or (None, 0, 0, False)
-            if opens and output.status.code == UNAVAILABLE:
-                # Refused because this server is draining or overloaded: not the session's own
-                # error. It stays live, and the stream moves (``must_move``): another server opens it.
-                self.must_move = True
-                continue
-            # After a session's end, the server answers its key's entries as those of no session
-            # (or of a new session, for an open, numbered from 1): they are not that session's.
-            if session is not None and session.ended_at is None:
-                if output.sequence:
-                    session.progress.received(output)  # type: ignore[arg-type]
-                if output.HasField("final") or output.HasField("status"):
-                    session.ended_at = index
-                    self._ended(session)
+        for key, (session, step, index) in carried.items():
+            output = outputs.get(key)
+            if session is not None:
+                if (
+                    output is not None
+                    and index == 1
+                    and output.status.code == UNAVAILABLE
+                    and not session.ended
+                ):
+                    # Refused because this server is draining or overloaded, not the session's own
+                    # error: it stays live and pending, and the stream moves (another server opens it).
+                    self.must_move = True
+                    continue
+                if output is not None and output.sequence and not session.ended:
+                    session.received(output.sequence, output.client_messages, output.output_digest)
+                session.answer(index)
+                if output is not None and (output.HasField("final") or output.HasField("status")):
+                    self._end(session)
+                elif session.ended and not session.pending:
+                    self._sessions.remove(session)
             if step > delivered:
-                steps[step - delivered - 1].outputs[key] = output
+                record = self._steps[step - delivered - 1]
+                if session is None:
+                    record.orphans.pop(key, None)  # answered: never re-sent
+                if output is not None:
+                    record.outputs[key] = output
 
-    def _ended(self, session: _Session) -> None:
+    def _end(self, session: _Session) -> None:
+        """Its end was received: entries pipelined after it are no longer its (the server answers
+        them as entries of no session, or of a new one it opens: numbered from 1)."""
+        session.ended = True
         if self._live.get(session.key) is session:
             del self._live[session.key]
-        elif session in self._retiring:
-            self._retiring.remove(session)
+        if not session.pending and session in self._sessions:
+            self._sessions.remove(session)
 
     def ready(self) -> dict[str, pb.SessionOutput] | None:
         """The oldest undelivered step's reply, once complete (else None): ``{key: output}`` in
@@ -241,71 +172,73 @@ class BatchLedger:
         if not steps or steps[0].until > self._received:
             return None
         step = steps.popleft()
-        outputs = step.outputs
-        return {key: outputs[key] for key in step.entries if key in outputs}
+        return {key: step.outputs[key] for key in step.keys if key in step.outputs}
 
     def replay(self) -> list[pb.ParseBatchRequest]:
-        """The messages that start a new stream: every live session re-opened at its resume
-        point with its history, and the unanswered entries of keys without one. The current
-        stream is then the new one (its replies go to ``received``)."""
+        """The messages that start a new stream: message 1 re-opens every live session at its
+        resume point, with its first pending entry; each key's other unanswered entries follow,
+        one message each. The current stream is then the new one."""
         self._moving, self.must_move = True, False
-        delivered = self.delivered
-        step_of: dict[tuple[int, int], int] = {}
-        """(session id, entry index) -> the undelivered step it was sent in."""
-        for number, step in enumerate(self._steps, delivered + 1):
-            for carried in step.entries.values():
-                if carried.session is not None:
-                    step_of[id(carried.session), carried.index] = number
-        # Per key, its entries in the order they were first sent: sessions (a retiring one before
-        # the key's new one) and entries of no session, each group starting at the step it began.
-        groups: list[tuple[int, str, list[Carried]]] = []
-        for session in [*self._retiring, *self._live.values()]:
-            ident = id(session)
-            items = [Carried(session, step_of.get((ident, i), 0), i, i == 0) for i in range(session.messages)]
-            groups.append((session.opened_at, session.key, items))
-        for number, step in enumerate(self._steps, delivered + 1):
-            # Entries sent to a session after the one whose output ended it, and not answered
-            # yet: the server answers them as entries of no session, so they are re-sent as such
-            # (a cancel answers nothing: its index is past the history).
-            for key, carried in step.entries.items():
-                session = carried.session
-                if (
-                    session is not None
-                    and session.ended_at is not None
-                    and session.ended_at < carried.index < len(session.history)
-                    and key not in step.outputs
-                ):
-                    groups.append((number, key, [carried]))
-            groups.extend(
-                (number, entry.key, [Carried(None, number, k, False)]) for k, entry in enumerate(step.orphans)
-            )
+        Lane = list[tuple[pb.SessionInput, _Session | None, int, int]]
+        # Per key, its entries in the order first sent: sessions (one reopened before the key's
+        # new one) and entries of no session, ordered by the step each began in.
+        groups: list[tuple[int, str, Lane]] = []
+        for session in self._sessions:
+            pending = session.restart(1)
+            lane: Lane = []
+            if not session.ended:  # re-opened with its point; the first pending entry rides along
+                opening = pb.SessionInput(key=session.key, open=session.point())
+                if pending and _plain(pending[0][0]):
+                    first = session.entry(pending.pop(0)[0])
+                    opening.steps.extend(first.steps)
+                    if first.HasField("finish"):
+                        opening.finish.CopyFrom(first.finish)
+                    lane.append((opening, session, session.pending[0][2], 1))
+                else:
+                    session.restart(2)
+                    lane.append((opening, session, 0, 1))
+            start = len(lane) + 1
+            lane += [
+                (session.entry(payload), session, tag, i) for i, (payload, tag) in enumerate(pending, start)
+            ]
+            if lane:
+                groups.append((session.opened_at, session.key, lane))
+        for number, step in enumerate(self._steps, self.delivered + 1):
+            groups += [(number, key, [(entry, None, number, 0)]) for key, entry in step.orphans.items()]
         groups.sort(key=lambda group: group[0])
-        lanes: dict[str, list[Carried]] = {}
-        for _, key, items in groups:
-            lanes.setdefault(key, []).extend(items)
+        lanes: dict[str, Lane] = {}
+        for _, key, lane in groups:
+            lanes.setdefault(key, []).extend(lane)
         self._carried.clear()
+        messages: list[pb.ParseBatchRequest] = []
         last_of: dict[int, int] = {}
         """Step -> the replay message (1-based) that carries its last entry."""
-        messages: list[pb.ParseBatchRequest] = []
-        depth = max((len(lane) for lane in lanes.values()), default=0)
-        for j in range(depth):
-            message = pb.ParseBatchRequest()
-            carried: dict[str, Carried] = {}
+        for j in range(max((len(lane) for lane in lanes.values()), default=0)):
+            message, carried = pb.ParseBatchRequest(), {}
             for key, lane in lanes.items():
                 if j < len(lane):
-                    item = lane[j]
-                    if item.session is not None:
-                        message.sessions.append(item.session.entry(item.index))
-                    else:
-                        message.sessions.append(self._steps[item.step - delivered - 1].orphans[item.index])
-                    carried[key] = item
-                    if item.step:
-                        last_of[item.step] = j + 1
+                    entry, session, tag, index = lane[j]
+                    message.sessions.append(entry)
+                    carried[key] = (session, tag, index)
+                    if tag:
+                        last_of[tag] = j + 1
             messages.append(message)
             self._carried.append(carried)
         self._sent, self._received = len(messages), 0
         until = 0
-        for number, step in enumerate(self._steps, delivered + 1):
+        for number, step in enumerate(self._steps, self.delivered + 1):
             until = max(until, last_of.get(number, 0))  # complete after its last re-sent entry
             step.until = until
         return messages
+
+
+def _plain(payload: Payload) -> bool:
+    """Whether a pending entry can ride with the session's re-opening entry (not a cancel, nor
+    a second open: those keep an entry of their own)."""
+    return not isinstance(payload, pb.SessionInput) or not (payload.cancel or payload.HasField("open"))
+
+
+def session_input(key: str, payload: Payload) -> pb.SessionInput:
+    if isinstance(payload, pb.SessionInput):
+        return payload
+    return pb.SessionInput(key=key, steps=[pb.Step(token_ids=payload)])

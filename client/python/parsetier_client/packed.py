@@ -45,9 +45,18 @@ def outputs_of(response: pb.ParseBatchResponse) -> dict[str, pb.SessionOutput]:
     outputs = {output.key: output for output in response.sessions}
     packed = response.packed
     if packed.keys:
-        columns = (packed.keys, packed.sequences, packed.client_messages, packed.texts, packed.reasoning)
-        for key, sequence, messages, text, reasoning in zip(*columns, strict=True):
-            output = outputs[key] = pb.SessionOutput(key=key, sequence=sequence, client_messages=messages)
+        columns = (
+            packed.keys,
+            packed.sequences,
+            packed.client_messages,
+            packed.output_digests,
+            packed.texts,
+            packed.reasoning,
+        )
+        for key, sequence, messages, digest, text, reasoning in zip(*columns, strict=True):
+            output = outputs[key] = pb.SessionOutput(
+                key=key, sequence=sequence, client_messages=messages, output_digest=digest
+            )
             if reasoning:
                 output.deltas.add(reasoning=text)
             else:

@@ -1,17 +1,19 @@
 """What the clients need to resume a session on a new stream: its history, its resume point, and
 when and how soon to try again. Free of I/O, shared by the sync and async clients.
 
-The contract (docs/service.md, "Resume"): a new stream opens with the same ``Open`` plus the
-``client_messages`` and ``sequence`` of the last reply received, then re-sends every client
-message of the session so far, framed as before; the server answers only what the client has not
-had yet, so the caller's iteration continues with the next reply as if nothing had happened.
+The contract (docs/service.md, "Resume"), counted in tokens: a new stream opens with the same
+``Open`` plus a resume point — the answered history as one packed run of ids, the ``sequence`` and
+``output_digest`` of the last reply received — then re-sends the messages not answered yet, as
+they were sent; the server feeds the history silently, checks the digest and answers the rest, so
+the caller's iteration continues with the next reply as if nothing had happened.
 """
 
 from __future__ import annotations
 
 import random
 from array import array
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -66,71 +68,80 @@ def retryable(code: object, details: str | None) -> bool:
     return False
 
 
-class History:
-    """The client messages of one session, numbered as the server counts them (the Open's first).
+Payload = Sequence[int] | pb.ParseRequest | pb.SessionInput
+"""A client message as the ledger keeps it: a plain run of token ids (the usual message, one id
+step), or the message itself (its ``steps``; the ``Finish``, a cancel... ride along)."""
 
-    Token ids are kept in one array, about 4 bytes per token; messages that are more than a run
-    of ids (text steps, steps with logprobs, the Finish) are kept whole. A message of several id
-    steps is re-sent as one step of all its ids, which the server parses identically (it joins
-    them anyway)."""
 
-    __slots__ = ("_ends", "_ids", "_whole", "open")
+class Ledger:
+    """All a client keeps to resume one session (docs/service.md, "Resume"): the ``Open``, the
+    answered history (consecutive id steps merged into one growing array, about 4 bytes a token;
+    text and logprob steps whole, in place), the pending messages (sent on the current stream,
+    unanswered, each with its index on that stream and a caller's tag), and the ``sequence`` and
+    ``output_digest`` of the last reply received. Free of I/O: the sync and async Parse streams
+    and the batch clients drive the same object."""
+
+    __slots__ = ("digest", "history", "open", "pending", "sent", "sequence")
 
     def __init__(self, open_: pb.Open) -> None:
         self.open = open_
-        self._ids = array("I")
-        self._ends = array("Q", [0, 0])
-        """Message k's ids are ``_ids[_ends[k]:_ends[k + 1]]``; message 0 is the Open."""
-        self._whole: dict[int, pb.ParseRequest] = {}
-
-    def __len__(self) -> int:
-        return len(self._ends) - 1
-
-    def record(self, message: pb.ParseRequest) -> None:
-        """Append a client message (not the Open's: that one is message 0 already)."""
-        plain = all(step.token_ids and not step.HasField("logprobs") for step in message.steps)
-        if message.HasField("finish") or message.HasField("open") or not plain:
-            self._whole[len(self)] = message
-        else:
-            for step in message.steps:
-                self._ids.extend(step.token_ids)
-        self._ends.append(len(self._ids))
-
-    def record_ids(self, ids: Iterable[int]) -> None:
-        """Append a client message that is one step of token ids (``record``'s usual case, cheaper)."""
-        self._ids.extend(ids)
-        self._ends.append(len(self._ids))
-
-    def message(self, index: int, point: pb.ResumePoint | None = None) -> pb.ParseRequest:
-        """Client message ``index`` as it is to be sent (again); message 0, the Open, carries
-        ``point`` when the session resumes."""
-        if index == 0:
-            open_ = self.open
-            if point is not None:
-                open_ = pb.Open()
-                open_.CopyFrom(self.open)
-                open_.resume.CopyFrom(point)
-            return pb.ParseRequest(open=open_)
-        whole = self._whole.get(index)
-        if whole is not None:
-            return whole
-        ids = self._ids[self._ends[index] : self._ends[index + 1]]
-        return pb.ParseRequest(steps=[pb.Step(token_ids=ids)]) if ids else pb.ParseRequest()
-
-
-class Progress:
-    """What the caller has received: the resume point, checked for gaps and repeats."""
-
-    __slots__ = ("client_messages", "sequence")
-
-    def __init__(self) -> None:
-        self.client_messages = 0
+        self.history: list[array | pb.Step] = []
+        self.pending: deque[tuple[int, Payload, object]] = deque()
+        self.sent = 1
+        """Messages of this session on the current stream; the one with the Open is 1."""
         self.sequence = 0
+        self.digest = 0
 
-    def received(self, reply: pb.ParseResponse) -> None:
-        if reply.sequence != self.sequence + 1:
-            raise RuntimeError(f"reply sequence {reply.sequence} after {self.sequence}: a gap or a repeat")
-        self.client_messages, self.sequence = reply.client_messages, reply.sequence
+    def send(self, payload: Payload, tag: object = None) -> int:
+        """A message goes out on the current stream: its index there."""
+        self.sent += 1
+        self.pending.append((self.sent, payload, tag))
+        return self.sent
 
-    def point(self) -> pb.ResumePoint:
-        return pb.ResumePoint(client_messages=self.client_messages, sequence=self.sequence)
+    def received(self, sequence: int, client_messages: int, digest: int) -> None:
+        """A reply: it answers every pending message through ``client_messages``; its sequence
+        must follow the last one (a gap or a repeat is an error, not output)."""
+        if sequence != self.sequence + 1:
+            raise RuntimeError(f"reply sequence {sequence} after {self.sequence}: a gap or a repeat")
+        self.sequence, self.digest = sequence, digest
+        self.answer(client_messages)
+
+    def answer(self, through: int) -> None:
+        """Pending messages with index ≤ ``through`` are answered: their steps join the history."""
+        pending, history = self.pending, self.history
+        while pending and pending[0][0] <= through:
+            payload = pending.popleft()[1]
+            steps = payload.steps if isinstance(payload, pb.ParseRequest | pb.SessionInput) else (payload,)
+            for step in steps:
+                if isinstance(step, pb.Step) and (step.HasField("logprobs") or not step.token_ids):
+                    if step.token_ids or step.text or step.text_tokens:
+                        history.append(step)
+                    continue
+                ids = step.token_ids if isinstance(step, pb.Step) else step
+                if history and isinstance(history[-1], array):
+                    history[-1].extend(ids)
+                else:
+                    history.append(array("I", ids))
+
+    def point(self) -> pb.Open:
+        """The ``Open`` that resumes the session on a new stream."""
+        open_ = pb.Open()
+        open_.CopyFrom(self.open)
+        point = open_.resume
+        point.sequence, point.output_digest = self.sequence, self.digest
+        point.history.extend(pb.Step(token_ids=s) if isinstance(s, array) else s for s in self.history)
+        return open_
+
+    def restart(self, first: int) -> list[tuple[Payload, object]]:
+        """A new stream: the pending messages (payload, tag) to re-send in order, numbered there
+        from ``first`` (2 after an Open alone; 1 when the first rides with the Open)."""
+        self.pending = deque((first + i, payload, tag) for i, (_, payload, tag) in enumerate(self.pending))
+        self.sent = first + len(self.pending) - 1
+        return [(payload, tag) for _, payload, tag in self.pending]
+
+
+def as_request(payload: Payload) -> pb.ParseRequest:
+    """A ``Parse`` stream's pending message as it is (re-)sent."""
+    if isinstance(payload, pb.ParseRequest):
+        return payload
+    return pb.ParseRequest(steps=[pb.Step(token_ids=payload)])

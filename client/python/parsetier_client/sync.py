@@ -28,7 +28,7 @@ from parsetier_client.requests import (
     step_message,
 )
 from parsetier_client.result import ParseResult, collect
-from parsetier_client.resume import History, Progress, ResumePolicy, policy_of, retryable
+from parsetier_client.resume import Ledger, ResumePolicy, as_request, policy_of, retryable
 from parsetier_client.security import Tls, sync_channel, tls_of, token_metadata
 
 _CLOSE = object()
@@ -61,31 +61,31 @@ class ParseStream:
         self._policy = policy
         if policy is not None:
             open_.resumable = True
-        self._history = History(open_)
-        self._progress = Progress()
+        self._ledger = Ledger(open_)
         self._lock = threading.Lock()
         self._finished = False
         self.final: pb.Final | None = None
         self.resumes = 0
         """How many times the session moved to a new stream."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._call = self._start(None)
+        self._call = self._start(resuming=False)
 
-    def _start(self, point: pb.ResumePoint | None) -> Any:
-        """A call fed from a fresh queue: the Open (with ``point`` when resuming), then the rest
-        of the history and whatever is sent from now on. With resume on, the rest waits for the
-        server's headers, so a refusal arrives as the status the server sent."""
+    def _start(self, resuming: bool) -> Any:
+        """A call fed from a fresh queue: the Open (with the resume point when ``resuming``),
+        then the pending messages and whatever is sent from now on. With resume on, they wait
+        for the server's headers, so a refusal arrives as the status the server sent."""
         with self._lock:
             self._queue = outgoing = queue.SimpleQueue()
-            for index in range(1, len(self._history)):
-                outgoing.put(self._history.message(index))
+            first = pb.ParseRequest(open=self._ledger.point() if resuming else self._ledger.open)
+            for payload, _ in self._ledger.restart(2):
+                outgoing.put(as_request(payload))
             if self._finished:
                 outgoing.put(_CLOSE)
         admitted = threading.Event()
         holder: list[Any] = []
 
         def requests() -> Iterator[pb.ParseRequest]:
-            yield self._history.message(0, point)
+            yield first
             if self._policy is not None:
                 admitted.wait()
                 holder[0].initial_metadata()
@@ -100,7 +100,8 @@ class ParseStream:
         if self._policy is None:
             self._check_live()
         with self._lock:
-            self._history.record(message)
+            if self._policy is not None:
+                self._ledger.send(message)
             self._queue.put(message)
             if last:
                 self._finished = True
@@ -137,7 +138,10 @@ class ParseStream:
                 for message in joined(self._call):
                     attempt = 0
                     if self._policy is not None:
-                        self._progress.received(message)
+                        with self._lock:
+                            self._ledger.received(
+                                message.sequence, message.client_messages, message.output_digest
+                            )
                     if message.HasField("final"):
                         self.final = message.final
                     yield message
@@ -152,7 +156,7 @@ class ParseStream:
                 time.sleep(policy.backoff(attempt) if attempt else 0)
                 attempt += 1
             self.resumes += 1
-            self._call = self._start(self._progress.point())
+            self._call = self._start(resuming=True)
 
     def deltas(self) -> Iterator[pb.Delta]:
         for message in self:

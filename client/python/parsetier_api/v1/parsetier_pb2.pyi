@@ -151,12 +151,14 @@ class Open(_message.Message):
     def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tools_json: _Optional[str] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., include_reasoning: _Optional[bool] = ..., thinking: _Optional[bool] = ..., chat_template_kwargs: _Optional[_Mapping[str, str]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., output: _Optional[_Union[OutputKind, str]] = ..., include_stop_text: _Optional[bool] = ..., complete_tool_calls: _Optional[bool] = ..., resume: _Optional[_Union[ResumePoint, _Mapping]] = ..., resumable: _Optional[bool] = ..., return_token_ids: _Optional[bool] = ..., completion: _Optional[_Union[CompletionOptions, _Mapping]] = ..., choice_index: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ResumePoint(_message.Message):
-    __slots__ = ("client_messages", "sequence")
-    CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("sequence", "history", "output_digest")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
-    client_messages: int
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     sequence: int
-    def __init__(self, client_messages: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[Step]
+    output_digest: int
+    def __init__(self, sequence: _Optional[int] = ..., history: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., output_digest: _Optional[int] = ...) -> None: ...
 
 class CompletionOptions(_message.Message):
     __slots__ = ("skip_special_tokens", "spaces_between_special_tokens")
@@ -219,20 +221,22 @@ class Finish(_message.Message):
     def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ...) -> None: ...
 
 class ParseResponse(_message.Message):
-    __slots__ = ("sequence", "client_messages", "deltas", "events", "final", "part")
+    __slots__ = ("sequence", "client_messages", "deltas", "events", "final", "part", "output_digest")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     PART_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     client_messages: int
     deltas: _containers.RepeatedCompositeFieldContainer[Delta]
     events: _containers.RepeatedCompositeFieldContainer[Event]
     final: Final
     part: ReplyPart
-    def __init__(self, sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ...) -> None: ...
+    output_digest: int
+    def __init__(self, sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ..., output_digest: _Optional[int] = ...) -> None: ...
 
 class ReplyPart(_message.Message):
     __slots__ = ("data", "more")
@@ -489,21 +493,23 @@ class ParseBatchResponse(_message.Message):
     def __init__(self, client_messages: _Optional[int] = ..., sessions: _Optional[_Iterable[_Union[SessionOutput, _Mapping]]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ..., packed: _Optional[_Union[PackedOutputs, _Mapping]] = ...) -> None: ...
 
 class PackedOutputs(_message.Message):
-    __slots__ = ("keys", "sequences", "client_messages", "texts", "reasoning")
+    __slots__ = ("keys", "sequences", "client_messages", "texts", "reasoning", "output_digests")
     KEYS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TEXTS_FIELD_NUMBER: _ClassVar[int]
     REASONING_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedScalarFieldContainer[str]
     sequences: _containers.RepeatedScalarFieldContainer[int]
     client_messages: _containers.RepeatedScalarFieldContainer[int]
     texts: _containers.RepeatedScalarFieldContainer[str]
     reasoning: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, keys: _Optional[_Iterable[str]] = ..., sequences: _Optional[_Iterable[int]] = ..., client_messages: _Optional[_Iterable[int]] = ..., texts: _Optional[_Iterable[str]] = ..., reasoning: _Optional[_Iterable[bool]] = ...) -> None: ...
+    output_digests: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., sequences: _Optional[_Iterable[int]] = ..., client_messages: _Optional[_Iterable[int]] = ..., texts: _Optional[_Iterable[str]] = ..., reasoning: _Optional[_Iterable[bool]] = ..., output_digests: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SessionOutput(_message.Message):
-    __slots__ = ("key", "sequence", "client_messages", "deltas", "events", "final", "status")
+    __slots__ = ("key", "sequence", "client_messages", "deltas", "events", "final", "status", "output_digest")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -511,6 +517,7 @@ class SessionOutput(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     key: str
     sequence: int
     client_messages: int
@@ -518,7 +525,8 @@ class SessionOutput(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[Event]
     final: Final
     status: SessionStatus
-    def __init__(self, key: _Optional[str] = ..., sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., status: _Optional[_Union[SessionStatus, _Mapping]] = ...) -> None: ...
+    output_digest: int
+    def __init__(self, key: _Optional[str] = ..., sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., status: _Optional[_Union[SessionStatus, _Mapping]] = ..., output_digest: _Optional[int] = ...) -> None: ...
 
 class SessionStatus(_message.Message):
     __slots__ = ("code", "message")

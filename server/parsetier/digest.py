@@ -1,0 +1,104 @@
+"""The output digest: one number that says which output a session has produced so far.
+
+Every reply carries it (``ParseResponse.output_digest``); a client resuming a session echoes the
+last one it received, and the server, having fed the client's history silently, compares it with
+its own (``parsetier.resume``). A history that does not reproduce the output the client holds is
+then FAILED_PRECONDITION, not silently different output.
+
+Definition (docs/service.md, "Resume"): CRC-32 (IEEE, ``zlib.crc32``, chained) of a canonical
+byte stream of the output. Each output piece — reasoning text, content text, a tool call's id,
+name and arguments text, the finish — is its UTF-8 bytes, preceded by a tag naming its kind only
+when the kind differs from the previous piece's:
+
+    reasoning  0x01            content    0x02
+    call id    0x03 i 0x00     call name  0x04 i 0x00     call arguments  0x05 i 0x00
+    finish     0x06, then the finish reason ("stop", "length", "abort", "tool_calls")
+
+where ``i`` is the call's index in decimal ASCII. Pieces of one kind concatenate, so any split
+of the same ids gives the same stream and the same digest, as the output itself is
+split-invariant. Only the server computes it, over every delta the session produced (whatever
+``Open.output`` sends): clients never need to.
+
+Cost: one ``zlib.crc32`` call per reply over the reply's text (the usual reply, one content or
+reasoning delta, takes a short path with no join).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+from parsetier.messages import Delta, Final
+
+REASONING = "\x01"
+CONTENT = "\x02"
+CALL_ID = "\x03"
+CALL_NAME = "\x04"
+CALL_ARGUMENTS = "\x05"
+FINISH = "\x06"
+
+
+class OutputDigest:
+    """The running digest of one session's output (``value``, what replies carry)."""
+
+    __slots__ = ("_kind", "value")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._kind = ""
+        """The tag of the last piece (with its call index for tool-call pieces)."""
+
+    def add(self, deltas: Sequence[Delta]) -> int:
+        """Account for ``deltas`` (in order); the new value."""
+        if len(deltas) == 1:  # the usual reply: one delta of plain text
+            delta = deltas[0]
+            if not delta.tool_calls:
+                if not delta.content:
+                    return self.add_text(REASONING, delta.reasoning) if delta.reasoning else self.value
+                if not delta.reasoning:
+                    return self.add_text(CONTENT, delta.content)
+        kind = self._kind
+        pieces: list[str] = []
+        for delta in deltas:
+            if delta.reasoning:
+                if kind != REASONING:
+                    kind = REASONING
+                    pieces.append(REASONING)
+                pieces.append(delta.reasoning)
+            if delta.content:
+                if kind != CONTENT:
+                    kind = CONTENT
+                    pieces.append(CONTENT)
+                pieces.append(delta.content)
+            for call in delta.tool_calls:
+                index = f"{call.index}\x00"
+                for tag, text in (
+                    (CALL_ID, call.id),
+                    (CALL_NAME, call.name),
+                    (CALL_ARGUMENTS, call.arguments),
+                ):
+                    if text:
+                        if kind != tag + index:
+                            kind = tag + index
+                            pieces.append(kind)
+                        pieces.append(text)
+        self._kind = kind
+        if pieces:
+            self.value = zlib.crc32("".join(pieces).encode("utf-8"), self.value)
+        return self.value
+
+    def add_text(self, tag: str, text: str) -> int:
+        """One reasoning (``REASONING``) or content (``CONTENT``) piece: the hot path's usual reply."""
+        if self._kind == tag:
+            data = text.encode("utf-8")
+        else:
+            self._kind = tag
+            data = (tag + text).encode("utf-8")
+        self.value = zlib.crc32(data, self.value)
+        return self.value
+
+    def finish(self, final: Final) -> int:
+        """The session's end: its finish reason, after its last deltas."""
+        self._kind = FINISH
+        self.value = zlib.crc32((FINISH + final.finish_reason).encode("utf-8"), self.value)
+        return self.value
