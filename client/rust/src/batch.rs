@@ -1,0 +1,182 @@
+//! The batch API: many request sessions over one `ParseBatch` stream, one message per engine
+//! step.
+
+use std::collections::{HashMap, VecDeque};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::Streaming;
+
+use crate::batch_packed::{in_entry_order, packable, unpack_outputs, wire_request, SentEntry};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::options::{Finish, OpenOptions};
+use crate::parts::{Joiner, Received};
+use crate::pb;
+
+/// One `ParseBatch` stream: many sessions, each named by a key the caller chooses, and one round
+/// trip per engine step. A serving loop queues what each request did during the step
+/// ([`Batch::open`], [`Batch::feed`], [`Batch::finish`], [`Batch::cancel`]) and calls
+/// [`Batch::step`]: the queued entries go out as one message, and the server's one reply comes
+/// back with the output of every session that produced any, in the order of the entries. A
+/// session's output is exactly what a `Parse` stream fed the same steps produces.
+///
+/// Session errors (an unknown model, a bad id, a per-session limit) do not fail the step: they
+/// are in that session's output ([`session_error`] reads them). `step`/`recv` fail only when the
+/// stream itself ended, which ends every session on it. [`Batch::send`] and [`Batch::recv`]
+/// split a step for a loop that overlaps the round trip with its own work.
+///
+/// Entries that are one step of token ids of an open session go packed
+/// (`ParseBatchRequest.packed`); their packed outputs come back as `SessionOutput`s.
+pub struct Batch {
+    out: Option<mpsc::UnboundedSender<pb::ParseBatchRequest>>,
+    inbound: Streaming<pb::ParseBatchResponse>,
+    joiner: Joiner,
+    order: Vec<pb::SessionInput>,
+    index: HashMap<String, usize>,
+    sent: VecDeque<Vec<SentEntry>>,
+    failed: Option<Error>,
+}
+
+impl Client {
+    /// Opens a `ParseBatch` stream.
+    pub async fn batch(&self) -> Result<Batch> {
+        let (out, rx) = mpsc::unbounded_channel();
+        let response = self.stub.clone().parse_batch(UnboundedReceiverStream::new(rx)).await?;
+        Ok(Batch {
+            out: Some(out),
+            inbound: response.into_inner(),
+            joiner: Joiner::default(),
+            order: Vec::new(),
+            index: HashMap::new(),
+            sent: VecDeque::new(),
+            failed: None,
+        })
+    }
+}
+
+impl Batch {
+    /// The queued entry for `key`: one per session per step, so an open, its first steps and
+    /// even a finish travel together.
+    fn entry(&mut self, key: &str) -> &mut pb::SessionInput {
+        let position = match self.index.get(key) {
+            Some(&position) => position,
+            None => {
+                self.order.push(pb::SessionInput { key: key.to_owned(), ..Default::default() });
+                self.index.insert(key.to_owned(), self.order.len() - 1);
+                self.order.len() - 1
+            }
+        };
+        &mut self.order[position]
+    }
+
+    /// Queues opening session `key` with these options.
+    pub fn open(&mut self, key: &str, options: OpenOptions) {
+        self.entry(key).open = Some(options.into_message());
+    }
+
+    /// Queues one decode step (the token ids of one forward pass) of session `key`.
+    pub fn feed(&mut self, key: &str, token_ids: impl Into<Vec<u32>>) {
+        let step = pb::Step { token_ids: token_ids.into(), ..Default::default() };
+        self.entry(key).steps.push(step);
+    }
+
+    /// Queues already-detokenized text of session `key`, standing for `tokens` output tokens.
+    pub fn feed_text(&mut self, key: &str, text: impl Into<String>, tokens: u32) {
+        let step = pb::Step { text: text.into(), text_tokens: tokens, ..Default::default() };
+        self.entry(key).steps.push(step);
+    }
+
+    /// Queues ready-made steps (a [`crate::logprob_step`]...) of session `key`.
+    pub fn feed_steps(&mut self, key: &str, steps: Vec<pb::Step>) {
+        self.entry(key).steps.extend(steps);
+    }
+
+    /// Queues the end of session `key`'s output; its output in the reply carries `final`.
+    pub fn finish(&mut self, key: &str, finish: Finish) {
+        self.entry(key).finish = Some(finish.into_message());
+    }
+
+    /// Queues dropping session `key` (its output carries the status `Cancelled`); what was
+    /// queued for it in this step is discarded.
+    pub fn cancel(&mut self, key: &str) {
+        let entry = self.entry(key);
+        *entry = pb::SessionInput { key: std::mem::take(&mut entry.key), cancel: true, ..Default::default() };
+    }
+
+    /// Steps sent whose replies have not been received yet.
+    pub fn in_flight(&self) -> usize {
+        self.sent.len()
+    }
+
+    /// Sends the queued entries as one message (one engine step) and starts a new step. An
+    /// error is the status that ended the stream.
+    pub fn send(&mut self) -> Result<()> {
+        if let Some(error) = &self.failed {
+            return Err(Error::Status(tonic::Status::new(error.code(), error.message())));
+        }
+        let entries = std::mem::take(&mut self.order);
+        self.index.clear();
+        let keys = entries.iter().map(|e| (e.key.clone(), packable(e))).collect();
+        if let Some(out) = &self.out {
+            let _ = out.send(wire_request(entries)); // a stream that has ended says why in recv
+        }
+        self.sent.push_back(keys);
+        Ok(())
+    }
+
+    /// The reply to the oldest step sent: the output of each session that produced deltas,
+    /// events, a final result or ended with a status, in the order of that step's entries.
+    pub async fn recv(&mut self) -> Result<Vec<pb::SessionOutput>> {
+        if let Some(error) = &self.failed {
+            return Err(Error::Status(tonic::Status::new(error.code(), error.message())));
+        }
+        match self.recv_reply().await {
+            Ok(outs) => Ok(outs),
+            Err(error) => {
+                self.failed = Some(Error::Status(tonic::Status::new(error.code(), error.message())));
+                Err(error)
+            }
+        }
+    }
+
+    async fn recv_reply(&mut self) -> Result<Vec<pb::SessionOutput>> {
+        if self.sent.is_empty() {
+            return Err(Error::Status(tonic::Status::failed_precondition("parsetier: no step in flight")));
+        }
+        let reply = match self.joiner.next(&mut self.inbound).await? {
+            Received::Reply(reply) => reply,
+            Received::End => return Err(Error::protocol("ParseBatch stream ended before its reply")),
+            Received::Broken(status) => return Err(status.into()),
+        };
+        let entries = self.sent.pop_front().unwrap_or_default();
+        let packed = unpack_outputs(reply.packed)?;
+        in_entry_order(&entries, reply.sessions, packed)
+    }
+
+    /// Sends the queued entries and waits for their reply.
+    pub async fn step(&mut self) -> Result<Vec<pb::SessionOutput>> {
+        self.send()?;
+        self.recv().await
+    }
+
+    /// Ends the stream: receives the replies still in flight, closes the sending side and
+    /// returns the stream's status (`Ok` for OK). Sessions still open are dropped by the server.
+    pub async fn close(mut self) -> Result<()> {
+        while !self.sent.is_empty() {
+            self.recv().await?;
+        }
+        self.out = None;
+        match self.joiner.next(&mut self.inbound).await? {
+            Received::Reply(_) => Err(Error::protocol("a ParseBatch reply to no step")),
+            Received::End => Ok(()),
+            Received::Broken(status) => Err(status.into()),
+        }
+    }
+}
+
+/// The status a session ended with in `out` (`Cancelled` after a cancel), or `None` when `out`
+/// carries output.
+pub fn session_error(out: &pb::SessionOutput) -> Option<Error> {
+    out.status.as_ref().map(|s| Error::Status(tonic::Status::new(tonic::Code::from(s.code), s.message.clone())))
+}

@@ -1,0 +1,50 @@
+//! A Rust client for parsetier, the parse tier: token ids in, OpenAI-style reasoning, content and
+//! tool-call deltas (and semantic events) out, over gRPC (`protos/parsetier/v1/parsetier.proto`).
+//!
+//! ```no_run
+//! use parsetier_client::{Client, Finish, OpenOptions};
+//! # async fn run() -> parsetier_client::Result<()> {
+//! let client = Client::builder("127.0.0.1:50051").insecure().build()?;
+//! let mut session = client.open(OpenOptions::new("qwen3")).await?;
+//! session.send([[9707u32]])?; // one decode step: "Hello"
+//! session.finish(Finish::stop_token(151645))?;
+//! while let Some(reply) = session.recv().await {
+//!     for delta in reply?.deltas {
+//!         print!("{}", delta.content);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! One [`Session`] is one request (a `Parse` stream); a [`Batch`] carries many over one
+//! `ParseBatch` stream, one message per engine step. With resume on (the default), both survive
+//! a broken stream by moving to another server (docs/service.md, "Resume").
+
+mod batch;
+mod batch_packed;
+mod client;
+mod contract;
+mod error;
+mod logprobs;
+mod options;
+mod parts;
+mod resume;
+mod session;
+mod session_ledger;
+
+/// The generated messages and stub of `parsetier.v1`.
+pub mod pb {
+    #![allow(missing_docs, clippy::all)]
+    tonic::include_proto!("parsetier.v1");
+}
+
+pub use batch::{session_error, Batch};
+pub use client::{Auth, Client, ClientBuilder, Keepalive, Stub, Tls, MAX_REPLY_BYTES};
+pub use error::{Code, Error, Result};
+pub use logprobs::{
+    logprob_step, logprobs, rune_offset, to_chat, to_completion, Alternative, ChatLogprob, ChatLogprobs,
+    ChatTopLogprob, CompletionLogprobs,
+};
+pub use options::{Finish, OpenOptions};
+pub use resume::{retryable, ResumePolicy};
+pub use session::{Deltas, Replies, Session, SessionSender};

@@ -1,0 +1,67 @@
+//! How sessions survive a broken stream: the retry policy and which statuses are a break
+//! (docs/service.md, "Resume").
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tonic::Code;
+
+use crate::error::local_transport_failure;
+
+/// How sessions resume after a broken stream. `attempts` is the retry budget: reconnects in a
+/// row that may fail (refused, unreachable) before the last error ends the session; it is
+/// renewed whenever a new stream is accepted. The backoff doubles from `initial_backoff` up to
+/// `max_backoff`, with jitter, so a fleet's clients do not reconnect in lock step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumePolicy {
+    pub attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for ResumePolicy {
+    /// 20 attempts, 50 ms doubling to 1 s: as the Go and C++ clients.
+    fn default() -> Self {
+        ResumePolicy { attempts: 20, initial_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(1) }
+    }
+}
+
+impl ResumePolicy {
+    /// The wait before retry `attempt` (0-based): half the doubled backoff plus a random half.
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
+        let doubled = self.initial_backoff.saturating_mul(1u32.checked_shl(attempt.min(30)).unwrap_or(u32::MAX));
+        let full = doubled.min(self.max_backoff);
+        let half = full / 2;
+        half + half.mul_f64(jitter())
+    }
+}
+
+/// A number in [0, 1) that differs between calls and processes (no generator crate needed for
+/// spreading reconnects).
+fn jitter() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ seed ^ u64::from(std::process::id());
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// How a parsetier server's own INTERNAL statuses begin (a bug it logged, not a break).
+const SERVER_FAULTS: [&str; 2] = ["internal server error", "internal error:"];
+
+/// Whether a session survives `status` by resuming elsewhere: the server or the connection went
+/// away (Unavailable: refused, unreachable, draining, handed off), the stream was cut by a
+/// stopping server or reset by a proxy with CANCEL (Cancelled), reset on the way (Internal, but
+/// not the server's own), or a proxy answered instead of a server (Unknown from an unexpected
+/// HTTP status, or a body that is not gRPC). Every other status is the request's own.
+pub fn retryable(status: &tonic::Status) -> bool {
+    let message = status.message();
+    match status.code() {
+        Code::Unavailable | Code::Cancelled => true,
+        Code::Internal => !SERVER_FAULTS.iter().any(|prefix| message.starts_with(prefix)),
+        Code::Unknown => message.contains("HTTP status") || local_transport_failure(status),
+        _ => false,
+    }
+}

@@ -1,0 +1,113 @@
+//! What a `Parse` session keeps to resume on another stream, by the token-counted contract
+//! (docs/service.md, "Resume"): the `Open` it sent; `answered`, the steps whose output it has
+//! received (consecutive plain id steps merged into one); `pending`, the messages sent on the
+//! current stream that no reply has covered yet, each with its index on that stream; and the
+//! `sequence` and `output_digest` of the last reply.
+
+use std::collections::VecDeque;
+
+use crate::contract::{reply_digest, resume_point};
+use crate::error::{Error, Result};
+use crate::pb;
+
+pub(crate) struct Ledger {
+    open: pb::Open,
+    keep: bool, // resume on: keep history and pending messages
+    answered: Vec<pb::Step>,
+    pending: VecDeque<(u64, pb::ParseRequest)>,
+    next_index: u64, // the index the next message gets on the current stream
+    sequence: u64,
+    output_digest: u32,
+    finish_sent: bool,
+    moved: bool, // a stream broke: the next Open carries the resume point
+}
+
+impl Ledger {
+    pub(crate) fn new(open: pb::Open) -> Self {
+        let keep = open.resumable;
+        Ledger {
+            open,
+            keep,
+            answered: Vec::new(),
+            pending: VecDeque::new(),
+            next_index: 2,
+            sequence: 0,
+            output_digest: 0,
+            finish_sent: false,
+            moved: false,
+        }
+    }
+
+    /// Whether the session can move to another stream.
+    pub(crate) fn resumable(&self) -> bool {
+        self.keep
+    }
+
+    pub(crate) fn finish_sent(&self) -> bool {
+        self.finish_sent
+    }
+
+    /// The messages that start a stream: the `Open` (with the resume point once the session has
+    /// moved), then every pending message as it was framed, numbered on the new stream from 2.
+    pub(crate) fn restart(&mut self) -> Vec<pb::ParseRequest> {
+        let mut open = self.open.clone();
+        if self.moved {
+            open.resume = resume_point(self.sequence, self.answered.clone(), self.output_digest);
+        }
+        let mut msgs = Vec::with_capacity(1 + self.pending.len());
+        msgs.push(pb::ParseRequest { open: Some(open), ..Default::default() });
+        self.next_index = 2;
+        for (index, msg) in self.pending.iter_mut() {
+            *index = self.next_index;
+            self.next_index += 1;
+            msgs.push(msg.clone());
+        }
+        msgs
+    }
+
+    /// The current stream broke: the next [`Ledger::restart`] resumes.
+    pub(crate) fn broke(&mut self) {
+        self.moved = true;
+    }
+
+    /// Records a message written to the current stream.
+    pub(crate) fn sent(&mut self, msg: pb::ParseRequest) {
+        self.finish_sent |= msg.finish.is_some();
+        if self.keep {
+            self.pending.push_back((self.next_index, msg));
+        }
+        self.next_index += 1;
+    }
+
+    /// Records a reply: checks its sequence, and moves the messages it covers to `answered`.
+    pub(crate) fn received(&mut self, reply: &pb::ParseResponse) -> Result<()> {
+        if reply.sequence != self.sequence + 1 {
+            return Err(Error::protocol(format!(
+                "reply {} after {}: a gap or a repeat",
+                reply.sequence, self.sequence
+            )));
+        }
+        self.sequence = reply.sequence;
+        self.output_digest = reply_digest(reply);
+        while self.pending.front().is_some_and(|(index, _)| *index <= reply.client_messages) {
+            if let Some((_, msg)) = self.pending.pop_front() {
+                self.answer(msg.steps);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends answered steps to the history, merging runs of plain id steps.
+    fn answer(&mut self, steps: Vec<pb::Step>) {
+        for step in steps {
+            let plain = !step.token_ids.is_empty() && step.logprobs.is_none();
+            match self.answered.last_mut() {
+                Some(last) if plain && last.logprobs.is_none() && !last.token_ids.is_empty() => {
+                    last.token_ids.extend_from_slice(&step.token_ids)
+                }
+                _ if plain => self.answered.push(pb::Step { token_ids: step.token_ids, ..Default::default() }),
+                _ => self.answered.push(step),
+            }
+        }
+    }
+}

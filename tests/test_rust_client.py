@@ -1,0 +1,155 @@
+"""The Rust client (client/rust) against the real server: the contract is language-neutral.
+
+`cargo test` runs the crate's unit tests and its live tests (`client/rust/tests/live`) with
+PARSETIER_SERVER pointing at a `parsetier serve` subprocess on loopback; the modules that need a
+server of their own (mutual TLS and tokens, a small reply limit) are run by their own tests
+below, each with its server. Cargo is required, not optional: without it these tests fail
+saying so. The build cache is `client/rust/target` (gitignored; CI may keep it between runs):
+the first build compiles tonic and takes minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grpc_servers import ROOT, ProcessServer
+from tls_support import Authority
+
+RUST_DIR = ROOT / "client" / "rust"
+RUST_REQUEST = "rust-client-test"  # the request id of the live tests' run_session sessions
+TIMEOUT = 900  # seconds, per cargo command; the first build compiles tonic and rustls
+
+
+def cargo_binary() -> str:
+    """The `cargo` command; its absence fails the test (not a skip: CI must run these)."""
+    path = shutil.which("cargo") or shutil.which(str(Path.home() / ".cargo" / "bin" / "cargo"))
+    if path is None:
+        message = "the Rust toolchain (`cargo`) is not on PATH nor in ~/.cargo/bin; install it with rustup"
+        pytest.fail(message, pytrace=False)
+    return path
+
+
+def cargo_env(**extra: str) -> dict[str, str]:
+    """The environment of a cargo command: the crate's own target directory, two jobs at most."""
+    env = dict(os.environ, CARGO_TARGET_DIR=str(RUST_DIR / "target"), CARGO_BUILD_JOBS="2", **extra)
+    env["PATH"] = os.pathsep.join([str(Path.home() / ".cargo" / "bin"), env.get("PATH", "")])
+    return env
+
+
+def run_cargo(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run a cargo command with a time bound, killing its process group if it overruns."""
+    argv = [cargo_binary(), *args]
+    proc = subprocess.Popen(
+        argv,
+        cwd=RUST_DIR,
+        env=env or cargo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"`{' '.join(argv)}` took over {TIMEOUT} s:\n{output}", pytrace=False)
+    return proc.returncode, output
+
+
+def passed(output: str) -> set[str]:
+    """The names of the tests cargo reports as passed (`test path::name ... ok`)."""
+    lines = re.finditer(r"^test (\S+) \.\.\. ok$", output, re.MULTILINE)
+    return {m.group(1).rsplit("::", 1)[-1] for m in lines}
+
+
+def cargo_test(env: dict[str, str], *filters: str) -> str:
+    """`cargo test --locked` of every target (unit, live and doc tests) with test filters."""
+    code, output = run_cargo(["test", "--locked", "-j", "2", "--", *filters], env)
+    assert code == 0, f"cargo test failed (exit {code}):\n{output}"
+    return output
+
+
+def test_rust_client_against_real_server():
+    with ProcessServer("--preload", "qwen3") as server:
+        env = cargo_env(PARSETIER_SERVER=server.target)
+        output = cargo_test(env, "--skip", "secure::", "--skip", "parts::")
+        logs = list(server.logs)
+        ends = [r for r in logs if r.get("msg") == "session_end" and r.get("request_id") == RUST_REQUEST]
+    for name in (
+        "list_models_has_qwen3",
+        "session_one_token_per_message",
+        "session_several_steps_per_message",
+        "parse_stream_equals_parse_once",
+        "deltas_stream",
+        "errors_carry_the_status",
+        "options_reach_the_server",
+        "build_constraint",
+        "completion_sessions",
+        "builder_needs_credentials",
+        "keepalive_defaults_within_server_policy",
+        "dropping_a_session_cancels_it",
+        "batch_many_sessions_one_token_per_step",
+        "batch_packed_and_unpacked_entries_in_one_step",
+        "batch_session_errors",
+        "batch_empty_key_ends_the_stream",
+        "logprob_steps_resolve_in_both_openai_shapes",
+        "bad_logprobs_are_invalid_argument",
+        "rune_offsets_count_code_points",
+        "logprob_step_flattens_alternatives_id_major",
+    ):
+        assert name in passed(output), f"{name} did not pass:\n{output}"
+    # The sessions were the Rust client's, on this server, and ended OK (its run_session sessions:
+    # 4 per run of the two session tests, twice).
+    assert ends and all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in ends), ends
+
+
+def test_rust_client_joins_a_reply_sent_in_parts():
+    """Replies past a small --max-reply-bytes come in parts; the Rust session and batch join them."""
+    limit = 256 * 1024
+    with ProcessServer("--preload", "qwen3", "--max-reply-bytes", str(limit)) as server:
+        env = cargo_env(PARSETIER_PARTS_SERVER=server.target, PARSETIER_PARTS_LIMIT=str(limit))
+        output = cargo_test(env, "parts::")
+    for name in ("parts_raw_stream_is_in_parts", "parts_session_joins_them", "parts_batch_joins_them"):
+        assert name in passed(output), f"{name} did not pass:\n{output}"
+
+
+def test_rust_client_tls_mtls_and_tokens(tmp_path):
+    """Tls::from_files / ClientBuilder::tls / token against a server with mutual TLS and tokens."""
+    ca = Authority(tmp_path, "ca")
+    server_pair, client_pair = ca.server(), ca.client("rust-client")
+    tokens = tmp_path / "tokens"
+    tokens.write_text("rust-test-token\n")
+    args = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
+    args += ["--tls-client-ca", str(ca.cert), "--auth-tokens", str(tokens), "--preload", "qwen3"]
+    with ProcessServer(*args) as server:
+        env = cargo_env(
+            PARSETIER_SECURE_SERVER=server.target,
+            PARSETIER_SECURE_CA=str(ca.cert),
+            PARSETIER_SECURE_CLIENT_CERT=str(client_pair.cert),
+            PARSETIER_SECURE_CLIENT_KEY=str(client_pair.key),
+            PARSETIER_SECURE_TOKEN="rust-test-token",
+        )
+        output = cargo_test(env, "secure::")
+    for name in (
+        "secure_mutual_tls_and_token",
+        "secure_missing_or_wrong_token_is_unauthenticated",
+        "secure_no_client_certificate_is_refused",
+        "secure_tls_file_errors",
+    ):
+        assert name in passed(output), f"{name} did not pass:\n{output}"
+
+
+def test_rust_client_is_linted_and_formatted():
+    """`cargo clippy --all-targets -- -D warnings` and `cargo fmt --check` are clean."""
+    code, output = run_cargo(["clippy", "--locked", "-j", "2", "--all-targets", "--", "-D", "warnings"])
+    assert code == 0, f"cargo clippy:\n{output}"
+    code, output = run_cargo(["fmt", "--check"])
+    assert code == 0, f"cargo fmt --check lists unformatted code:\n{output}"
