@@ -1,8 +1,11 @@
-"""Client benchmark: the Python asyncio, Go and C++ clients against the same server, in one run.
+"""Client benchmark: the Python asyncio and sync, Go and C++ clients against the same server, in one run.
 
 Run:  .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8] [--reps 3]
+                                             [--clients python,go,cpp]
 
-Each client runs as its own process (the Python one is this script with ``--python-load``; Go's is
+Each client runs as its own process (the Python ones are this script with ``--python-load``,
+``--sync`` for the blocking client, ``--no-resume`` for resume off: each Python client runs with
+resume on and off, so the cost of its resume ledger is a ratio within one run; Go's is
 ``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``) and streams the
 same Qwen3 output (reasoning, an answer, two tool calls; encoded with the real tokenizer) through
 ``--sessions`` sessions, ``--concurrency`` open at once, every token its own decode step, 1 or 8
@@ -74,7 +77,9 @@ def encode_output() -> list[int]:
 # --- the Python asyncio load, run in its own process ----------------------------------------------
 
 
-async def python_load(server: str, ids: list[int], sessions: int, concurrency: int, per_message: int) -> int:
+async def python_load(
+    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int, resume: bool = True
+) -> int:
     from parsetier_client import AsyncClient
 
     remaining = iter(range(sessions))
@@ -100,13 +105,13 @@ async def python_load(server: str, ids: list[int], sessions: int, concurrency: i
             done = await one_session(client)  # awaited first: `tokens += await ...` loses updates
             tokens += done
 
-    async with AsyncClient(server, timeout=120) as client:
+    async with AsyncClient(server, timeout=120, resume=resume) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return tokens
 
 
 async def python_batch_load(
-    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int
+    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int, resume: bool = True
 ) -> int:
     """One ParseBatch stream, ``concurrency`` sessions live on it (a serving loop's batch): every
     message carries each live session's next ``per_message`` one-token steps, or its Finish; a
@@ -116,7 +121,7 @@ async def python_batch_load(
 
     tokens = started = 0
     slots: list[list | None] = [None] * concurrency  # [key, next position, finishing]
-    async with AsyncClient(server, timeout=120) as client, client.batch() as batch:
+    async with AsyncClient(server, timeout=120, resume=resume) as client, client.batch() as batch:
         while True:
             for i, slot in enumerate(slots):
                 if slot is None and started < sessions:
@@ -143,11 +148,90 @@ async def python_batch_load(
                     slots[i] = None
 
 
+def sync_load(
+    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int, resume: bool
+) -> int:
+    """``python_load`` with the blocking client: ``concurrency`` threads, each running sessions
+    one after the other (each session reads its replies on a thread of its own)."""
+    from parsetier_client import Client
+
+    remaining = iter(range(sessions))
+    lock = threading.Lock()
+    tokens = [0]
+
+    def drain(stream) -> None:
+        for _ in stream.deltas():
+            pass
+
+    def worker(client: Client) -> None:
+        while True:
+            with lock:
+                if next(remaining, None) is None:
+                    return
+            stream = client.open("qwen3", tools=TOOLS_JSON)
+            reader = threading.Thread(target=drain, args=(stream,))
+            reader.start()
+            for start in range(0, len(ids), per_message):
+                stream.send(*([tid] for tid in ids[start : start + per_message]))
+            stream.finish("stop", STOP_TOKEN)
+            reader.join()
+            assert stream.final is not None
+            with lock:
+                tokens[0] += stream.final.usage.completion_tokens
+
+    with Client(server, timeout=120, resume=resume) as client:
+        threads = [threading.Thread(target=worker, args=(client,)) for _ in range(concurrency)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return tokens[0]
+
+
+def sync_batch_load(
+    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int, resume: bool
+) -> int:
+    """``python_batch_load`` with the blocking client's batch."""
+    from parsetier_client import Client
+    from parsetier_client.batch import session_error
+
+    tokens = started = 0
+    slots: list[list | None] = [None] * concurrency
+    with Client(server, timeout=120, resume=resume) as client, client.batch() as batch:
+        while True:
+            for i, slot in enumerate(slots):
+                if slot is None and started < sessions:
+                    slot = slots[i] = [f"s{started}", 0, False]
+                    started += 1
+                    batch.open(slot[0], "qwen3", tools=TOOLS_JSON)
+                if slot is None:
+                    continue
+                if slot[1] < len(ids):
+                    batch.feed(slot[0], *([tid] for tid in ids[slot[1] : slot[1] + per_message]))
+                    slot[1] += per_message
+                else:
+                    batch.finish(slot[0], "stop", STOP_TOKEN)
+                    slot[2] = True
+            if all(slot is None for slot in slots):
+                return tokens
+            outputs = batch.step()
+            for out in outputs.values():
+                if (error := session_error(out)) is not None:
+                    raise RuntimeError(f"session {out.key}: {error}")
+            for i, slot in enumerate(slots):
+                if slot is not None and slot[2]:
+                    tokens += outputs[slot[0]].final.usage.completion_tokens
+                    slots[i] = None
+
+
 def run_python_load(args: argparse.Namespace) -> None:
     ids = [int(x) for x in Path(args.ids).read_text().split()]
     start = time.perf_counter()
-    load = python_batch_load if args.batch else python_load
-    tokens = asyncio.run(load(args.server, ids, args.sessions, args.concurrency, args.steps_per_message))
+    work = (args.server, ids, args.sessions, args.concurrency, args.steps_per_message, not args.no_resume)
+    if args.sync:
+        tokens = (sync_batch_load if args.batch else sync_load)(*work)
+    else:
+        tokens = asyncio.run((python_batch_load if args.batch else python_load)(*work))
     print(json.dumps({"tokens": tokens, "sessions": args.sessions, "seconds": time.perf_counter() - start}))
 
 
@@ -160,13 +244,39 @@ def client_env() -> dict[str, str]:
     return env
 
 
-def build_clients() -> dict[str, list[str]]:
+PYTHON_CLIENTS = {
+    "Python async": [],
+    "Python async, resume off": ["--no-resume"],
+    "Python sync": ["--sync"],
+    "Python sync, resume off": ["--sync", "--no-resume"],
+}
+
+
+def build_clients(which: set[str]) -> dict[str, list[str]]:
     """The command line of each client's load program (without the per-run flags)."""
+    clients = {}
+    if "python" in which:
+        clients = {
+            name: [sys.executable, __file__, "--python-load", *flags]
+            for name, flags in PYTHON_CLIENTS.items()
+        }
+    if "go" in which:
+        clients["Go"] = build_go()
+    if "cpp" in which:
+        clients["C++"] = build_cpp()
+    return clients
+
+
+def build_go() -> list[str]:
     go_binary = BUILD / "bench" / "parsetier-load"
     go_binary.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         ["go", "build", "-o", str(go_binary), "./cmd/parsetier-load"], cwd=ROOT / "client" / "go", check=True
     )
+    return [str(go_binary)]
+
+
+def build_cpp() -> list[str]:
     cpp_dir = BUILD / "cpp"
     subprocess.run(
         ["cmake", "-S", str(ROOT / "client" / "cpp"), "-B", str(cpp_dir)],
@@ -178,11 +288,7 @@ def build_clients() -> dict[str, list[str]]:
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    return {
-        "Python async": [sys.executable, __file__, "--python-load"],
-        "Go": [str(go_binary)],
-        "C++": [str(cpp_dir / "parsetier_load")],
-    }
+    return [str(cpp_dir / "parsetier_load")]
 
 
 class Server:
@@ -274,6 +380,9 @@ def main() -> None:
     parser.add_argument("--tools-json", help=argparse.SUPPRESS)
     parser.add_argument("--steps-per-message", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-resume", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--clients", default="python,go,cpp", help="which clients to run (comma-separated)")
     parser.add_argument("--sessions", type=int, default=120, help="sessions per run")
     parser.add_argument("--concurrency", type=int, default=8, help="sessions open at once")
     parser.add_argument("--reps", type=int, default=3, help="runs per figure (median)")
@@ -283,7 +392,7 @@ def main() -> None:
         return
 
     ids = encode_output()
-    clients = build_clients()
+    clients = build_clients(set(args.clients.split(",")))
     with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as ids_file:
         ids_file.write(" ".join(map(str, ids)))
     server = Server()
@@ -331,7 +440,7 @@ def report(
             base = runs[("Python async", batch, per_message)]
             base_load = median([r.tokens / r.seconds for r in base])
             base_cpu = median([r.client_cpu / r.tokens for r in base])
-            for name in ("Python async", "Go", "C++"):
+            for name in runs_order(runs):
                 rs = runs[(name, batch, per_message)]
                 load = median([r.tokens / r.seconds for r in rs])
                 cpu = median([r.client_cpu / r.tokens for r in rs])
@@ -341,6 +450,30 @@ def report(
                     f"| {name} | {rpc} | {per_message} | {load:,.0f} | {load / base_load:.2f} "
                     f"| {cpu * 1e6:.1f} | {cpu / base_cpu:.2f} | {server * 1e6:.1f} |"
                 )
+    print("\nResume on vs off, client CPU per token (same run, medians):\n")
+    print("| client | RPC | steps per message | resume on µs/token | resume off µs/token | on / off |")
+    print("|---|---|---|---|---|---|")
+    for name in ("Python async", "Python sync"):
+        for batch in (False, True):
+            for per_message in (1, 8):
+                on, off = (
+                    runs.get((name, batch, per_message)),
+                    runs.get((f"{name}, resume off", batch, per_message)),
+                )
+                if not on or not off:
+                    continue
+                cpu_on = median([r.client_cpu / r.tokens for r in on])
+                cpu_off = median([r.client_cpu / r.tokens for r in off])
+                rpc = f"ParseBatch ({args.concurrency} sessions)" if batch else "Parse"
+                print(
+                    f"| {name} | {rpc} | {per_message} | {cpu_on * 1e6:.1f} | {cpu_off * 1e6:.1f} "
+                    f"| {cpu_on / cpu_off:.2f} |"
+                )
+
+
+def runs_order(runs: dict[tuple[str, bool, int], list[Run]]) -> list[str]:
+    """Client names in the order they first ran."""
+    return list(dict.fromkeys(name for name, _, _ in runs))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ several families streaming one step per message through resuming clients.
   sequence numbers have no gap and no repeat).
 - Rolling restart, SIGTERM then restart, one backend after the other: the same, every drain ends
   in about a second by handing its sessions off (docs/service.md, "Resume"), no session is cut.
-- The SIGKILL case again with the Go client (200 sessions) and with the sync Python client (fewer:
-  it takes a thread per session).
+- A drain of 200 open sessions hands them all off at once.
+
+These are the fleet-scale runs of the Python asyncio client. The behaviours themselves (kills at
+given steps, SIGSTOP then kill, drains, pipelined entries, bad ids, reopened keys, behind nginx)
+are the scenario corpus every client runs (tests/resume_scenarios/, tests/test_resume_scenarios.py).
 
 The figures (sessions resumed, drain times) are printed; pytest shows them with ``-s``.
 """
@@ -15,10 +18,6 @@ The figures (sessions resumed, drain times) are printed; pytest shows them with 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,9 +29,8 @@ import pytest
 from fleet_outputs import QUICK_MODELS, TOOLS, Output, sample
 from grpc_servers import ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client import AsyncClient, Client
+from parsetier_client import AsyncClient
 from test_fleet_nginx import KEEPALIVE, Nginx, free_port, nginx_binary
-from test_go_client import GO_DIR, go_binary
 
 SESSIONS = 200
 CHANNELS = 4
@@ -245,108 +243,6 @@ def test_rolling_restart(fleet3: Fleet3):
     )
     assert moved >= SESSIONS // 2
     assert max(drains) < 5.0, drains
-
-
-def test_sigkill_with_the_sync_client(fleet3: Fleet3):
-    """The blocking client resumes too: 30 sessions on threads, one backend SIGKILLed mid-stream."""
-    sessions = 30
-    outs = outputs()[:sessions]
-    total = sum(len(o.ids) for o in outs)
-    want = asyncio.run(reference(fleet3.backends[1].target, outs))
-    sent = [0]
-    lock = threading.Lock()
-    got: list[tuple[list[bytes], int] | BaseException] = [RuntimeError("not run")] * sessions
-    channel = grpc.insecure_channel(fleet3.nginx.target, options=KEEPALIVE)
-
-    with Client(fleet3.nginx.target, channel=channel, timeout=120) as client:
-
-        def one(i: int) -> None:
-            try:
-                out = outs[i]
-                stream = client.open(out.model, **open_options(i, out))
-                replies: list[pb.ParseResponse] = []
-                reader = threading.Thread(target=lambda: replies.extend(stream))
-                reader.start()
-                for tid in out.ids:
-                    stream.send([tid])
-                    with lock:
-                        sent[0] += 1
-                    time.sleep(STEP_PAUSE * 3)
-                stream.finish("stop")
-                reader.join(120)
-                got[i] = (wire(replies), stream.resumes)
-            except BaseException as exc:  # reported below with the session's index
-                got[i] = exc
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(sessions)]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 60
-        while sent[0] < 0.4 * total and time.monotonic() < deadline:
-            time.sleep(0.02)
-        fleet3.backends[0].kill()
-        for thread in threads:
-            thread.join(120)
-    failed = {i: r for i, r in enumerate(got) if isinstance(r, BaseException)}
-    assert not failed, failed
-    moved = check_identical(got, want)  # type: ignore[arg-type]
-    assert moved >= sessions // 6, moved
-
-
-def test_sigkill_with_the_go_client(fleet3: Fleet3, tmp_path: Path):
-    """200 sessions through the Go client (client/go/internal/fleetcheck), one backend SIGKILLed
-    once 40% of the steps are out: every session completes with the replies of an uninterrupted
-    run."""
-    outs = outputs()
-    total = sum(len(o.ids) for o in outs)
-    want = asyncio.run(reference(fleet3.backends[1].target, outs))
-    binary = tmp_path / "fleetcheck"
-    build = subprocess.run(
-        [go_binary(), "build", "-o", str(binary), "./internal/fleetcheck"],
-        cwd=GO_DIR,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert build.returncode == 0, build.stderr
-    plan = {
-        "target": fleet3.nginx.target,
-        "tools_json": json.dumps(TOOLS),
-        "pause_ms": int(STEP_PAUSE * 1000),
-        "sessions": [
-            dict(model=o.model, request_id=f"fleet-{i}", prompt_ids=list(o.prompt_ids), ids=list(o.ids))
-            for i, o in enumerate(outs)
-        ],
-    }
-    proc = subprocess.Popen(
-        [str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(plan))
-        proc.stdin.close()
-        killed = False
-        final = None
-        for line in proc.stdout:
-            if line.startswith("sent ") and not killed and int(line.split()[1]) >= 0.4 * total:
-                fleet3.backends[0].kill()
-                killed = True
-            elif line.startswith("{"):
-                final = json.loads(line)
-        assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert killed and final is not None
-    results = final["results"]
-    errors = {i: r["error"] for i, r in enumerate(results) if r.get("error")}
-    assert not errors, errors
-    for i, (r, expected) in enumerate(zip(results, want, strict=True)):
-        replies = [pb.ParseResponse.FromString(base64.b64decode(b)) for b in r["replies"] or []]
-        assert replies == [pb.ParseResponse.FromString(b) for b in expected], f"session {i} differs"
-    moved = sum(r["resumes"] > 0 for r in results)
-    print(f"\nGo client SIGKILL: {SESSIONS} sessions x 1 kill; {moved} resumed; all identical")
-    assert moved >= SESSIONS // 6, moved
 
 
 def test_drain_of_200_open_sessions_hands_them_off():

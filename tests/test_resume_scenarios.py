@@ -1,0 +1,181 @@
+"""Every client runs the whole resume scenario corpus (tests/resume_scenarios/, format in its
+README.md): real backends on loopback (the client's target lists them, or the deploy nginx config
+in front), a driver per client fed one script, the backends killed, stopped, drained or restarted
+at the script's pauses, and every reply compared with the uninterrupted run of the same script
+(client_messages aside: it counts the stream's own messages).
+
+A driver is a command that speaks the corpus protocol; ``DRIVERS`` lists them (a new client adds
+its entry). The uninterrupted run is the Python sync driver's, with resume off, on a backend of
+its own: so every client is also held to the Python one, output for output.
+
+The figures (resumes per run) are printed; pytest shows them with ``-s``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import resume_corpus as corpus
+from fleet_outputs import QUICK_MODELS
+from grpc_servers import ProcessServer, subprocess_env, wait_for
+from test_fleet_nginx import Nginx, free_port, nginx_binary
+
+BACKEND_ARGS = ("--grace", "20", "--preload", ",".join(QUICK_MODELS))
+RUN_TIMEOUT = 180.0
+"""Seconds one driver run may take before it is killed (the test then fails)."""
+
+PYTHON_DRIVER = corpus.CORPUS / "python_driver.py"
+DRIVERS: dict[str, Callable[[], list[str]]] = {
+    "python-sync": lambda: [sys.executable, str(PYTHON_DRIVER), "sync"],
+    "python-async": lambda: [sys.executable, str(PYTHON_DRIVER), "async"],
+}
+"""Driver name -> the command that runs it (built first if it needs building)."""
+
+
+def backend(port: int) -> ProcessServer:
+    return ProcessServer(*BACKEND_ARGS, "--port", str(port))
+
+
+def ready(server: ProcessServer) -> ProcessServer:
+    server.start()
+    server.wait_for_log("models loaded", 120)
+    return server
+
+
+class Fleet:
+    """A scenario's backends (fixed ports, so a restart comes back where the client or nginx
+    looks), with nginx in front when the scenario says ``"via": "nginx"``."""
+
+    def __init__(self, scenario: dict, workdir: Path) -> None:
+        self.ports = [free_port() for _ in range(scenario.get("backends", 2))]
+        self.backends = [ready(backend(port)) for port in self.ports]
+        self.nginx: Nginx | None = None
+        if scenario.get("via") == "nginx":
+            nginx_binary()
+            self.nginx = Nginx(workdir, [f"127.0.0.1:{p}" for p in self.ports]).start()
+
+    @property
+    def target(self) -> str:
+        if self.nginx is not None:
+            return self.nginx.target
+        return "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def act(self, action: dict) -> None:
+        """One harness action at a pause (README.md, "Harness actions")."""
+        do = action["do"]
+        if do == "sleep":
+            time.sleep(action["seconds"])
+            return
+        index = action["backend"]
+        server = self.backends[index]
+        assert server.proc is not None
+        if do == "kill":
+            server.kill()
+        elif do == "stop":
+            os.kill(server.proc.pid, signal.SIGSTOP)
+        elif do == "term":
+            server.terminate()
+        elif do == "wait_exit":
+            assert server.wait(30) == action.get("code", 0), server.logs[-5:]
+        elif do == "restart":
+            server.kill()
+            self.backends[index] = ready(backend(self.ports[index]))
+        elif do == "wait_log":
+            match = action["match"]
+            wait_for(lambda: any(all(r.get(k) == v for k, v in match.items()) for r in list(server.logs)), 30)
+        else:
+            raise ValueError(f"unknown harness action {do!r}")
+
+    def close(self) -> None:
+        if self.nginx is not None:
+            self.nginx.stop()
+        for server in self.backends:
+            server.kill()
+
+
+def drive(command: list[str], script: dict, at_pause: Callable[[str], None]) -> dict:
+    """Run a driver on ``script``: at each ``{"paused": name}`` line call ``at_pause(name)``,
+    then tell it to go on; its result."""
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    watchdog = threading.Timer(RUN_TIMEOUT, proc.kill)
+    watchdog.start()
+    stderr: list[str] = []
+    threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
+    result = None
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(script) + "\n")
+        proc.stdin.flush()
+        for line in proc.stdout:
+            message = json.loads(line)
+            if "paused" in message:
+                at_pause(message["paused"])
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            elif "result" in message:
+                result = message["result"]
+        code = proc.wait(RUN_TIMEOUT)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0 and result is not None, f"driver exited {code}:\n{''.join(stderr)[-4000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def reference_backend() -> Iterator[ProcessServer]:
+    server = ready(backend(free_port()))
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+_REFERENCE: dict[str, dict] = {}
+
+
+def reference(name: str, scenario: dict, server: ProcessServer) -> dict:
+    """The scenario's uninterrupted run: the Python sync driver, resume off, nothing done at the
+    pauses."""
+    if name not in _REFERENCE:
+        script = corpus.script(scenario, server.target, resume=False)
+        _REFERENCE[name] = drive(DRIVERS["python-sync"](), script, lambda _: None)
+    return _REFERENCE[name]
+
+
+@pytest.mark.parametrize("driver", sorted(DRIVERS))
+@pytest.mark.parametrize("name", corpus.names())
+def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_path: Path):
+    scenario = corpus.load(name)
+    want = reference(name, scenario, reference_backend)
+    fleet = Fleet(scenario, tmp_path)
+    try:
+        script = corpus.script(scenario, fleet.target, nginx=fleet.nginx is not None)
+
+        def at_pause(pause: str) -> None:
+            for action in scenario.get("at", {}).get(pause, []):
+                fleet.act(action)
+
+        got = drive(DRIVERS[driver](), script, at_pause)
+    finally:
+        fleet.close()
+    corpus.judge(scenario, got, want)
+    print(f"\n{name} ({driver}): resumes {corpus.resumes(got)}")
