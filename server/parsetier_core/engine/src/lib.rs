@@ -5,3 +5,5 @@
 
 /// The crate's version, so Python can tell which core it loaded.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+pub mod detok;

@@ -3,8 +3,13 @@
 
 use pyo3::prelude::*;
 
+mod detok;
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", parsetier_engine::VERSION)?;
+    m.add_class::<detok::Vocabulary>()?;
+    m.add_class::<detok::Detokenizer>()?;
+    m.add_class::<detok::Scanner>()?;
     Ok(())
 }

@@ -1,0 +1,567 @@
+//! Token ids → text in sentinel form: the native twin of `detokenizer.py`'s `TokenScanner`.
+//!
+//! The reference engine steps `tokenizers`' `DecodeStream`; this module reproduces it exactly,
+//! without a tokenizer: a [`Vocab`] holds every id's vocabulary entry already passed through the
+//! position-independent steps of the tokenizer's decoder (for byte-level BPE: the entry's raw
+//! bytes), and [`Vocab::decode`] runs the rest of the decoder over a handful of ids. On top of it
+//! [`DecodeStream`] keeps the same window (`ids`, `prefix`, `prefix_index`) as the library's
+//! `step_decode_stream`, so every edge rule comes out the same by construction rather than by
+//! imitation: bytes of an unfinished UTF-8 character are held (a decode ending in U+FFFD waits),
+//! SentencePiece's leading-space strip applies only at the start of the window, byte-fallback
+//! groups that are no UTF-8 become one U+FFFD per byte, and a decode that no longer starts with
+//! the settled prefix is the "invalid prefix" error [`Scanner`] restarts from, as
+//! `TokenScanner._restart` does.
+//!
+//! [`Scanner`] adds the marker classification: a bound marker id becomes its sentinel after
+//! whatever text the stream released with it (the marker's own text cut off), a special token the
+//! format does not use is dropped the same way (its sentinel is empty).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// How many prompt ids seed the stream (`detokenizer.PROMPT_CONTEXT`).
+pub const PROMPT_CONTEXT: usize = 8;
+
+const REPLACEMENT: char = '\u{fffd}';
+
+/// One step of a tokenizer's decoder (`tokenizers.decoders`), as the tokenizer's JSON names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// GPT-2's byte-level alphabet back to bytes; the whole list becomes one lossy UTF-8 string.
+    ByteLevel,
+    /// Every occurrence of a literal `pattern` in each token becomes `content`.
+    Replace { pattern: String, content: String },
+    /// Runs of `<0xAB>` tokens become their bytes: their UTF-8, or one U+FFFD per byte.
+    ByteFallback,
+    /// The tokens joined into one.
+    Fuse,
+    /// Up to `start` leading and `stop` trailing `content` characters cut from each token.
+    Strip {
+        content: char,
+        start: usize,
+        stop: usize,
+    },
+    /// `replacement` becomes a space, dropped in the first token when `prepend` (scheme not
+    /// `never`).
+    Metaspace { replacement: char, prepend: bool },
+}
+
+impl Step {
+    /// A step whose result for a token depends on that token alone (never on its neighbours or
+    /// its position): these are applied once per vocabulary entry, not per decode.
+    fn per_token(&self) -> bool {
+        matches!(self, Step::Replace { .. } | Step::Strip { .. })
+    }
+
+    fn apply_one(&self, token: &str) -> String {
+        match self {
+            Step::Replace { pattern, content } => token.replace(pattern.as_str(), content),
+            Step::Strip {
+                content,
+                start,
+                stop,
+            } => strip(token, *content, *start, *stop),
+            _ => unreachable!("only per-token steps are applied to one token"),
+        }
+    }
+}
+
+fn strip(token: &str, content: char, start: usize, stop: usize) -> String {
+    let chars: Vec<char> = token.chars().collect();
+    let mut start_cut = 0;
+    for (i, &c) in chars.iter().enumerate().take(start) {
+        if c == content {
+            start_cut = i + 1;
+        } else {
+            break;
+        }
+    }
+    let mut stop_cut = chars.len();
+    for i in 0..stop.min(chars.len()) {
+        let index = chars.len() - i - 1;
+        if chars[index] == content {
+            stop_cut = index;
+        } else {
+            break;
+        }
+    }
+    if start_cut >= stop_cut {
+        return String::new();
+    }
+    chars[start_cut..stop_cut].iter().collect()
+}
+
+/// The inverse of GPT-2's `bytes_to_unicode`: stand-in character → byte.
+fn unicode_to_byte() -> HashMap<char, u8> {
+    let mut keep: Vec<u32> = (u32::from('!')..=u32::from('~')).collect();
+    keep.extend(0xA1..=0xAC);
+    keep.extend(0xAE..=0xFF);
+    let mut table: HashMap<char, u8> = keep
+        .iter()
+        .map(|&b| (char::from_u32(b).unwrap(), b as u8))
+        .collect();
+    let mut extra = 0;
+    for b in 0..=255u32 {
+        if !keep.contains(&b) {
+            table.insert(char::from_u32(256 + extra).unwrap(), b as u8);
+            extra += 1;
+        }
+    }
+    table
+}
+
+/// `<0xAB>` → the byte, exactly as `ByteFallback` reads a token.
+fn byte_piece(token: &str) -> Option<u8> {
+    if token.len() == 6 && token.starts_with("<0x") && token.ends_with('>') {
+        u8::from_str_radix(token.get(3..5)?, 16).ok()
+    } else {
+        None
+    }
+}
+
+/// How a window of ids is decoded.
+#[derive(Debug)]
+enum Plan {
+    /// The decoder is `ByteLevel` alone: every entry is bytes; a window is their lossy UTF-8.
+    Bytes,
+    /// The entries after the decoder's leading per-token steps, then `rest` of the decoder.
+    Tokens { rest: Vec<Step> },
+    /// No decoder: the entries joined by spaces.
+    Spaced,
+}
+
+/// A tokenizer's vocabulary as its decoder sees it. Shared (read-only) by every session of the
+/// models that use the tokenizer.
+#[derive(Debug)]
+pub struct Vocab {
+    plan: Plan,
+    /// Entry of id `i`: `data[offsets[i]..offsets[i + 1]]`; `present[i]` false for a gap.
+    data: Vec<u8>,
+    offsets: Vec<u32>,
+    present: Vec<bool>,
+    added: Vec<bool>,
+}
+
+impl Vocab {
+    /// `tokens[id]`: the vocabulary entry of `id` as `Tokenizer.id_to_token` gives it (added
+    /// tokens included, None for a gap); `decoder`: the tokenizer's decoder as a list of steps
+    /// (None: the tokenizer has none); `added`: the added tokens' ids.
+    pub fn new(
+        tokens: &[Option<String>],
+        decoder: Option<Vec<Step>>,
+        added: &[u32],
+    ) -> Result<Vocab, String> {
+        let mut pre: Vec<Step> = Vec::new();
+        let plan = match decoder {
+            None => Plan::Spaced,
+            Some(steps) if steps == [Step::ByteLevel] => Plan::Bytes,
+            Some(steps) => {
+                if steps.contains(&Step::ByteLevel) {
+                    return Err("a ByteLevel step inside a decoder sequence".into());
+                }
+                let lead = steps.iter().take_while(|s| s.per_token()).count();
+                pre.extend_from_slice(&steps[..lead]);
+                Plan::Tokens {
+                    rest: steps[lead..].to_vec(),
+                }
+            }
+        };
+        let table = unicode_to_byte();
+        let mut data = Vec::new();
+        let mut offsets = Vec::with_capacity(tokens.len() + 1);
+        let mut present = Vec::with_capacity(tokens.len());
+        offsets.push(0u32);
+        for token in tokens {
+            present.push(token.is_some());
+            if let Some(token) = token {
+                match plan {
+                    Plan::Bytes => {
+                        let mapped: Option<Vec<u8>> =
+                            token.chars().map(|c| table.get(&c).copied()).collect();
+                        data.extend_from_slice(&mapped.unwrap_or_else(|| token.as_bytes().into()));
+                    }
+                    _ => {
+                        let mut text = token.clone();
+                        for step in &pre {
+                            text = step.apply_one(&text);
+                        }
+                        data.extend_from_slice(text.as_bytes());
+                    }
+                }
+            }
+            let end = u32::try_from(data.len()).map_err(|_| "vocabulary too large")?;
+            offsets.push(end);
+        }
+        let mut is_added = vec![false; tokens.len()];
+        for &id in added {
+            if let Some(slot) = is_added.get_mut(id as usize) {
+                *slot = true;
+            }
+        }
+        Ok(Vocab {
+            plan,
+            data,
+            offsets,
+            present,
+            added: is_added,
+        })
+    }
+
+    /// Ids in the vocabulary's id space (present or not).
+    pub fn len(&self) -> usize {
+        self.present.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.present.is_empty()
+    }
+
+    /// Whether `id` is an added token (markers, specials).
+    pub fn is_added(&self, id: u32) -> bool {
+        self.added.get(id as usize).copied().unwrap_or(false)
+    }
+
+    fn entry(&self, id: u32) -> Option<&[u8]> {
+        let i = id as usize;
+        if !*self.present.get(i)? {
+            return None;
+        }
+        Some(&self.data[self.offsets[i] as usize..self.offsets[i + 1] as usize])
+    }
+
+    fn text(&self, id: u32) -> Option<&str> {
+        // Non-byte plans store entries that were strings: always valid UTF-8.
+        self.entry(id).map(|b| std::str::from_utf8(b).unwrap_or(""))
+    }
+
+    /// `Tokenizer.decode(ids, skip_special_tokens=False)`, replacing `out`.
+    pub fn decode(&self, ids: &[u32], out: &mut String) {
+        out.clear();
+        match &self.plan {
+            Plan::Bytes => {
+                let mut bytes = Vec::with_capacity(ids.len() * 8);
+                for &id in ids {
+                    if let Some(e) = self.entry(id) {
+                        bytes.extend_from_slice(e);
+                    }
+                }
+                match std::str::from_utf8(&bytes) {
+                    Ok(s) => out.push_str(s),
+                    Err(_) => out.push_str(&String::from_utf8_lossy(&bytes)),
+                }
+            }
+            Plan::Spaced => {
+                let mut first = true;
+                for &id in ids {
+                    if let Some(t) = self.text(id) {
+                        if !first {
+                            out.push(' ');
+                        }
+                        out.push_str(t);
+                        first = false;
+                    }
+                }
+            }
+            Plan::Tokens { rest } => {
+                let mut tokens: Vec<String> = ids
+                    .iter()
+                    .filter_map(|&id| self.text(id).map(str::to_owned))
+                    .collect();
+                for step in rest {
+                    tokens = apply(step, tokens);
+                }
+                for t in &tokens {
+                    out.push_str(t);
+                }
+            }
+        }
+    }
+}
+
+/// One decoder step over a window's tokens (`Decoder.decode_chain`).
+fn apply(step: &Step, tokens: Vec<String>) -> Vec<String> {
+    match step {
+        Step::Replace { .. } | Step::Strip { .. } => {
+            tokens.iter().map(|t| step.apply_one(t)).collect()
+        }
+        Step::Fuse => vec![tokens.concat()],
+        Step::Metaspace {
+            replacement,
+            prepend,
+        } => tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.chars()
+                    .filter_map(|c| {
+                        if c != *replacement {
+                            Some(c)
+                        } else if i == 0 && *prepend {
+                            None
+                        } else {
+                            Some(' ')
+                        }
+                    })
+                    .collect()
+            })
+            .collect(),
+        Step::ByteFallback => {
+            let mut out = Vec::with_capacity(tokens.len());
+            let mut bytes: Vec<u8> = Vec::new();
+            let flush = |bytes: &mut Vec<u8>, out: &mut Vec<String>| {
+                if bytes.is_empty() {
+                    return;
+                }
+                match String::from_utf8(std::mem::take(bytes)) {
+                    Ok(s) => out.push(s),
+                    Err(e) => {
+                        let n = e.as_bytes().len();
+                        out.extend(std::iter::repeat_n(REPLACEMENT.to_string(), n));
+                    }
+                }
+            };
+            for token in tokens {
+                match byte_piece(&token) {
+                    Some(b) => bytes.push(b),
+                    None => {
+                        flush(&mut bytes, &mut out);
+                        out.push(token);
+                    }
+                }
+            }
+            flush(&mut bytes, &mut out);
+            out
+        }
+        Step::ByteLevel => unreachable!("rejected by Vocab::new"),
+    }
+}
+
+/// The stream refused a step: its decode no longer starts with the text already settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidPrefix;
+
+/// `tokenizers`' `DecodeStream` (`skip_special_tokens=False`): the same window, the same rules.
+#[derive(Debug, Default, Clone)]
+pub struct DecodeStream {
+    ids: Vec<u32>,
+    prefix: String,
+    prefix_index: usize,
+    scratch: String,
+}
+
+impl DecodeStream {
+    /// A stream seeded with `ids` (the prompt's tail), as `DecodeStream(ids=...)`.
+    pub fn new(ids: Vec<u32>) -> DecodeStream {
+        DecodeStream {
+            ids,
+            ..DecodeStream::default()
+        }
+    }
+
+    /// `step_decode_stream`: appends the text `new` settles to `out` (nothing when it settles
+    /// none yet, as `None`).
+    pub fn step(
+        &mut self,
+        vocab: &Vocab,
+        new: &[u32],
+        out: &mut String,
+    ) -> Result<(), InvalidPrefix> {
+        if self.prefix.is_empty() && !self.ids.is_empty() {
+            vocab.decode(&self.ids, &mut self.scratch);
+            if !self.scratch.ends_with(REPLACEMENT) {
+                std::mem::swap(&mut self.prefix, &mut self.scratch);
+                self.prefix_index = self.ids.len();
+            }
+        }
+        self.ids.extend_from_slice(new);
+        vocab.decode(&self.ids, &mut self.scratch);
+        let text = &self.scratch;
+        if text.len() > self.prefix.len() && !text.ends_with(REPLACEMENT) {
+            if !text.starts_with(self.prefix.as_str()) {
+                return Err(InvalidPrefix);
+            }
+            out.push_str(&text[self.prefix.len()..]);
+            let new_prefix_index = self.ids.len() - self.prefix_index;
+            self.ids.drain(..self.prefix_index);
+            vocab.decode(&self.ids, &mut self.prefix);
+            self.prefix_index = new_prefix_index;
+        }
+        Ok(())
+    }
+}
+
+/// Marker ids of one bound grammar: id → (the token's text, its sentinel; "" for a special the
+/// format does not use). `BoundGrammar.mark_of_id`.
+#[derive(Debug, Default)]
+pub struct Marks {
+    by_id: HashMap<u32, (String, String)>,
+}
+
+impl Marks {
+    pub fn new(marks: impl IntoIterator<Item = (u32, String, String)>) -> Marks {
+        Marks {
+            by_id: marks.into_iter().map(|(id, t, s)| (id, (t, s))).collect(),
+        }
+    }
+
+    /// Whether `id` is a marker (bound or dropped): `BoundGrammar.marker_ids`.
+    pub fn contains(&self, id: u32) -> bool {
+        self.by_id.contains_key(&id)
+    }
+
+    pub fn get(&self, id: u32) -> Option<&(String, String)> {
+        self.by_id.get(&id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+/// One request's detokenizer (`TokenScanner`): ids in, text in sentinel form out.
+#[derive(Debug)]
+pub struct Scanner {
+    vocab: Arc<Vocab>,
+    marks: Arc<Marks>,
+    stream: DecodeStream,
+}
+
+impl Scanner {
+    /// The stream is seeded with the last [`PROMPT_CONTEXT`] prompt ids that are not added
+    /// tokens, so the first output token decodes as it would in context.
+    pub fn new(vocab: Arc<Vocab>, marks: Arc<Marks>, prompt_ids: &[u32]) -> Scanner {
+        let from = prompt_ids.len().saturating_sub(PROMPT_CONTEXT);
+        let tail: Vec<u32> = prompt_ids[from..]
+            .iter()
+            .copied()
+            .filter(|&id| !vocab.is_added(id))
+            .collect();
+        Scanner {
+            vocab,
+            marks,
+            stream: DecodeStream::new(tail),
+        }
+    }
+
+    pub fn marks(&self) -> &Marks {
+        &self.marks
+    }
+
+    /// The text of plain ids (no marker among them) in one step, appended to `out`.
+    pub fn run(&mut self, ids: &[u32], out: &mut String) {
+        self.settle(ids, out);
+    }
+
+    /// The text one id settles, appended to `out`: a marker's sentinel follows the text held
+    /// before it, its own text cut off.
+    pub fn piece(&mut self, id: u32, out: &mut String) {
+        let start = out.len();
+        self.settle(&[id], out);
+        if let Some((marker, sentinel)) = self.marks.get(id) {
+            if out[start..].ends_with(marker.as_str()) {
+                out.truncate(out.len() - marker.len());
+            }
+            out.push_str(sentinel);
+        }
+    }
+
+    fn settle(&mut self, ids: &[u32], out: &mut String) {
+        if self.stream.step(&self.vocab, ids, out).is_ok() {
+            return;
+        }
+        // Odd output is never an error: the held bytes become one U+FFFD and the stream starts
+        // again at this step (without the prompt's context), as `TokenScanner._restart` does.
+        out.push(REPLACEMENT);
+        self.stream = DecodeStream::default();
+        if self.stream.step(&self.vocab, ids, out).is_err() {
+            self.stream = DecodeStream::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn byte_level(tokens: &[&str]) -> Arc<Vocab> {
+        let tokens: Vec<Option<String>> = tokens.iter().map(|t| Some(t.to_string())).collect();
+        Arc::new(Vocab::new(&tokens, Some(vec![Step::ByteLevel]), &[]).unwrap())
+    }
+
+    fn sentencepiece(tokens: &[&str]) -> Arc<Vocab> {
+        let tokens: Vec<Option<String>> = tokens.iter().map(|t| Some(t.to_string())).collect();
+        let steps = vec![
+            Step::Replace {
+                pattern: "▁".into(),
+                content: " ".into(),
+            },
+            Step::ByteFallback,
+            Step::Fuse,
+            Step::Strip {
+                content: ' ',
+                start: 1,
+                stop: 0,
+            },
+        ];
+        Arc::new(Vocab::new(&tokens, Some(steps), &[]).unwrap())
+    }
+
+    fn scan(vocab: &Arc<Vocab>, prompt: &[u32], ids: &[u32]) -> Vec<String> {
+        let mut s = Scanner::new(vocab.clone(), Arc::new(Marks::default()), prompt);
+        ids.iter()
+            .map(|&id| {
+                let mut out = String::new();
+                s.piece(id, &mut out);
+                out
+            })
+            .collect()
+    }
+
+    #[test]
+    fn byte_level_holds_an_unfinished_character() {
+        // "é" is C3 A9: in GPT-2's alphabet 'Ã' (C3) and '©' (A9).
+        let v = byte_level(&["Ã", "©", "a"]);
+        assert_eq!(scan(&v, &[], &[0, 1, 2]), ["", "é", "a"]);
+    }
+
+    #[test]
+    fn byte_level_broken_sequence_is_one_replacement() {
+        let v = byte_level(&["Ã", "a"]);
+        assert_eq!(scan(&v, &[], &[0, 1]), ["", "\u{fffd}a"]);
+    }
+
+    #[test]
+    fn sentencepiece_strips_the_leading_space_only_at_the_start() {
+        let v = sentencepiece(&["▁Hello", "▁world"]);
+        assert_eq!(scan(&v, &[], &[0, 1]), ["Hello", " world"]);
+        // Seeded with a prompt token, the first output keeps its space.
+        assert_eq!(scan(&v, &[0], &[1]), [" world"]);
+    }
+
+    #[test]
+    fn byte_fallback_gives_one_replacement_per_byte() {
+        let v = sentencepiece(&["<0xE2>", "<0x82>", "▁x"]);
+        assert_eq!(scan(&v, &[], &[0, 1, 2]), ["", "", "\u{fffd}\u{fffd} x"]);
+    }
+
+    #[test]
+    fn markers_become_sentinels_after_held_text() {
+        let tokens: Vec<Option<String>> = ["Ã", "<m>", "<s>"]
+            .iter()
+            .map(|t| Some(t.to_string()))
+            .collect();
+        let v = Arc::new(Vocab::new(&tokens, Some(vec![Step::ByteLevel]), &[1, 2]).unwrap());
+        let marks = Arc::new(Marks::new([
+            (1, "<m>".to_string(), "\u{e000}".to_string()),
+            (2, "<s>".to_string(), String::new()),
+        ]));
+        let mut s = Scanner::new(v, marks, &[]);
+        let mut out = String::new();
+        s.piece(0, &mut out);
+        assert_eq!(out, "");
+        s.piece(1, &mut out);
+        assert_eq!(out, "\u{fffd}\u{e000}");
+        s.piece(2, &mut out);
+        assert_eq!(out, "\u{fffd}\u{e000}");
+    }
+}
