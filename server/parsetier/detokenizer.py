@@ -24,6 +24,10 @@ PROMPT_CONTEXT = 8
 """Prompt tail ids that seed the decoder, so the first output token decodes as it would in context
 (SentencePiece-style decoders treat a leading space at the very start differently)."""
 
+PROBE = "a"
+"""The token ``TokenScanner.flush`` steps the decoder with to settle what it holds; its text is
+removed again."""
+
 
 class TokenScanner:
     """One request's detokenizer: ``piece(id)`` → the text that id settles (sentinel form)."""
@@ -57,6 +61,25 @@ class TokenScanner:
         if text.endswith(marker):
             text = text[: -len(marker)]
         return text + sentinel
+
+    def flush(self) -> str:
+        """At the end of the output, the text the stream still holds: bytes of a character no
+        later id completed (shown as ``U+FFFD``, as a decode of invalid UTF-8 shows them) and,
+        after a run (``run``), the whole characters stepped with them, since ``DecodeStream``
+        answers a step whose text ends in an incomplete character with nothing at all. Without
+        this the held text would be lost, and how much depends on how the ids were grouped.
+
+        ``DecodeStream`` has no flush: one more step with a probe token (``PROBE``, plain ASCII
+        that every decoder appends as is) settles the held bytes, and the probe's text is cut off
+        again. The scanner is spent afterwards (the output has ended)."""
+        probe = self._tokenizer.token_to_id(PROBE)
+        if probe is None:
+            return ""
+        try:
+            text = self._stream.step(self._tokenizer, probe) or ""
+        except Exception:
+            text = self._restart(probe)
+        return text.removesuffix(PROBE) if text.endswith(PROBE) else ""
 
     def _restart(self, ids: int | list[int]) -> str:
         """``DecodeStream`` refuses a step whose decoding no longer starts with the text it has

@@ -275,6 +275,8 @@ class Session:
             raise InvalidInput(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, not {reason!r}")
         self._finished = True
         events = self._machine.feed(self._literals.flush() if self._literals is not None else "", 0)
+        if self._ids_seen:
+            events += self._machine.feed(self._scanner.flush(), 0)
         if self.options.include_stop_text and matched_stop is not None and reason == "stop":
             if isinstance(matched_stop, int):
                 stop_text = self._token_text.get(matched_stop, "")

@@ -62,17 +62,24 @@ class ValueReader:
 class CallsReader:
     """Readers that find the calls themselves (the ``envelope`` kind): until a call begins their
     text is kept in ``raw``, for passthrough if none ever does; text after a call inside the block
-    is the model's, shown as content (no lost text)."""
+    is the model's, shown as content (no lost text). Whitespace there is held (``_space``) until
+    text of the model's proves it inner, and dropped if the block ends first (the separator before
+    the closer), so the content is the same however the text was split."""
 
     __slots__ = ()
     raw: list[str]
     calls: int
+    _space: str
 
     def rest(self, text: str) -> str:
         if self.calls == 0:
             self.raw.append(text)
             return ""
-        return text if text.strip() else ""
+        if not text.strip():
+            self._space += text
+            return ""
+        text, self._space = self._space + text, ""
+        return text
 
     def unclaimed(self) -> str | None:
         if self.calls != 0:

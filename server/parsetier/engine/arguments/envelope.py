@@ -75,6 +75,7 @@ class EnvelopeReader(CallsReader):
         "_list",
         "_phase",
         "_scanner",
+        "_space",
         "calls",
         "raw",
         "status",
@@ -94,6 +95,7 @@ class EnvelopeReader(CallsReader):
         self._buffer: list[str] = []
         self.raw: list[str] = []
         self.calls = 0
+        self._space = ""
         self.status = OPEN
 
     def feed(self, text: str, pos: int) -> int:
@@ -136,7 +138,11 @@ class EnvelopeReader(CallsReader):
             if m2 is not None:
                 m = m2
         if m is None and self._phase == "next" and not self._bracketed:
-            self._head = ""  # unbracketed calls end at the first thing that is not a separator
+            # Unbracketed calls end at the first thing that is not a separator. The whitespace
+            # before it that earlier pieces left in the head is not consumed (``rest`` shows it
+            # with that thing, as when both arrive in one piece).
+            self._space += self._head[:before]
+            self._head = ""
             self.status = COMPLETE
             return pos
         # The limit is on the structure's own length, not on the text after it, so a long run of

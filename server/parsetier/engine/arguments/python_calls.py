@@ -69,7 +69,8 @@ class PythonCallsReader(CallsReader):
 
     __slots__ = (
         "_args", "_begin", "_bracketed", "_end", "_esc", "_json_literals", "_kwargs", "_name", "_out",
-        "_phase", "_quote", "_quotes", "_sep", "_stack", "_token", "_triple", "calls", "raw", "status",
+        "_phase", "_quote", "_quotes", "_sep", "_space", "_stack", "_token", "_triple", "calls", "raw",
+        "status",
     )  # fmt: skip
 
     def __init__(self, begin: Emit, args: Emit, end: Callable[[], None], json_literals: bool = False) -> None:
@@ -91,6 +92,7 @@ class PythonCallsReader(CallsReader):
         self._out: list[str] = []
         self.raw: list[str] = []
         self.calls = 0
+        self._space = ""
         self.status = OPEN
 
     # ------------------------------------------------------------------ driver
