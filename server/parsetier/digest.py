@@ -25,8 +25,8 @@ reasoning delta, takes a short path with no join).
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
+from zlib import crc32
 
 from parsetier.messages import Delta, Final
 
@@ -50,13 +50,18 @@ class OutputDigest:
 
     def add(self, deltas: Sequence[Delta]) -> int:
         """Account for ``deltas`` (in order); the new value."""
-        if len(deltas) == 1:  # the usual reply: one delta of plain text
+        if len(deltas) == 1:  # the usual reply: one delta of plain text, inline
             delta = deltas[0]
-            if not delta.tool_calls:
-                if not delta.content:
-                    return self.add_text(REASONING, delta.reasoning) if delta.reasoning else self.value
-                if not delta.reasoning:
-                    return self.add_text(CONTENT, delta.content)
+            content, reasoning = delta.content, delta.reasoning
+            if not delta.tool_calls and not (content and reasoning):
+                tag, text = (CONTENT, content) if content else (REASONING, reasoning)
+                if not text:
+                    return self.value
+                if self._kind != tag:
+                    self._kind = tag
+                    text = tag + text
+                self.value = crc32(text.encode("utf-8"), self.value)
+                return self.value
         kind = self._kind
         pieces: list[str] = []
         for delta in deltas:
@@ -84,7 +89,7 @@ class OutputDigest:
                         pieces.append(text)
         self._kind = kind
         if pieces:
-            self.value = zlib.crc32("".join(pieces).encode("utf-8"), self.value)
+            self.value = crc32("".join(pieces).encode("utf-8"), self.value)
         return self.value
 
     def add_text(self, tag: str, text: str) -> int:
@@ -94,11 +99,11 @@ class OutputDigest:
         else:
             self._kind = tag
             data = (tag + text).encode("utf-8")
-        self.value = zlib.crc32(data, self.value)
+        self.value = crc32(data, self.value)
         return self.value
 
     def finish(self, final: Final) -> int:
         """The session's end: its finish reason, after its last deltas."""
         self._kind = FINISH
-        self.value = zlib.crc32((FINISH + final.finish_reason).encode("utf-8"), self.value)
+        self.value = crc32((FINISH + final.finish_reason).encode("utf-8"), self.value)
         return self.value

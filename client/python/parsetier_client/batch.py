@@ -298,7 +298,11 @@ class AsyncBatch(_BatchStream):
     async def send(self) -> None:
         message = self.take()
         if self._ledger is None:
-            await self._call.write(message)
+            try:
+                await self._call.write(message)
+            except asyncio.InvalidStateError:  # the stream is over: its status, not grpc's complaint
+                self._ended = True
+                raise await self._status() from None
         else:
             self._ledger.sent(message)
             self._outgoing.put_nowait(message)
