@@ -34,6 +34,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The public APIs parsetier renders (see docs/derender-mapping.md for their field mappings).
+type WireDialect int32
+
+const (
+	// Not set.
+	WireDialect_WIRE_DIALECT_UNSPECIFIED WireDialect = 0
+	// OpenAI chat completions (`/v1/chat/completions`): `chat.completion.chunk` events or a
+	// `chat.completion` body.
+	WireDialect_WIRE_DIALECT_OPENAI_CHAT WireDialect = 1
+	// OpenAI completions (`/v1/completions`): `text_completion` objects.
+	WireDialect_WIRE_DIALECT_OPENAI_COMPLETIONS WireDialect = 2
+	// Anthropic Messages (`/v1/messages`): `message_start` … `message_stop` events or a `message` body.
+	WireDialect_WIRE_DIALECT_ANTHROPIC_MESSAGES WireDialect = 3
+	// OpenAI Responses (`/v1/responses`): `response.created` … `response.completed` events or a
+	// `response` body.
+	WireDialect_WIRE_DIALECT_OPENAI_RESPONSES WireDialect = 4
+)
+
+// Enum value maps for WireDialect.
+var (
+	WireDialect_name = map[int32]string{
+		0: "WIRE_DIALECT_UNSPECIFIED",
+		1: "WIRE_DIALECT_OPENAI_CHAT",
+		2: "WIRE_DIALECT_OPENAI_COMPLETIONS",
+		3: "WIRE_DIALECT_ANTHROPIC_MESSAGES",
+		4: "WIRE_DIALECT_OPENAI_RESPONSES",
+	}
+	WireDialect_value = map[string]int32{
+		"WIRE_DIALECT_UNSPECIFIED":        0,
+		"WIRE_DIALECT_OPENAI_CHAT":        1,
+		"WIRE_DIALECT_OPENAI_COMPLETIONS": 2,
+		"WIRE_DIALECT_ANTHROPIC_MESSAGES": 3,
+		"WIRE_DIALECT_OPENAI_RESPONSES":   4,
+	}
+)
+
+func (x WireDialect) Enum() *WireDialect {
+	p := new(WireDialect)
+	*p = x
+	return p
+}
+
+func (x WireDialect) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WireDialect) Descriptor() protoreflect.EnumDescriptor {
+	return file_parsetier_v1_parsetier_proto_enumTypes[0].Descriptor()
+}
+
+func (WireDialect) Type() protoreflect.EnumType {
+	return &file_parsetier_v1_parsetier_proto_enumTypes[0]
+}
+
+func (x WireDialect) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WireDialect.Descriptor instead.
+func (WireDialect) EnumDescriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{0}
+}
+
 // OpenAI's `tool_choice` modes.
 type ToolChoiceMode int32
 
@@ -76,11 +139,11 @@ func (x ToolChoiceMode) String() string {
 }
 
 func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[0].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[1].Descriptor()
 }
 
 func (ToolChoiceMode) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[0]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[1]
 }
 
 func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
@@ -89,7 +152,7 @@ func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ToolChoiceMode.Descriptor instead.
 func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{0}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{1}
 }
 
 // What a `Parse` stream sends while it runs (the final result is always sent).
@@ -137,11 +200,11 @@ func (x OutputKind) String() string {
 }
 
 func (OutputKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[1].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[2].Descriptor()
 }
 
 func (OutputKind) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[1]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[2]
 }
 
 func (x OutputKind) Number() protoreflect.EnumNumber {
@@ -150,7 +213,7 @@ func (x OutputKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutputKind.Descriptor instead.
 func (OutputKind) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{1}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{2}
 }
 
 // Why generation ended.
@@ -199,11 +262,11 @@ func (x FinishReason) String() string {
 }
 
 func (FinishReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[2].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[3].Descriptor()
 }
 
 func (FinishReason) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[2]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[3]
 }
 
 func (x FinishReason) Number() protoreflect.EnumNumber {
@@ -212,7 +275,7 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{2}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
 }
 
 // Kinds of semantic events.
@@ -276,11 +339,11 @@ func (x EventKind) String() string {
 }
 
 func (EventKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[3].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[4].Descriptor()
 }
 
 func (EventKind) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[3]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[4]
 }
 
 func (x EventKind) Number() protoreflect.EnumNumber {
@@ -289,7 +352,7 @@ func (x EventKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventKind.Descriptor instead.
 func (EventKind) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
 }
 
 // Where a model's tokenizer stands. Only TOKENIZER_STATUS_READY models open sessions; the others
@@ -334,11 +397,11 @@ func (x TokenizerStatus) String() string {
 }
 
 func (TokenizerStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[4].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[5].Descriptor()
 }
 
 func (TokenizerStatus) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[4]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[5]
 }
 
 func (x TokenizerStatus) Number() protoreflect.EnumNumber {
@@ -347,7 +410,7 @@ func (x TokenizerStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TokenizerStatus.Descriptor instead.
 func (TokenizerStatus) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
 }
 
 // Where a constrained message starts with respect to reasoning.
@@ -396,11 +459,11 @@ func (x ConstraintReasoning) String() string {
 }
 
 func (ConstraintReasoning) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[5].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[6].Descriptor()
 }
 
 func (ConstraintReasoning) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[5]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[6]
 }
 
 func (x ConstraintReasoning) Number() protoreflect.EnumNumber {
@@ -409,7 +472,7 @@ func (x ConstraintReasoning) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConstraintReasoning.Descriptor instead.
 func (ConstraintReasoning) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
 }
 
 // One message of a `Parse` stream. Its parts apply in field order — `open`, then every step in
@@ -560,7 +623,13 @@ type Open struct {
 	// completion session holds back the text of such a token until the next step or `Finish`
 	// shows whether generation stopped on it; a `Finish` with no `matched_stop` whose last output
 	// id is one of these (or an EOS id) counts as stopped by that token.
-	StopTokenIds  []uint32 `protobuf:"varint,20,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	StopTokenIds []uint32 `protobuf:"varint,20,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	// Set to have the server render the session's output as the bytes a public API sends, ready to
+	// forward to the gateway's caller unchanged (see docs/service.md, "Wire dialects"). Replies
+	// then carry them in `wire` (`ParseResponse.wire`, `SessionOutput.wire`) and the final result in
+	// `Final.wire`; a reply is sent whenever it has bytes, whatever `output` says (OUTPUT_KIND_FINAL_ONLY
+	// sends nothing else). Unset: no bytes are rendered (and none of their cost is paid).
+	Wire          *WireOptions `protobuf:"bytes,21,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -735,6 +804,117 @@ func (x *Open) GetStopTokenIds() []uint32 {
 	return nil
 }
 
+func (x *Open) GetWire() *WireOptions {
+	if x != nil {
+		return x.Wire
+	}
+	return nil
+}
+
+// The public API a session's output is rendered as, and the request-level values its bodies hold.
+type WireOptions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which API's bytes. WIRE_DIALECT_UNSPECIFIED is INVALID_ARGUMENT.
+	Dialect WireDialect `protobuf:"varint,1,opt,name=dialect,proto3,enum=parsetier.v1.WireDialect" json:"dialect,omitempty"`
+	// The response's id as the caller sees it (`chatcmpl-…`, `cmpl-…`, `msg_…`, `resp_…`): the
+	// gateway chooses it, so that every choice of a request and a resumed session show the same
+	// one. Output item ids of the Responses API derive from it.
+	ResponseId string `protobuf:"bytes,2,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	// The model name the bodies show (the request's `model`; `Open.model` is the server's name).
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// The `created` / `created_at` Unix time the bodies show.
+	Created int64 `protobuf:"varint,4,opt,name=created,proto3" json:"created,omitempty"`
+	// The request's `stream`: true renders server-sent events, step by step, with the closing events
+	// in `Final.wire`; false renders nothing until `Final.wire`, which holds the complete JSON body.
+	Stream bool `protobuf:"varint,5,opt,name=stream,proto3" json:"stream,omitempty"`
+	// OpenAI's `stream_options.include_usage`: a streamed chat or completions response ends with a
+	// usage chunk. (Non-streamed bodies, Anthropic and Responses always carry usage.)
+	IncludeUsage bool `protobuf:"varint,6,opt,name=include_usage,json=includeUsage,proto3" json:"include_usage,omitempty"`
+	// The prompt's token count, for the usage the bodies show (`prompt_tokens`, `input_tokens`).
+	PromptTokens  uint32 `protobuf:"varint,7,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WireOptions) Reset() {
+	*x = WireOptions{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WireOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WireOptions) ProtoMessage() {}
+
+func (x *WireOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WireOptions.ProtoReflect.Descriptor instead.
+func (*WireOptions) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WireOptions) GetDialect() WireDialect {
+	if x != nil {
+		return x.Dialect
+	}
+	return WireDialect_WIRE_DIALECT_UNSPECIFIED
+}
+
+func (x *WireOptions) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+func (x *WireOptions) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *WireOptions) GetCreated() int64 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *WireOptions) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
+func (x *WireOptions) GetIncludeUsage() bool {
+	if x != nil {
+		return x.IncludeUsage
+	}
+	return false
+}
+
+func (x *WireOptions) GetPromptTokens() uint32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
 // Where a resumed session continues: what the client had received on the broken stream, counted
 // in tokens (docs/service.md, "Resume").
 type ResumePoint struct {
@@ -758,7 +938,7 @@ type ResumePoint struct {
 
 func (x *ResumePoint) Reset() {
 	*x = ResumePoint{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +950,7 @@ func (x *ResumePoint) String() string {
 func (*ResumePoint) ProtoMessage() {}
 
 func (x *ResumePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[2]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +963,7 @@ func (x *ResumePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoint.ProtoReflect.Descriptor instead.
 func (*ResumePoint) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{2}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ResumePoint) GetSequence() uint64 {
@@ -824,7 +1004,7 @@ type CompletionOptions struct {
 
 func (x *CompletionOptions) Reset() {
 	*x = CompletionOptions{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +1016,7 @@ func (x *CompletionOptions) String() string {
 func (*CompletionOptions) ProtoMessage() {}
 
 func (x *CompletionOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[3]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1029,7 @@ func (x *CompletionOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompletionOptions.ProtoReflect.Descriptor instead.
 func (*CompletionOptions) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{3}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompletionOptions) GetSkipSpecialTokens() bool {
@@ -887,7 +1067,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1079,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[4]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1092,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Tool) GetName() string {
@@ -959,7 +1139,7 @@ type ToolChoice struct {
 
 func (x *ToolChoice) Reset() {
 	*x = ToolChoice{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1151,7 @@ func (x *ToolChoice) String() string {
 func (*ToolChoice) ProtoMessage() {}
 
 func (x *ToolChoice) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[5]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1164,7 @@ func (x *ToolChoice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
 func (*ToolChoice) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolChoice) GetChoice() isToolChoice_Choice {
@@ -1056,7 +1236,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1248,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[6]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1261,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Step) GetTokenIds() []uint32 {
@@ -1131,7 +1311,7 @@ type StepLogprobs struct {
 
 func (x *StepLogprobs) Reset() {
 	*x = StepLogprobs{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1323,7 @@ func (x *StepLogprobs) String() string {
 func (*StepLogprobs) ProtoMessage() {}
 
 func (x *StepLogprobs) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[7]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1336,7 @@ func (x *StepLogprobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepLogprobs.ProtoReflect.Descriptor instead.
 func (*StepLogprobs) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{7}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StepLogprobs) GetTokenLogprobs() []float32 {
@@ -1199,7 +1379,7 @@ type Finish struct {
 
 func (x *Finish) Reset() {
 	*x = Finish{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1391,7 @@ func (x *Finish) String() string {
 func (*Finish) ProtoMessage() {}
 
 func (x *Finish) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[8]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1404,7 @@ func (x *Finish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Finish.ProtoReflect.Descriptor instead.
 func (*Finish) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{8}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Finish) GetReason() FinishReason {
@@ -1306,14 +1486,18 @@ type ParseResponse struct {
 	// (deltas' text, tool calls, the finish; whatever `output` sends): CRC-32 over a canonical,
 	// split-invariant byte stream defined in docs/service.md, "Resume". A client keeps the last
 	// one it received and echoes it in `ResumePoint.output_digest`; it never computes one.
-	OutputDigest  uint32 `protobuf:"fixed32,7,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
+	OutputDigest uint32 `protobuf:"fixed32,7,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
+	// With `Open.wire`: the bytes this message's output renders to, to forward as they are (for a
+	// streamed response, its server-sent events; on the last message, up to the finish event). The
+	// closing events or the complete body are in `Final.wire`.
+	Wire          []byte `protobuf:"bytes,8,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParseResponse) Reset() {
 	*x = ParseResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1509,7 @@ func (x *ParseResponse) String() string {
 func (*ParseResponse) ProtoMessage() {}
 
 func (x *ParseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[9]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1522,7 @@ func (x *ParseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseResponse.ProtoReflect.Descriptor instead.
 func (*ParseResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{9}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ParseResponse) GetSequence() uint64 {
@@ -1390,6 +1574,13 @@ func (x *ParseResponse) GetOutputDigest() uint32 {
 	return 0
 }
 
+func (x *ParseResponse) GetWire() []byte {
+	if x != nil {
+		return x.Wire
+	}
+	return nil
+}
+
 // A piece of a reply too large for one message (`ParseResponse.part`, `ParseBatchResponse.part`).
 type ReplyPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1403,7 +1594,7 @@ type ReplyPart struct {
 
 func (x *ReplyPart) Reset() {
 	*x = ReplyPart{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1606,7 @@ func (x *ReplyPart) String() string {
 func (*ReplyPart) ProtoMessage() {}
 
 func (x *ReplyPart) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[10]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1619,7 @@ func (x *ReplyPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyPart.ProtoReflect.Descriptor instead.
 func (*ReplyPart) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{10}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReplyPart) GetData() []byte {
@@ -1468,7 +1659,7 @@ type Delta struct {
 
 func (x *Delta) Reset() {
 	*x = Delta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1480,7 +1671,7 @@ func (x *Delta) String() string {
 func (*Delta) ProtoMessage() {}
 
 func (x *Delta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[11]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1493,7 +1684,7 @@ func (x *Delta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delta.ProtoReflect.Descriptor instead.
 func (*Delta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{11}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Delta) GetReasoning() string {
@@ -1560,7 +1751,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1763,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[12]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1776,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{12}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TokenLogprob) GetTokenId() uint32 {
@@ -1647,7 +1838,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1850,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[13]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1863,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{13}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -1720,7 +1911,7 @@ type ToolCallDelta struct {
 
 func (x *ToolCallDelta) Reset() {
 	*x = ToolCallDelta{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1923,7 @@ func (x *ToolCallDelta) String() string {
 func (*ToolCallDelta) ProtoMessage() {}
 
 func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[14]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1936,7 @@ func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallDelta) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{14}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCallDelta) GetIndex() uint32 {
@@ -1796,7 +1987,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1999,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[15]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2012,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{15}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Event) GetKind() EventKind {
@@ -1873,14 +2064,18 @@ type Final struct {
 	// OpenAI's non-streaming `logprobs`.
 	Logprobs []*TokenLogprob `protobuf:"bytes,4,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	// With `Open.return_token_ids`, every output id, set only when no deltas were sent.
-	TokenIds      []uint32 `protobuf:"varint,5,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	TokenIds []uint32 `protobuf:"varint,5,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// With `Open.wire`: for a streamed response, its closing events (a usage chunk when asked for,
+	// `data: [DONE]`, `message_stop`, `response.completed`), forwarded after the last message's
+	// `wire`; else the complete response body (JSON).
+	Wire          []byte `protobuf:"bytes,6,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Final) Reset() {
 	*x = Final{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2087,7 @@ func (x *Final) String() string {
 func (*Final) ProtoMessage() {}
 
 func (x *Final) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[16]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2100,7 @@ func (x *Final) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Final.ProtoReflect.Descriptor instead.
 func (*Final) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{16}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Final) GetFinishReason() FinishReason {
@@ -1943,6 +2138,13 @@ func (x *Final) GetTokenIds() []uint32 {
 	return nil
 }
 
+func (x *Final) GetWire() []byte {
+	if x != nil {
+		return x.Wire
+	}
+	return nil
+}
+
 // Token counts of the output.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1956,7 +2158,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2170,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[17]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2183,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{17}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Usage) GetCompletionTokens() uint32 {
@@ -2013,7 +2215,7 @@ type AssistantMessage struct {
 
 func (x *AssistantMessage) Reset() {
 	*x = AssistantMessage{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2227,7 @@ func (x *AssistantMessage) String() string {
 func (*AssistantMessage) ProtoMessage() {}
 
 func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[18]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2240,7 @@ func (x *AssistantMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssistantMessage.ProtoReflect.Descriptor instead.
 func (*AssistantMessage) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{18}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AssistantMessage) GetContent() string {
@@ -2078,7 +2280,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2292,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[19]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2305,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{19}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCall) GetId() string {
@@ -2149,7 +2351,7 @@ type ParseOnceRequest struct {
 
 func (x *ParseOnceRequest) Reset() {
 	*x = ParseOnceRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2363,7 @@ func (x *ParseOnceRequest) String() string {
 func (*ParseOnceRequest) ProtoMessage() {}
 
 func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[20]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2376,7 @@ func (x *ParseOnceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceRequest.ProtoReflect.Descriptor instead.
 func (*ParseOnceRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{20}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ParseOnceRequest) GetOpen() *Open {
@@ -2227,14 +2429,16 @@ type ParseOnceResponse struct {
 	// The deltas a stream fed the whole output in one step would have sent, if asked for.
 	Deltas []*Delta `protobuf:"bytes,2,rep,name=deltas,proto3" json:"deltas,omitempty"`
 	// The events, if asked for.
-	Events        []*Event `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*Event `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	// With `Open.wire` and `stream` set: the events a stream would have sent before `final.wire`.
+	Wire          []byte `protobuf:"bytes,4,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParseOnceResponse) Reset() {
 	*x = ParseOnceResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2450,7 @@ func (x *ParseOnceResponse) String() string {
 func (*ParseOnceResponse) ProtoMessage() {}
 
 func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[21]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2463,7 @@ func (x *ParseOnceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseOnceResponse.ProtoReflect.Descriptor instead.
 func (*ParseOnceResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{21}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ParseOnceResponse) GetFinal() *Final {
@@ -2283,6 +2487,13 @@ func (x *ParseOnceResponse) GetEvents() []*Event {
 	return nil
 }
 
+func (x *ParseOnceResponse) GetWire() []byte {
+	if x != nil {
+		return x.Wire
+	}
+	return nil
+}
+
 // Lists the server's models.
 type ListModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2292,7 +2503,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2515,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[22]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2528,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{22}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{23}
 }
 
 // The server's models.
@@ -2331,7 +2542,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2554,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[23]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2567,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{23}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelInfo {
@@ -2393,7 +2604,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2616,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[24]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2629,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{24}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -2490,7 +2701,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2713,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[25]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2726,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{25}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Capabilities) GetReasoning() bool {
@@ -2545,7 +2756,7 @@ type BuildConstraintRequest struct {
 
 func (x *BuildConstraintRequest) Reset() {
 	*x = BuildConstraintRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2768,7 @@ func (x *BuildConstraintRequest) String() string {
 func (*BuildConstraintRequest) ProtoMessage() {}
 
 func (x *BuildConstraintRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[26]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2781,7 @@ func (x *BuildConstraintRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConstraintRequest.ProtoReflect.Descriptor instead.
 func (*BuildConstraintRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{26}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BuildConstraintRequest) GetOpen() *Open {
@@ -2601,7 +2812,7 @@ type BuildConstraintResponse struct {
 
 func (x *BuildConstraintResponse) Reset() {
 	*x = BuildConstraintResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2824,7 @@ func (x *BuildConstraintResponse) String() string {
 func (*BuildConstraintResponse) ProtoMessage() {}
 
 func (x *BuildConstraintResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[27]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2837,7 @@ func (x *BuildConstraintResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuildConstraintResponse.ProtoReflect.Descriptor instead.
 func (*BuildConstraintResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{27}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BuildConstraintResponse) GetStructuralTagJson() string {
@@ -2677,7 +2888,7 @@ type MessageStartAnchor struct {
 
 func (x *MessageStartAnchor) Reset() {
 	*x = MessageStartAnchor{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2900,7 @@ func (x *MessageStartAnchor) String() string {
 func (*MessageStartAnchor) ProtoMessage() {}
 
 func (x *MessageStartAnchor) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[28]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2913,7 @@ func (x *MessageStartAnchor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageStartAnchor.ProtoReflect.Descriptor instead.
 func (*MessageStartAnchor) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{28}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MessageStartAnchor) GetText() string {
@@ -2736,7 +2947,7 @@ type ParseBatchRequest struct {
 
 func (x *ParseBatchRequest) Reset() {
 	*x = ParseBatchRequest{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2959,7 @@ func (x *ParseBatchRequest) String() string {
 func (*ParseBatchRequest) ProtoMessage() {}
 
 func (x *ParseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[29]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2972,7 @@ func (x *ParseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseBatchRequest.ProtoReflect.Descriptor instead.
 func (*ParseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{29}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ParseBatchRequest) GetSessions() []*SessionInput {
@@ -2795,7 +3006,7 @@ type PackedSteps struct {
 
 func (x *PackedSteps) Reset() {
 	*x = PackedSteps{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +3018,7 @@ func (x *PackedSteps) String() string {
 func (*PackedSteps) ProtoMessage() {}
 
 func (x *PackedSteps) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[30]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +3031,7 @@ func (x *PackedSteps) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedSteps.ProtoReflect.Descriptor instead.
 func (*PackedSteps) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{30}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PackedSteps) GetKeys() []string {
@@ -2867,7 +3078,7 @@ type SessionInput struct {
 
 func (x *SessionInput) Reset() {
 	*x = SessionInput{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +3090,7 @@ func (x *SessionInput) String() string {
 func (*SessionInput) ProtoMessage() {}
 
 func (x *SessionInput) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[31]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3103,7 @@ func (x *SessionInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInput.ProtoReflect.Descriptor instead.
 func (*SessionInput) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{31}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SessionInput) GetKey() string {
@@ -2955,7 +3166,7 @@ type ParseBatchResponse struct {
 
 func (x *ParseBatchResponse) Reset() {
 	*x = ParseBatchResponse{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3178,7 @@ func (x *ParseBatchResponse) String() string {
 func (*ParseBatchResponse) ProtoMessage() {}
 
 func (x *ParseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[32]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3191,7 @@ func (x *ParseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParseBatchResponse.ProtoReflect.Descriptor instead.
 func (*ParseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{32}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ParseBatchResponse) GetClientMessages() uint64 {
@@ -3032,7 +3243,7 @@ type PackedOutputs struct {
 
 func (x *PackedOutputs) Reset() {
 	*x = PackedOutputs{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3044,7 +3255,7 @@ func (x *PackedOutputs) String() string {
 func (*PackedOutputs) ProtoMessage() {}
 
 func (x *PackedOutputs) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[33]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3057,7 +3268,7 @@ func (x *PackedOutputs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PackedOutputs.ProtoReflect.Descriptor instead.
 func (*PackedOutputs) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{33}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PackedOutputs) GetKeys() []string {
@@ -3123,14 +3334,17 @@ type SessionOutput struct {
 	// the key is then free. Output already sent for the session stays valid.
 	Status *SessionStatus `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
 	// As `ParseResponse.output_digest`: the session's digest after this output (0 on a status).
-	OutputDigest  uint32 `protobuf:"fixed32,8,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
+	OutputDigest uint32 `protobuf:"fixed32,8,opt,name=output_digest,json=outputDigest,proto3" json:"output_digest,omitempty"`
+	// With `Open.wire`: as `ParseResponse.wire`. A session that asked for it never has its output
+	// packed.
+	Wire          []byte `protobuf:"bytes,9,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionOutput) Reset() {
 	*x = SessionOutput{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[34]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3356,7 @@ func (x *SessionOutput) String() string {
 func (*SessionOutput) ProtoMessage() {}
 
 func (x *SessionOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[34]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3369,7 @@ func (x *SessionOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOutput.ProtoReflect.Descriptor instead.
 func (*SessionOutput) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{34}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionOutput) GetKey() string {
@@ -3214,6 +3428,13 @@ func (x *SessionOutput) GetOutputDigest() uint32 {
 	return 0
 }
 
+func (x *SessionOutput) GetWire() []byte {
+	if x != nil {
+		return x.Wire
+	}
+	return nil
+}
+
 // Why a multiplexed session ended, as a gRPC status would say it.
 type SessionStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3228,7 +3449,7 @@ type SessionStatus struct {
 
 func (x *SessionStatus) Reset() {
 	*x = SessionStatus{}
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[35]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3461,7 @@ func (x *SessionStatus) String() string {
 func (*SessionStatus) ProtoMessage() {}
 
 func (x *SessionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_parsetier_v1_parsetier_proto_msgTypes[35]
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3474,7 @@ func (x *SessionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionStatus.ProtoReflect.Descriptor instead.
 func (*SessionStatus) Descriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{35}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SessionStatus) GetCode() int32 {
@@ -3278,7 +3499,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\fParseRequest\x12&\n" +
 	"\x04open\x18\x01 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x12(\n" +
 	"\x05steps\x18\x02 \x03(\v2\x12.parsetier.v1.StepR\x05steps\x12,\n" +
-	"\x06finish\x18\x03 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\xf8\a\n" +
+	"\x06finish\x18\x03 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\"\xa7\b\n" +
 	"\x04Open\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1d\n" +
 	"\n" +
@@ -3305,13 +3526,23 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"completion\x12!\n" +
 	"\fchoice_index\x18\x12 \x01(\rR\vchoiceIndex\x12\x12\n" +
 	"\x04stop\x18\x13 \x03(\tR\x04stop\x12$\n" +
-	"\x0estop_token_ids\x18\x14 \x03(\rR\fstopTokenIds\x1aE\n" +
+	"\x0estop_token_ids\x18\x14 \x03(\rR\fstopTokenIds\x12-\n" +
+	"\x04wire\x18\x15 \x01(\v2\x19.parsetier.v1.WireOptionsR\x04wire\x1aE\n" +
 	"\x17ChatTemplateKwargsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
 	"\x14_parallel_tool_callsB\x14\n" +
 	"\x12_include_reasoningB\v\n" +
-	"\t_thinking\"\x93\x01\n" +
+	"\t_thinking\"\xf5\x01\n" +
+	"\vWireOptions\x123\n" +
+	"\adialect\x18\x01 \x01(\x0e2\x19.parsetier.v1.WireDialectR\adialect\x12\x1f\n" +
+	"\vresponse_id\x18\x02 \x01(\tR\n" +
+	"responseId\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x18\n" +
+	"\acreated\x18\x04 \x01(\x03R\acreated\x12\x16\n" +
+	"\x06stream\x18\x05 \x01(\bR\x06stream\x12#\n" +
+	"\rinclude_usage\x18\x06 \x01(\bR\fincludeUsage\x12#\n" +
+	"\rprompt_tokens\x18\a \x01(\rR\fpromptTokens\"\x93\x01\n" +
 	"\vResumePoint\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12,\n" +
 	"\ahistory\x18\x03 \x03(\v2\x12.parsetier.v1.StepR\ahistory\x12#\n" +
@@ -3346,7 +3577,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\rstop_token_id\x18\x02 \x01(\rH\x00R\vstopTokenId\x12!\n" +
 	"\vstop_string\x18\x03 \x01(\tH\x00R\n" +
 	"stopStringB\x0e\n" +
-	"\fmatched_stop\"\xab\x02\n" +
+	"\fmatched_stop\"\xbf\x02\n" +
 	"\rParseResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12'\n" +
 	"\x0fclient_messages\x18\x02 \x01(\x04R\x0eclientMessages\x12+\n" +
@@ -3354,7 +3585,8 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12)\n" +
 	"\x05final\x18\x05 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x12+\n" +
 	"\x04part\x18\x06 \x01(\v2\x17.parsetier.v1.ReplyPartR\x04part\x12#\n" +
-	"\routput_digest\x18\a \x01(\aR\foutputDigest\"3\n" +
+	"\routput_digest\x18\a \x01(\aR\foutputDigest\x12\x12\n" +
+	"\x04wire\x18\b \x01(\fR\x04wire\"3\n" +
 	"\tReplyPart\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\"\xd4\x01\n" +
@@ -3390,13 +3622,14 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\n" +
 	"tool_index\x18\x03 \x01(\x05R\ttoolIndex\x12\x16\n" +
 	"\x06tokens\x18\x04 \x01(\rR\x06tokens\x12\x17\n" +
-	"\acall_id\x18\x05 \x01(\tR\x06callId\"\x86\x02\n" +
+	"\acall_id\x18\x05 \x01(\tR\x06callId\"\x9a\x02\n" +
 	"\x05Final\x12?\n" +
 	"\rfinish_reason\x18\x01 \x01(\x0e2\x1a.parsetier.v1.FinishReasonR\ffinishReason\x12)\n" +
 	"\x05usage\x18\x02 \x01(\v2\x13.parsetier.v1.UsageR\x05usage\x128\n" +
 	"\amessage\x18\x03 \x01(\v2\x1e.parsetier.v1.AssistantMessageR\amessage\x126\n" +
 	"\blogprobs\x18\x04 \x03(\v2\x1a.parsetier.v1.TokenLogprobR\blogprobs\x12\x1f\n" +
-	"\ttoken_ids\x18\x05 \x03(\rB\x02\x10\x01R\btokenIds\"_\n" +
+	"\ttoken_ids\x18\x05 \x03(\rB\x02\x10\x01R\btokenIds\x12\x12\n" +
+	"\x04wire\x18\x06 \x01(\fR\x04wire\"_\n" +
 	"\x05Usage\x12+\n" +
 	"\x11completion_tokens\x18\x01 \x01(\rR\x10completionTokens\x12)\n" +
 	"\x10reasoning_tokens\x18\x02 \x01(\rR\x0freasoningTokens\"\x81\x01\n" +
@@ -3416,11 +3649,12 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x06finish\x18\x04 \x01(\v2\x14.parsetier.v1.FinishR\x06finish\x12\x1f\n" +
 	"\vtext_tokens\x18\x05 \x01(\rR\n" +
 	"textTokens\x126\n" +
-	"\blogprobs\x18\x06 \x01(\v2\x1a.parsetier.v1.StepLogprobsR\blogprobs\"\x98\x01\n" +
+	"\blogprobs\x18\x06 \x01(\v2\x1a.parsetier.v1.StepLogprobsR\blogprobs\"\xac\x01\n" +
 	"\x11ParseOnceResponse\x12)\n" +
 	"\x05final\x18\x01 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x12+\n" +
 	"\x06deltas\x18\x02 \x03(\v2\x13.parsetier.v1.DeltaR\x06deltas\x12+\n" +
-	"\x06events\x18\x03 \x03(\v2\x13.parsetier.v1.EventR\x06events\"\x13\n" +
+	"\x06events\x18\x03 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12\x12\n" +
+	"\x04wire\x18\x04 \x01(\fR\x04wire\"\x13\n" +
 	"\x11ListModelsRequest\"E\n" +
 	"\x12ListModelsResponse\x12/\n" +
 	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\xd9\x02\n" +
@@ -3472,7 +3706,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x0fclient_messages\x18\x03 \x03(\x04B\x02\x10\x01R\x0eclientMessages\x12\x14\n" +
 	"\x05texts\x18\x04 \x03(\tR\x05texts\x12 \n" +
 	"\treasoning\x18\x05 \x03(\bB\x02\x10\x01R\treasoning\x12)\n" +
-	"\x0eoutput_digests\x18\x06 \x03(\aB\x02\x10\x01R\routputDigests\"\xc5\x02\n" +
+	"\x0eoutput_digests\x18\x06 \x03(\aB\x02\x10\x01R\routputDigests\"\xd9\x02\n" +
 	"\rSessionOutput\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\x12'\n" +
@@ -3481,10 +3715,17 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x06events\x18\x05 \x03(\v2\x13.parsetier.v1.EventR\x06events\x12)\n" +
 	"\x05final\x18\x06 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x123\n" +
 	"\x06status\x18\a \x01(\v2\x1b.parsetier.v1.SessionStatusR\x06status\x12#\n" +
-	"\routput_digest\x18\b \x01(\aR\foutputDigest\"=\n" +
+	"\routput_digest\x18\b \x01(\aR\foutputDigest\x12\x12\n" +
+	"\x04wire\x18\t \x01(\fR\x04wire\"=\n" +
 	"\rSessionStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*\x87\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*\xb6\x01\n" +
+	"\vWireDialect\x12\x1c\n" +
+	"\x18WIRE_DIALECT_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18WIRE_DIALECT_OPENAI_CHAT\x10\x01\x12#\n" +
+	"\x1fWIRE_DIALECT_OPENAI_COMPLETIONS\x10\x02\x12#\n" +
+	"\x1fWIRE_DIALECT_ANTHROPIC_MESSAGES\x10\x03\x12!\n" +
+	"\x1dWIRE_DIALECT_OPENAI_RESPONSES\x10\x04*\x87\x01\n" +
 	"\x0eToolChoiceMode\x12 \n" +
 	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n" +
@@ -3546,119 +3787,123 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 	return file_parsetier_v1_parsetier_proto_rawDescData
 }
 
-var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
-	(ToolChoiceMode)(0),             // 0: parsetier.v1.ToolChoiceMode
-	(OutputKind)(0),                 // 1: parsetier.v1.OutputKind
-	(FinishReason)(0),               // 2: parsetier.v1.FinishReason
-	(EventKind)(0),                  // 3: parsetier.v1.EventKind
-	(TokenizerStatus)(0),            // 4: parsetier.v1.TokenizerStatus
-	(ConstraintReasoning)(0),        // 5: parsetier.v1.ConstraintReasoning
-	(*ParseRequest)(nil),            // 6: parsetier.v1.ParseRequest
-	(*Open)(nil),                    // 7: parsetier.v1.Open
-	(*ResumePoint)(nil),             // 8: parsetier.v1.ResumePoint
-	(*CompletionOptions)(nil),       // 9: parsetier.v1.CompletionOptions
-	(*Tool)(nil),                    // 10: parsetier.v1.Tool
-	(*ToolChoice)(nil),              // 11: parsetier.v1.ToolChoice
-	(*Step)(nil),                    // 12: parsetier.v1.Step
-	(*StepLogprobs)(nil),            // 13: parsetier.v1.StepLogprobs
-	(*Finish)(nil),                  // 14: parsetier.v1.Finish
-	(*ParseResponse)(nil),           // 15: parsetier.v1.ParseResponse
-	(*ReplyPart)(nil),               // 16: parsetier.v1.ReplyPart
-	(*Delta)(nil),                   // 17: parsetier.v1.Delta
-	(*TokenLogprob)(nil),            // 18: parsetier.v1.TokenLogprob
-	(*TopLogprob)(nil),              // 19: parsetier.v1.TopLogprob
-	(*ToolCallDelta)(nil),           // 20: parsetier.v1.ToolCallDelta
-	(*Event)(nil),                   // 21: parsetier.v1.Event
-	(*Final)(nil),                   // 22: parsetier.v1.Final
-	(*Usage)(nil),                   // 23: parsetier.v1.Usage
-	(*AssistantMessage)(nil),        // 24: parsetier.v1.AssistantMessage
-	(*ToolCall)(nil),                // 25: parsetier.v1.ToolCall
-	(*ParseOnceRequest)(nil),        // 26: parsetier.v1.ParseOnceRequest
-	(*ParseOnceResponse)(nil),       // 27: parsetier.v1.ParseOnceResponse
-	(*ListModelsRequest)(nil),       // 28: parsetier.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),      // 29: parsetier.v1.ListModelsResponse
-	(*ModelInfo)(nil),               // 30: parsetier.v1.ModelInfo
-	(*Capabilities)(nil),            // 31: parsetier.v1.Capabilities
-	(*BuildConstraintRequest)(nil),  // 32: parsetier.v1.BuildConstraintRequest
-	(*BuildConstraintResponse)(nil), // 33: parsetier.v1.BuildConstraintResponse
-	(*MessageStartAnchor)(nil),      // 34: parsetier.v1.MessageStartAnchor
-	(*ParseBatchRequest)(nil),       // 35: parsetier.v1.ParseBatchRequest
-	(*PackedSteps)(nil),             // 36: parsetier.v1.PackedSteps
-	(*SessionInput)(nil),            // 37: parsetier.v1.SessionInput
-	(*ParseBatchResponse)(nil),      // 38: parsetier.v1.ParseBatchResponse
-	(*PackedOutputs)(nil),           // 39: parsetier.v1.PackedOutputs
-	(*SessionOutput)(nil),           // 40: parsetier.v1.SessionOutput
-	(*SessionStatus)(nil),           // 41: parsetier.v1.SessionStatus
-	nil,                             // 42: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(WireDialect)(0),                // 0: parsetier.v1.WireDialect
+	(ToolChoiceMode)(0),             // 1: parsetier.v1.ToolChoiceMode
+	(OutputKind)(0),                 // 2: parsetier.v1.OutputKind
+	(FinishReason)(0),               // 3: parsetier.v1.FinishReason
+	(EventKind)(0),                  // 4: parsetier.v1.EventKind
+	(TokenizerStatus)(0),            // 5: parsetier.v1.TokenizerStatus
+	(ConstraintReasoning)(0),        // 6: parsetier.v1.ConstraintReasoning
+	(*ParseRequest)(nil),            // 7: parsetier.v1.ParseRequest
+	(*Open)(nil),                    // 8: parsetier.v1.Open
+	(*WireOptions)(nil),             // 9: parsetier.v1.WireOptions
+	(*ResumePoint)(nil),             // 10: parsetier.v1.ResumePoint
+	(*CompletionOptions)(nil),       // 11: parsetier.v1.CompletionOptions
+	(*Tool)(nil),                    // 12: parsetier.v1.Tool
+	(*ToolChoice)(nil),              // 13: parsetier.v1.ToolChoice
+	(*Step)(nil),                    // 14: parsetier.v1.Step
+	(*StepLogprobs)(nil),            // 15: parsetier.v1.StepLogprobs
+	(*Finish)(nil),                  // 16: parsetier.v1.Finish
+	(*ParseResponse)(nil),           // 17: parsetier.v1.ParseResponse
+	(*ReplyPart)(nil),               // 18: parsetier.v1.ReplyPart
+	(*Delta)(nil),                   // 19: parsetier.v1.Delta
+	(*TokenLogprob)(nil),            // 20: parsetier.v1.TokenLogprob
+	(*TopLogprob)(nil),              // 21: parsetier.v1.TopLogprob
+	(*ToolCallDelta)(nil),           // 22: parsetier.v1.ToolCallDelta
+	(*Event)(nil),                   // 23: parsetier.v1.Event
+	(*Final)(nil),                   // 24: parsetier.v1.Final
+	(*Usage)(nil),                   // 25: parsetier.v1.Usage
+	(*AssistantMessage)(nil),        // 26: parsetier.v1.AssistantMessage
+	(*ToolCall)(nil),                // 27: parsetier.v1.ToolCall
+	(*ParseOnceRequest)(nil),        // 28: parsetier.v1.ParseOnceRequest
+	(*ParseOnceResponse)(nil),       // 29: parsetier.v1.ParseOnceResponse
+	(*ListModelsRequest)(nil),       // 30: parsetier.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 31: parsetier.v1.ListModelsResponse
+	(*ModelInfo)(nil),               // 32: parsetier.v1.ModelInfo
+	(*Capabilities)(nil),            // 33: parsetier.v1.Capabilities
+	(*BuildConstraintRequest)(nil),  // 34: parsetier.v1.BuildConstraintRequest
+	(*BuildConstraintResponse)(nil), // 35: parsetier.v1.BuildConstraintResponse
+	(*MessageStartAnchor)(nil),      // 36: parsetier.v1.MessageStartAnchor
+	(*ParseBatchRequest)(nil),       // 37: parsetier.v1.ParseBatchRequest
+	(*PackedSteps)(nil),             // 38: parsetier.v1.PackedSteps
+	(*SessionInput)(nil),            // 39: parsetier.v1.SessionInput
+	(*ParseBatchResponse)(nil),      // 40: parsetier.v1.ParseBatchResponse
+	(*PackedOutputs)(nil),           // 41: parsetier.v1.PackedOutputs
+	(*SessionOutput)(nil),           // 42: parsetier.v1.SessionOutput
+	(*SessionStatus)(nil),           // 43: parsetier.v1.SessionStatus
+	nil,                             // 44: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
-	7,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
-	12, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
-	14, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
-	10, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
-	11, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	42, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
-	1,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
-	8,  // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
-	9,  // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
-	12, // 9: parsetier.v1.ResumePoint.history:type_name -> parsetier.v1.Step
-	0,  // 10: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
-	13, // 11: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
-	2,  // 12: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	17, // 13: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	21, // 14: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	22, // 15: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	16, // 16: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
-	20, // 17: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	18, // 18: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
-	19, // 19: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
-	3,  // 20: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
-	2,  // 21: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	23, // 22: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	24, // 23: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	18, // 24: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
-	25, // 25: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	7,  // 26: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	14, // 27: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	13, // 28: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
-	22, // 29: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	17, // 30: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	21, // 31: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	30, // 32: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	31, // 33: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	4,  // 34: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
-	7,  // 35: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
-	5,  // 36: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
-	34, // 37: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	37, // 38: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
-	36, // 39: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
-	7,  // 40: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
-	12, // 41: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
-	14, // 42: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
-	40, // 43: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
-	16, // 44: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
-	39, // 45: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
-	17, // 46: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
-	21, // 47: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
-	22, // 48: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
-	41, // 49: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
-	6,  // 50: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	26, // 51: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	28, // 52: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	32, // 53: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	35, // 54: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
-	15, // 55: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	27, // 56: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	29, // 57: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	33, // 58: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	38, // 59: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
-	55, // [55:60] is the sub-list for method output_type
-	50, // [50:55] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	8,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
+	14, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
+	16, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
+	12, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
+	13, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
+	44, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	2,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
+	10, // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
+	11, // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
+	9,  // 9: parsetier.v1.Open.wire:type_name -> parsetier.v1.WireOptions
+	0,  // 10: parsetier.v1.WireOptions.dialect:type_name -> parsetier.v1.WireDialect
+	14, // 11: parsetier.v1.ResumePoint.history:type_name -> parsetier.v1.Step
+	1,  // 12: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
+	15, // 13: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
+	3,  // 14: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
+	19, // 15: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	23, // 16: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	24, // 17: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	18, // 18: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
+	22, // 19: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	20, // 20: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
+	21, // 21: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
+	4,  // 22: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
+	3,  // 23: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
+	25, // 24: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	26, // 25: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	20, // 26: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
+	27, // 27: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	8,  // 28: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	16, // 29: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	15, // 30: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
+	24, // 31: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	19, // 32: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	23, // 33: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	32, // 34: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	33, // 35: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	5,  // 36: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
+	8,  // 37: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	6,  // 38: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	36, // 39: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	39, // 40: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
+	38, // 41: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
+	8,  // 42: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
+	14, // 43: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
+	16, // 44: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
+	42, // 45: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
+	18, // 46: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
+	41, // 47: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
+	19, // 48: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
+	23, // 49: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
+	24, // 50: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
+	43, // 51: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
+	7,  // 52: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	28, // 53: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	30, // 54: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	34, // 55: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	37, // 56: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	17, // 57: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	29, // 58: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	31, // 59: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	35, // 60: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	40, // 61: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	57, // [57:62] is the sub-list for method output_type
+	52, // [52:57] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -3667,12 +3912,12 @@ func file_parsetier_v1_parsetier_proto_init() {
 		return
 	}
 	file_parsetier_v1_parsetier_proto_msgTypes[1].OneofWrappers = []any{}
-	file_parsetier_v1_parsetier_proto_msgTypes[3].OneofWrappers = []any{}
-	file_parsetier_v1_parsetier_proto_msgTypes[5].OneofWrappers = []any{
+	file_parsetier_v1_parsetier_proto_msgTypes[4].OneofWrappers = []any{}
+	file_parsetier_v1_parsetier_proto_msgTypes[6].OneofWrappers = []any{
 		(*ToolChoice_Mode)(nil),
 		(*ToolChoice_FunctionName)(nil),
 	}
-	file_parsetier_v1_parsetier_proto_msgTypes[8].OneofWrappers = []any{
+	file_parsetier_v1_parsetier_proto_msgTypes[9].OneofWrappers = []any{
 		(*Finish_StopTokenId)(nil),
 		(*Finish_StopString)(nil),
 	}
@@ -3681,8 +3926,8 @@ func file_parsetier_v1_parsetier_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   37,
+			NumEnums:      7,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -7,6 +7,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class WireDialect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WIRE_DIALECT_UNSPECIFIED: _ClassVar[WireDialect]
+    WIRE_DIALECT_OPENAI_CHAT: _ClassVar[WireDialect]
+    WIRE_DIALECT_OPENAI_COMPLETIONS: _ClassVar[WireDialect]
+    WIRE_DIALECT_ANTHROPIC_MESSAGES: _ClassVar[WireDialect]
+    WIRE_DIALECT_OPENAI_RESPONSES: _ClassVar[WireDialect]
+
 class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOOL_CHOICE_MODE_UNSPECIFIED: _ClassVar[ToolChoiceMode]
@@ -56,6 +64,11 @@ class ConstraintReasoning(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSTRAINT_REASONING_BLOCK: _ClassVar[ConstraintReasoning]
     CONSTRAINT_REASONING_CONTINUED: _ClassVar[ConstraintReasoning]
     CONSTRAINT_REASONING_OPTIONAL: _ClassVar[ConstraintReasoning]
+WIRE_DIALECT_UNSPECIFIED: WireDialect
+WIRE_DIALECT_OPENAI_CHAT: WireDialect
+WIRE_DIALECT_OPENAI_COMPLETIONS: WireDialect
+WIRE_DIALECT_ANTHROPIC_MESSAGES: WireDialect
+WIRE_DIALECT_OPENAI_RESPONSES: WireDialect
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
 TOOL_CHOICE_MODE_NONE: ToolChoiceMode
@@ -100,7 +113,7 @@ class ParseRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[Step, _Mapping]]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ...) -> None: ...
 
 class Open(_message.Message):
-    __slots__ = ("model", "request_id", "tools", "tools_json", "tool_choice", "parallel_tool_calls", "include_reasoning", "thinking", "chat_template_kwargs", "prompt_token_ids", "output", "include_stop_text", "complete_tool_calls", "resume", "resumable", "return_token_ids", "completion", "choice_index", "stop", "stop_token_ids")
+    __slots__ = ("model", "request_id", "tools", "tools_json", "tool_choice", "parallel_tool_calls", "include_reasoning", "thinking", "chat_template_kwargs", "prompt_token_ids", "output", "include_stop_text", "complete_tool_calls", "resume", "resumable", "return_token_ids", "completion", "choice_index", "stop", "stop_token_ids", "wire")
     class ChatTemplateKwargsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +141,7 @@ class Open(_message.Message):
     CHOICE_INDEX_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    WIRE_FIELD_NUMBER: _ClassVar[int]
     model: str
     request_id: str
     tools: _containers.RepeatedCompositeFieldContainer[Tool]
@@ -148,7 +162,26 @@ class Open(_message.Message):
     choice_index: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tools_json: _Optional[str] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., include_reasoning: _Optional[bool] = ..., thinking: _Optional[bool] = ..., chat_template_kwargs: _Optional[_Mapping[str, str]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., output: _Optional[_Union[OutputKind, str]] = ..., include_stop_text: _Optional[bool] = ..., complete_tool_calls: _Optional[bool] = ..., resume: _Optional[_Union[ResumePoint, _Mapping]] = ..., resumable: _Optional[bool] = ..., return_token_ids: _Optional[bool] = ..., completion: _Optional[_Union[CompletionOptions, _Mapping]] = ..., choice_index: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    wire: WireOptions
+    def __init__(self, model: _Optional[str] = ..., request_id: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tools_json: _Optional[str] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., include_reasoning: _Optional[bool] = ..., thinking: _Optional[bool] = ..., chat_template_kwargs: _Optional[_Mapping[str, str]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., output: _Optional[_Union[OutputKind, str]] = ..., include_stop_text: _Optional[bool] = ..., complete_tool_calls: _Optional[bool] = ..., resume: _Optional[_Union[ResumePoint, _Mapping]] = ..., resumable: _Optional[bool] = ..., return_token_ids: _Optional[bool] = ..., completion: _Optional[_Union[CompletionOptions, _Mapping]] = ..., choice_index: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., wire: _Optional[_Union[WireOptions, _Mapping]] = ...) -> None: ...
+
+class WireOptions(_message.Message):
+    __slots__ = ("dialect", "response_id", "model", "created", "stream", "include_usage", "prompt_tokens")
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    dialect: WireDialect
+    response_id: str
+    model: str
+    created: int
+    stream: bool
+    include_usage: bool
+    prompt_tokens: int
+    def __init__(self, dialect: _Optional[_Union[WireDialect, str]] = ..., response_id: _Optional[str] = ..., model: _Optional[str] = ..., created: _Optional[int] = ..., stream: _Optional[bool] = ..., include_usage: _Optional[bool] = ..., prompt_tokens: _Optional[int] = ...) -> None: ...
 
 class ResumePoint(_message.Message):
     __slots__ = ("sequence", "history", "output_digest")
@@ -221,7 +254,7 @@ class Finish(_message.Message):
     def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ...) -> None: ...
 
 class ParseResponse(_message.Message):
-    __slots__ = ("sequence", "client_messages", "deltas", "events", "final", "part", "output_digest")
+    __slots__ = ("sequence", "client_messages", "deltas", "events", "final", "part", "output_digest", "wire")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
@@ -229,6 +262,7 @@ class ParseResponse(_message.Message):
     FINAL_FIELD_NUMBER: _ClassVar[int]
     PART_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WIRE_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     client_messages: int
     deltas: _containers.RepeatedCompositeFieldContainer[Delta]
@@ -236,7 +270,8 @@ class ParseResponse(_message.Message):
     final: Final
     part: ReplyPart
     output_digest: int
-    def __init__(self, sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ..., output_digest: _Optional[int] = ...) -> None: ...
+    wire: bytes
+    def __init__(self, sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., part: _Optional[_Union[ReplyPart, _Mapping]] = ..., output_digest: _Optional[int] = ..., wire: _Optional[bytes] = ...) -> None: ...
 
 class ReplyPart(_message.Message):
     __slots__ = ("data", "more")
@@ -315,18 +350,20 @@ class Event(_message.Message):
     def __init__(self, kind: _Optional[_Union[EventKind, str]] = ..., text: _Optional[str] = ..., tool_index: _Optional[int] = ..., tokens: _Optional[int] = ..., call_id: _Optional[str] = ...) -> None: ...
 
 class Final(_message.Message):
-    __slots__ = ("finish_reason", "usage", "message", "logprobs", "token_ids")
+    __slots__ = ("finish_reason", "usage", "message", "logprobs", "token_ids", "wire")
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    WIRE_FIELD_NUMBER: _ClassVar[int]
     finish_reason: FinishReason
     usage: Usage
     message: AssistantMessage
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., message: _Optional[_Union[AssistantMessage, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    wire: bytes
+    def __init__(self, finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., message: _Optional[_Union[AssistantMessage, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., token_ids: _Optional[_Iterable[int]] = ..., wire: _Optional[bytes] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("completion_tokens", "reasoning_tokens")
@@ -373,14 +410,16 @@ class ParseOnceRequest(_message.Message):
     def __init__(self, open: _Optional[_Union[Open, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., text_tokens: _Optional[int] = ..., logprobs: _Optional[_Union[StepLogprobs, _Mapping]] = ...) -> None: ...
 
 class ParseOnceResponse(_message.Message):
-    __slots__ = ("final", "deltas", "events")
+    __slots__ = ("final", "deltas", "events", "wire")
     FINAL_FIELD_NUMBER: _ClassVar[int]
     DELTAS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    WIRE_FIELD_NUMBER: _ClassVar[int]
     final: Final
     deltas: _containers.RepeatedCompositeFieldContainer[Delta]
     events: _containers.RepeatedCompositeFieldContainer[Event]
-    def __init__(self, final: _Optional[_Union[Final, _Mapping]] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+    wire: bytes
+    def __init__(self, final: _Optional[_Union[Final, _Mapping]] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., wire: _Optional[bytes] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()
@@ -509,7 +548,7 @@ class PackedOutputs(_message.Message):
     def __init__(self, keys: _Optional[_Iterable[str]] = ..., sequences: _Optional[_Iterable[int]] = ..., client_messages: _Optional[_Iterable[int]] = ..., texts: _Optional[_Iterable[str]] = ..., reasoning: _Optional[_Iterable[bool]] = ..., output_digests: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SessionOutput(_message.Message):
-    __slots__ = ("key", "sequence", "client_messages", "deltas", "events", "final", "status", "output_digest")
+    __slots__ = ("key", "sequence", "client_messages", "deltas", "events", "final", "status", "output_digest", "wire")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -518,6 +557,7 @@ class SessionOutput(_message.Message):
     FINAL_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WIRE_FIELD_NUMBER: _ClassVar[int]
     key: str
     sequence: int
     client_messages: int
@@ -526,7 +566,8 @@ class SessionOutput(_message.Message):
     final: Final
     status: SessionStatus
     output_digest: int
-    def __init__(self, key: _Optional[str] = ..., sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., status: _Optional[_Union[SessionStatus, _Mapping]] = ..., output_digest: _Optional[int] = ...) -> None: ...
+    wire: bytes
+    def __init__(self, key: _Optional[str] = ..., sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., status: _Optional[_Union[SessionStatus, _Mapping]] = ..., output_digest: _Optional[int] = ..., wire: _Optional[bytes] = ...) -> None: ...
 
 class SessionStatus(_message.Message):
     __slots__ = ("code", "message")
