@@ -270,8 +270,8 @@ class BatchProtocol:
                 continue
             if taken is None:
                 continue
-            deltas, events = taken
-            if not events and len(deltas) == 1:
+            deltas, events, wire = taken
+            if not events and not wire and len(deltas) == 1:
                 delta = deltas[0]
                 if not (
                     delta.tool_calls
@@ -286,7 +286,7 @@ class BatchProtocol:
                     reasoning.append(bool(delta.reasoning))
                     digests.append(protocol.digest.value)
                     continue
-            protocol.write(outputs.add(key=key), deltas, events)
+            protocol.write(outputs.add(key=key), deltas, events, wire)
         if keys:
             out = response.packed
             out.keys.extend(keys)

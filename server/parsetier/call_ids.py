@@ -17,6 +17,7 @@ session already has that id: then the derived id (the assembler keeps ids unique
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 
 from parsetier.messages import SessionOptions
@@ -44,3 +45,25 @@ def id_maker(options: SessionOptions) -> Callable[[int], str]:
         return ID_PREFIX + digest.hexdigest()
 
     return make
+
+
+_API_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def api_call_id(call_id: str, prefix: str) -> str:
+    """A session's call id in a public API's convention (``call_…`` OpenAI, ``toolu_…``
+    Anthropic): a derived id keeps its hex under the API's prefix; an id the model wrote is kept
+    when the API's id alphabet allows it (letters, digits, ``_`` and ``-``), else becomes the
+    prefix and a hash of it. Deterministic, so a resumed session shows the same ids."""
+    if call_id.startswith(ID_PREFIX):
+        return prefix + call_id[len(ID_PREFIX) :]
+    if _API_ID.fullmatch(call_id):
+        return call_id
+    return prefix + hashlib.blake2b(call_id.encode("utf-8"), key=ID_KEY, digest_size=12).hexdigest()
+
+
+def item_id(prefix: str, response_id: str, index: int) -> str:
+    """The id of a response's ``index``-th output item (Responses' ``rs_`` / ``msg_`` / ``fc_``),
+    derived from the response id the gateway chose."""
+    digest = hashlib.blake2b(f"{response_id}\x00{index}".encode(), key=ID_KEY, digest_size=12)
+    return prefix + digest.hexdigest()

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from parsetier.dialects import Dialect, WireRequest
 from parsetier.engine import json_bounds
 from parsetier.engine.events import Event, EventKind
 from parsetier.messages import (
@@ -278,6 +279,32 @@ def fill_final(out: pb.Final, final: Final) -> None:
         add(id=c.id, name=c.name, arguments=c.arguments)
     out.token_ids.extend(final.token_ids)
     add_logprobs(out.logprobs, final.logprobs)
+
+
+_DIALECTS: dict[int, Dialect] = {
+    pb.WIRE_DIALECT_OPENAI_CHAT: "openai_chat",
+    pb.WIRE_DIALECT_OPENAI_COMPLETIONS: "openai_completions",
+    pb.WIRE_DIALECT_ANTHROPIC_MESSAGES: "anthropic_messages",
+    pb.WIRE_DIALECT_OPENAI_RESPONSES: "openai_responses",
+}
+
+
+def wire_request_of(open_: pb.Open) -> WireRequest:
+    """``Open.wire`` (and the choice index) as a dialect's request-level values."""
+    wire = open_.wire
+    dialect = _DIALECTS.get(wire.dialect)
+    if dialect is None:
+        raise invalid(f"wire.dialect: {wire.dialect} is not a wire dialect (set one of WIRE_DIALECT_*)")
+    return WireRequest(
+        dialect=dialect,
+        response_id=wire.response_id,
+        model=wire.model,
+        created=wire.created,
+        stream=wire.stream,
+        include_usage=wire.include_usage,
+        prompt_tokens=wire.prompt_tokens,
+        choice_index=open_.choice_index,
+    )
 
 
 def wants(output: int, *, unary: bool) -> tuple[bool, bool]:

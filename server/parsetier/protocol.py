@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from parsetier import convert, resume
 from parsetier import session as core
 from parsetier.completion import CompletionSession, open_session
+from parsetier.dialects import Renderer, renderer
 from parsetier.digest import OutputDigest
 from parsetier.engine.events import Event
 from parsetier.messages import Delta
@@ -277,6 +278,8 @@ class SessionProtocol:
         """The client can resume elsewhere: a draining server hands the session off."""
         self.digest = OutputDigest()
         """The running digest of the output produced (``output_digest`` of the replies)."""
+        self.renderer: Renderer | None = None
+        """The session's wire dialect (``Open.wire``), fed every delta; None when not asked for."""
 
     @property
     def finished(self) -> bool:
@@ -325,11 +328,11 @@ class SessionProtocol:
         self.write(into, *taken)
         return True
 
-    def take_ids(self, ids: Sequence[int]) -> tuple[Sequence[Delta], Sequence[Event]] | None:
+    def take_ids(self, ids: Sequence[int]) -> tuple[Sequence[Delta], Sequence[Event], bytes] | None:
         """``feed_ids`` without the writing: the message is counted and its ids fed, and what the
-        reply carries (the deltas and events the session asked for) is returned, its ``sequence``
-        taken; None when the message produced nothing to send. The caller writes the reply (with
-        ``write``, or packed: ``BatchProtocol``)."""
+        reply carries (the deltas and events the session asked for, its wire bytes) is returned,
+        its ``sequence`` taken; None when the message produced nothing to send. The caller writes
+        the reply (with ``write``, or packed: ``BatchProtocol``)."""
         counts = self.counts
         counts.client_messages += 1
         try:
@@ -349,15 +352,18 @@ class SessionProtocol:
             self.digest.add(out.deltas)
         deltas = out.deltas if self.want_deltas else ()
         events = out.events if self.want_events else ()
-        if not deltas and not events:
+        wire = self.renderer.step(out.deltas) if self.renderer is not None and out.deltas else b""
+        if not deltas and not events and not wire:
             return None
         self.sequence += 1
         counts.deltas += len(deltas)
         counts.events += len(events)
         counts.server_messages += 1
-        return deltas, events
+        return deltas, events, wire
 
-    def write(self, into: Output, deltas: Sequence[Delta], events: Sequence[Event]) -> None:
+    def write(
+        self, into: Output, deltas: Sequence[Delta], events: Sequence[Event], wire: bytes = b""
+    ) -> None:
         """Write the reply ``take_ids`` returned into ``into``."""
         into.sequence = self.sequence
         into.client_messages = self.counts.client_messages
@@ -366,6 +372,8 @@ class SessionProtocol:
             convert.add_deltas(into.deltas, deltas)
         if events:
             into.events.extend([convert.event_to_pb(e) for e in events])
+        if wire:
+            into.wire = wire
 
     def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
@@ -423,10 +431,14 @@ class SessionProtocol:
         self.counts.choice_index = options.choice_index
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options)
+        if open_.HasField("wire"):
+            self.renderer = renderer(convert.wire_request_of(open_))
         self.resumable = open_.resumable
         if open_.HasField("resume") and not self.unary:  # ParseOnce ignores a resume point
             point = open_.resume
-            self._digest(self._feed(point.history))  # silent: the client has this output
+            history = self._feed(point.history)  # silent: the client has this output
+            self._digest(history)
+            self._render(history, None)
             resume.check(point, self.digest.value)
             self.sequence = point.sequence
             self.counts.replayed = resume.history_tokens(point)
@@ -436,13 +448,31 @@ class SessionProtocol:
         if not message.steps and not finish:
             return None  # an Open alone, or an empty keep-alive message
         outputs = self._feed(message.steps)
+        matched: int | str | None = None
         if finish:
             assert self.session is not None
             reason, matched = convert.finish_of(message.finish)
             outputs.append(self.session.finish(reason, matched_stop=matched))
             self.state = State.FINISHED
         self._digest(outputs)
-        return self._reply(outputs, into)
+        wire = self._render(outputs, matched if isinstance(matched, str) else None)
+        return self._reply(outputs, into, wire)
+
+    def _render(self, outputs: list[core.StepOutput], stop_string: str | None) -> tuple[bytes, bytes]:
+        """The wire bytes of these outputs (``Open.wire``): the reply's, and ``Final.wire``. A
+        resumed session's silent history renders too (the bytes dropped), so the renderer's state
+        goes on as it did on the broken stream."""
+        renderer = self.renderer
+        if renderer is None or not outputs:
+            return b"", b""
+        last = outputs[-1] if outputs[-1].final is not None else None
+        parts = [renderer.step(out.deltas) for out in outputs if out is not last and out.deltas]
+        closing = b""
+        if last is not None:
+            assert last.final is not None
+            tail, closing = renderer.finish(last.deltas, last.final, stop_string)
+            parts.append(tail)
+        return b"".join(parts), closing
 
     def _digest(self, outputs: list[core.StepOutput]) -> None:
         """Account for produced output in the digest, whether it is sent or not."""
@@ -476,13 +506,15 @@ class SessionProtocol:
                 outputs += feed_in_pieces(session, run)
         return outputs
 
-    def _reply(self, outputs: list[core.StepOutput], into: Output | None) -> Output | None:
+    def _reply(
+        self, outputs: list[core.StepOutput], into: Output | None, wire: tuple[bytes, bytes] = (b"", b"")
+    ) -> Output | None:
         """Fill the reply from the outputs; None (and ``into`` untouched) when there is nothing."""
         want_deltas, want_events = self.want_deltas, self.want_events
         deltas = [d for out in outputs for d in out.deltas] if want_deltas else []
         events = [e for out in outputs for e in out.events] if want_events else []
         final = outputs[-1].final if outputs else None
-        if not deltas and not events and final is None:
+        if not deltas and not events and final is None and not wire[0]:
             return None
         counts = self.counts
         reply = pb.ParseResponse() if into is None else into
@@ -494,8 +526,12 @@ class SessionProtocol:
             convert.add_deltas(reply.deltas, deltas)
         if events:
             reply.events.extend([convert.event_to_pb(e) for e in events])
+        if wire[0]:
+            reply.wire = wire[0]
         if final is not None:
             convert.fill_final(reply.final, final)
+            if wire[1]:
+                reply.final.wire = wire[1]
             counts.finish_reason = final.finish_reason
         counts.deltas += len(deltas)
         counts.events += len(events)
@@ -557,4 +593,5 @@ def once_response(reply: Reply) -> pb.ParseOnceResponse:
         response.final.CopyFrom(reply.response.final)
         response.deltas.extend(reply.response.deltas)
         response.events.extend(reply.response.events)
+        response.wire = reply.response.wire
     return response

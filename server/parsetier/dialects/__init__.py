@@ -1,0 +1,79 @@
+"""Wire dialects: a session's output rendered as the bytes a public API sends.
+
+A gateway in front of parsetier answers its callers in OpenAI chat completions, OpenAI
+completions, Anthropic Messages or OpenAI Responses shapes. Each of those has details that are
+easy to get subtly wrong (the role in the first chunk only, a call's id and name on its first
+fragment only, the finish reason's name, usage in the last chunk, the SSE framing), so the server
+renders them once, here, for the sessions that ask (``Open.wire``).
+
+The renderers sit above the assembler and are sans-IO: they consume the ``Delta`` values a session
+produced and its ``Final`` — the session contract, whichever engine produced them — and return
+bytes. One renderer lives for one session; it is fed every delta of the session, in order
+(``step``), then the last deltas and the final result (``finish``), which returns the bytes of the
+last reply and the closing bytes (``Final.wire``). Being fed the same deltas, it renders the same
+bytes: a resumed session replays its history through it silently, so resume stays byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from parsetier.messages import Delta, Final
+
+Dialect = Literal["openai_chat", "openai_completions", "anthropic_messages", "openai_responses"]
+DIALECTS: tuple[Dialect, ...] = (
+    "openai_chat",
+    "openai_completions",
+    "anthropic_messages",
+    "openai_responses",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """The request-level values a dialect's bodies hold (``Open.wire``, plus the choice index)."""
+
+    dialect: Dialect
+    response_id: str = ""
+    model: str = ""
+    created: int = 0
+    stream: bool = True
+    include_usage: bool = False
+    prompt_tokens: int = 0
+    choice_index: int = 0
+
+
+class Renderer(Protocol):
+    """One session's renderer (see the module docstring)."""
+
+    def step(self, deltas: Sequence[Delta]) -> bytes:
+        """The bytes of one reply's deltas (b"" when there is nothing to forward yet)."""
+        ...
+
+    def finish(self, deltas: Sequence[Delta], final: Final, stop_string: str | None) -> tuple[bytes, bytes]:
+        """The last reply's bytes (its deltas, up to the finish event) and the closing bytes or the
+        whole body (``Final.wire``). ``stop_string`` is the stop string that ended the output."""
+        ...
+
+
+def renderer(request: WireRequest) -> Renderer:
+    """A new renderer for one session."""
+    if request.dialect == "openai_chat":
+        from parsetier.dialects.openai_chat import ChatRenderer
+
+        return ChatRenderer(request)
+    if request.dialect == "openai_completions":
+        from parsetier.dialects.openai_completions import CompletionsRenderer
+
+        return CompletionsRenderer(request)
+    if request.dialect == "anthropic_messages":
+        from parsetier.dialects.anthropic_messages import MessagesRenderer
+
+        return MessagesRenderer(request)
+    if request.dialect == "openai_responses":
+        from parsetier.dialects.openai_responses import ResponsesRenderer
+
+        return ResponsesRenderer(request)
+    raise ValueError(f"unknown wire dialect {request.dialect!r}")

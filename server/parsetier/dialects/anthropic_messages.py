@@ -1,0 +1,154 @@
+"""Anthropic Messages: ``message_start`` … ``message_stop`` events, or one ``message`` body.
+
+The output is a list of content blocks in the order the model wrote them: reasoning is a
+``thinking`` block (``thinking_delta``; its ``signature`` is empty: open models sign nothing),
+content a ``text`` block (``text_delta``), each call a ``tool_use`` block with a ``toolu_…`` id
+whose arguments stream as ``input_json_delta``. A change of kind closes the open block. The finish
+reason maps to ``stop_reason``: ``tool_use`` when calls were made, ``max_tokens`` for a length cut,
+``stop_sequence`` (with ``stop_sequence`` set) when a stop string ended the output, else
+``end_turn``. The API has no logprobs and no ``n``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from parsetier.call_ids import api_call_id
+from parsetier.dialects import WireRequest
+from parsetier.dialects.wire_json import dumps, sse_event
+from parsetier.messages import Delta, Final
+
+CALL_PREFIX = "toolu_"
+_STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
+
+
+class _Block:
+    __slots__ = ("call_id", "kind", "name", "parts")
+
+    def __init__(self, kind: str, call_id: str = "", name: str = "") -> None:
+        self.kind = kind
+        """``thinking``, ``text`` or ``tool_use``."""
+        self.call_id = call_id
+        self.name = name
+        self.parts: list[str] = []
+
+    def body(self) -> dict[str, Any]:
+        text = "".join(self.parts)
+        if self.kind == "thinking":
+            return {"type": "thinking", "thinking": text, "signature": ""}
+        if self.kind == "text":
+            return {"type": "text", "text": text}
+        return {"type": "tool_use", "id": self.call_id, "name": self.name, "input": tool_input(text)}
+
+
+def tool_input(arguments: str) -> Any:
+    """A call's ``input``: its arguments as the JSON object they are. Arguments that are not one
+    (a call cut off by the length limit) are ``{}`` in a body; streamed, their text went out as it
+    was, in ``input_json_delta`` events."""
+    try:
+        value = json.loads(arguments) if arguments else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+_START = {
+    "thinking": '{"type":"thinking","thinking":"","signature":""}',
+    "text": '{"type":"text","text":""}',
+}
+
+
+class MessagesRenderer:
+    def __init__(self, request: WireRequest) -> None:
+        self.request = request
+        self._blocks: list[_Block] = []
+        self._open: _Block | None = None
+        self._started = False
+
+    def step(self, deltas: Sequence[Delta]) -> bytes:
+        out: list[str] = []
+        self._render(deltas, out)
+        return "".join(out).encode() if self.request.stream else b""
+
+    def _render(self, deltas: Sequence[Delta], out: list[str]) -> None:
+        if not self._started:
+            self._started = True
+            message = {"id": self.request.response_id, "type": "message", "role": "assistant"}
+            message |= {
+                "model": self.request.model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+            }
+            message["usage"] = {"input_tokens": self.request.prompt_tokens, "output_tokens": 0}
+            out.append(sse_event("message_start", dumps({"type": "message_start", "message": message})))
+        for delta in deltas:
+            if delta.reasoning:
+                self._text("thinking", "thinking_delta", "thinking", delta.reasoning, out)
+            if delta.content:
+                self._text("text", "text_delta", "text", delta.content, out)
+            for call in delta.tool_calls:
+                if call.id is not None:
+                    self._close(out)
+                    block = _Block("tool_use", api_call_id(call.id, CALL_PREFIX), call.name or "")
+                    start = {"type": "tool_use", "id": block.call_id, "name": block.name, "input": {}}
+                    self._begin(block, dumps(start), out)
+                if call.arguments and self._open is not None and self._open.kind == "tool_use":
+                    self._open.parts.append(call.arguments)
+                    payload = {"type": "input_json_delta", "partial_json": call.arguments}
+                    self._delta(payload, out)
+
+    def _text(self, kind: str, delta_type: str, key: str, text: str, out: list[str]) -> None:
+        block = self._open
+        if block is None or block.kind != kind:
+            self._close(out)
+            block = _Block(kind)
+            self._begin(block, _START[kind], out)
+        block.parts.append(text)
+        self._delta({"type": delta_type, key: text}, out)
+
+    def _begin(self, block: _Block, start: str, out: list[str]) -> None:
+        self._blocks.append(block)
+        self._open = block
+        index = len(self._blocks) - 1
+        payload = '{"type":"content_block_start","index":' + str(index) + ',"content_block":' + start + "}"
+        out.append(sse_event("content_block_start", payload))
+
+    def _delta(self, delta: dict[str, Any], out: list[str]) -> None:
+        payload = (
+            '{"type":"content_block_delta","index":'
+            + str(len(self._blocks) - 1)
+            + ',"delta":'
+            + dumps(delta)
+            + "}"
+        )
+        out.append(sse_event("content_block_delta", payload))
+
+    def _close(self, out: list[str]) -> None:
+        if self._open is not None:
+            self._open = None
+            payload = '{"type":"content_block_stop","index":' + str(len(self._blocks) - 1) + "}"
+            out.append(sse_event("content_block_stop", payload))
+
+    def finish(self, deltas: Sequence[Delta], final: Final, stop_string: str | None) -> tuple[bytes, bytes]:
+        request = self.request
+        out: list[str] = []
+        self._render(deltas, out)
+        self._close(out)
+        reason = _STOP_REASONS.get(final.finish_reason, "end_turn")
+        sequence = None
+        if reason == "end_turn" and stop_string is not None and final.finish_reason == "stop":
+            reason, sequence = "stop_sequence", stop_string
+        output_tokens = final.usage.completion_tokens
+        if not request.stream:
+            body = {"id": request.response_id, "type": "message", "role": "assistant", "model": request.model}
+            body |= {"content": [block.body() for block in self._blocks], "stop_reason": reason}
+            body |= {"stop_sequence": sequence}
+            body["usage"] = {"input_tokens": request.prompt_tokens, "output_tokens": output_tokens}
+            return b"", dumps(body).encode()
+        delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}}
+        delta["usage"] = {"output_tokens": output_tokens}
+        out.append(sse_event("message_delta", dumps(delta)))
+        return "".join(out).encode(), sse_event("message_stop", '{"type":"message_stop"}').encode()

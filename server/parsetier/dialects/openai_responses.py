@@ -1,0 +1,229 @@
+"""OpenAI Responses: ``response.created`` … ``response.completed`` events, or one ``response`` body.
+
+The output is a list of items in the order the model wrote them: reasoning is a ``reasoning``
+item whose ``reasoning_text`` part streams as ``response.reasoning_text.delta``; content a
+``message`` item whose ``output_text`` part streams as ``response.output_text.delta`` (with the
+tokens' logprobs); each call a ``function_call`` item (``call_id`` ``call_…``) whose arguments
+stream as ``response.function_call_arguments.delta``. A change of kind closes the open item with
+its ``…done`` events. Item ids (``rs_``, ``msg_``, ``fc_``) derive from the response id and the
+item's position. A length cut ends with ``response.incomplete`` (``max_output_tokens``), an abort
+with status ``cancelled`` in ``response.completed``; everything else ``response.completed``.
+Logprobs of tokens outside output text (reasoning, markup, calls) have no place in this API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from parsetier.call_ids import api_call_id, item_id
+from parsetier.dialects import WireRequest
+from parsetier.dialects.wire_json import chat_logprob, dumps, logprob, sse_event
+from parsetier.messages import Delta, Final, TokenLogprob
+
+CALL_PREFIX = "call_"
+_ITEM_PREFIX = {"reasoning": "rs_", "message": "msg_", "function_call": "fc_"}
+
+
+def delta_logprob(entry: TokenLogprob) -> dict[str, Any]:
+    """An ``output_text.delta`` event's logprob entry (no bytes, as the API sends them)."""
+    tops = [{"token": top.token, "logprob": logprob(top.logprob)} for top in entry.top_logprobs]
+    return {"token": entry.token, "logprob": logprob(entry.logprob), "top_logprobs": tops}
+
+
+class _Item:
+    __slots__ = ("call_id", "id", "index", "kind", "logprobs", "name", "parts")
+
+    def __init__(self, kind: str, item_id_: str, index: int, call_id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.id = item_id_
+        self.index = index
+        self.call_id = call_id
+        self.name = name
+        self.parts: list[str] = []
+        self.logprobs: list[TokenLogprob] = []
+
+    def part(self) -> dict[str, Any]:
+        text = "".join(self.parts)
+        if self.kind == "reasoning":
+            return {"type": "reasoning_text", "text": text}
+        logprobs = [chat_logprob(e) for e in self.logprobs]
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+
+    def body(self, status: str) -> dict[str, Any]:
+        if self.kind == "reasoning":
+            return {
+                "id": self.id,
+                "type": "reasoning",
+                "summary": [],
+                "content": [self.part()],
+                "status": status,
+            }
+        if self.kind == "message":
+            item = {"id": self.id, "type": "message", "role": "assistant", "status": status}
+            return item | {"content": [self.part()]}
+        item = {"id": self.id, "type": "function_call", "call_id": self.call_id, "name": self.name}
+        return item | {"arguments": "".join(self.parts), "status": status}
+
+    def added(self) -> dict[str, Any]:
+        """The item as ``response.output_item.added`` shows it: nothing in it yet."""
+        if self.kind == "function_call":
+            return {"id": self.id, "type": "function_call", "call_id": self.call_id, "name": self.name} | {
+                "arguments": "",
+                "status": "in_progress",
+            }
+        if self.kind == "message":
+            return {
+                "id": self.id,
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+        return {"id": self.id, "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+
+
+class ResponsesRenderer:
+    def __init__(self, request: WireRequest) -> None:
+        self.request = request
+        self._items: list[_Item] = []
+        self._open: _Item | None = None
+        self._started = False
+        self._sequence = 0
+        self._pending: list[TokenLogprob] = []
+        """Logprobs of tokens whose text is not out yet: they go with the next output text."""
+
+    # ---------------------------------------------------------------- events
+    def _event(self, name: str, fields: dict[str, Any], out: list[str]) -> None:
+        fields = {"type": name, "sequence_number": self._sequence} | fields
+        self._sequence += 1
+        out.append(sse_event(name, dumps(fields)))
+
+    def _response(self, status: str, final: Final | None) -> dict[str, Any]:
+        request = self.request
+        body: dict[str, Any] = {
+            "id": request.response_id,
+            "object": "response",
+            "created_at": request.created,
+        }
+        body |= {"model": request.model, "status": status, "error": None, "incomplete_details": None}
+        body |= {"instructions": None, "metadata": {}, "parallel_tool_calls": True, "tool_choice": "auto"}
+        body |= {"tools": [], "temperature": None, "top_p": None, "output": [], "usage": None}
+        if final is not None:
+            last = len(self._items) - 1
+            item_status = "incomplete" if status == "incomplete" else "completed"
+            body["output"] = [
+                item.body(item_status if n == last else "completed") for n, item in enumerate(self._items)
+            ]
+            if status == "incomplete":
+                body["incomplete_details"] = {"reason": "max_output_tokens"}
+            usage = final.usage
+            body["usage"] = {
+                "input_tokens": request.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": usage.completion_tokens,
+                "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+                "total_tokens": request.prompt_tokens + usage.completion_tokens,
+            }
+        return body
+
+    def step(self, deltas: Sequence[Delta]) -> bytes:
+        out: list[str] = []
+        self._render(deltas, out)
+        return "".join(out).encode() if self.request.stream else b""
+
+    def _render(self, deltas: Sequence[Delta], out: list[str]) -> None:
+        if not self._started:
+            self._started = True
+            self._event("response.created", {"response": self._response("in_progress", None)}, out)
+            self._event("response.in_progress", {"response": self._response("in_progress", None)}, out)
+        for delta in deltas:
+            if delta.reasoning:
+                self._pending.clear()
+                item = self._ensure("reasoning", out)
+                item.parts.append(delta.reasoning)
+                fields = {"item_id": item.id, "output_index": item.index, "content_index": 0}
+                self._event("response.reasoning_text.delta", fields | {"delta": delta.reasoning}, out)
+            if delta.logprobs:
+                self._pending += delta.logprobs
+            if delta.content:
+                item = self._ensure("message", out)
+                self._text(item, delta.content, out)
+            for call in delta.tool_calls:
+                self._pending.clear()
+                if call.id is not None:
+                    self._close(out)
+                    index = len(self._items)
+                    call_id = api_call_id(call.id, CALL_PREFIX)
+                    item = _Item(
+                        "function_call", item_id("fc_", self.request.response_id, index), index, call_id
+                    )
+                    item.name = call.name or ""
+                    self._add(item, out)
+                item = self._open
+                if call.arguments and item is not None and item.kind == "function_call":
+                    item.parts.append(call.arguments)
+                    fields = {"item_id": item.id, "output_index": item.index, "delta": call.arguments}
+                    self._event("response.function_call_arguments.delta", fields, out)
+
+    def _text(self, item: _Item, text: str, out: list[str]) -> None:
+        item.parts.append(text)
+        logprobs, self._pending = self._pending, []
+        item.logprobs += logprobs
+        fields = {"item_id": item.id, "output_index": item.index, "content_index": 0, "delta": text}
+        fields["logprobs"] = [delta_logprob(e) for e in logprobs]
+        self._event("response.output_text.delta", fields, out)
+
+    def _ensure(self, kind: str, out: list[str]) -> _Item:
+        item = self._open
+        if item is not None and item.kind == kind:
+            return item
+        self._close(out)
+        index = len(self._items)
+        item = _Item(kind, item_id(_ITEM_PREFIX[kind], self.request.response_id, index), index)
+        self._add(item, out)
+        part = {"type": "reasoning_text", "text": ""}
+        if kind == "message":
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        fields = {"item_id": item.id, "output_index": index, "content_index": 0, "part": part}
+        self._event("response.content_part.added", fields, out)
+        return item
+
+    def _add(self, item: _Item, out: list[str]) -> None:
+        self._items.append(item)
+        self._open = item
+        self._event("response.output_item.added", {"output_index": item.index, "item": item.added()}, out)
+
+    def _close(self, out: list[str], status: str = "completed") -> None:
+        item, self._open = self._open, None
+        if item is None:
+            return
+        where = {"item_id": item.id, "output_index": item.index}
+        if item.kind == "function_call":
+            done = where | {"name": item.name, "arguments": "".join(item.parts)}
+            self._event("response.function_call_arguments.done", done, out)
+        else:
+            part = item.part()
+            text = part["text"]
+            if item.kind == "reasoning":
+                self._event("response.reasoning_text.done", where | {"content_index": 0, "text": text}, out)
+            else:
+                done = where | {"content_index": 0, "text": text, "logprobs": part["logprobs"]}
+                self._event("response.output_text.done", done, out)
+            self._event("response.content_part.done", where | {"content_index": 0, "part": part}, out)
+        self._event("response.output_item.done", {"output_index": item.index, "item": item.body(status)}, out)
+
+    def finish(self, deltas: Sequence[Delta], final: Final, stop_string: str | None) -> tuple[bytes, bytes]:
+        out: list[str] = []
+        self._render(deltas, out)
+        status = {"length": "incomplete", "abort": "cancelled"}.get(final.finish_reason, "completed")
+        if self._pending and self._open is not None and self._open.kind == "message":
+            self._text(self._open, "", out)
+        self._close(out, "incomplete" if status == "incomplete" else "completed")
+        response = self._response(status, final)
+        if not self.request.stream:
+            return b"", dumps(response).encode()
+        name = "response.incomplete" if status == "incomplete" else "response.completed"
+        closing: list[str] = []
+        self._event(name, {"response": response}, closing)
+        return "".join(out).encode(), "".join(closing).encode()

@@ -1,0 +1,70 @@
+"""Strict JSON and server-sent-event framing shared by the dialects.
+
+Every body is JSON both official SDKs read: no NaN or Infinity (a logprob of -inf, which the
+generate side may report, is written as -9999.0, OpenAI's own stand-in), UTF-8 text as it is,
+with the characters some line splitters take for line ends (U+0085, U+2028, U+2029) escaped, so
+that no SSE reader splits an event inside a string.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from parsetier.messages import TokenLogprob, TopLogprob
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_LINE_ENDS = (("\x85", "\\u0085"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+NEG_INF_LOGPROB = -9999.0
+
+
+def dumps(value: Any) -> str:
+    """Compact strict JSON, safe inside one SSE ``data:`` line."""
+    text = _encode(value)
+    if not text.isascii():
+        for char, escaped in _LINE_ENDS:
+            if char in text:
+                text = text.replace(char, escaped)
+    return text
+
+
+def logprob(value: float) -> float:
+    """A logprob JSON can hold (the proto refuses NaN and +inf; -inf becomes -9999.0)."""
+    return NEG_INF_LOGPROB if math.isinf(value) else value
+
+
+def sse_data(payload: str) -> str:
+    """An OpenAI-style event: one ``data:`` line."""
+    return f"data: {payload}\n\n"
+
+
+def sse_event(name: str, payload: str) -> str:
+    """A named event (Anthropic, Responses): ``event:`` and ``data:`` lines."""
+    return f"event: {name}\ndata: {payload}\n\n"
+
+
+DONE = "data: [DONE]\n\n"
+
+
+def top_entry(top: TopLogprob) -> dict[str, Any]:
+    return {"token": top.token, "logprob": logprob(top.logprob), "bytes": list(top.bytes)}
+
+
+def chat_logprob(entry: TokenLogprob) -> dict[str, Any]:
+    """One ``logprobs.content[]`` entry of a chat chunk or body (and of Responses' text part)."""
+    return {
+        "token": entry.token,
+        "logprob": logprob(entry.logprob),
+        "bytes": list(entry.bytes),
+        "top_logprobs": [top_entry(top) for top in entry.top_logprobs],
+    }
+
+
+def usage_openai(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
