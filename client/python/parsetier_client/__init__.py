@@ -18,6 +18,7 @@ from parsetier_client.result import (
     event_dict,
     final_dict,
     message_dict,
+    wire_of,
 )
 from parsetier_client.security import Tls
 from parsetier_client.sync import Client, ParseStream
@@ -44,4 +45,5 @@ __all__ = [
     "session_error",
     "step_logprobs",
     "step_message",
+    "wire_of",
 ]

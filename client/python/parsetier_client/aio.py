@@ -245,6 +245,14 @@ class AsyncParseStream:
             for delta in message.deltas:
                 yield delta
 
+    async def wire(self) -> AsyncIterator[bytes]:
+        """With ``Open.wire``: the bytes to forward as they come (``ParseStream.wire``)."""
+        async for message in self:
+            if message.wire:
+                yield message.wire
+            if message.HasField("final") and message.final.wire:
+                yield message.final.wire
+
 
 class AsyncClient:
     """An asyncio connection to a parsetier server. ``async with AsyncClient(target) as client``."""

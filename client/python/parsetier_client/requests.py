@@ -77,13 +77,17 @@ def open_message(
     choice_index: int = 0,
     stop: Sequence[str] = (),
     stop_token_ids: Sequence[int] = (),
+    wire: pb.WireOptions | Mapping[str, Any] | None = None,
 ) -> pb.Open:
     """The ``Open`` of a session. ``tools`` may be OpenAI tool dicts or the raw JSON array text.
 
     ``output``: ``deltas`` (default), ``events``, ``both`` or ``final`` (only the final result).
     ``completion``: a completion session (plain text; ``skip_special_tokens`` and
     ``spaces_between_special_tokens`` apply, unset meaning vLLM's defaults). For ``n`` > 1, open
-    one session per choice with the same ``request_id`` and ``choice_index`` 0 .. n-1."""
+    one session per choice with the same ``request_id`` and ``choice_index`` 0 .. n-1.
+    ``wire``: render the output as a public API's bytes (``Open.wire``): a ``pb.WireOptions`` or
+    its fields as a dict, e.g. ``{"dialect": "openai_chat", "response_id": "chatcmpl-1", "model":
+    "qwen3", "stream": True}``; the bytes are then on every reply's ``wire`` and ``final.wire``."""
     message = pb.Open(
         model=model,
         request_id=request_id,
@@ -117,7 +121,27 @@ def open_message(
         message.thinking = thinking
     if chat_template_kwargs:
         message.chat_template_kwargs.update(chat_template_kwargs)
+    if wire is not None:
+        message.wire.CopyFrom(wire_options(wire))
     return message
+
+
+WIRE_DIALECTS = {
+    "openai_chat": pb.WIRE_DIALECT_OPENAI_CHAT,
+    "openai_completions": pb.WIRE_DIALECT_OPENAI_COMPLETIONS,
+    "anthropic_messages": pb.WIRE_DIALECT_ANTHROPIC_MESSAGES,
+    "openai_responses": pb.WIRE_DIALECT_OPENAI_RESPONSES,
+}
+
+
+def wire_options(wire: pb.WireOptions | Mapping[str, Any]) -> pb.WireOptions:
+    """``Open.wire`` from a dict of its fields (``dialect`` by name: ``openai_chat``,
+    ``openai_completions``, ``anthropic_messages``, ``openai_responses``)."""
+    if isinstance(wire, pb.WireOptions):
+        return wire
+    fields = dict(wire)
+    dialect = fields.pop("dialect")
+    return pb.WireOptions(dialect=WIRE_DIALECTS.get(dialect, dialect), **fields)
 
 
 def step_message(step: StepLike) -> pb.Step:

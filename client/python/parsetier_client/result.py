@@ -55,6 +55,12 @@ class ParseResult(tuple):
         return logprobs_of(self.deltas) + list(self.final.logprobs)
 
     @property
+    def wire(self) -> bytes:
+        """With ``Open.wire``: every byte to forward, in order (each reply's ``wire``, then
+        ``final.wire``): the whole SSE stream, or the complete body."""
+        return wire_of(self.messages)
+
+    @property
     def token_ids(self) -> list[int]:
         """With ``return_token_ids``: every output id, from the deltas or the final result."""
         return [i for d in self.deltas for i in d.token_ids] + list(self.final.token_ids)
@@ -67,6 +73,17 @@ def collect(messages: list[pb.ParseResponse]) -> ParseResult:
     if not messages or not messages[-1].HasField("final"):
         raise RuntimeError("the stream ended without a final message")
     return ParseResult(messages[-1].final, deltas, events, messages)
+
+
+def wire_of(replies: Iterable[pb.ParseResponse | pb.SessionOutput]) -> bytes:
+    """The wire bytes of a session's replies (``ParseResponse`` or ``SessionOutput``) joined:
+    each reply's ``wire``, and the final result's after the last."""
+    parts: list[bytes] = []
+    for reply in replies:
+        parts.append(reply.wire)
+        if reply.HasField("final"):
+            parts.append(reply.final.wire)
+    return b"".join(parts)
 
 
 def logprobs_of(deltas: Iterable[pb.Delta]) -> list[pb.TokenLogprob]:

@@ -162,6 +162,15 @@ class ParseStream:
         for message in self:
             yield from message.deltas
 
+    def wire(self) -> Iterator[bytes]:
+        """With ``Open.wire``: the bytes to forward to the caller as they come (each reply's
+        ``wire``, then ``final.wire``), never empty."""
+        for message in self:
+            if message.wire:
+                yield message.wire
+            if message.HasField("final") and message.final.wire:
+                yield message.final.wire
+
 
 class Client:
     """A connection to a parsetier server (``host:port``). Close it, or use it as a context manager."""
