@@ -29,7 +29,8 @@ import pytest
 import test_roundtrip as rt
 from parsetier.call_ids import api_call_id
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client import logprob_step
+from parsetier_client import logprob_step, wire_of
+from parsetier_client.requests import wire_options
 from parsetier_client.result import FINISH_REASON_NAMES
 from service_samples import REASONING_AND_TWO_CALLS, WEATHER_TOOLS
 
@@ -552,3 +553,21 @@ def test_unset_dialect_is_invalid_argument(client) -> None:
         client.parse_once("qwen3", [1, 2], wire=pb.WireOptions(model="x"))
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "wire.dialect" in error.value.details()
+
+
+@pytest.mark.parametrize("dialect", [*DIALECTS, "openai_completions"])
+def test_a_resumed_session_forwards_the_same_bytes(dialect, client, encode) -> None:
+    """Resumed after any reply (its history replayed in other pieces), a session's bytes go on
+    exactly as the unbroken stream's: ids, block and item indexes, sequence numbers and all."""
+    import test_resume
+
+    messages = test_resume.session(encode, "final")
+    messages[0].open.wire.CopyFrom(wire_options(wire(dialect, True)))
+    if dialect == "openai_completions":
+        messages[0].open.completion.SetInParent()
+    full = list(client.parse(messages))
+    whole = wire_of(full)
+    assert whole.count(b"\n\n") > 20
+    for at, last in enumerate([None, *full[:-1]]):
+        rest = list(client.parse(test_resume.resumed(messages, last)))
+        assert wire_of(full[:at]) + wire_of(rest) == whole, at

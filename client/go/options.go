@@ -116,3 +116,9 @@ func WithCompleteToolCalls() OpenOption { return func(o *pb.Open) { o.CompleteTo
 func WithParallelToolCalls(on bool) OpenOption {
 	return func(o *pb.Open) { o.ParallelToolCalls = &on }
 }
+
+// WithWire has the server render the session's output as a public API's bytes (Open.wire): the
+// dialect (OpenAI chat or completions, Anthropic Messages, OpenAI Responses) and the
+// request-level values its bodies show. Every reply then carries them in GetWire() and the final
+// result in Final.GetWire(); Session.Wire iterates them in order, ready to forward unchanged.
+func WithWire(wire *pb.WireOptions) OpenOption { return func(o *pb.Open) { o.Wire = wire } }

@@ -299,6 +299,27 @@ func (s *Session) Deltas() iter.Seq2[*pb.Delta, error] {
 	}
 }
 
+// Wire iterates over the bytes a session opened WithWire renders, in the order to forward them:
+// each reply's wire bytes, then the final result's (the closing events, or the whole body). A
+// gateway writes each to its caller as it comes, with no mapping of its own. A non-nil error is
+// the status that ended the session, and the last thing yielded.
+func (s *Session) Wire() iter.Seq2[[]byte, error] {
+	return func(yield func([]byte, error) bool) {
+		for msg, err := range s.Messages() {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if wire := msg.GetWire(); len(wire) > 0 && !yield(wire, nil) {
+				return
+			}
+			if wire := msg.GetFinal().GetWire(); len(wire) > 0 && !yield(wire, nil) {
+				return
+			}
+		}
+	}
+}
+
 // Final is the session's outcome (finish reason, usage, the assembled message) once it has
 // been received, else nil.
 func (s *Session) Final() *pb.Final {

@@ -17,7 +17,7 @@ from typing import Any
 
 from parsetier.call_ids import api_call_id
 from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import dumps, sse_event
+from parsetier.dialects.wire_json import dumps, sse_event, string
 from parsetier.messages import Delta, Final
 
 CALL_PREFIX = "toolu_"
@@ -65,10 +65,24 @@ class MessagesRenderer:
         self.request = request
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
+        self._delta_head = ""
+        """The open block's ``content_block_delta`` event up to its ``delta``."""
         self._started = False
 
     def step(self, deltas: Sequence[Delta]) -> bytes:
         out: list[str] = []
+        block = self._open
+        if len(deltas) == 1 and block is not None and block.kind != "tool_use":  # the per-token case
+            delta = deltas[0]
+            if not delta.tool_calls and not (delta.reasoning and delta.content):
+                text = delta.reasoning if block.kind == "thinking" else delta.content
+                if text:
+                    block.parts.append(text)
+                    if not self.request.stream:
+                        return b""
+                    key = "thinking" if block.kind == "thinking" else "text"
+                    line = self._delta_head + '"delta":{"type":"' + key + '_delta","' + key + '":'
+                    return (line + string(text) + "}}\n\n").encode()
         self._render(deltas, out)
         return "".join(out).encode() if self.request.stream else b""
 
@@ -97,8 +111,13 @@ class MessagesRenderer:
                     self._begin(block, dumps(start), out)
                 if call.arguments and self._open is not None and self._open.kind == "tool_use":
                     self._open.parts.append(call.arguments)
-                    payload = {"type": "input_json_delta", "partial_json": call.arguments}
-                    self._delta(payload, out)
+                    arguments = string(call.arguments)
+                    out.append(
+                        self._delta_head
+                        + '"delta":{"type":"input_json_delta","partial_json":'
+                        + arguments
+                        + "}}\n\n"
+                    )
 
     def _text(self, kind: str, delta_type: str, key: str, text: str, out: list[str]) -> None:
         block = self._open
@@ -107,24 +126,19 @@ class MessagesRenderer:
             block = _Block(kind)
             self._begin(block, _START[kind], out)
         block.parts.append(text)
-        self._delta({"type": delta_type, key: text}, out)
+        out.append(
+            self._delta_head + '"delta":{"type":"' + delta_type + '","' + key + '":' + string(text) + "}}\n\n"
+        )
 
     def _begin(self, block: _Block, start: str, out: list[str]) -> None:
         self._blocks.append(block)
         self._open = block
         index = len(self._blocks) - 1
+        self._delta_head = (
+            'event: content_block_delta\ndata: {"type":"content_block_delta","index":' + str(index) + ","
+        )
         payload = '{"type":"content_block_start","index":' + str(index) + ',"content_block":' + start + "}"
         out.append(sse_event("content_block_start", payload))
-
-    def _delta(self, delta: dict[str, Any], out: list[str]) -> None:
-        payload = (
-            '{"type":"content_block_delta","index":'
-            + str(len(self._blocks) - 1)
-            + ',"delta":'
-            + dumps(delta)
-            + "}"
-        )
-        out.append(sse_event("content_block_delta", payload))
 
     def _close(self, out: list[str]) -> None:
         if self._open is not None:

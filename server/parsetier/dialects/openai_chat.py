@@ -15,10 +15,11 @@ from typing import Any
 
 from parsetier.call_ids import api_call_id
 from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import DONE, chat_logprob, dumps, sse_data, usage_openai
+from parsetier.dialects.wire_json import DONE, chat_logprob, dumps, sse_data, string, usage_openai
 from parsetier.messages import Delta, Final
 
 CALL_PREFIX = "call_"
+_PLAIN_TAIL = '},"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 class ChatRenderer:
@@ -27,6 +28,8 @@ class ChatRenderer:
         head = {"id": request.response_id, "object": "chat.completion.chunk", "created": request.created}
         head["model"] = request.model
         self._head = "data: " + dumps(head)[:-1] + ',"choices":[{"index":' + str(request.choice_index) + ","
+        self._content = self._head + '"delta":{"content":'
+        self._reasoning = self._head + '"delta":{"reasoning_content":'
         self._role_sent = False
         self._logprobs: list[dict[str, Any]] = []
         """Non-streaming: every delivered logprob, for the body's ``logprobs.content``."""
@@ -35,6 +38,8 @@ class ChatRenderer:
         if not self.request.stream:
             self._collect(deltas)
             return b""
+        if self._role_sent and len(deltas) == 1:
+            return self._chunk(deltas[0]).encode()
         return "".join([self._role(), *[self._chunk(delta) for delta in deltas]]).encode()
 
     def _role(self) -> str:
@@ -54,6 +59,11 @@ class ChatRenderer:
                 self._logprobs += [chat_logprob(entry) for entry in delta.logprobs]
 
     def _chunk(self, delta: Delta) -> str:
+        if not (delta.tool_calls or delta.logprobs or delta.token_ids):  # a text delta: a template
+            if not delta.reasoning:
+                return self._content + string(delta.content) + _PLAIN_TAIL
+            if not delta.content:
+                return self._reasoning + string(delta.reasoning) + _PLAIN_TAIL
         fields: dict[str, Any] = {}
         if delta.reasoning:
             fields["reasoning_content"] = delta.reasoning

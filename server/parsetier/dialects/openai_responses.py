@@ -18,10 +18,18 @@ from typing import Any
 
 from parsetier.call_ids import api_call_id, item_id
 from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import chat_logprob, dumps, logprob, sse_event
+from parsetier.dialects.wire_json import chat_logprob, dumps, logprob, sse_event, string
 from parsetier.messages import Delta, Final, TokenLogprob
 
 CALL_PREFIX = "call_"
+_DELTA_HEADS = {
+    name: f'event: {name}\ndata: {{"type":"{name}","sequence_number":'
+    for name in (
+        "response.reasoning_text.delta",
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+    )
+}
 _ITEM_PREFIX = {"reasoning": "rs_", "message": "msg_", "function_call": "fc_"}
 
 
@@ -32,7 +40,7 @@ def delta_logprob(entry: TokenLogprob) -> dict[str, Any]:
 
 
 class _Item:
-    __slots__ = ("call_id", "id", "index", "kind", "logprobs", "name", "parts")
+    __slots__ = ("call_id", "id", "index", "kind", "logprobs", "name", "parts", "where")
 
     def __init__(self, kind: str, item_id_: str, index: int, call_id: str = "", name: str = "") -> None:
         self.kind = kind
@@ -42,6 +50,9 @@ class _Item:
         self.name = name
         self.parts: list[str] = []
         self.logprobs: list[TokenLogprob] = []
+        content = "" if kind == "function_call" else '"content_index":0,'
+        self.where = f',"item_id":{string(item_id_)},"output_index":{index},{content}"delta":'
+        """A delta event's fields from ``item_id`` up to its ``delta``'s value."""
 
     def part(self) -> dict[str, Any]:
         text = "".join(self.parts)
@@ -95,9 +106,20 @@ class ResponsesRenderer:
 
     # ---------------------------------------------------------------- events
     def _event(self, name: str, fields: dict[str, Any], out: list[str]) -> None:
+        """One event. Its ``sequence_number`` advances by 1; a text delta's (``_delta``) by the
+        length of its text: numbers then increase (with gaps) and do not depend on how the text
+        was split into deltas, so a resumed session, whose history replays in other pieces, goes
+        on with the numbers the broken stream would have sent."""
         fields = {"type": name, "sequence_number": self._sequence} | fields
         self._sequence += 1
         out.append(sse_event(name, dumps(fields)))
+
+    def _delta(self, name: str, item: _Item, text: str, tail: str, out: list[str]) -> None:
+        """A text delta event of ``item`` (the per-token path: a template, the bytes ``_event``
+        would write for the same fields)."""
+        sequence = self._sequence
+        self._sequence = sequence + (len(text) or 1)
+        out.append(_DELTA_HEADS[name] + str(sequence) + item.where + string(text) + tail + "}\n\n")
 
     def _response(self, status: str, final: Final | None) -> dict[str, Any]:
         request = self.request
@@ -129,6 +151,18 @@ class ResponsesRenderer:
 
     def step(self, deltas: Sequence[Delta]) -> bytes:
         out: list[str] = []
+        item = self._open
+        if len(deltas) == 1 and item is not None:  # the per-token case: more text for the open item
+            delta = deltas[0]
+            if not (delta.tool_calls or delta.logprobs or self._pending):
+                if item.kind == "message" and delta.content and not delta.reasoning:
+                    item.parts.append(delta.content)
+                    self._delta("response.output_text.delta", item, delta.content, ',"logprobs":[]', out)
+                    return out[0].encode() if self.request.stream else b""
+                if item.kind == "reasoning" and delta.reasoning and not delta.content:
+                    item.parts.append(delta.reasoning)
+                    self._delta("response.reasoning_text.delta", item, delta.reasoning, "", out)
+                    return out[0].encode() if self.request.stream else b""
         self._render(deltas, out)
         return "".join(out).encode() if self.request.stream else b""
 
@@ -142,8 +176,7 @@ class ResponsesRenderer:
                 self._pending.clear()
                 item = self._ensure("reasoning", out)
                 item.parts.append(delta.reasoning)
-                fields = {"item_id": item.id, "output_index": item.index, "content_index": 0}
-                self._event("response.reasoning_text.delta", fields | {"delta": delta.reasoning}, out)
+                self._delta("response.reasoning_text.delta", item, delta.reasoning, "", out)
             if delta.logprobs:
                 self._pending += delta.logprobs
             if delta.content:
@@ -163,16 +196,14 @@ class ResponsesRenderer:
                 item = self._open
                 if call.arguments and item is not None and item.kind == "function_call":
                     item.parts.append(call.arguments)
-                    fields = {"item_id": item.id, "output_index": item.index, "delta": call.arguments}
-                    self._event("response.function_call_arguments.delta", fields, out)
+                    self._delta("response.function_call_arguments.delta", item, call.arguments, "", out)
 
     def _text(self, item: _Item, text: str, out: list[str]) -> None:
         item.parts.append(text)
         logprobs, self._pending = self._pending, []
         item.logprobs += logprobs
-        fields = {"item_id": item.id, "output_index": item.index, "content_index": 0, "delta": text}
-        fields["logprobs"] = [delta_logprob(e) for e in logprobs]
-        self._event("response.output_text.delta", fields, out)
+        tail = ',"logprobs":' + (dumps([delta_logprob(e) for e in logprobs]) if logprobs else "[]")
+        self._delta("response.output_text.delta", item, text, tail, out)
 
     def _ensure(self, kind: str, out: list[str]) -> _Item:
         item = self._open
