@@ -299,3 +299,64 @@ def test_a_drain_hands_a_parse_batch_stream_off_when_all_its_sessions_resume(reg
             assert list(replies) == []
         outgoing.put(None)
         assert drain.result(15) is True  # clean: nothing was cut
+
+
+def test_the_client_ledger_keeps_the_open_the_answered_ids_the_pending_the_sequence_and_digest():
+    """The sans-IO ledger every Python client drives: a reply answers the pending messages its
+    client_messages covers (their id steps merged into one run, a text step kept in place), a gap
+    is an error, and a new stream re-sends the rest renumbered from 2."""
+    from parsetier_client.resume import Ledger
+
+    ledger = Ledger(open_message("qwen3", request_id="ledger"))
+    text = pb.Step(text="x", text_tokens=1)
+    ledger.send(pb.ParseRequest(steps=[pb.Step(token_ids=[1, 2])]))  # message 2
+    ledger.send(pb.ParseRequest(steps=[text]))  # 3
+    ledger.send(pb.ParseRequest(steps=[pb.Step(token_ids=[3])]))  # 4
+    ledger.send([4, 5])  # 5, the hot path's plain run
+    ledger.send(pb.ParseRequest(steps=[pb.Step(token_ids=[6])], finish=finish_message()))  # 6
+    ledger.received(1, 3, 0xABC)
+    with pytest.raises(RuntimeError, match="gap or a repeat"):
+        ledger.received(3, 4, 1)
+    ledger.received(2, 5, 0xDEF)
+    point = ledger.point()
+    assert point.request_id == "ledger" and (point.resume.sequence, point.resume.output_digest) == (2, 0xDEF)
+    assert list(point.resume.history) == [pb.Step(token_ids=[1, 2]), text, pb.Step(token_ids=[3, 4, 5])]
+    (pending,) = ledger.restart(2)
+    assert pending[0].HasField("finish") and ledger.sent == 2
+    ledger.received(3, 2, 0x123)
+    assert not ledger.pending and list(ledger.point().resume.history)[-1] == pb.Step(token_ids=[3, 4, 5, 6])
+
+
+def test_a_batch_ledger_replays_a_broken_stream_in_one_message():
+    """Two live sessions, each with one step in flight at the break: ONE message re-opens both,
+    each with its history and its pending step in the same entry; the new stream's outputs are
+    the caller's reply to that step."""
+    from parsetier_client.batch_resume import BatchLedger
+
+    ledger = BatchLedger()
+    opens = [
+        pb.SessionInput(key=k, open=open_message("qwen3", request_id=k), steps=[pb.Step(token_ids=[7])])
+        for k in "ab"
+    ]
+    ledger.sent(pb.ParseBatchRequest(sessions=opens))
+    reply = pb.ParseBatchResponse(client_messages=1)
+    reply.sessions.add(key="a", sequence=1, client_messages=1, output_digest=11).deltas.add(content="x")
+    ledger.received(reply)
+    assert set(ledger.ready() or {}) == {"a"}
+    step = pb.ParseBatchRequest()
+    step.packed.keys.extend(["a", "b"])
+    step.packed.token_ids.extend([8, 9])
+    ledger.sent(step)  # in flight at the break
+    (message,) = ledger.replay()
+    a, b = message.sessions
+    assert a.open.resume.sequence == 1 and a.open.resume.output_digest == 11
+    assert list(a.open.resume.history) == [pb.Step(token_ids=[7])] and list(a.steps) == [
+        pb.Step(token_ids=[8])
+    ]
+    # b produced nothing for message 1, but the reply answered it: its id is history too.
+    assert list(b.open.resume.history) == [pb.Step(token_ids=[7])] and b.open.resume.sequence == 0
+    assert list(b.steps) == [pb.Step(token_ids=[9])]
+    out = pb.ParseBatchResponse(client_messages=1)
+    out.sessions.add(key="a", sequence=2, client_messages=1, output_digest=12).deltas.add(content="y")
+    ledger.received(out)
+    assert [o.deltas[0].content for o in (ledger.ready() or {}).values()] == ["y"]
