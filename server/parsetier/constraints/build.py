@@ -22,6 +22,7 @@ from parsetier.constraints.headers import derive_headers, is_header_format
 from parsetier.constraints.ir import Alt, Call, Json, Lit, Node, Opt, Regex, Root, Seq, Star, Text, Ws
 from parsetier.constraints.notation import notation_arguments, python_call
 from parsetier.constraints.request import MODES, ConstraintRequest, InvalidTool, arguments_schema, unwritable
+from parsetier.constraints.schemas import check_tools
 from parsetier.constraints.shape import (
     CallShape,
     Encoding,
@@ -48,6 +49,8 @@ def derive(bound: BoundGrammar, request: ConstraintRequest) -> Root:
         raise InvalidTool(f"tool_choice names {request.function_name!r}, which is not among the tools")
     if request.mode in ("required", "named") and not request.tools:
         raise InvalidTool(f"tool_choice {request.mode!r} needs at least one tool")
+    if request.mode != "none":
+        check_tools(tools)
     if is_header_format(g):
         return derive_headers(bound, request)
     lit = _Literals(bound)
@@ -183,7 +186,9 @@ def _tags(lit: _Literals, shape: CallShape, tools: Sequence[Tool], single: bool,
     if shape.list_form:  # one block: a list of calls (one with ``single``)
         listed: Node
         if shape.pythonic:
-            pycalls = [python_call(t.name, t.parameters if t.strict else None, g.name) for t in tools]
+            pycalls = [
+                python_call(t.name, arguments_schema(t, True) if t.strict else None, g.name) for t in tools
+            ]
             one = pycalls[0] if len(pycalls) == 1 else Alt(tuple(pycalls))
             comma = Lit.plain("\n" if shape.separate else ", ")
             more: tuple[Node, ...] = () if single else (Star(Seq((comma, one))),)

@@ -113,7 +113,10 @@ def python_call(name: str, schema: Mapping[str, Any] | None, fmt: str) -> Node:
         props = schema.get("properties") or {}
         if not isinstance(props, Mapping):
             raise Underivable(f"format {fmt!r}: 'properties' is not an object")
-        args = w.members(props, set(schema.get("required") or ()), 0, keyword=True)
+        try:
+            args = w.members(props, set(schema.get("required") or ()), 0, keyword=True)
+        except Underivable as exc:
+            raise Underivable(f"tool {name!r}: {exc}") from None
     return Seq((Lit.plain(f"{name}("), args, Lit.plain(")")))
 
 

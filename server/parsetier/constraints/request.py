@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from parsetier.constraints.refs import inline_refs
 from parsetier.engine.grammar import SENTINEL_RE
 from parsetier.messages import Tool
 from parsetier.status import Code, StatusError
@@ -56,6 +57,6 @@ def arguments_schema(tool: Tool, strict: bool) -> dict[str, Any]:
     """The schema a call's arguments are held to: the tool's own when strict, else any object."""
     if not strict:
         return {"type": "object"}
-    schema = dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
+    schema = inline_refs(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
     schema.setdefault("type", "object")
     return schema

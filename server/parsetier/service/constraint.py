@@ -2,18 +2,21 @@
 
 The request is read exactly as a ``Parse`` stream's ``Open`` is (same tools, tool_choice and
 thinking rules, same prompt-tail reading), so the constraint is derived for the very start state
-the parser will start in.
+the parser will start in. A constraint is answered only once llguidance compiles it
+(``constraints.schemas.compiled``): a schema it cannot hold a call to is refused, naming the tool.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from parsetier import convert
 from parsetier.constraints import ConstraintRequest, derive, to_lark, to_structural_tag
 from parsetier.constraints.headers import header_reasoning
+from parsetier.constraints.schemas import compiled
 from parsetier.constraints.shape import reasoning_shape
-from parsetier.messages import SessionOptions
+from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
 from parsetier.session import kwargs_thinking, start_state
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -40,10 +43,12 @@ def build_constraint(model: Model, open_: pb.Open) -> pb.BuildConstraintResponse
         stop_ids=model.eos_token_ids,
     )
     root = derive(model.grammar, request)
+    lark = to_lark(root)
+    compiled(lark, request.callable_tools, lambda tool: to_lark(derive(model.grammar, _alone(request, tool))))
     g = model.grammar.grammar
     return pb.BuildConstraintResponse(
         structural_tag_json=json.dumps(to_structural_tag(root), ensure_ascii=False),
-        lark_grammar=to_lark(root),
+        lark_grammar=lark,
         triggers=root.triggers,
         reasoning=_REASONING[reasoning],
         message_start_anchors=[
@@ -51,6 +56,12 @@ def build_constraint(model: Model, open_: pb.Open) -> pb.BuildConstraintResponse
             for term, state in g.prompt.items()
         ],
     )
+
+
+def _alone(request: ConstraintRequest, tool: Tool) -> ConstraintRequest:
+    """The request with ``tool`` its only tool (to tell which tool a grammar fails on)."""
+    mode = "auto" if request.mode == "none" else request.mode
+    return dataclasses.replace(request, tools=(tool,), mode=mode, function_name=tool.name)
 
 
 def reasoning_mode(model: Model, options: SessionOptions) -> str:
