@@ -114,6 +114,7 @@ def test_cpp_client_against_real_server(cpp_build):
             "LiveServer.SessionOneTokenPerMessage",
             "LiveServer.SessionSeveralStepsPerMessage",
             "LiveServer.ParseStreamEqualsParseOnce",
+            "LiveServer.WireBytesToForward",
             "LiveServer.Options",
             "LiveServer.BuildConstraint",
             "LiveServer.LogprobStepsResolve",

@@ -571,3 +571,32 @@ def test_a_resumed_session_forwards_the_same_bytes(dialect, client, encode) -> N
     for at, last in enumerate([None, *full[:-1]]):
         rest = list(client.parse(test_resume.resumed(messages, last)))
         assert wire_of(full[:at]) + wire_of(rest) == whole, at
+
+
+def test_stream_wire_iterators_give_the_bytes_as_they_come(grpc_server, client, encode) -> None:
+    """``ParseStream.wire()`` and ``AsyncParseStream.wire()``: each reply's bytes as it arrives,
+    joined equal to the ``ParseResult.wire`` of the same session."""
+    import asyncio
+
+    from parsetier_client import AsyncClient
+
+    ids = encode(REASONING_AND_TWO_CALLS)
+    options = {"tools": WEATHER_TOOLS, "output": "final", "wire": wire("anthropic_messages", True)}
+    whole = client.parse_stream("qwen3", [[i] for i in ids], **options).wire
+    stream = client.open("qwen3", **options)
+    for tid in ids:
+        stream.send([tid])
+    stream.finish("stop")
+    pieces = list(stream.wire())
+    assert len(pieces) > 20 and all(pieces) and b"".join(pieces) == whole
+    assert pieces[-1] == b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+    async def run() -> list[bytes]:
+        async with AsyncClient(grpc_server.target, timeout=30) as aclient:
+            stream = await aclient.open("qwen3", **options)
+            for tid in ids:
+                await stream.send([tid])
+            await stream.finish("stop")
+            return [piece async for piece in stream.wire()]
+
+    assert asyncio.run(run()) == pieces

@@ -97,8 +97,14 @@ v1::Open OpenOptions::ToProto() const {
   open.set_output(output);
   open.set_complete_tool_calls(complete_tool_calls);
   open.set_return_token_ids(return_token_ids);
+  if (wire) *open.mutable_wire() = *wire;
   if (customize) customize(open);
   return open;
+}
+
+std::string Wire(const v1::ParseResponse& reply) {
+  if (!reply.has_final()) return reply.wire();
+  return reply.wire() + reply.final().wire();
 }
 
 v1::Step LogprobStep(const std::vector<uint32_t>& token_ids, const std::vector<float>& logprobs,
@@ -223,6 +229,7 @@ StreamResult Client::ParseStream(const OpenOptions& options, const std::vector<S
   try {
     while (std::optional<v1::ParseResponse> message = session->Next()) {
       result.deltas.insert(result.deltas.end(), message->deltas().begin(), message->deltas().end());
+      result.wire += Wire(*message);
     }
   } catch (...) {
     session->Cancel();  // unblocks the sender

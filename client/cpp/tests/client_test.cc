@@ -233,6 +233,35 @@ TEST_F(LiveServer, ParseStreamEqualsParseOnce) {
   EXPECT_TRUE(MessageDifferencer::Equals(once.final().usage(), stream.final.usage()));
 }
 
+TEST_F(LiveServer, WireBytesToForward) {
+  parsetier::FinishOptions stop = parsetier::FinishOptions::StopToken(kImEnd);
+  parsetier::OpenOptions options = Qwen3();
+  options.output = v1::OUTPUT_KIND_FINAL_ONLY;
+  v1::WireOptions wire;
+  wire.set_dialect(v1::WIRE_DIALECT_OPENAI_CHAT);
+  wire.set_response_id("chatcmpl-cpp");
+  wire.set_model("served");
+  wire.set_stream(true);
+  wire.set_include_usage(true);
+  options.wire = wire;
+  parsetier::StreamResult stream = SharedClient().ParseStream(options, OnePerStep(kOutput), stop);
+  CheckFinal(stream.final);
+  EXPECT_EQ(stream.wire.rfind("data: {\"id\":\"chatcmpl-cpp\",\"object\":\"chat.completion.chunk\"", 0), 0u);
+  EXPECT_NE(stream.wire.find("\"finish_reason\":\"tool_calls\""), std::string::npos);
+  EXPECT_NE(stream.wire.find("\"id\":\"call_"), std::string::npos);
+  const std::string done = "data: [DONE]\n\n";
+  ASSERT_GE(stream.wire.size(), done.size());
+  EXPECT_EQ(stream.wire.substr(stream.wire.size() - done.size()), done);
+  EXPECT_EQ(stream.final.wire().substr(stream.final.wire().size() - done.size()), done);
+
+  options.wire->set_dialect(v1::WIRE_DIALECT_ANTHROPIC_MESSAGES);
+  options.wire->set_stream(false);
+  v1::ParseOnceResponse once = SharedClient().ParseOnce(options, kOutput, stop);
+  EXPECT_TRUE(once.wire().empty());
+  EXPECT_EQ(once.final().wire().rfind("{\"id\":\"chatcmpl-cpp\",\"type\":\"message\"", 0), 0u);
+  EXPECT_NE(once.final().wire().find("\"stop_reason\":\"tool_use\""), std::string::npos);
+}
+
 TEST_F(LiveServer, Options) {
   parsetier::OpenOptions none = Qwen3();
   none.tool_choice = "none";

@@ -110,6 +110,10 @@ struct OpenOptions {
   v1::OutputKind output = v1::OUTPUT_KIND_UNSPECIFIED;  // deltas unless set
   bool complete_tool_calls = false;
   bool return_token_ids = false;  // each step's ids on the delta it produced (Delta::token_ids)
+  // Render the output as a public API's bytes (Open.wire: OpenAI chat or completions, Anthropic
+  // Messages, OpenAI Responses): each reply's wire() and its final().wire(), in that order, are
+  // the bytes to forward to the caller unchanged (Wire below joins them).
+  std::optional<v1::WireOptions> wire;
   // The whole session's (or unary call's) deadline; zero means none.
   std::chrono::milliseconds timeout{0};
   std::function<void(v1::Open&)> customize;
@@ -146,6 +150,10 @@ v1::Step LogprobStep(const std::vector<uint32_t>& token_ids, const std::vector<f
 // The resolved logprobs of deltas, in order (a session's, or one message's): OpenAI chat's
 // logprobs.content, one entry per sampled token (token, logprob, bytes, top_logprobs).
 std::vector<v1::TokenLogprob> Logprobs(const std::vector<v1::Delta>& deltas);
+
+// The bytes a reply of a session opened with OpenOptions::wire carries for its caller: the reply's
+// wire(), then, on the last reply, its final().wire() (the closing events, or the whole body).
+std::string Wire(const v1::ParseResponse& reply);
 
 // Push delivery. Both run on gRPC's callback threads, one at a time and in order; they must not
 // block for long (a slow callback delays this session's reads, not other sessions').
@@ -212,6 +220,7 @@ class Session {
 struct StreamResult {
   v1::Final final;
   std::vector<v1::Delta> deltas;
+  std::string wire;  // with OpenOptions::wire: every byte to forward, in order
 };
 
 // A connection to one parsetier server (or one balanced target). Thread-safe: open as many
