@@ -89,6 +89,7 @@ def test_go_client_against_real_server():
             "TestBatchEmptyKeyEndsTheStream",
             "TestBatchPackedAndUnpackedEntriesInOneStep",
             "TestBatchResumesPackedSessions",
+            "TestSessionWire",
             "ExampleClient_Open",
             "ExampleClient_ParseOnce",
             "ExampleClient_ParseStream",
