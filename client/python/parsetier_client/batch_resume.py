@@ -143,8 +143,9 @@ class BatchLedger:
                     self.must_move = True
                     continue
                 if output is not None and output.sequence and not session.ended:
-                    session.received(output.sequence, output.client_messages, output.output_digest)
-                session.answer(index)
+                    session.received(output.sequence, index, output.output_digest)
+                else:
+                    session.answer(index)
                 if output is not None and (output.HasField("final") or output.HasField("status")):
                     self._end(session)
                 elif session.ended and not session.pending:

@@ -68,6 +68,7 @@ def retryable(code: object, details: str | None) -> bool:
     return False
 
 
+Message = (pb.ParseRequest, pb.SessionInput)
 Payload = Sequence[int] | pb.ParseRequest | pb.SessionInput
 """A client message as the ledger keeps it: a plain run of token ids (the usual message, one id
 step), or the message itself (its ``steps``; the ``Finish``, a cancel... ride along)."""
@@ -111,17 +112,21 @@ class Ledger:
         pending, history = self.pending, self.history
         while pending and pending[0][0] <= through:
             payload = pending.popleft()[1]
-            steps = payload.steps if isinstance(payload, pb.ParseRequest | pb.SessionInput) else (payload,)
-            for step in steps:
-                if isinstance(step, pb.Step) and (step.HasField("logprobs") or not step.token_ids):
-                    if step.token_ids or step.text or step.text_tokens:
-                        history.append(step)
-                    continue
-                ids = step.token_ids if isinstance(step, pb.Step) else step
-                if history and isinstance(history[-1], array):
-                    history[-1].extend(ids)
-                else:
-                    history.append(array("I", ids))
+            if not isinstance(payload, Message):  # a plain run of ids: the usual message
+                self._extend(payload)
+                continue
+            for step in payload.steps:
+                if step.token_ids and not step.HasField("logprobs"):
+                    self._extend(step.token_ids)
+                elif step.token_ids or step.text or step.text_tokens:
+                    history.append(step)  # text and logprob steps keep their place, whole
+
+    def _extend(self, ids: Sequence[int]) -> None:
+        history = self.history
+        if history and type(history[-1]) is array:
+            history[-1].extend(ids)  # type: ignore[union-attr]
+        else:
+            history.append(array("I", ids))
 
     def point(self) -> pb.Open:
         """The ``Open`` that resumes the session on a new stream."""
