@@ -44,11 +44,11 @@ UNCONSTRAINABLE = {
             "properties": {"a": {"allOf": [{"type": "boolean"}, {"type": "integer"}]}},
             "required": ["a"],
         },
-        "tool 'f'",
+        "tool 'f': parameters/properties/a ",
     ),
     "unknown format": (
         {"type": "object", "properties": {"a": {"type": "string", "format": "no-such-format"}}},
-        "tool 'f'",
+        "tool 'f': parameters/properties/a ",
     ),
 }
 
@@ -97,6 +97,8 @@ def test_a_malformed_schema_is_invalid_argument_naming_its_path(build, model, ca
 @pytest.mark.parametrize("case", sorted(UNCONSTRAINABLE))
 def test_a_valid_schema_that_cannot_be_constrained_is_failed_precondition(build, model, case):
     schema, where = UNCONSTRAINABLE[case]
+    if model == "llama4" and "$ref" not in where:
+        where = "tool 'f'"  # the pythonic writer refuses first, naming the sub-schema, not its path
     error = _refused(build, model, schema)
     assert error.code() == Code.FAILED_PRECONDITION, error.details()
     assert where in error.details(), error.details()

@@ -19,6 +19,7 @@ Messages name the tool and the JSON pointer into its ``parameters``.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ import llguidance
 from jsonschema.validators import validator_for
 
 from parsetier.constraints.refs import target
-from parsetier.constraints.request import InvalidTool
+from parsetier.constraints.request import InvalidTool, arguments_schema
 from parsetier.constraints.shape import Underivable
 from parsetier.messages import Tool
 
@@ -70,16 +71,37 @@ def _meta_validator(cls: type) -> Any:
 
 def compiled(lark: str, tools: Sequence[Tool], lark_of: Callable[[Tool], str]) -> None:
     """``Underivable`` unless llguidance compiles ``lark``; ``lark_of(tool)`` is the grammar with
-    that tool alone, compiled only on failure, to name the tool at fault."""
+    that tool alone, compiled only on failure, to name the tool at fault, and then the deepest
+    part of its schema that does not compile alone, to name the place."""
     error = llguidance.LLMatcher.validate_grammar(lark)
     if not error:
         return
+    reason = _first_line(error)
     for tool in tools:
         if tool.strict and llguidance.LLMatcher.validate_grammar(lark_of(tool)):
-            raise Underivable(
-                f"tool {tool.name!r}: its parameters cannot be constrained: {_first_line(error)}"
-            )
-    raise Underivable(f"the constraint cannot be compiled: {_first_line(error)}")
+            where = _culprit(arguments_schema(tool, True))
+            raise Underivable(f"tool {tool.name!r}: parameters{where} cannot be constrained: {reason}")
+    raise Underivable(f"the constraint cannot be compiled: {reason}")
+
+
+CULPRIT_CHECKS = 200
+"""Sub-schemas compiled at most to find the one at fault (only on the refusal path)."""
+
+
+def _culprit(schema: Mapping[str, Any]) -> str:
+    """The JSON pointer of the deepest sub-schema that llguidance does not compile alone ("" for
+    the whole schema, or when none is found within ``CULPRIT_CHECKS``)."""
+    checks = 0
+    for path, sub in sorted(_subschemas(schema, ()), key=lambda item: -len(item[0])):
+        if checks >= CULPRIT_CHECKS:
+            break
+        if not isinstance(sub, Mapping) or "$ref" in sub:
+            continue
+        checks += 1
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(sub))
+        if llguidance.LLMatcher.validate_grammar(grammar):
+            return _pointer(path)
+    return ""
 
 
 def _deepest_first(error: jsonschema.ValidationError) -> tuple[int, ...]:
@@ -88,25 +110,30 @@ def _deepest_first(error: jsonschema.ValidationError) -> tuple[int, ...]:
     return (-len(error.absolute_path), *jsonschema.exceptions.relevance(error))
 
 
-def _refs(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
-    """Every ``$ref`` of a (meta-schema valid) schema with its path; data-valued keywords (``enum``,
+def _refs(schema: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Every ``$ref`` of a (meta-schema valid) schema with its path."""
+    for where, node in _subschemas(schema, path):
+        if isinstance(node, Mapping) and isinstance(node.get("$ref"), str):
+            yield where, node["$ref"]
+
+
+def _subschemas(node: Any, path: tuple[Any, ...]) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """The schema and every schema inside it, with their paths; data-valued keywords (``enum``,
     ``const``, ``default``, ``examples``) are not searched."""
+    yield path, node
     if not isinstance(node, Mapping):
         return
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        yield path, ref
     for key in _SCHEMA:
         if isinstance(node.get(key), Mapping):
-            yield from _refs(node[key], (*path, key))
+            yield from _subschemas(node[key], (*path, key))
     for key in _SCHEMA_LIST:
         if isinstance(node.get(key), list):
             for i, sub in enumerate(node[key]):
-                yield from _refs(sub, (*path, key, i))
+                yield from _subschemas(sub, (*path, key, i))
     for key in _SCHEMA_MAP:
         if isinstance(node.get(key), Mapping):
             for prop, sub in node[key].items():
-                yield from _refs(sub, (*path, key, prop))
+                yield from _subschemas(sub, (*path, key, prop))
 
 
 def _pointer(path: Sequence[Any]) -> str:
