@@ -7,12 +7,14 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
 
+use crate::batch_ledger::BatchLedger;
 use crate::batch_packed::{in_entry_order, packable, unpack_outputs, wire_request, SentEntry};
-use crate::client::Client;
+use crate::client::{Client, Targets};
 use crate::error::{Error, Result};
 use crate::options::{Finish, OpenOptions};
 use crate::parts::{Joiner, Received};
 use crate::pb;
+use crate::resume::{retryable, ResumePolicy};
 
 /// One `ParseBatch` stream: many sessions, each named by a key the caller chooses, and one round
 /// trip per engine step. A serving loop queues what each request did during the step
@@ -29,6 +31,10 @@ use crate::pb;
 /// Entries that are one step of token ids of an open session go packed
 /// (`ParseBatchRequest.packed`); their packed outputs come back as `SessionOutput`s.
 pub struct Batch {
+    targets: Targets,
+    address: usize, // the current stream's
+    policy: Option<ResumePolicy>,
+    ledger: Option<BatchLedger>, // with resume on
     out: Option<mpsc::UnboundedSender<pb::ParseBatchRequest>>,
     inbound: Streaming<pb::ParseBatchResponse>,
     joiner: Joiner,
@@ -39,13 +45,21 @@ pub struct Batch {
 }
 
 impl Client {
-    /// Opens a `ParseBatch` stream.
+    /// Opens a `ParseBatch` stream. With resume on (the default), a broken stream (a dead or
+    /// draining server, a lost connection, a proxy's reset) does not end its sessions: `recv`
+    /// opens a new stream, re-opens every live session there at its resume point and returns
+    /// the next step's reply as if nothing had happened. An open refused with `Unavailable` (a
+    /// draining or overloaded server) moves the stream too.
     pub async fn batch(&self) -> Result<Batch> {
-        let (out, rx) = mpsc::unbounded_channel();
-        let response = self.stub.clone().parse_batch(UnboundedReceiverStream::new(rx)).await?;
+        let (address, out, inbound) = open_stream(&self.targets, Vec::new()).await?;
+        let resume = self.resume.is_some() && crate::contract::TOKEN_COUNTED_RESUME;
         Ok(Batch {
+            targets: self.targets.clone(),
+            address,
+            policy: self.resume,
+            ledger: resume.then(BatchLedger::default),
             out: Some(out),
-            inbound: response.into_inner(),
+            inbound,
             joiner: Joiner::default(),
             order: Vec::new(),
             index: HashMap::new(),
@@ -72,7 +86,9 @@ impl Batch {
 
     /// Queues opening session `key` with these options.
     pub fn open(&mut self, key: &str, options: OpenOptions) {
-        self.entry(key).open = Some(options.into_message());
+        let mut open = options.into_message();
+        open.resumable = self.ledger.is_some();
+        self.entry(key).open = Some(open);
     }
 
     /// Queues one decode step (the token ids of one forward pass) of session `key`.
@@ -104,9 +120,14 @@ impl Batch {
         *entry = pb::SessionInput { key: std::mem::take(&mut entry.key), cancel: true, ..Default::default() };
     }
 
+    /// How many times the batch has moved its sessions to a new stream.
+    pub fn resumes(&self) -> usize {
+        self.ledger.as_ref().map_or(0, |l| l.resumes)
+    }
+
     /// Steps sent whose replies have not been received yet.
     pub fn in_flight(&self) -> usize {
-        self.sent.len()
+        self.ledger.as_ref().map_or(self.sent.len(), BatchLedger::in_flight)
     }
 
     /// Sends the queued entries as one message (one engine step) and starts a new step. An
@@ -117,11 +138,13 @@ impl Batch {
         }
         let entries = std::mem::take(&mut self.order);
         self.index.clear();
-        let keys = entries.iter().map(|e| (e.key.clone(), packable(e))).collect();
-        if let Some(out) = &self.out {
-            let _ = out.send(wire_request(entries)); // a stream that has ended says why in recv
+        match &mut self.ledger {
+            Some(ledger) => ledger.sent(&entries), // it keeps the entries whole, to re-send them
+            None => self.sent.push_back(entries.iter().map(|e| (e.key.clone(), packable(e))).collect()),
         }
-        self.sent.push_back(keys);
+        if let Some(out) = &self.out {
+            let _ = out.send(wire_request(entries)); // a broken stream shows in recv
+        }
         Ok(())
     }
 
@@ -141,6 +164,9 @@ impl Batch {
     }
 
     async fn recv_reply(&mut self) -> Result<Vec<pb::SessionOutput>> {
+        if self.ledger.is_some() {
+            return self.recv_resuming().await;
+        }
         if self.sent.is_empty() {
             return Err(Error::Status(tonic::Status::failed_precondition("parsetier: no step in flight")));
         }
@@ -154,6 +180,61 @@ impl Batch {
         in_entry_order(&entries, reply.sessions, packed)
     }
 
+    /// Receives with resume on: replies are sorted into the caller's steps by the ledger; a
+    /// break moves every live session to a new stream.
+    async fn recv_resuming(&mut self) -> Result<Vec<pb::SessionOutput>> {
+        let mut breaks = 0;
+        let mut broken: Option<tonic::Status> = None; // a new stream could not be opened
+        loop {
+            let ledger = self.ledger.as_mut().ok_or_else(|| Error::protocol("no ledger"))?;
+            if let Some(outs) = ledger.ready() {
+                return Ok(outs);
+            }
+            if ledger.in_flight() == 0 {
+                return Err(Error::Status(tonic::Status::failed_precondition("parsetier: no step in flight")));
+            }
+            let received = match broken.take() {
+                Some(status) => Received::Broken(status),
+                None => self.joiner.next(&mut self.inbound).await?,
+            };
+            let status = match received {
+                Received::Reply(reply) => {
+                    let mut outs = reply.sessions;
+                    outs.extend(unpack_outputs(reply.packed)?);
+                    ledger.received(outs)?;
+                    breaks = 0;
+                    if !ledger.must_move {
+                        continue;
+                    }
+                    tonic::Status::unavailable("parsetier: a server refused to open a session (draining or overloaded)")
+                }
+                Received::End => return Err(Error::protocol("ParseBatch stream ended before its reply")),
+                Received::Broken(status) => status,
+            };
+            let policy = self.policy.unwrap_or_default();
+            if !retryable(&status) || breaks >= policy.attempts {
+                return Err(status.into());
+            }
+            if breaks > 0 {
+                tokio::time::sleep(policy.backoff(breaks - 1)).await;
+            }
+            breaks += 1;
+            self.targets.failed(self.address);
+            let replay = ledger.replay().into_iter().map(wire_request).collect();
+            match open_stream(&self.targets, replay).await {
+                Ok((address, out, inbound)) => {
+                    self.address = address;
+                    self.out = Some(out);
+                    self.inbound = inbound;
+                    self.joiner = Joiner::default();
+                }
+                // Unreachable or refused: the next turn retries from the ledger.
+                Err(Error::Status(status)) if retryable(&status) => broken = Some(status),
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
     /// Sends the queued entries and waits for their reply.
     pub async fn step(&mut self) -> Result<Vec<pb::SessionOutput>> {
         self.send()?;
@@ -163,16 +244,34 @@ impl Batch {
     /// Ends the stream: receives the replies still in flight, closes the sending side and
     /// returns the stream's status (`Ok` for OK). Sessions still open are dropped by the server.
     pub async fn close(mut self) -> Result<()> {
-        while !self.sent.is_empty() {
+        while self.in_flight() > 0 {
             self.recv().await?;
         }
         self.out = None;
         match self.joiner.next(&mut self.inbound).await? {
             Received::Reply(_) => Err(Error::protocol("a ParseBatch reply to no step")),
             Received::End => Ok(()),
+            // Every reply has arrived: with resume on, a break now loses nothing.
+            Received::Broken(status) if self.ledger.is_some() && retryable(&status) => Ok(()),
             Received::Broken(status) => Err(status.into()),
         }
     }
+}
+
+/// Opens a `ParseBatch` stream through the current address with `first` (a replay) queued, and
+/// waits for the server to accept it.
+async fn open_stream(
+    targets: &Targets,
+    first: Vec<pb::ParseBatchRequest>,
+) -> Result<(usize, mpsc::UnboundedSender<pb::ParseBatchRequest>, Streaming<pb::ParseBatchResponse>)> {
+    let (out, rx) = mpsc::unbounded_channel();
+    for msg in first {
+        let _ = out.send(msg);
+    }
+    let (address, mut stub) = targets.pick();
+    let response = stub.parse_batch(UnboundedReceiverStream::new(rx)).await;
+    targets.note(address, &response);
+    Ok((address, out, response?.into_inner()))
 }
 
 /// The status a session ended with in `out` (`Cancelled` after a cancel), or `None` when `out`

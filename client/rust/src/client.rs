@@ -2,11 +2,14 @@
 //! resume; [`Client`] makes the unary calls and opens sessions and batches.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::Code;
 
 use crate::error::{Error, Result};
 use crate::options::{Finish, OpenOptions};
@@ -188,7 +191,28 @@ impl ClientBuilder {
             Security::Plaintext => "http",
             Security::Tls(_) => "https",
         };
-        let uri = if self.target.contains("://") { self.target.clone() } else { format!("{scheme}://{}", self.target) };
+        let auth = match &self.token {
+            Some(token) => Auth(Some(
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| Error::config("the token is not a valid header value"))?,
+            )),
+            None => Auth(None),
+        };
+        let stubs = addresses(&self.target)
+            .into_iter()
+            .map(|address| {
+                let channel = self.endpoint(scheme, address)?.connect_lazy();
+                Ok(ParserServiceClient::with_interceptor(channel, auth.clone())
+                    .max_decoding_message_size(MAX_REPLY_BYTES))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let targets = Targets { stubs: stubs.into(), current: Arc::new(AtomicUsize::new(0)) };
+        Ok(Client { targets, resume: self.resume })
+    }
+
+    fn endpoint(&self, scheme: &str, address: &str) -> Result<Endpoint> {
+        let uri = if address.contains("://") { address.to_owned() } else { format!("{scheme}://{address}") };
         let mut endpoint = Endpoint::from_shared(uri.clone())
             .map_err(|e| Error::config(format!("target {uri:?}: {e}")))?
             .http2_keep_alive_interval(self.keepalive.interval)
@@ -201,31 +225,64 @@ impl ClientBuilder {
         if let Security::Tls(tls) = &self.security {
             endpoint = endpoint.tls_config(tls.config()).map_err(|e| Error::config(format!("TLS: {e}")))?;
         }
-        let auth = match &self.token {
-            Some(token) => Auth(Some(
-                format!("Bearer {token}")
-                    .parse()
-                    .map_err(|_| Error::config("the token is not a valid header value"))?,
-            )),
-            None => Auth(None),
-        };
-        let channel = endpoint.connect_lazy();
-        let stub = ParserServiceClient::with_interceptor(channel, auth).max_decoding_message_size(MAX_REPLY_BYTES);
-        Ok(Client { stub, resume: self.resume })
+        Ok(endpoint)
     }
 }
 
+/// The addresses of a target: `host:port`, a URI, or a list as gRPC writes it
+/// (`ipv4:127.0.0.1:4001,127.0.0.1:4002`, or the addresses comma-separated).
+fn addresses(target: &str) -> Vec<&str> {
+    let list = target.strip_prefix("ipv4:").or_else(|| target.strip_prefix("dns:///")).unwrap_or(target);
+    list.split(',').map(str::trim).filter(|a| !a.is_empty()).collect()
+}
+
+/// The target's addresses, each with its own connection, used as gRPC's pick_first does: every
+/// call goes to the current one, and a call or stream that finds it gone moves the client on to
+/// the next (so a resumed session lands on a server that is still there).
+#[derive(Clone)]
+pub(crate) struct Targets {
+    stubs: Arc<[Stub]>,
+    current: Arc<AtomicUsize>,
+}
+
+impl Targets {
+    /// The current address's index and stub.
+    pub(crate) fn pick(&self) -> (usize, Stub) {
+        let index = self.current.load(Ordering::Relaxed) % self.stubs.len();
+        (index, self.stubs[index].clone())
+    }
+
+    /// A call through address `index` found the server or the connection gone: move on (once,
+    /// however many calls saw it).
+    pub(crate) fn failed(&self, index: usize) {
+        let next = (index + 1) % self.stubs.len();
+        let _ = self.current.compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Notes how a call through address `index` ended.
+    pub(crate) fn note<T>(&self, index: usize, result: &std::result::Result<T, tonic::Status>) {
+        if result.as_ref().err().is_some_and(gone) {
+            self.failed(index);
+        }
+    }
+}
+
+/// Whether `status` says the server or the connection is gone (not a refusal of the call).
+pub(crate) fn gone(status: &tonic::Status) -> bool {
+    status.code() == Code::Unavailable || crate::error::local_transport_failure(status)
+}
 /// A connection to one parsetier server (or one balanced target). Cheap to clone; clones share
 /// the connection. Calls need a tokio runtime.
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) stub: Stub,
+    pub(crate) targets: Targets,
     pub(crate) resume: Option<ResumePolicy>,
 }
 
 impl Client {
-    /// A builder for a client of `target` (`"host:port"`, or a URI such as
-    /// `"http://host:port"`). Resume is on with [`ResumePolicy::default`].
+    /// A builder for a client of `target`: `"host:port"`, a URI such as `"http://host:port"`,
+    /// or several addresses (`"ipv4:127.0.0.1:4001,127.0.0.1:4002"`) used in order as gRPC's
+    /// pick_first does. Resume is on with [`ResumePolicy::default`].
     pub fn builder(target: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             target: target.into(),
@@ -237,9 +294,9 @@ impl Client {
         }
     }
 
-    /// The generated stub, for calls this crate does not wrap.
+    /// The generated stub (of the current address), for calls this crate does not wrap.
     pub fn stub(&self) -> Stub {
-        self.stub.clone()
+        self.targets.pick().1
     }
 
     /// Whether (and how) sessions resume after a broken stream.
@@ -249,8 +306,10 @@ impl Client {
 
     /// The models the server parses for, sorted by name.
     pub async fn list_models(&self) -> Result<Vec<pb::ModelInfo>> {
-        let reply = self.stub.clone().list_models(pb::ListModelsRequest {}).await?;
-        Ok(reply.into_inner().models)
+        let (index, mut stub) = self.targets.pick();
+        let reply = stub.list_models(pb::ListModelsRequest {}).await;
+        self.targets.note(index, &reply);
+        Ok(reply?.into_inner().models)
     }
 
     /// Parses a whole output with the unary call: the same result as a session fed every token
@@ -272,13 +331,19 @@ impl Client {
 
     /// The unary call with a request built by the caller (text output, logprobs...).
     pub async fn parse_once_request(&self, request: pb::ParseOnceRequest) -> Result<pb::ParseOnceResponse> {
-        Ok(self.stub.clone().parse_once(request).await?.into_inner())
+        let (index, mut stub) = self.targets.pick();
+        let reply = stub.parse_once(request).await;
+        self.targets.note(index, &reply);
+        Ok(reply?.into_inner())
     }
 
     /// The decoding constraint for a request with these options, derived from the model's
     /// format: an xgrammar structural tag and an equivalent llguidance Lark grammar.
     pub async fn build_constraint(&self, open: OpenOptions) -> Result<pb::BuildConstraintResponse> {
         let request = pb::BuildConstraintRequest { open: Some(open.into_message()) };
-        Ok(self.stub.clone().build_constraint(request).await?.into_inner())
+        let (index, mut stub) = self.targets.pick();
+        let reply = stub.build_constraint(request).await;
+        self.targets.note(index, &reply);
+        Ok(reply?.into_inner())
     }
 }

@@ -21,6 +21,7 @@
 //! a broken stream by moving to another server (docs/service.md, "Resume").
 
 mod batch;
+mod batch_ledger;
 mod batch_packed;
 mod client;
 mod contract;

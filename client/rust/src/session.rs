@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
 
-use crate::client::{Client, Stub};
+use crate::client::{Client, Targets};
 use crate::contract;
 use crate::error::{Error, Result};
 use crate::options::{Finish, OpenOptions};
@@ -60,12 +60,13 @@ impl Client {
         open.resumable = self.resume.is_some() && contract::TOKEN_COUNTED_RESUME;
         let policy = self.resume;
         let mut ledger = Ledger::new(open);
-        let (out, inbound) = connect_retrying(&self.stub, policy.as_ref(), &mut ledger).await?;
+        let (address, out, inbound) = connect_retrying(&self.targets, policy.as_ref(), &mut ledger, 0).await?;
         let (commands_tx, commands) = mpsc::unbounded_channel();
         let (replies_tx, replies) = mpsc::unbounded_channel();
         let resumes = Arc::new(AtomicUsize::new(0));
         let task = Driver {
-            stub: self.stub.clone(),
+            targets: self.targets.clone(),
+            address,
             policy,
             ledger,
             out: Some(out),
@@ -75,6 +76,7 @@ impl Client {
             commands_open: true,
             replies: replies_tx,
             resumes: resumes.clone(),
+            breaks: 0,
         };
         tokio::spawn(task.run());
         Ok(Session {
@@ -253,27 +255,30 @@ type Outbound = mpsc::UnboundedSender<pb::ParseRequest>;
 
 /// Opens a stream whose first message is the ledger's `Open` (with its resume point once the
 /// session has moved) and waits for the server to accept it (its response headers).
-async fn connect(
-    stub: &Stub,
-    ledger: &mut Ledger,
-) -> std::result::Result<(Outbound, Streaming<pb::ParseResponse>), tonic::Status> {
+async fn connect(targets: &Targets, ledger: &mut Ledger) -> std::result::Result<Connected, tonic::Status> {
     let (out, rx) = mpsc::unbounded_channel();
     for msg in ledger.restart() {
         let _ = out.send(msg);
     }
-    let response = stub.clone().parse(UnboundedReceiverStream::new(rx)).await?;
-    Ok((out, response.into_inner()))
+    let (address, mut stub) = targets.pick();
+    let response = stub.parse(UnboundedReceiverStream::new(rx)).await;
+    targets.note(address, &response);
+    Ok((address, out, response?.into_inner()))
 }
 
-/// [`connect`], retrying breaks within the policy's budget (no retries without a policy).
+/// A stream the server accepted: the address it went to, its sending and receiving sides.
+type Connected = (usize, Outbound, Streaming<pb::ParseResponse>);
+
+/// [`connect`], retrying breaks within the policy's budget (no retries without a policy);
+/// `attempt` is how much of the budget is already spent.
 async fn connect_retrying(
-    stub: &Stub,
+    targets: &Targets,
     policy: Option<&ResumePolicy>,
     ledger: &mut Ledger,
-) -> Result<(Outbound, Streaming<pb::ParseResponse>)> {
-    let mut attempt = 0;
+    mut attempt: u32,
+) -> Result<Connected> {
     loop {
-        match connect(stub, ledger).await {
+        match connect(targets, ledger).await {
             Ok(stream) => return Ok(stream),
             Err(status) => match policy {
                 Some(policy) if retryable(&status) && attempt < policy.attempts => {
@@ -288,7 +293,8 @@ async fn connect_retrying(
 
 /// The task behind a session.
 struct Driver {
-    stub: Stub,
+    targets: Targets,
+    address: usize, // the current stream's
     policy: Option<ResumePolicy>,
     ledger: Ledger,
     out: Option<Outbound>, // None once the sending side is closed (after Finish)
@@ -298,6 +304,7 @@ struct Driver {
     commands_open: bool,
     replies: mpsc::UnboundedSender<Result<pb::ParseResponse>>,
     resumes: Arc<AtomicUsize>,
+    breaks: u32, // streams broken since the last reply: the part of the retry budget spent
 }
 
 impl Driver {
@@ -323,6 +330,7 @@ impl Driver {
                 received = self.joiner.next(&mut self.inbound) => match received? {
                     Received::Reply(reply) => {
                         self.ledger.received(&reply)?;
+                        self.breaks = 0;
                         let done = reply.r#final.is_some();
                         let _ = self.replies.send(Ok(reply));
                         if done {
@@ -361,8 +369,18 @@ impl Driver {
         let Some(policy) = self.policy.filter(|_| retryable(&status) && self.ledger.resumable()) else {
             return Err(status.into());
         };
+        if self.breaks >= policy.attempts {
+            return Err(status.into()); // streams keep breaking before any reply: the budget is spent
+        }
+        if self.breaks > 0 {
+            tokio::time::sleep(policy.backoff(self.breaks - 1)).await; // broke again before a reply
+        }
+        self.breaks += 1;
         self.ledger.broke();
-        let (out, inbound) = connect_retrying(&self.stub, Some(&policy), &mut self.ledger).await?;
+        self.targets.failed(self.address);
+        let (address, out, inbound) =
+            connect_retrying(&self.targets, Some(&policy), &mut self.ledger, self.breaks).await?;
+        self.address = address;
         self.inbound = inbound;
         self.out = if self.ledger.finish_sent() { None } else { Some(out) };
         self.resumes.fetch_add(1, Ordering::Relaxed);

@@ -97,17 +97,26 @@ impl Ledger {
         Ok(())
     }
 
-    /// Appends answered steps to the history, merging runs of plain id steps.
     fn answer(&mut self, steps: Vec<pb::Step>) {
-        for step in steps {
-            let plain = !step.token_ids.is_empty() && step.logprobs.is_none();
-            match self.answered.last_mut() {
-                Some(last) if plain && last.logprobs.is_none() && !last.token_ids.is_empty() => {
-                    last.token_ids.extend_from_slice(&step.token_ids)
-                }
-                _ if plain => self.answered.push(pb::Step { token_ids: step.token_ids, ..Default::default() }),
-                _ => self.answered.push(step),
+        append_answered(&mut self.answered, steps);
+    }
+}
+
+/// Appends answered steps to a history: runs of plain id steps merged into one step, text and
+/// logprob steps kept whole in their place, empty steps (keep-alives) left out.
+pub(crate) fn append_answered(history: &mut Vec<pb::Step>, steps: Vec<pb::Step>) {
+    for step in steps {
+        if step.logprobs.is_some() || step.token_ids.is_empty() {
+            if !step.token_ids.is_empty() || !step.text.is_empty() || step.text_tokens != 0 {
+                history.push(step);
             }
+            continue;
+        }
+        match history.last_mut() {
+            Some(last) if last.logprobs.is_none() && !last.token_ids.is_empty() => {
+                last.token_ids.extend_from_slice(&step.token_ids)
+            }
+            _ => history.push(pb::Step { token_ids: step.token_ids, ..Default::default() }),
         }
     }
 }
