@@ -35,9 +35,24 @@ RUN_TIMEOUT = 180.0
 """Seconds one driver run may take before it is killed (the test then fails)."""
 
 PYTHON_DRIVER = corpus.CORPUS / "python_driver.py"
+
+
+def rust_driver() -> list[str]:
+    """The Rust client's driver (client/rust/examples/resume_driver.rs), built once per run."""
+    from test_rust_client import RUST_DIR, run_cargo
+
+    binary = RUST_DIR / "target" / "debug" / "examples" / "resume_driver"
+    if not getattr(rust_driver, "built", False):
+        code, output = run_cargo(["build", "--locked", "-j", "2", "--example", "resume_driver"])
+        assert code == 0, f"building the Rust driver failed:\n{output}"
+        rust_driver.built = True  # type: ignore[attr-defined]
+    return [str(binary)]
+
+
 DRIVERS: dict[str, Callable[[], list[str]]] = {
     "python-sync": lambda: [sys.executable, str(PYTHON_DRIVER), "sync"],
     "python-async": lambda: [sys.executable, str(PYTHON_DRIVER), "async"],
+    "rust": rust_driver,
 }
 """Driver name -> the command that runs it (built first if it needs building)."""
 

@@ -348,10 +348,10 @@ impl Driver {
     /// Writes a caller's message to the current stream (and records it in the ledger).
     fn write(&mut self, msg: pb::ParseRequest) {
         let finish = msg.finish.is_some();
+        self.ledger.sent(&msg);
         if let Some(out) = &self.out {
-            let _ = out.send(msg.clone()); // a broken stream shows on the receiving side
+            let _ = out.send(msg); // a broken stream shows on the receiving side
         }
-        self.ledger.sent(msg);
         if finish {
             self.out = None; // closes the sending side, as the server expects after Finish
         }

@@ -71,10 +71,10 @@ impl Ledger {
     }
 
     /// Records a message written to the current stream.
-    pub(crate) fn sent(&mut self, msg: pb::ParseRequest) {
+    pub(crate) fn sent(&mut self, msg: &pb::ParseRequest) {
         self.finish_sent |= msg.finish.is_some();
         if self.keep {
-            self.pending.push_back((self.next_index, msg));
+            self.pending.push_back((self.next_index, msg.clone()));
         }
         self.next_index += 1;
     }
