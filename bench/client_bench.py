@@ -1,12 +1,13 @@
-"""Client benchmark: the Python asyncio and sync, Go and C++ clients against the same server, in one run.
+"""Client benchmark: the Python asyncio and sync, Go, C++ and Rust clients against one server, in one run.
 
 Run:  .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8] [--reps 3]
-                                             [--clients python,go,cpp]
+                                             [--clients python,go,cpp,rust]
 
 Each client runs as its own process (the Python ones are this script with ``--python-load``,
 ``--sync`` for the blocking client, ``--no-resume`` for resume off: each Python client runs with
 resume on and off, so the cost of its resume ledger is a ratio within one run; Go's is
-``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``) and streams the
+``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``; Rust's is
+``client/rust/examples/parsetier_load.rs``, a release build) and streams the
 same Qwen3 output (reasoning, an answer, two tool calls; encoded with the real tokenizer) through
 ``--sessions`` sessions, ``--concurrency`` open at once, every token its own decode step, 1 or 8
 steps to a message, as fast as the server answers (a closed loop): once with one ``Parse`` stream
@@ -17,8 +18,8 @@ Per client, RPC and batching it reports the load it achieved (tokens/s), its own
 ``--reps`` runs interleaved across clients so machine noise spreads evenly, and the ratios against
 the Python async client in the same run. Nothing passes or fails on an absolute figure.
 
-The Go and C++ load programs are built first (``go build``; CMake into build/cpp), so the first
-run takes a few minutes.
+The Go, C++ and Rust load programs are built first (``go build``; CMake into build/cpp;
+``cargo build --release`` into client/rust/target), so the first run takes a few minutes.
 """
 
 from __future__ import annotations
@@ -264,6 +265,8 @@ def build_clients(which: set[str]) -> dict[str, list[str]]:
         clients["Go"] = build_go()
     if "cpp" in which:
         clients["C++"] = build_cpp()
+    if "rust" in which:
+        clients["Rust"] = build_rust()
     return clients
 
 
@@ -289,6 +292,18 @@ def build_cpp() -> list[str]:
         stdout=subprocess.DEVNULL,
     )
     return [str(cpp_dir / "parsetier_load")]
+
+
+def build_rust() -> list[str]:
+    rust_dir = ROOT / "client" / "rust"
+    env = dict(os.environ, CARGO_TARGET_DIR=str(rust_dir / "target"))
+    subprocess.run(
+        ["cargo", "build", "--release", "--locked", "-j", "2", "--example", "parsetier_load"],
+        cwd=rust_dir,
+        env=env,
+        check=True,
+    )
+    return [str(rust_dir / "target" / "release" / "examples" / "parsetier_load")]
 
 
 class Server:
@@ -382,7 +397,9 @@ def main() -> None:
     parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-resume", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--clients", default="python,go,cpp", help="which clients to run (comma-separated)")
+    parser.add_argument(
+        "--clients", default="python,go,cpp,rust", help="which clients to run (comma-separated)"
+    )
     parser.add_argument("--sessions", type=int, default=120, help="sessions per run")
     parser.add_argument("--concurrency", type=int, default=8, help="sessions open at once")
     parser.add_argument("--reps", type=int, default=3, help="runs per figure (median)")
