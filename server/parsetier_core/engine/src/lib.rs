@@ -1,7 +1,19 @@
 //! parsetier's native engine: the same pipeline as the Python reference engine
 //! (`server/parsetier/engine/`), interpreting the same bound grammar, with byte-identical output.
 //!
-//! No Python here: the `python/` crate binds it.
+//! No Python here: the `python/` crate binds it. The entry point is `parser::Parser`.
+
+pub mod assembler;
+pub mod call_ids;
+pub mod events;
+pub mod grammar;
+pub mod json_scan;
+pub mod lexer;
+pub mod machine;
+pub mod parser;
+pub mod pyjson;
+pub mod readers;
+pub mod text;
 
 /// The crate's version, so Python can tell which core it loaded.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod detok;
+mod parser;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -11,5 +12,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::Vocabulary>()?;
     m.add_class::<detok::Detokenizer>()?;
     m.add_class::<detok::Scanner>()?;
+    parser::register(m)?;
     Ok(())
 }

@@ -1,0 +1,95 @@
+//! Semantic events and deltas (`engine/events.py`, `messages.Delta`), stored flat: each record's
+//! text is a byte range of one arena string per step, so a step allocates nothing once its
+//! buffers have grown.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EventKind {
+    Content = 0,
+    ReasoningStart = 1,
+    Reasoning = 2,
+    ReasoningEnd = 3,
+    ToolCallStart = 4,
+    ToolArguments = 5,
+    ToolCallEnd = 6,
+    End = 7,
+}
+
+impl EventKind {
+    /// The Python `EventKind` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Content => "content",
+            EventKind::ReasoningStart => "reasoning_start",
+            EventKind::Reasoning => "reasoning",
+            EventKind::ReasoningEnd => "reasoning_end",
+            EventKind::ToolCallStart => "tool_call_start",
+            EventKind::ToolArguments => "tool_arguments",
+            EventKind::ToolCallEnd => "tool_call_end",
+            EventKind::End => "end",
+        }
+    }
+}
+
+/// A byte range of a `StepOut` arena.
+pub type Span = (u32, u32);
+
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    pub kind: EventKind,
+    /// In `StepOut::event_text`.
+    pub text: Span,
+    /// The tool call's index (among the calls the model wrote), -1 outside calls.
+    pub tool_index: i32,
+    /// Output tokens consumed since the previous event.
+    pub tokens: u32,
+    /// In `StepOut::event_text`; empty unless the format names the call.
+    pub call_id: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeltaKind {
+    Reasoning,
+    Content,
+    /// One `ToolCallDelta`: `index`, arguments in `text`, and on its first delta id and name.
+    Call,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Delta {
+    pub kind: DeltaKind,
+    /// In `StepOut::delta_text`.
+    pub text: Span,
+    pub index: u32,
+    /// The call's id and name (in `StepOut::delta_text`), on a call's first delta only.
+    pub head: Option<(Span, Span)>,
+}
+
+/// One step's output: events (what the machine said) and deltas (what the client gets).
+#[derive(Default, Debug)]
+pub struct StepOut {
+    pub events: Vec<Event>,
+    pub event_text: String,
+    pub deltas: Vec<Delta>,
+    pub delta_text: String,
+    /// Events before this index were delivered (turned into deltas) already.
+    pub delivered: usize,
+}
+
+impl StepOut {
+    pub fn clear(&mut self) {
+        self.events.clear();
+        self.event_text.clear();
+        self.deltas.clear();
+        self.delta_text.clear();
+        self.delivered = 0;
+    }
+
+    pub fn event_text(&self, span: Span) -> &str {
+        &self.event_text[span.0 as usize..span.1 as usize]
+    }
+
+    pub fn delta_text(&self, span: Span) -> &str {
+        &self.delta_text[span.0 as usize..span.1 as usize]
+    }
+}

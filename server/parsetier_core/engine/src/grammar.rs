@@ -1,0 +1,281 @@
+//! The bound grammar, as `server/parsetier/engine/describe.py` writes it: states, transitions and
+//! terminal patterns in sentinel form, plus what binding derived from them. Loading compiles the
+//! lexer's terminal sets and the capture rules; a rule the regex crates cannot compile makes the
+//! grammar unsupported (an error: the session falls back to the reference engine).
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+use crate::lexer::TerminalSet;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Content,
+    Reasoning,
+    Skip,
+    Capture,
+    Value,
+    Json,
+    Envelope,
+    Elements,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    CallBegin,
+    CallEnd,
+    ParamBegin,
+    ParamEnd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Json,
+    Gemma,
+    Python,
+    PythonJson,
+    Keyed,
+}
+
+/// A `follow` list: the patterns one of which must come next (after optional whitespace), and
+/// whether the end of the output counts too.
+#[derive(Clone, Debug)]
+pub struct Follow {
+    pub patterns: Vec<String>,
+    pub end: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Transition {
+    /// `None`: the rule's next (capture rules with no `next` keep the terminal's).
+    pub next: Option<usize>,
+    pub actions: Vec<Action>,
+    pub keep: bool,
+    pub follow: Option<Follow>,
+}
+
+impl Transition {
+    pub fn to(next: usize) -> Transition {
+        Transition {
+            next: Some(next),
+            actions: Vec::new(),
+            keep: false,
+            follow: None,
+        }
+    }
+}
+
+pub struct Rule {
+    pub regex: fancy_regex::Regex,
+    pub next: Option<usize>,
+    pub actions: Vec<Action>,
+}
+
+pub struct State {
+    pub name: String,
+    pub kind: Kind,
+    /// The lexer's terminals, longest first; `transitions[i]` is the transition of `tset`'s i-th.
+    pub tset: TerminalSet,
+    pub transitions: Vec<Transition>,
+    pub done: Option<Transition>,
+    pub end: Option<Transition>,
+    pub rules: Vec<Rule>,
+    pub allow_list: bool,
+    pub text_next: Option<usize>,
+    pub dialect: Dialect,
+    pub item: String,
+    pub unescape_xml: bool,
+    pub run_state: bool,
+    /// Content/reasoning states nothing moves on text: the first characters of their terminals
+    /// (sentinels aside) that a piece must not hold for the fast path (`plain_stops`).
+    pub plain_firsts: Option<Vec<char>>,
+    /// The patterns of the state's terminals in `on` order (elements readers stop at them).
+    pub on_patterns: Vec<String>,
+}
+
+pub struct Grammar {
+    pub name: String,
+    pub states: Vec<State>,
+    pub state_index: HashMap<String, usize>,
+    pub trim_values: bool,
+    pub format_ids: bool,
+    pub text_of_sentinel: HashMap<char, String>,
+    pub quote: String,
+    pub tag: String,
+}
+
+impl Grammar {
+    /// Load the JSON of `describe.describe_grammar`.
+    pub fn from_json(text: &str) -> Result<Grammar, String> {
+        let d: GrammarDesc =
+            serde_json::from_str(text).map_err(|e| format!("grammar description: {e}"))?;
+        let n = d.states.len();
+        let check = |i: Option<usize>| -> Result<Option<usize>, String> {
+            match i {
+                Some(k) if k >= n => Err(format!("state index {k} out of range")),
+                other => Ok(other),
+            }
+        };
+        let mut states = Vec::with_capacity(n);
+        for s in d.states {
+            let kind = match s.kind.as_str() {
+                "content" => Kind::Content,
+                "reasoning" => Kind::Reasoning,
+                "skip" => Kind::Skip,
+                "capture" => Kind::Capture,
+                "value" => Kind::Value,
+                "json" => Kind::Json,
+                "envelope" => Kind::Envelope,
+                "elements" => Kind::Elements,
+                other => return Err(format!("state {}: unknown kind {other}", s.name)),
+            };
+            let dialect = match s.dialect.as_str() {
+                "json" => Dialect::Json,
+                "gemma" => Dialect::Gemma,
+                "python" => Dialect::Python,
+                "python_json" => Dialect::PythonJson,
+                "keyed" => Dialect::Keyed,
+                other => return Err(format!("state {}: unknown dialect {other}", s.name)),
+            };
+            let mut transitions = Vec::with_capacity(s.terminal_set.len());
+            for p in &s.terminal_set {
+                let t = s.on.iter().find(|t| &t.pattern == p).ok_or_else(|| {
+                    format!("state {}: terminal set pattern without transition", s.name)
+                })?;
+                transitions.push(t.compile(check)?);
+            }
+            let mut rules = Vec::new();
+            for r in &s.rules {
+                let regex = fancy_regex::Regex::new(&r.pattern).map_err(|e| {
+                    format!(
+                        "state {}: rule {:?} is not supported natively: {e}",
+                        s.name, r.pattern
+                    )
+                })?;
+                rules.push(Rule {
+                    regex,
+                    next: check(r.next)?,
+                    actions: actions(&r.actions)?,
+                });
+            }
+            states.push(State {
+                name: s.name.clone(),
+                kind,
+                tset: TerminalSet::new(&s.terminal_set),
+                transitions,
+                done: s.done.as_ref().map(|t| t.compile(check)).transpose()?,
+                end: s.end.as_ref().map(|t| t.compile(check)).transpose()?,
+                rules,
+                allow_list: s.allow_list,
+                text_next: check(s.text_next)?,
+                dialect,
+                item: s.item,
+                unescape_xml: s.unescape == "xml",
+                run_state: s.run_state,
+                plain_firsts: s
+                    .plain_firsts
+                    .map(|v| v.iter().filter_map(|c| c.chars().next()).collect()),
+                on_patterns: s.on.iter().map(|t| t.pattern.clone()).collect(),
+            });
+        }
+        let state_index = states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
+        let mut text_of_sentinel = HashMap::new();
+        for (k, v) in d.text_of_sentinel {
+            let c = k.chars().next().ok_or("empty sentinel")?;
+            text_of_sentinel.insert(c, v);
+        }
+        Ok(Grammar {
+            name: d.name,
+            states,
+            state_index,
+            trim_values: d.trim_values,
+            format_ids: d.format_ids,
+            text_of_sentinel,
+            quote: d.quote,
+            tag: d.tag,
+        })
+    }
+}
+
+fn actions(names: &[String]) -> Result<Vec<Action>, String> {
+    names
+        .iter()
+        .map(|a| match a.as_str() {
+            "call_begin" => Ok(Action::CallBegin),
+            "call_end" => Ok(Action::CallEnd),
+            "param_begin" => Ok(Action::ParamBegin),
+            "param_end" => Ok(Action::ParamEnd),
+            other => Err(format!("unknown action {other}")),
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+struct GrammarDesc {
+    name: String,
+    states: Vec<StateDesc>,
+    trim_values: bool,
+    format_ids: bool,
+    text_of_sentinel: HashMap<String, String>,
+    quote: String,
+    tag: String,
+}
+
+#[derive(Deserialize)]
+struct StateDesc {
+    name: String,
+    kind: String,
+    on: Vec<TransitionDesc>,
+    terminal_set: Vec<String>,
+    done: Option<TransitionDesc>,
+    end: Option<TransitionDesc>,
+    rules: Vec<RuleDesc>,
+    allow_list: bool,
+    text_next: Option<usize>,
+    dialect: String,
+    item: String,
+    unescape: String,
+    run_state: bool,
+    plain_firsts: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct TransitionDesc {
+    next: Option<usize>,
+    actions: Vec<String>,
+    keep: bool,
+    follow: Vec<String>,
+    follow_end: bool,
+    has_follow: bool,
+    #[serde(default)]
+    pattern: String,
+}
+
+impl TransitionDesc {
+    fn compile(
+        &self,
+        check: impl Fn(Option<usize>) -> Result<Option<usize>, String>,
+    ) -> Result<Transition, String> {
+        Ok(Transition {
+            next: check(self.next)?,
+            actions: actions(&self.actions)?,
+            keep: self.keep,
+            follow: self.has_follow.then(|| Follow {
+                patterns: self.follow.clone(),
+                end: self.follow_end,
+            }),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct RuleDesc {
+    pattern: String,
+    next: Option<usize>,
+    actions: Vec<String>,
+}

@@ -1,0 +1,758 @@
+//! The state machine (`engine/machine.py`): interprets a bound grammar over streamed text in
+//! sentinel form and emits semantic events. Per state kind: what its text does, what entering
+//! and leaving it does (`kind_text`, `enter`, `leave`); transition actions in `fire`. Argument
+//! readers are reached only through `Reader`.
+//!
+//! Decisions depend only on the text seen so far: what cannot be decided yet is held back
+//! (`hold`), and nothing emitted is taken back. Work per `feed` is proportional to its text plus
+//! what was held.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value as Schema;
+
+use crate::events::{Event, EventKind, StepOut};
+use crate::grammar::{Action, Dialect, Follow, Grammar, Kind, Transition};
+use crate::readers::elements::ElementArgsReader;
+use crate::readers::envelope::EnvelopeReader;
+use crate::readers::gemma::GemmaArgsReader;
+use crate::readers::json_args::JsonArgsReader;
+use crate::readers::params::ParamWriter;
+use crate::readers::python_calls::PythonCallsReader;
+use crate::readers::{Reader, Sink, Status};
+use crate::text::{find_sentinel, has_visible, push_json_fragment, py_isspace, py_strip};
+
+const CAPTURE_LIMIT: usize = 4096;
+
+/// The tools of a session: name → parameters schema.
+pub type Tools = HashMap<String, Schema>;
+
+/// Everything about calls and events: what readers and parameter writers talk to.
+pub struct Calls {
+    pub out: StepOut,
+    tokens: u32,
+    index: i32,
+    call_open: bool,
+    params: Option<ParamWriter>,
+    args_emitted: bool,
+    args_closed: bool,
+    current_tool: String,
+    g: Arc<Grammar>,
+    tools: Arc<Tools>,
+}
+
+impl Calls {
+    fn push_restored(&mut self, text: &str) {
+        let arena = &mut self.out.event_text;
+        let mut from = 0;
+        while let Some(at) = find_sentinel(text, from) {
+            arena.push_str(&text[from..at]);
+            let c = text[at..].chars().next().expect("a sentinel");
+            if let Some(t) = self.g.text_of_sentinel.get(&c) {
+                arena.push_str(t);
+            }
+            from = at + c.len_utf8();
+        }
+        arena.push_str(&text[from..]);
+    }
+
+    fn restore(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut from = 0;
+        while let Some(at) = find_sentinel(text, from) {
+            out.push_str(&text[from..at]);
+            let c = text[at..].chars().next().expect("a sentinel");
+            if let Some(t) = self.g.text_of_sentinel.get(&c) {
+                out.push_str(t);
+            }
+            from = at + c.len_utf8();
+        }
+        out.push_str(&text[from..]);
+        out
+    }
+
+    fn push_event(&mut self, kind: EventKind, start: usize, index: i32, call_id: (u32, u32)) {
+        let end = self.out.event_text.len() as u32;
+        self.out.events.push(Event {
+            kind,
+            text: (start as u32, end),
+            tool_index: index,
+            tokens: self.tokens,
+            call_id,
+        });
+        self.tokens = 0;
+    }
+
+    /// A content or reasoning event; sentinels become their tokens' text again.
+    fn emit_text(&mut self, kind: EventKind, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let start = self.out.event_text.len();
+        if text.is_ascii() {
+            self.out.event_text.push_str(text);
+        } else {
+            self.push_restored(text);
+        }
+        self.push_event(kind, start, -1, (0, 0));
+    }
+
+    fn emit(&mut self, kind: EventKind, text: &str, index: i32, call_id: &str) {
+        let start = self.out.event_text.len();
+        self.out.event_text.push_str(text);
+        let id_start = self.out.event_text.len();
+        self.out.event_text.push_str(call_id);
+        let id = (id_start as u32, self.out.event_text.len() as u32);
+        let end = id_start as u32;
+        self.out.events.push(Event {
+            kind,
+            text: (start as u32, end),
+            tool_index: index,
+            tokens: self.tokens,
+            call_id: id,
+        });
+        self.tokens = 0;
+    }
+
+    fn call_begin(&mut self, name: &str, format_id: &str) {
+        if self.call_open {
+            self.call_end();
+        }
+        self.index += 1;
+        self.call_open = true;
+        self.args_emitted = false;
+        self.args_closed = false;
+        self.params = None;
+        let call_id = if self.g.format_ids && !format_id.is_empty() {
+            format_id
+        } else {
+            ""
+        };
+        self.emit(EventKind::ToolCallStart, name, self.index, call_id);
+        self.current_tool.clear();
+        self.current_tool.push_str(name);
+    }
+
+    fn param_begin(&mut self, key: &str, forced: Option<&str>) {
+        if !self.call_open {
+            return;
+        }
+        let mut p = self.params.take().unwrap_or_else(|| {
+            ParamWriter::new(self.tools.get(&self.current_tool), self.g.trim_values)
+        });
+        p.begin(key, forced, self);
+        self.params = Some(p);
+    }
+
+    fn param_value(&mut self, text: &str) {
+        if let Some(mut p) = self.params.take() {
+            p.value(text, self);
+            self.params = Some(p);
+        }
+    }
+
+    fn param_end(&mut self) {
+        if let Some(mut p) = self.params.take() {
+            p.end(self);
+            self.params = Some(p);
+        }
+    }
+
+    fn call_end(&mut self) {
+        if !self.call_open {
+            return;
+        }
+        if let Some(mut p) = self.params.take() {
+            p.close(self);
+        } else if !self.args_emitted {
+            self.args("{}");
+        }
+        self.params = None;
+        self.emit(EventKind::ToolCallEnd, "", self.index, "");
+        self.call_open = false;
+    }
+}
+
+impl Sink for Calls {
+    /// A fragment of the arguments' JSON; a sentinel in it is inside a JSON string, so it
+    /// becomes its token's text JSON-escaped.
+    fn args(&mut self, fragment: &str) {
+        if !self.call_open || fragment.is_empty() {
+            return;
+        }
+        self.args_emitted = true;
+        let start = self.out.event_text.len();
+        if fragment.is_ascii() || find_sentinel(fragment, 0).is_none() {
+            self.out.event_text.push_str(fragment);
+        } else {
+            let mut from = 0;
+            while let Some(at) = find_sentinel(fragment, from) {
+                self.out.event_text.push_str(&fragment[from..at]);
+                let c = fragment[at..].chars().next().expect("a sentinel");
+                let t = self.g.text_of_sentinel.get(&c).map_or("", |s| s.as_str());
+                push_json_fragment(&mut self.out.event_text, t);
+                from = at + c.len_utf8();
+            }
+            self.out.event_text.push_str(&fragment[from..]);
+        }
+        self.push_event(EventKind::ToolArguments, start, self.index, (0, 0));
+    }
+
+    fn begin(&mut self, name: &str) {
+        self.call_begin(name, "");
+    }
+
+    fn end(&mut self) {
+        self.call_end();
+    }
+}
+
+/// One request's parse state.
+pub struct Machine {
+    g: Arc<Grammar>,
+    state: usize,
+    in_reasoning: bool,
+    hold: String,
+    scratch: String,
+    capture: String,
+    capture_len: usize,
+    reader: Option<Reader>,
+    opening: String,
+    ending: bool,
+    pub reasoning_tokens: u64,
+    pub c: Calls,
+    started: bool,
+}
+
+impl Machine {
+    pub fn new(g: Arc<Grammar>, start: usize, tools: Arc<Tools>) -> Machine {
+        let mut m = Machine {
+            g: g.clone(),
+            state: start,
+            in_reasoning: g.states[start].kind == Kind::Reasoning,
+            hold: String::new(),
+            scratch: String::new(),
+            capture: String::new(),
+            capture_len: 0,
+            reader: None,
+            opening: String::new(),
+            ending: false,
+            reasoning_tokens: 0,
+            started: false,
+            c: Calls {
+                out: StepOut::default(),
+                tokens: 0,
+                index: -1,
+                call_open: false,
+                params: None,
+                args_emitted: false,
+                args_closed: false,
+                current_tool: String::new(),
+                g,
+                tools,
+            },
+        };
+        m.started = false;
+        m
+    }
+
+    /// Enter the start state (its entry events, e.g. `REASONING_START`): the parser calls this
+    /// with the first step's output buffer in place, so those events lead that step.
+    pub fn start(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.enter(self.state, "", None);
+        }
+    }
+
+    pub fn state(&self) -> usize {
+        self.state
+    }
+
+    /// Consume `text` (sentinel form) produced by `tokens` output tokens; events go to `c.out`.
+    pub fn feed(&mut self, text: &str, tokens: u32) {
+        if self.in_reasoning {
+            self.reasoning_tokens += tokens as u64;
+        }
+        self.c.tokens += tokens;
+        if text.is_empty() {
+            return;
+        }
+        if self.hold.is_empty() {
+            self.run_buf(text);
+        } else {
+            self.run(text);
+        }
+    }
+
+    /// Whether the next plain text may come as one piece for many tokens (`Machine.takes_runs`).
+    pub fn takes_runs(&self) -> bool {
+        self.g.states[self.state].run_state
+            && (self.hold.is_empty() || find_sentinel(&self.hold, 0).is_none())
+    }
+
+    pub fn in_run_state(&self) -> bool {
+        self.g.states[self.state].run_state
+    }
+
+    /// End of output (`cut`: by length/abort, not by the model).
+    pub fn finish(&mut self, cut: bool) {
+        self.ending = true;
+        if let Some(r) = self.reader.as_mut() {
+            r.end_of_output();
+        }
+        if !self.hold.is_empty() {
+            let held = std::mem::take(&mut self.hold);
+            self.run(&held);
+            if !self.hold.is_empty() {
+                let held = std::mem::take(&mut self.hold);
+                self.kind_text(&held);
+            }
+        }
+        let g = self.g.clone();
+        let state = self.state;
+        if let Some(end) = &g.states[state].end {
+            if !cut {
+                self.fire(end, "", state);
+            }
+        }
+        self.leave(None, "");
+        let c = &mut self.c;
+        if c.call_open && c.args_closed {
+            if !cut {
+                c.call_end();
+            }
+        } else if c.call_open && (c.params.is_some() || !c.args_emitted) {
+            if !cut {
+                c.call_end();
+            } else if let Some(mut p) = c.params.take() {
+                p.close(c);
+                c.params = Some(p);
+            } else {
+                c.args("{}");
+            }
+        }
+        let index = c.index;
+        c.emit(EventKind::End, "", index, "");
+    }
+
+    fn run(&mut self, text: &str) {
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.push_str(&self.hold);
+        buf.push_str(text);
+        self.hold.clear();
+        self.run_buf(&buf);
+        self.scratch = buf;
+    }
+
+    fn run_buf(&mut self, buf: &str) {
+        let g = self.g.clone();
+        let n = buf.len();
+        let mut pos = 0;
+        while pos < n {
+            let state = self.state;
+            let st = &g.states[state];
+            if let Some(reader) = self.reader.as_mut() {
+                if reader.status() == Status::Open {
+                    pos = reader.feed(buf, pos, &mut self.c);
+                    let status = reader.status();
+                    if status == Status::Complete {
+                        if let Some(done) = &st.done {
+                            self.fire(done, "", state);
+                            continue;
+                        }
+                    }
+                    if status == Status::Open {
+                        if pos < n {
+                            self.hold.push_str(&buf[pos..]);
+                        }
+                        return;
+                    }
+                    continue;
+                }
+            }
+            let (m, hold) = st.tset.scan(buf, pos);
+            if let Some(tn) = st.text_next {
+                let limit = m.map_or(hold, |m| m.start);
+                let first = first_non_space(buf, pos, limit);
+                if first < limit {
+                    if first > pos {
+                        self.kind_text(&buf[pos..first]);
+                    }
+                    pos = first;
+                    self.fire(&Transition::to(tn), "", state);
+                    continue;
+                }
+            }
+            let Some(m) = m else {
+                if hold > pos {
+                    self.kind_text(&buf[pos..hold]);
+                }
+                self.hold.push_str(&buf[hold..]);
+                return;
+            };
+            if m.start > pos {
+                self.kind_text(&buf[pos..m.start]);
+            }
+            let t = &st.transitions[m.index];
+            let pattern = &buf[m.start..m.end];
+            if let Some(f) = &t.follow {
+                match self.followed(f, buf, m.end) {
+                    None => {
+                        self.hold.push_str(&buf[m.start..]);
+                        return;
+                    }
+                    Some(false) => {
+                        if let Some(tn) = st.text_next {
+                            pos = m.start;
+                            self.fire(&Transition::to(tn), "", state);
+                            continue;
+                        }
+                        self.kind_text(pattern);
+                        pos = m.end;
+                        continue;
+                    }
+                    Some(true) => {}
+                }
+            }
+            if t.keep {
+                pos = m.start;
+                self.fire(t, "", state);
+            } else {
+                pos = m.end;
+                self.fire(t, pattern, state);
+            }
+        }
+    }
+
+    /// Whether what follows `buf[at..]` makes a `follow` terminal structural (None: cannot tell).
+    fn followed(&self, f: &Follow, buf: &str, at: usize) -> Option<bool> {
+        if !f.patterns.is_empty() {
+            match follow_match(&f.patterns, buf, at) {
+                FollowMatch::No => return Some(false),
+                FollowMatch::Full => return Some(true),
+                FollowMatch::Partial => {}
+            }
+        } else if has_visible(&buf[at..]) {
+            return Some(false);
+        }
+        if !self.ending {
+            return None;
+        }
+        Some(f.end)
+    }
+
+    // ------------------------------------------------------------------ kinds
+    fn kind_text(&mut self, text: &str) {
+        match self.g.states[self.state].kind {
+            Kind::Content => self.c.emit_text(EventKind::Content, text),
+            Kind::Reasoning => self.c.emit_text(EventKind::Reasoning, text),
+            Kind::Skip => {}
+            Kind::Capture => {
+                let room = CAPTURE_LIMIT.saturating_sub(self.capture_len);
+                if room > 0 {
+                    let cut = crate::text::char_offset(text, room);
+                    let piece = &text[..cut];
+                    self.capture.push_str(piece);
+                    self.capture_len += piece.chars().count();
+                }
+            }
+            Kind::Value => self.c.param_value(text),
+            Kind::Json | Kind::Envelope | Kind::Elements => {
+                if let Some(r) = self.reader.as_mut() {
+                    if r.rest(text) {
+                        self.c.emit_text(EventKind::Content, text);
+                    }
+                }
+            }
+        }
+    }
+
+    fn enter(&mut self, target: usize, pattern: &str, previous: Option<Kind>) {
+        let g = self.g.clone();
+        let st = &g.states[target];
+        match st.kind {
+            Kind::Reasoning => {
+                if previous != Some(Kind::Reasoning) {
+                    self.c.emit(EventKind::ReasoningStart, "", -1, "");
+                }
+            }
+            Kind::Capture => {
+                self.capture.clear();
+                self.capture_len = 0;
+            }
+            Kind::Json => {
+                self.reader = Some(if st.dialect == Dialect::Gemma {
+                    Reader::Gemma(GemmaArgsReader::new(&g.quote))
+                } else {
+                    Reader::Json(JsonArgsReader::default())
+                });
+            }
+            Kind::Skip => {
+                self.opening.clear();
+                self.opening.push_str(pattern);
+            }
+            Kind::Envelope => {
+                if !pattern.is_empty() || previous != Some(Kind::Skip) {
+                    self.opening.clear();
+                    self.opening.push_str(pattern);
+                }
+                self.reader = Some(match st.dialect {
+                    Dialect::Python | Dialect::PythonJson => {
+                        Reader::Python(PythonCallsReader::new(st.dialect == Dialect::PythonJson))
+                    }
+                    _ => Reader::Envelope(EnvelopeReader::new(
+                        st.allow_list,
+                        st.dialect == Dialect::Keyed,
+                    )),
+                });
+            }
+            Kind::Elements => {
+                let tool = if self.c.call_open {
+                    self.c.tools.get(&self.c.current_tool)
+                } else {
+                    None
+                };
+                self.reader = Some(Reader::Elements(ElementArgsReader::new(
+                    &g.tag,
+                    &st.item,
+                    st.on_patterns.clone(),
+                    tool,
+                )));
+            }
+            Kind::Content | Kind::Value => {}
+        }
+    }
+
+    fn leave(&mut self, target: Option<usize>, pattern: &str) {
+        let g = self.g.clone();
+        match g.states[self.state].kind {
+            Kind::Reasoning if target.is_none_or(|t| g.states[t].kind != Kind::Reasoning) => {
+                self.c.emit(EventKind::ReasoningEnd, "", -1, "");
+            }
+            Kind::Envelope => {
+                if target.is_none()
+                    && self
+                        .reader
+                        .as_ref()
+                        .is_none_or(|r| r.status() == Status::Open)
+                {
+                    return;
+                }
+                let raw = self.reader.as_mut().and_then(|r| r.unclaimed());
+                if let Some(raw) = raw {
+                    let mut text =
+                        String::with_capacity(self.opening.len() + raw.len() + pattern.len());
+                    text.push_str(&self.opening);
+                    text.push_str(&raw);
+                    text.push_str(pattern);
+                    self.c.emit_text(EventKind::Content, &text);
+                }
+            }
+            Kind::Elements => {
+                if let Some(Reader::Elements(r)) = self.reader.as_mut() {
+                    if self.c.call_open {
+                        r.close_call(&mut self.c);
+                        self.c.args_closed = true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ------------------------------------------------------------------ transitions
+    fn fire(&mut self, t: &Transition, pattern: &str, from: usize) {
+        let g = self.g.clone();
+        let st = &g.states[from];
+        let mut nxt = t.next;
+        let mut actions: &[Action] = &t.actions;
+        let mut groups: Vec<(&str, String)> = Vec::new();
+        let mut captured = String::new();
+        if st.kind == Kind::Capture {
+            if nxt == Some(from) {
+                self.capture.push_str(pattern);
+                return;
+            }
+            captured = self.c.restore(&self.capture);
+            for rule in &st.rules {
+                if let Ok(Some(caps)) = rule.regex.captures(&captured) {
+                    for name in rule.regex.capture_names().flatten() {
+                        if let Some(m) = caps.name(name) {
+                            let v = if st.unescape_xml {
+                                xml_unescape(m.as_str())
+                            } else {
+                                m.as_str().to_string()
+                            };
+                            groups.push((name, v));
+                        }
+                    }
+                    nxt = rule.next.or(nxt);
+                    actions = &rule.actions;
+                    break;
+                }
+            }
+        }
+        let Some(target) = nxt else { return };
+        if target != from {
+            self.leave(Some(target), pattern);
+        }
+        let group = |k: &str| {
+            groups
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        for a in actions {
+            match a {
+                Action::CallBegin => {
+                    let name = py_strip(group("name").unwrap_or(&captured)).to_string();
+                    let id = group("id").unwrap_or(py_strip(&captured)).to_string();
+                    self.c.call_begin(&name, &id);
+                }
+                Action::CallEnd => self.c.call_end(),
+                Action::ParamBegin => {
+                    let key = py_strip(group("key").unwrap_or(&captured)).to_string();
+                    let forced = if let Some(s) = group("string") {
+                        Some(if s == "true" { "string" } else { "json" })
+                    } else {
+                        group("type").map(|t| {
+                            if t == "string" || t == "str" {
+                                "string"
+                            } else {
+                                "json"
+                            }
+                        })
+                    };
+                    self.c.param_begin(&key, forced);
+                }
+                Action::ParamEnd => self.c.param_end(),
+            }
+        }
+        if target != from {
+            let previous = st.kind;
+            self.state = target;
+            self.reader = None;
+            self.in_reasoning = g.states[target].kind == Kind::Reasoning;
+            self.enter(target, pattern, Some(previous));
+        }
+    }
+}
+
+enum FollowMatch {
+    No,
+    Partial,
+    Full,
+}
+
+/// `\s*(?:p1|p2|…)` matched at `at` with the `regex` module's partial semantics: a full match if
+/// there is one, else partial if more text could make one.
+fn follow_match(patterns: &[String], buf: &str, at: usize) -> FollowMatch {
+    let b = buf.as_bytes();
+    let mut partial = false;
+    let mut k = at;
+    loop {
+        let rest = &b[k..];
+        for p in patterns {
+            let p = p.as_bytes();
+            if rest.starts_with(p) {
+                return FollowMatch::Full;
+            }
+            if rest.len() < p.len() && p.starts_with(rest) {
+                partial = true;
+            }
+        }
+        match buf[k..].chars().next() {
+            Some(c) if c.is_whitespace() => k += c.len_utf8(),
+            Some(_) => break,
+            None => {
+                partial = true;
+                break;
+            }
+        }
+    }
+    if partial {
+        FollowMatch::Partial
+    } else {
+        FollowMatch::No
+    }
+}
+
+fn first_non_space(text: &str, start: usize, end: usize) -> usize {
+    for (i, c) in text[start..end].char_indices() {
+        if !py_isspace(c) {
+            return start + i;
+        }
+    }
+    end
+}
+
+/// XML's five named entities and numeric character references; anything else stays as written.
+fn xml_unescape(text: &str) -> String {
+    if !text.contains('&') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        if let Some((rep, len)) = xml_ref(rest) {
+            out.push_str(&rep);
+            rest = &rest[len..];
+        } else {
+            out.push('&');
+            rest = &rest[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn xml_ref(s: &str) -> Option<(String, usize)> {
+    for (name, rep) in [
+        ("amp", "&"),
+        ("lt", "<"),
+        ("gt", ">"),
+        ("quot", "\""),
+        ("apos", "'"),
+    ] {
+        if s[1..].starts_with(name) && s[1 + name.len()..].starts_with(';') {
+            return Some((rep.to_string(), name.len() + 2));
+        }
+    }
+    let b = s.as_bytes();
+    if b.get(1) != Some(&b'#') {
+        return None;
+    }
+    let (hex, start, max) = if matches!(b.get(2), Some(b'x' | b'X')) {
+        (true, 3, 6)
+    } else {
+        (false, 2, 7)
+    };
+    let digits = b[start..]
+        .iter()
+        .take_while(|c| {
+            if hex {
+                c.is_ascii_hexdigit()
+            } else {
+                c.is_ascii_digit()
+            }
+        })
+        .count();
+    if digits == 0 || digits > max || b.get(start + digits) != Some(&b';') {
+        return None;
+    }
+    let whole = &s[..start + digits + 1];
+    let code = u32::from_str_radix(&s[start..start + digits], if hex { 16 } else { 10 }).ok()?;
+    let rep = if code > 0 && code <= 0x10FFFF && !(0xD800..=0xDFFF).contains(&code) {
+        char::from_u32(code)
+            .map(String::from)
+            .unwrap_or_else(|| whole.to_string())
+    } else {
+        whole.to_string()
+    };
+    Some((rep, whole.len()))
+}

@@ -1,0 +1,102 @@
+//! Argument readers (`engine/arguments/`): how a call's arguments become JSON text fragments.
+//! The machine reaches them only through `Reader` (the Python `ArgumentReader` protocol:
+//! `feed`, `status`, `rest`, `unclaimed`) and they answer only through a `Sink`.
+
+pub mod elements;
+pub mod envelope;
+pub mod gemma;
+pub mod json_args;
+pub mod params;
+pub mod python_calls;
+
+pub use crate::json_scan::Status;
+
+/// What a reader tells the machine: argument fragments, and (readers that find the calls
+/// themselves) a call's start by name and its end.
+pub trait Sink {
+    fn args(&mut self, fragment: &str);
+    fn begin(&mut self, name: &str);
+    fn end(&mut self);
+}
+
+pub enum Reader {
+    Json(json_args::JsonArgsReader),
+    Gemma(gemma::GemmaArgsReader),
+    Envelope(envelope::EnvelopeReader),
+    Python(python_calls::PythonCallsReader),
+    Elements(elements::ElementArgsReader),
+}
+
+impl Reader {
+    pub fn status(&self) -> Status {
+        match self {
+            Reader::Json(r) => r.status(),
+            Reader::Gemma(r) => r.status,
+            Reader::Envelope(r) => r.status,
+            Reader::Python(r) => r.status,
+            Reader::Elements(r) => r.status,
+        }
+    }
+
+    /// Consume `text` from byte `pos`; return where reading stopped.
+    pub fn feed(&mut self, text: &str, pos: usize, sink: &mut dyn Sink) -> usize {
+        match self {
+            Reader::Json(r) => r.feed(text, pos, sink),
+            Reader::Gemma(r) => r.feed(text, pos, sink),
+            Reader::Envelope(r) => r.feed(text, pos, sink),
+            Reader::Python(r) => r.feed(text, pos, sink),
+            Reader::Elements(r) => r.feed(text, pos, sink),
+        }
+    }
+
+    /// Text of the state the reader did not take: whether it is shown (as content).
+    pub fn rest(&mut self, text: &str) -> bool {
+        match self {
+            Reader::Envelope(r) => r.calls.rest(text),
+            Reader::Python(r) => r.calls.rest(text),
+            _ => false,
+        }
+    }
+
+    /// Leaving the state: the raw text read when no call came of it. Answers once.
+    pub fn unclaimed(&mut self) -> Option<String> {
+        match self {
+            Reader::Envelope(r) => r.calls.unclaimed(),
+            Reader::Python(r) => r.calls.unclaimed(),
+            _ => None,
+        }
+    }
+
+    pub fn end_of_output(&mut self) {
+        if let Reader::Gemma(r) = self {
+            r.end_of_output();
+        }
+    }
+}
+
+/// `CallsReader`: until a call begins the text read is kept for passthrough; after one, text in
+/// the block is the model's own.
+#[derive(Default)]
+pub struct CallsState {
+    pub raw: String,
+    /// Calls begun; -1 once passed through.
+    pub calls: i64,
+}
+
+impl CallsState {
+    pub fn rest(&mut self, text: &str) -> bool {
+        if self.calls == 0 {
+            self.raw.push_str(text);
+            return false;
+        }
+        crate::text::has_visible(text)
+    }
+
+    pub fn unclaimed(&mut self) -> Option<String> {
+        if self.calls != 0 {
+            return None;
+        }
+        self.calls = -1;
+        Some(std::mem::take(&mut self.raw))
+    }
+}

@@ -1,0 +1,206 @@
+"""The native parser (``parsetier._core.Parser``) against the reference engine, at the piece level.
+
+A reference ``Session`` runs on a real tokenizer and a real corpus; every piece its ``Machine`` is
+fed (text in sentinel form, token count) and every ``Assembler.add`` (one per session step) is
+recorded. The same pieces go to the native parser, built from the same bound grammar
+(``engine/describe.py``), and its events, deltas and final must be byte-identical: per piece,
+per step, at the end. Corpora: every format family's round-trip messages (its own template or
+renderer, random splits, both delivery modes, finished by ``stop`` or cut by ``length``), the
+canitoolcall fixtures, and the hostile outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import hostile_outputs
+import marker_tokenizers
+import test_roundtrip as rt
+from parsetier import _core
+from parsetier.call_ids import call_id_seed
+from parsetier.engine.describe import describe_config, describe_grammar
+from parsetier.messages import SessionOptions
+from parsetier.models import Model
+from parsetier.session import Session, _tool_schemas
+
+EXAMPLES = 24
+SEED = 20261202
+
+
+_GRAMMARS: dict[int, Any] = {}
+
+
+def _grammar(model: Model) -> Any:
+    key = id(model.grammar)
+    if key not in _GRAMMARS:
+        _GRAMMARS[key] = (model.grammar, _core.Grammar(describe_grammar(model.grammar)))
+    return _GRAMMARS[key][1]
+
+
+def _event(ev: Any) -> tuple:
+    return (ev.kind.value, ev.text, ev.tool_index, ev.tokens, ev.call_id)
+
+
+def _delta(d: Any) -> tuple:
+    return (d.reasoning, d.content, [(c.index, c.arguments, c.id, c.name) for c in d.tool_calls])
+
+
+class Recorder:
+    """Wraps one reference session's machine and assembler: what they are fed, what they say."""
+
+    def __init__(self, session: Session) -> None:
+        self.ops: list[tuple] = []
+        machine, assembler = session._machine, session._assembler
+        feed, finish, add = machine.feed, machine.finish, assembler.add
+
+        def rec_feed(text: str, tokens: int = 0) -> list:
+            events = feed(text, tokens)
+            self.ops.append(("feed", text, tokens, [_event(e) for e in events]))
+            return events
+
+        def rec_finish(cut: bool = False) -> list:
+            events = finish(cut)
+            self.ops.append(("finish", cut, [_event(e) for e in events]))
+            return events
+
+        def rec_add(events: Sequence) -> list:
+            deltas = add(events)
+            self.ops.append(("add", [_delta(d) for d in deltas]))
+            return deltas
+
+        machine.feed, machine.finish, assembler.add = rec_feed, rec_finish, rec_add
+
+
+def run_both(
+    model: Model, options: SessionOptions, groups: Sequence[Sequence[int]], reason: str = "stop"
+) -> None:
+    """Run the reference session over ``groups``, replay its pieces natively, compare all."""
+    session = Session(model, options)
+    start = session._machine._state.name
+    recorder = Recorder(session)
+    for group in groups:
+        session.feed(list(group))
+    final = session.finish(reason).final
+    config = describe_config(
+        start,
+        _tool_schemas(options),
+        include_reasoning=options.include_reasoning,
+        tool_choice=options.tool_choice,
+        parallel_tool_calls=options.parallel_tool_calls,
+        complete_tool_calls=options.complete_tool_calls,
+        call_id_seed=call_id_seed(options),
+    )
+    native = _core.Parser(_grammar(model), config)
+    pending_events: list = []
+    for i, op in enumerate(recorder.ops):
+        where = f"op {i} of {len(recorder.ops)}: {op[:3]!r}"
+        if op[0] == "feed":
+            got = native.feed(op[1], op[2])
+            assert [tuple(e) for e in got] == op[3], where
+            pending_events += got
+        elif op[0] == "add":
+            assert [_norm(d) for d in native.deliver()] == op[1], where
+        else:
+            events, deltas, last = native.finish(reason)
+            assert [tuple(e) for e in events] == op[2], where
+            add = recorder.ops[i + 1]
+            assert add[0] == "add"
+            assert [_norm(d) for d in deltas] == add[1], where
+            assert final is not None
+            message = final.message
+            calls = [(c.id, c.name, c.arguments) for c in message.tool_calls]
+            assert last[0] == final.finish_reason
+            assert last[2] == final.usage.reasoning_tokens
+            assert (last[3], last[4], [tuple(c) for c in last[5]]) == (
+                message.content,
+                message.reasoning,
+                calls,
+            )
+            assert last[1] == final.usage.completion_tokens
+            return
+    raise AssertionError("the reference session never finished its machine")
+
+
+def _norm(d: tuple) -> tuple:
+    return (d[0], d[1], [tuple(c) for c in d[2]])
+
+
+def random_groups(rng: random.Random, ids: list[int]) -> list[list[int]]:
+    groups, pos = [], 0
+    while pos < len(ids):
+        n = rng.choice([1, 1, 1, 2, 3, 5, 8, 40])
+        groups.append(ids[pos : pos + n])
+        pos += n
+    return groups
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return marker_tokenizers.registry()
+
+
+def _family_outputs(
+    family: rt.Family, model: Model, n: int
+) -> list[tuple[list[int], list[int], bool | None]]:
+    tok = model.tokenizer
+    rng = random.Random(f"{SEED}:{family.label}")
+    out = []
+    for _ in range(n):
+        msg, thinking = rt.message(rng, family)
+        rendered = family.adapt(msg) if family.adapt else msg
+        if isinstance(family.renderer, rt.HarmonyEncoder):
+            prompt_ids = tok.encode("<|start|>assistant", add_special_tokens=False).ids
+            ids = family.renderer.render_ids(rendered)
+        else:
+            prompt, output = family.renderer.render(rt.HISTORY, rendered, rt.TOOLS, thinking)
+            prompt_ids = tok.encode(prompt, add_special_tokens=False).ids[-64:]
+            ids = tok.encode(output, add_special_tokens=False).ids
+        out.append((ids, prompt_ids, thinking if family.thinking_switch else None))
+    return out
+
+
+@pytest.mark.parametrize("family", rt.FAMILIES, ids=lambda f: f.label)
+def test_family_outputs_parse_identically(family: rt.Family, registry) -> None:
+    model = registry.get(family.preset)
+    rng = random.Random(f"{SEED}:{family.label}:splits")
+    for k, (ids, prompt_ids, thinking) in enumerate(_family_outputs(family, model, EXAMPLES)):
+        complete = k % 2 == 1
+        options = SessionOptions(
+            tools=rt.SESSION_TOOLS,
+            prompt_token_ids=tuple(prompt_ids),
+            thinking=thinking,
+            complete_tool_calls=complete,
+            request_id=f"req-{k}",
+        )
+        run_both(model, options, random_groups(rng, ids))
+        cut = rng.randrange(len(ids) + 1)
+        run_both(model, options, random_groups(rng, ids[:cut]), reason="length")
+        run_both(model, options, [[i] for i in ids[:cut]], reason=rng.choice(["stop", "abort"]))
+
+
+@pytest.mark.parametrize("preset", sorted(hostile_outputs.samples()))
+@pytest.mark.parametrize("payload", sorted(hostile_outputs.PAYLOADS))
+def test_hostile_outputs_parse_identically(preset: str, payload: str) -> None:
+    sample = hostile_outputs.samples()[preset]
+    ids = hostile_outputs.ids(sample, hostile_outputs.PAYLOADS[payload])
+    rng = random.Random(f"{SEED}:{preset}:{payload}")
+    for complete in (False, True):
+        options = _with(sample.options, complete_tool_calls=complete)
+        run_both(sample.model, options, random_groups(rng, ids))
+
+
+def _with(options: SessionOptions, **changes: Any) -> SessionOptions:
+    import dataclasses
+
+    return dataclasses.replace(options, **changes)
+
+
+def test_describe_is_json() -> None:
+    model = marker_tokenizers.registry().get("qwen3")
+    data = json.loads(describe_grammar(model.grammar))
+    assert data["name"] and data["states"]
