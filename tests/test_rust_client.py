@@ -111,6 +111,12 @@ def test_rust_client_against_real_server():
         "bad_logprobs_are_invalid_argument",
         "rune_offsets_count_code_points",
         "logprob_step_flattens_alternatives_id_major",
+        "history_merges_id_runs_and_pending_messages_are_resent",
+        "a_sequence_gap_is_an_error",
+        "replay_reopens_every_live_session_in_one_message",
+        "a_gap_is_an_error",
+        "packs_the_usual_entries_and_leaves_the_rest",
+        "malformed_replies_are_errors",
     ):
         assert name in passed(output), f"{name} did not pass:\n{output}"
     # The sessions were the Rust client's, on this server, and ended OK (its run_session sessions:

@@ -342,3 +342,57 @@ impl BatchLedger {
         messages
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, open: bool, ids: &[u32]) -> pb::SessionInput {
+        pb::SessionInput {
+            key: key.into(),
+            open: open.then(|| pb::Open { model: "qwen3".into(), resumable: true, ..Default::default() }),
+            steps: vec![pb::Step { token_ids: ids.to_vec(), ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    fn out(key: &str, sequence: u64, client_messages: u64) -> pb::SessionOutput {
+        pb::SessionOutput { key: key.into(), sequence, client_messages, output_digest: 7, ..Default::default() }
+    }
+
+    /// After a break, every live session is re-opened in ONE message at its resume point (the
+    /// answered history, the last sequence and digest) with its first unanswered entry; the new
+    /// stream's replies come back as the caller's step, in its entries' order.
+    #[test]
+    fn replay_reopens_every_live_session_in_one_message() {
+        let mut l = BatchLedger::default();
+        l.sent(&[entry("a", true, &[1]), entry("b", true, &[9])]);
+        l.received(vec![out("a", 1, 1)]).expect("reply 1");
+        assert_eq!(l.ready().map(|o| o.len()), Some(1));
+        l.sent(&[entry("b", false, &[3]), entry("a", false, &[2])]);
+        let replay = l.replay();
+        assert_eq!(replay.len(), 1, "one message re-opens both");
+        for (reopened, (key, history, pending)) in
+            replay[0].iter().zip([("a", vec![1], vec![2]), ("b", vec![9], vec![3])])
+        {
+            assert_eq!(reopened.key, key);
+            let point = reopened.open.as_ref().and_then(|o| o.resume.as_ref()).expect("resume point");
+            assert_eq!(point.history.iter().flat_map(|s| s.token_ids.clone()).collect::<Vec<_>>(), history);
+            assert_eq!(reopened.steps[0].token_ids, pending, "the unanswered entry rides along");
+        }
+        assert!(l.ready().is_none());
+        l.received(vec![out("a", 2, 1), out("b", 1, 1)]).expect("the new stream's reply");
+        let step = l.ready().expect("step 2 complete");
+        assert_eq!(step.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(), ["b", "a"], "in the step's order");
+        assert_eq!(l.resumes, 1);
+        assert!(l.received(vec![]).is_ok() && l.ready().is_none(), "a reply to no step is ignored");
+    }
+
+    /// A gap in a session's sequence is an error.
+    #[test]
+    fn a_gap_is_an_error() {
+        let mut l = BatchLedger::default();
+        l.sent(&[entry("a", true, &[1])]);
+        assert!(l.received(vec![out("a", 2, 1)]).is_err());
+    }
+}

@@ -152,3 +152,47 @@ pub(crate) fn in_entry_order(
     }
     Ok(outs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(key: &str, ids: &[u32]) -> pb::SessionInput {
+        let step = pb::Step { token_ids: ids.to_vec(), ..Default::default() };
+        pb::SessionInput { key: key.into(), steps: vec![step], ..Default::default() }
+    }
+
+    #[test]
+    fn packs_the_usual_entries_and_leaves_the_rest() {
+        let open = pb::SessionInput { key: "o".into(), open: Some(pb::Open::default()), ..Default::default() };
+        let msg = wire_request(vec![feed("a", &[1]), open, feed("b", &[2, 3])]);
+        assert_eq!(msg.sessions.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(), ["o"]);
+        let packed = msg.packed.expect("packed");
+        assert_eq!(
+            (packed.keys, packed.token_counts, packed.token_ids),
+            (vec!["a".into(), "b".into()], vec![1, 2], vec![1, 2, 3])
+        );
+        let ones = wire_request(vec![feed("a", &[1]), feed("b", &[2])]).packed.expect("packed");
+        assert!(ones.token_counts.is_empty(), "one id each: no counts");
+    }
+
+    /// Packed arrays of different lengths, or outputs out of the entries' order, are errors
+    /// (never a panic) whatever the server sends.
+    #[test]
+    fn malformed_replies_are_errors() {
+        let packed = pb::PackedOutputs {
+            keys: vec!["a".into(), "b".into()],
+            sequences: vec![1],
+            client_messages: vec![1, 1],
+            texts: vec!["x".into(), "y".into()],
+            reasoning: vec![false, false],
+            output_digests: vec![],
+        };
+        assert_eq!(unpack_outputs(Some(packed)).expect_err("short sequences").code(), tonic::Code::Internal);
+        let out = |key: &str| pb::SessionOutput { key: key.into(), ..Default::default() };
+        let entries = vec![("a".to_string(), true), ("b".to_string(), false)];
+        assert!(in_entry_order(&entries, vec![out("b"), out("zzz")], vec![out("a")]).is_err());
+        let ordered = in_entry_order(&entries, vec![out("b")], vec![out("a")]).expect("in order");
+        assert_eq!(ordered.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    }
+}

@@ -120,3 +120,62 @@ pub(crate) fn append_answered(history: &mut Vec<pb::Step>, steps: Vec<pb::Step>)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(ids: &[u32]) -> pb::ParseRequest {
+        pb::ParseRequest {
+            steps: vec![pb::Step { token_ids: ids.to_vec(), ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    fn reply(sequence: u64, client_messages: u64, digest: u32) -> pb::ParseResponse {
+        pb::ParseResponse { sequence, client_messages, output_digest: digest, ..Default::default() }
+    }
+
+    fn ledger() -> Ledger {
+        Ledger::new(pb::Open { model: "qwen3".into(), resumable: true, ..Default::default() })
+    }
+
+    /// Answered id runs merge into one step; a text step keeps its place; unanswered messages
+    /// are re-sent after the resumed Open, numbered from 2.
+    #[test]
+    fn history_merges_id_runs_and_pending_messages_are_resent() {
+        let mut l = ledger();
+        assert_eq!(l.restart().len(), 1, "a new session: the Open alone");
+        l.sent(&ids(&[1, 2]));
+        l.sent(&ids(&[3]));
+        let text = pb::ParseRequest {
+            steps: vec![pb::Step { text: "hi".into(), text_tokens: 1, ..Default::default() }],
+            ..Default::default()
+        };
+        l.sent(&text);
+        l.sent(&ids(&[4]));
+        l.sent(&ids(&[5]));
+        l.received(&reply(1, 3, 11)).expect("reply 1"); // covers messages 2 and 3
+        l.received(&reply(2, 5, 22)).expect("reply 2"); // covers the text step and [4]
+        l.broke();
+        let msgs = l.restart();
+        let point = msgs[0].open.as_ref().and_then(|o| o.resume.as_ref()).expect("a resume point");
+        assert_eq!((point.sequence, point.output_digest), (2, 22));
+        let history: Vec<_> = point.history.iter().map(|s| (s.token_ids.clone(), s.text.clone())).collect();
+        assert_eq!(history, vec![(vec![1, 2, 3], String::new()), (vec![], "hi".into()), (vec![4], String::new())]);
+        assert_eq!(msgs[1..], [ids(&[5])], "the unanswered message, as it was framed");
+        l.received(&reply(3, 2, 33)).expect("the resumed stream counts from 2");
+        l.broke();
+        assert_eq!(l.restart().len(), 1, "nothing pending");
+    }
+
+    /// A gap or a repeat in the replies' sequence is an error, not output.
+    #[test]
+    fn a_sequence_gap_is_an_error() {
+        let mut l = ledger();
+        assert!(l.received(&reply(2, 1, 0)).is_err());
+        let mut l = ledger();
+        l.received(&reply(1, 1, 0)).expect("first");
+        assert_eq!(l.received(&reply(1, 1, 0)).expect_err("a repeat").code(), tonic::Code::Internal);
+    }
+}
