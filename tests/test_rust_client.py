@@ -103,6 +103,7 @@ def test_rust_client_against_real_server():
         "builder_needs_credentials",
         "keepalive_defaults_within_server_policy",
         "dropping_a_session_cancels_it",
+        "wire_bytes_to_forward",
         "batch_many_sessions_one_token_per_step",
         "batch_packed_and_unpacked_entries_in_one_step",
         "batch_session_errors",

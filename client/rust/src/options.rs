@@ -129,6 +129,13 @@ impl OpenOptions {
         self
     }
 
+    /// Bytes to forward as they are, in an API's wire shape (OpenAI chat / completions,
+    /// Anthropic Messages, OpenAI Responses): each reply's `wire`, then `Final.wire`.
+    pub fn wire(mut self, wire: pb::WireOptions) -> Self {
+        self.open.wire = Some(wire);
+        self
+    }
+
     /// Sets any field of the `Open` message directly.
     pub fn customize(mut self, f: impl FnOnce(&mut pb::Open)) -> Self {
         f(&mut self.open);

@@ -319,3 +319,41 @@ async fn dropping_a_session_cancels_it() {
         client.parse_stream(weather(), vec![QWEN3_OUTPUT.to_vec()], stop_at_im_end()).await.expect("next session");
     check_final(&final_message);
 }
+
+/// `OpenOptions::wire`: each reply's bytes, then the final's, are the API's own stream or body.
+#[tokio::test]
+async fn wire_bytes_to_forward() {
+    let client = client();
+    let chat = pb::WireOptions {
+        dialect: pb::WireDialect::OpenaiChat as i32,
+        response_id: "chatcmpl-rust".into(),
+        model: "served".into(),
+        stream: true,
+        include_usage: true,
+        ..Default::default()
+    };
+    let mut session = client.open(weather().output(pb::OutputKind::FinalOnly).wire(chat.clone())).await.expect("open");
+    for step in one_per_step(&QWEN3_OUTPUT) {
+        session.send([step]).expect("send");
+    }
+    session.finish(stop_at_im_end()).expect("finish");
+    let mut wire = Vec::new();
+    while let Some(reply) = session.recv().await {
+        let reply = reply.expect("reply");
+        wire.extend_from_slice(&reply.wire);
+        if let Some(final_message) = &reply.r#final {
+            check_final(final_message);
+            wire.extend_from_slice(&final_message.wire);
+        }
+    }
+    let wire = String::from_utf8(wire).expect("UTF-8");
+    assert!(wire.starts_with(r#"data: {"id":"chatcmpl-rust","object":"chat.completion.chunk""#), "{wire}");
+    assert!(wire.contains(r#""finish_reason":"tool_calls""#) && wire.ends_with("data: [DONE]\n\n"), "{wire}");
+
+    let messages = pb::WireOptions { dialect: pb::WireDialect::AnthropicMessages as i32, stream: false, ..chat };
+    let once =
+        client.parse_once(weather().wire(messages), QWEN3_OUTPUT.to_vec(), stop_at_im_end()).await.expect("parse_once");
+    let body = String::from_utf8(once.r#final.expect("final").wire).expect("UTF-8");
+    assert!(body.starts_with(r#"{"id":"chatcmpl-rust","type":"message""#), "{body}");
+    assert!(body.contains(r#""stop_reason":"tool_use""#), "{body}");
+}
