@@ -13,6 +13,11 @@ per-token path (``SessionProtocol.feed_ids`` writing a ``ParseResponse``, then s
 * **bytes only, <dialect>**: ``Open.output`` FINAL_ONLY with the dialect, what a gateway that
   forwards the bytes asks for.
 
+* **render alone, <dialect>**: the renderer fed the deltas that output produced, one token's at a
+  time, with the bytes set on a reply and serialized, minus the same loop without rendering: the
+  rendering's own cost, as a ratio to the baseline's per-token cost (a smaller, steadier number
+  than the difference of two whole-session timings on a busy machine).
+
 Per row: CPU µs per token (median over ``--reps``; variants timed round-robin so load on a shared
 machine hits them alike) and the cost over the baseline as a ratio ((with - without) / without).
 The renderers consume the session's deltas whichever engine produced them. Timing only: nothing
@@ -26,8 +31,11 @@ import json
 import statistics
 import time
 
+from parsetier.dialects import WireRequest, renderer
+from parsetier.messages import Delta, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 from parsetier.protocol import Limits, SessionProtocol
+from parsetier.session import Session
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 TEXT = (
@@ -40,6 +48,8 @@ CALLS = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "東京", "unit": "celsius"}}\n</tool_call>'
 )
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+RENDERERS = {"OpenAI chat": "openai_chat", "Anthropic Messages": "anthropic_messages"}
+RENDERERS["OpenAI Responses"] = "openai_responses"
 DIALECTS = {
     "OpenAI chat": pb.WIRE_DIALECT_OPENAI_CHAT,
     "Anthropic Messages": pb.WIRE_DIALECT_ANTHROPIC_MESSAGES,
@@ -76,6 +86,26 @@ def run(model: Model, ids: list[int], output: int, dialect: int | None) -> float
     return time.process_time() - start
 
 
+def token_deltas(model: Model, ids: list[int]) -> list[list[Delta]]:
+    """The deltas each token produced, as the renderer is fed them."""
+    session = Session(model, SessionOptions(tools=(Tool("get_weather", {"type": "object"}),)))
+    return [session.feed([tid]).deltas for tid in ids]
+
+
+def render_alone(steps: list[list[Delta]], dialect: str | None) -> float:
+    """CPU seconds to render ``steps`` (None: no renderer) into replies, serialized."""
+    render = renderer(WireRequest(dialect, "r-1", "m", stream=True)).step if dialect else None  # type: ignore[arg-type]
+    start = time.process_time()
+    for deltas in steps:
+        reply = pb.ParseResponse()
+        if render is not None and deltas:
+            wire = render(deltas)
+            if wire:
+                reply.wire = wire
+        reply.SerializeToString()
+    return time.process_time() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -93,10 +123,14 @@ def main() -> None:
         variants[f"bytes only, {name}"] = (pb.OUTPUT_KIND_FINAL_ONLY, dialect)
     for output, dialect in variants.values():
         run(model, ids, output, dialect)  # warm caches
+    steps = token_deltas(model, ids)
+    alone: dict[str | None, list[float]] = {name: [] for name in [None, *RENDERERS.values()]}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.reps):  # round-robin, so load changes hit every variant alike
         for name, (output, dialect) in variants.items():
             times[name].append(run(model, ids, output, dialect))
+        for key in alone:
+            alone[key].append(render_alone(steps, key))
     base = statistics.median(times["deltas"])
     print(f"model {args.model}: {len(ids)} tokens, one per message, median of {args.reps} runs (CPU time)\n")
     print("| session | µs/token | cost over deltas alone |")
@@ -105,6 +139,10 @@ def main() -> None:
         took = statistics.median(times[name])
         ratio = "(baseline)" if name == "deltas" else f"{(took - base) / base:+.2f}"
         print(f"| {name} | {took / len(ids) * 1e6:.2f} | {ratio} |")
+    empty = statistics.median(alone[None])
+    for name, key in RENDERERS.items():
+        took = statistics.median(alone[key]) - empty
+        print(f"| render alone, {name} | {took / len(ids) * 1e6:.2f} | {took / base:+.2f} |")
 
 
 if __name__ == "__main__":

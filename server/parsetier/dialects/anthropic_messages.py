@@ -17,7 +17,7 @@ from typing import Any
 
 from parsetier.call_ids import api_call_id
 from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import dumps, sse_event, string
+from parsetier.dialects.wire_json import dumps, framed, sse_event, string
 from parsetier.messages import Delta, Final
 
 CALL_PREFIX = "toolu_"
@@ -54,6 +54,12 @@ def tool_input(arguments: str) -> Any:
     return value if isinstance(value, dict) else {}
 
 
+_DELTA_KEYS = {
+    "thinking": ("thinking_delta", "thinking"),
+    "text": ("text_delta", "text"),
+    "tool_use": ("input_json_delta", "partial_json"),
+}
+"""A block kind's delta ``type`` and the key of its text."""
 _START = {
     "thinking": '{"type":"thinking","thinking":"","signature":""}',
     "text": '{"type":"text","text":""}',
@@ -66,25 +72,29 @@ class MessagesRenderer:
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._delta_head = ""
+        self._text_head = ""
+        """The open block's text delta event up to its text's value."""
+        self._stream = request.stream
         """The open block's ``content_block_delta`` event up to its ``delta``."""
         self._started = False
 
     def step(self, deltas: Sequence[Delta]) -> bytes:
-        out: list[str] = []
         block = self._open
         if len(deltas) == 1 and block is not None and block.kind != "tool_use":  # the per-token case
             delta = deltas[0]
-            if not delta.tool_calls and not (delta.reasoning and delta.content):
-                text = delta.reasoning if block.kind == "thinking" else delta.content
-                if text:
+            if not delta.tool_calls:
+                if block.kind == "thinking":
+                    text, other = delta.reasoning, delta.content
+                else:
+                    text, other = delta.content, delta.reasoning
+                if text and not other:
                     block.parts.append(text)
-                    if not self.request.stream:
+                    if not self._stream:
                         return b""
-                    key = "thinking" if block.kind == "thinking" else "text"
-                    line = self._delta_head + '"delta":{"type":"' + key + '_delta","' + key + '":'
-                    return (line + string(text) + "}}\n\n").encode()
+                    return framed(self._text_head, text, "}}\n\n")
+        out: list[str] = []
         self._render(deltas, out)
-        return "".join(out).encode() if self.request.stream else b""
+        return "".join(out).encode() if self._stream else b""
 
     def _render(self, deltas: Sequence[Delta], out: list[str]) -> None:
         if not self._started:
@@ -100,9 +110,9 @@ class MessagesRenderer:
             out.append(sse_event("message_start", dumps({"type": "message_start", "message": message})))
         for delta in deltas:
             if delta.reasoning:
-                self._text("thinking", "thinking_delta", "thinking", delta.reasoning, out)
+                self._text("thinking", delta.reasoning, out)
             if delta.content:
-                self._text("text", "text_delta", "text", delta.content, out)
+                self._text("text", delta.content, out)
             for call in delta.tool_calls:
                 if call.id is not None:
                     self._close(out)
@@ -111,24 +121,16 @@ class MessagesRenderer:
                     self._begin(block, dumps(start), out)
                 if call.arguments and self._open is not None and self._open.kind == "tool_use":
                     self._open.parts.append(call.arguments)
-                    arguments = string(call.arguments)
-                    out.append(
-                        self._delta_head
-                        + '"delta":{"type":"input_json_delta","partial_json":'
-                        + arguments
-                        + "}}\n\n"
-                    )
+                    out.append(f"{self._text_head}{string(call.arguments)}}}}}\n\n")
 
-    def _text(self, kind: str, delta_type: str, key: str, text: str, out: list[str]) -> None:
+    def _text(self, kind: str, text: str, out: list[str]) -> None:
         block = self._open
         if block is None or block.kind != kind:
             self._close(out)
             block = _Block(kind)
             self._begin(block, _START[kind], out)
         block.parts.append(text)
-        out.append(
-            self._delta_head + '"delta":{"type":"' + delta_type + '","' + key + '":' + string(text) + "}}\n\n"
-        )
+        out.append(f"{self._text_head}{string(text)}}}}}\n\n")
 
     def _begin(self, block: _Block, start: str, out: list[str]) -> None:
         self._blocks.append(block)
@@ -137,6 +139,8 @@ class MessagesRenderer:
         self._delta_head = (
             'event: content_block_delta\ndata: {"type":"content_block_delta","index":' + str(index) + ","
         )
+        delta_type, key = _DELTA_KEYS[block.kind]
+        self._text_head = f'{self._delta_head}"delta":{{"type":"{delta_type}","{key}":'
         payload = '{"type":"content_block_start","index":' + str(index) + ',"content_block":' + start + "}"
         out.append(sse_event("content_block_start", payload))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from parsetier.call_ids import api_call_id
 from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import DONE, chat_logprob, dumps, sse_data, string, usage_openai
+from parsetier.dialects.wire_json import DONE, chat_logprob, dumps, framed, sse_data, string, usage_openai
 from parsetier.messages import Delta, Final
 
 CALL_PREFIX = "call_"
@@ -39,7 +39,13 @@ class ChatRenderer:
             self._collect(deltas)
             return b""
         if self._role_sent and len(deltas) == 1:
-            return self._chunk(deltas[0]).encode()
+            delta = deltas[0]
+            if not (delta.tool_calls or delta.logprobs or delta.token_ids):  # a text delta
+                if not delta.reasoning:
+                    return framed(self._content, delta.content, _PLAIN_TAIL)
+                if not delta.content:
+                    return framed(self._reasoning, delta.reasoning, _PLAIN_TAIL)
+            return self._chunk(delta).encode()
         return "".join([self._role(), *[self._chunk(delta) for delta in deltas]]).encode()
 
     def _role(self) -> str:
@@ -61,9 +67,9 @@ class ChatRenderer:
     def _chunk(self, delta: Delta) -> str:
         if not (delta.tool_calls or delta.logprobs or delta.token_ids):  # a text delta: a template
             if not delta.reasoning:
-                return self._content + string(delta.content) + _PLAIN_TAIL
+                return f"{self._content}{string(delta.content)}{_PLAIN_TAIL}"
             if not delta.content:
-                return self._reasoning + string(delta.reasoning) + _PLAIN_TAIL
+                return f"{self._reasoning}{string(delta.reasoning)}{_PLAIN_TAIL}"
         fields: dict[str, Any] = {}
         if delta.reasoning:
             fields["reasoning_content"] = delta.reasoning

@@ -18,10 +18,15 @@ from typing import Any
 
 from parsetier.call_ids import api_call_id, item_id
 from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import chat_logprob, dumps, logprob, sse_event, string
+from parsetier.dialects.wire_json import chat_logprob, dumps, framed_numbered, logprob, sse_event, string
 from parsetier.messages import Delta, Final, TokenLogprob
 
 CALL_PREFIX = "call_"
+_DELTA_EVENTS = {
+    "reasoning": "response.reasoning_text.delta",
+    "message": "response.output_text.delta",
+    "function_call": "response.function_call_arguments.delta",
+}
 _DELTA_HEADS = {
     name: f'event: {name}\ndata: {{"type":"{name}","sequence_number":'
     for name in (
@@ -40,7 +45,7 @@ def delta_logprob(entry: TokenLogprob) -> dict[str, Any]:
 
 
 class _Item:
-    __slots__ = ("call_id", "id", "index", "kind", "logprobs", "name", "parts", "where")
+    __slots__ = ("call_id", "head", "id", "index", "kind", "logprobs", "name", "parts", "tail_end", "where")
 
     def __init__(self, kind: str, item_id_: str, index: int, call_id: str = "", name: str = "") -> None:
         self.kind = kind
@@ -52,6 +57,10 @@ class _Item:
         self.logprobs: list[TokenLogprob] = []
         content = "" if kind == "function_call" else '"content_index":0,'
         self.where = f',"item_id":{string(item_id_)},"output_index":{index},{content}"delta":'
+        self.head = _DELTA_HEADS[_DELTA_EVENTS[kind]]
+        """Its delta event up to the ``sequence_number``'s value."""
+        self.tail_end = (',"logprobs":[]' if kind == "message" else "") + "}\n\n"
+        """What follows a delta event's text, to the event's end, when it carries no logprobs."""
         """A delta event's fields from ``item_id`` up to its ``delta``'s value."""
 
     def part(self) -> dict[str, Any]:
@@ -101,6 +110,7 @@ class ResponsesRenderer:
         self._open: _Item | None = None
         self._started = False
         self._sequence = 0
+        self._stream = request.stream
         self._pending: list[TokenLogprob] = []
         """Logprobs of tokens whose text is not out yet: they go with the next output text."""
 
@@ -150,21 +160,27 @@ class ResponsesRenderer:
         return body
 
     def step(self, deltas: Sequence[Delta]) -> bytes:
-        out: list[str] = []
         item = self._open
-        if len(deltas) == 1 and item is not None:  # the per-token case: more text for the open item
+        if len(deltas) == 1 and item is not None and not self._pending:
+            # The per-token case: more text for the open reasoning or message item (``_delta``'s
+            # bytes, inlined).
             delta = deltas[0]
-            if not (delta.tool_calls or delta.logprobs or self._pending):
-                if item.kind == "message" and delta.content and not delta.reasoning:
-                    item.parts.append(delta.content)
-                    self._delta("response.output_text.delta", item, delta.content, ',"logprobs":[]', out)
-                    return out[0].encode() if self.request.stream else b""
-                if item.kind == "reasoning" and delta.reasoning and not delta.content:
-                    item.parts.append(delta.reasoning)
-                    self._delta("response.reasoning_text.delta", item, delta.reasoning, "", out)
-                    return out[0].encode() if self.request.stream else b""
+            if not (delta.tool_calls or delta.logprobs):
+                kind = item.kind
+                if kind == "message":
+                    text, other = delta.content, delta.reasoning
+                else:
+                    text, other = delta.reasoning, delta.content
+                if text and not other and kind != "function_call":
+                    item.parts.append(text)
+                    if not self._stream:
+                        return b""
+                    sequence = self._sequence
+                    self._sequence = sequence + len(text)
+                    return framed_numbered(item.head, sequence, item.where, text, item.tail_end)
+        out: list[str] = []
         self._render(deltas, out)
-        return "".join(out).encode() if self.request.stream else b""
+        return "".join(out).encode() if self._stream else b""
 
     def _render(self, deltas: Sequence[Delta], out: list[str]) -> None:
         if not self._started:

@@ -43,6 +43,24 @@ def string(text: str) -> str:
     return quoted
 
 
+def framed(head: str, text: str, tail: str) -> bytes:
+    """``head``, ``text`` as a JSON string, ``tail``, as UTF-8: the per-token events. Non-ASCII
+    text is encoded alone (joining it to the event first would widen and re-encode the whole
+    event: twice the cost for CJK text)."""
+    quoted = string(text)
+    if quoted.isascii():
+        return f"{head}{quoted}{tail}".encode()
+    return b"".join((head.encode(), quoted.encode(), tail.encode()))
+
+
+def framed_numbered(head: str, number: int, middle: str, text: str, tail: str) -> bytes:
+    """``framed(f"{head}{number}{middle}", text, tail)`` without building the head first."""
+    quoted = string(text)
+    if quoted.isascii():
+        return f"{head}{number}{middle}{quoted}{tail}".encode()
+    return b"".join((f"{head}{number}{middle}".encode(), quoted.encode(), tail.encode()))
+
+
 def logprob(value: float) -> float:
     """A logprob JSON can hold (the proto refuses NaN and +inf; -inf becomes -9999.0)."""
     return NEG_INF_LOGPROB if math.isinf(value) else value
