@@ -52,12 +52,11 @@ impl Client {
     /// draining or overloaded server) moves the stream too.
     pub async fn batch(&self) -> Result<Batch> {
         let (address, out, inbound) = open_stream(&self.targets, Vec::new()).await?;
-        let resume = self.resume.is_some() && crate::contract::TOKEN_COUNTED_RESUME;
         Ok(Batch {
             targets: self.targets.clone(),
             address,
             policy: self.resume,
-            ledger: resume.then(BatchLedger::default),
+            ledger: self.resume.map(|_| BatchLedger::default()),
             out: Some(out),
             inbound,
             joiner: Joiner::default(),

@@ -14,7 +14,6 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::contract::resume_point;
 use crate::error::{Error, Result};
 use crate::pb;
 use crate::session_ledger::append_answered;
@@ -73,7 +72,11 @@ impl Session {
 
     fn point(&self) -> pb::Open {
         let mut open = self.open.clone();
-        open.resume = resume_point(self.sequence, self.history.clone(), self.digest);
+        open.resume = Some(pb::ResumePoint {
+            sequence: self.sequence,
+            history: self.history.clone(),
+            output_digest: self.digest,
+        });
         open
     }
 }

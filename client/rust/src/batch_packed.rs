@@ -5,7 +5,6 @@
 //! packs what goes out, and [`unpack_outputs`] / [`in_entry_order`] turn replies back into
 //! `SessionOutput`s in the order of the step's entries before anything else reads them.
 
-use crate::contract::{packed_digests, set_output_digest};
 use crate::error::{Error, Result};
 use crate::pb;
 
@@ -60,7 +59,8 @@ pub(crate) fn wire_request(entries: Vec<pb::SessionInput>) -> pb::ParseBatchRequ
 pub(crate) fn unpack_outputs(packed: Option<pb::PackedOutputs>) -> Result<Vec<pb::SessionOutput>> {
     let Some(mut packed) = packed else { return Ok(Vec::new()) };
     let n = packed.keys.len();
-    let digests = packed_digests(&mut packed);
+    // The digests are parallel to the keys (a server without them sends none).
+    let digests = Some(std::mem::take(&mut packed.output_digests)).filter(|d| !d.is_empty());
     if packed.sequences.len() != n
         || packed.client_messages.len() != n
         || packed.texts.len() != n
@@ -98,7 +98,7 @@ pub(crate) fn unpack_outputs(packed: Option<pb::PackedOutputs>) -> Result<Vec<pb
 
 fn set_digest(out: &mut pb::SessionOutput, digests: Option<&[u32]>, i: usize) {
     if let Some(digest) = digests.and_then(|d| d.get(i)) {
-        set_output_digest(out, *digest);
+        out.output_digest = *digest;
     }
 }
 

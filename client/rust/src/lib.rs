@@ -24,7 +24,6 @@ mod batch;
 mod batch_ledger;
 mod batch_packed;
 mod client;
-mod contract;
 mod error;
 mod logprobs;
 mod options;

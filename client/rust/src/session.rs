@@ -17,7 +17,6 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
 
 use crate::client::{Client, Targets};
-use crate::contract;
 use crate::error::{Error, Result};
 use crate::options::{Finish, OpenOptions};
 use crate::parts::{Joiner, Received};
@@ -57,7 +56,7 @@ impl Client {
     /// that is draining is retried within the policy's budget.
     pub async fn open(&self, options: OpenOptions) -> Result<Session> {
         let mut open = options.into_message();
-        open.resumable = self.resume.is_some() && contract::TOKEN_COUNTED_RESUME;
+        open.resumable = self.resume.is_some();
         let policy = self.resume;
         let mut ledger = Ledger::new(open);
         let (address, out, inbound) = connect_retrying(&self.targets, policy.as_ref(), &mut ledger, 0).await?;

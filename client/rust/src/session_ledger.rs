@@ -6,7 +6,6 @@
 
 use std::collections::VecDeque;
 
-use crate::contract::{reply_digest, resume_point};
 use crate::error::{Error, Result};
 use crate::pb;
 
@@ -52,7 +51,11 @@ impl Ledger {
     pub(crate) fn restart(&mut self) -> Vec<pb::ParseRequest> {
         let mut open = self.open.clone();
         if self.moved {
-            open.resume = resume_point(self.sequence, self.answered.clone(), self.output_digest);
+            open.resume = Some(pb::ResumePoint {
+                sequence: self.sequence,
+                history: self.answered.clone(),
+                output_digest: self.output_digest,
+            });
         }
         let mut msgs = Vec::with_capacity(1 + self.pending.len());
         msgs.push(pb::ParseRequest { open: Some(open), ..Default::default() });
@@ -88,7 +91,7 @@ impl Ledger {
             )));
         }
         self.sequence = reply.sequence;
-        self.output_digest = reply_digest(reply);
+        self.output_digest = reply.output_digest;
         while self.pending.front().is_some_and(|(index, _)| *index <= reply.client_messages) {
             if let Some((_, msg)) = self.pending.pop_front() {
                 self.answer(msg.steps);
