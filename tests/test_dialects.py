@@ -600,3 +600,26 @@ def test_stream_wire_iterators_give_the_bytes_as_they_come(grpc_server, client, 
             return [piece async for piece in stream.wire()]
 
     assert asyncio.run(run()) == pieces
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("dialect", ["openai_chat", "openai_completions", "openai_responses"])
+def test_minus_infinity_logprobs_are_strict_json(dialect, client, registry) -> None:
+    """A logprob of -inf (the generate side may report one) is written -9999.0: every event and
+    body parses as strict JSON, with no Infinity or NaN anywhere."""
+    ids = _qwen_ids(registry, "It is 4.")
+    steps = [logprob_step([tid], [float("-inf")], [{tid: float("-inf"), 11: -1.0}]) for tid in ids]
+    options: dict[str, Any] = {"output": "final", "completion": dialect == "openai_completions"}
+    for stream in (True, False):
+        result = client.parse_stream("qwen3", steps, wire=wire(dialect, stream), **options)
+        text = result.wire.decode()
+        assert "Infinity" not in text and "NaN" not in text and "-9999.0" in text
+        events = [line.removeprefix("data: ") for line in text.splitlines() if line.startswith("data: {")]
+        for payload in events if stream else [text]:
+            _strict(payload)
