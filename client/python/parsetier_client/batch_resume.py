@@ -42,9 +42,7 @@ class _Session(Ledger):
         self.send(first, step)
 
     def entry(self, payload: Payload) -> pb.SessionInput:
-        if isinstance(payload, pb.SessionInput):
-            return payload
-        return pb.SessionInput(key=self.key, steps=[pb.Step(token_ids=payload)])
+        return session_input(self.key, payload)
 
 
 class _Step:
@@ -240,6 +238,7 @@ def _plain(payload: Payload) -> bool:
 
 
 def session_input(key: str, payload: Payload) -> pb.SessionInput:
+    """A pending entry as it is (re-)sent: a plain run of ids becomes the entry it stands for."""
     if isinstance(payload, pb.SessionInput):
         return payload
     return pb.SessionInput(key=key, steps=[pb.Step(token_ids=payload)])
