@@ -67,6 +67,8 @@ _START = {
 
 
 class MessagesRenderer:
+    __slots__ = ("_blocks", "_delta_head", "_open", "_started", "_stream", "_text_head", "request")
+
     def __init__(self, request: WireRequest) -> None:
         self.request = request
         self._blocks: list[_Block] = []

@@ -23,6 +23,8 @@ _PLAIN_TAIL = '},"logprobs":null,"finish_reason":null}]}\n\n'
 
 
 class ChatRenderer:
+    __slots__ = ("_content", "_head", "_logprobs", "_reasoning", "_role_sent", "request")
+
     def __init__(self, request: WireRequest) -> None:
         self.request = request
         head = {"id": request.response_id, "object": "chat.completion.chunk", "created": request.created}

@@ -25,6 +25,8 @@ def completion_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:
 
 
 class CompletionsRenderer:
+    __slots__ = ("_head", "_logprobs", "request")
+
     def __init__(self, request: WireRequest) -> None:
         self.request = request
         head = {"id": request.response_id, "object": "text_completion", "created": request.created}

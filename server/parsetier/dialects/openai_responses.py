@@ -104,6 +104,8 @@ class _Item:
 
 
 class ResponsesRenderer:
+    __slots__ = ("_items", "_open", "_pending", "_sequence", "_started", "_stream", "request")
+
     def __init__(self, request: WireRequest) -> None:
         self.request = request
         self._items: list[_Item] = []
