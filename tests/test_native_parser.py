@@ -24,7 +24,7 @@ import test_roundtrip as rt
 from parsetier import _core
 from parsetier.call_ids import call_id_seed
 from parsetier.engine.describe import describe_config, describe_grammar
-from parsetier.messages import SessionOptions
+from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
 from parsetier.session import Session, _tool_schemas
 
@@ -204,3 +204,75 @@ def test_describe_is_json() -> None:
     model = marker_tokenizers.registry().get("qwen3")
     data = json.loads(describe_grammar(model.grammar))
     assert data["name"] and data["states"]
+
+
+def test_canitoolcall_fixtures_parse_identically() -> None:
+    """Every canitoolcall fixture a preset serves, in both delivery modes, at random splits."""
+    import canitoolcall_support as support
+
+    rng = random.Random(f"{SEED}:fixtures")
+    count = 0
+    for fixture in support.fixtures():
+        for complete in (False, True):
+            case = support.case_for(fixture, complete_tool_calls=complete)
+            if case is None:
+                continue
+            model = support.registry().get(case.preset)
+            ids = list(case.units)
+            run_both(model, case.options, random_groups(rng, ids), reason=case.finish_reason)
+            count += 1
+    assert count > 100
+
+
+FUZZ_TEXT = "ab {}[]\"':,=()<>/\\\n\t 1.5 -2 true None é😀"
+
+
+def _fuzz_output(rng: random.Random, model: Model) -> list[int]:
+    """Marker soup: the format's own terminal texts (as marker tokens where bound) shuffled with
+    JSON/XML/Python punctuation, so every state and reader sees odd input."""
+    grammar = model.grammar.grammar
+    terminals = list(grammar.terminals.values())
+    pieces = []
+    for _ in range(rng.randint(1, 40)):
+        if rng.random() < 0.35:
+            pieces.append(rng.choice(terminals))
+        else:
+            pieces.append("".join(rng.choice(FUZZ_TEXT) for _ in range(rng.randint(1, 8))))
+    return model.tokenizer.encode("".join(pieces), add_special_tokens=False).ids
+
+
+FUZZ_TOOLS = (
+    *rt.SESSION_TOOLS,
+    Tool(
+        "f",
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "array"},
+                "b": {"type": ["string", "null"]},
+                "n": {"type": "integer"},
+                "o": {"type": "object"},
+            },
+        },
+    ),
+)
+
+
+@pytest.mark.parametrize("family", rt.FAMILIES, ids=lambda f: f.label)
+def test_fuzzed_outputs_parse_identically(family: rt.Family, registry) -> None:
+    model = registry.get(family.preset)
+    rng = random.Random(f"{SEED}:{family.label}:fuzz")
+    for k in range(60):
+        ids = _fuzz_output(rng, model)
+        options = SessionOptions(
+            tools=FUZZ_TOOLS,
+            thinking=rng.choice([None, True, False]),
+            complete_tool_calls=k % 2 == 1,
+            parallel_tool_calls=k % 5 != 0,
+            tool_choice=rng.choice(["auto", "auto", "none", "required", "f"]),
+            include_reasoning=k % 7 != 0,
+            request_id=f"fuzz-{k}",
+        )
+        run_both(
+            model, options, random_groups(rng, ids), reason=rng.choice(["stop", "stop", "length", "abort"])
+        )

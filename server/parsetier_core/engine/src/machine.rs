@@ -462,9 +462,8 @@ impl Machine {
             Kind::Value => self.c.param_value(text),
             Kind::Json | Kind::Envelope | Kind::Elements => {
                 if let Some(r) = self.reader.as_mut() {
-                    if r.rest(text) {
-                        self.c.emit_text(EventKind::Content, text);
-                    }
+                    let shown = r.rest(text);
+                    self.c.emit_text(EventKind::Content, &shown);
                 }
             }
         }

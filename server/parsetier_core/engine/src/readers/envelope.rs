@@ -401,7 +401,10 @@ impl EnvelopeReader {
             }
         }
         if m == M::No && self.phase == Phase::Next && !self.bracketed {
-            self.head.clear(); // unbracketed calls end at the first thing that is not a separator
+            // Unbracketed calls end at the first thing that is not a separator; the whitespace
+            // earlier pieces left in the head is shown with it (`rest`), however it was split.
+            self.calls.space.push_str(&self.head[..before]);
+            self.head.clear();
             self.status = Status::Complete;
             return pos;
         }

@@ -9,6 +9,8 @@ pub mod json_args;
 pub mod params;
 pub mod python_calls;
 
+use std::borrow::Cow;
+
 pub use crate::json_scan::Status;
 
 /// What a reader tells the machine: argument fragments, and (readers that find the calls
@@ -49,12 +51,12 @@ impl Reader {
         }
     }
 
-    /// Text of the state the reader did not take: whether it is shown (as content).
-    pub fn rest(&mut self, text: &str) -> bool {
+    /// Text of the state the reader did not take: what of it is shown (as content), "" for none.
+    pub fn rest<'a>(&mut self, text: &'a str) -> Cow<'a, str> {
         match self {
             Reader::Envelope(r) => r.calls.rest(text),
             Reader::Python(r) => r.calls.rest(text),
-            _ => false,
+            _ => Cow::Borrowed(""),
         }
     }
 
@@ -75,21 +77,31 @@ impl Reader {
 }
 
 /// `CallsReader`: until a call begins the text read is kept for passthrough; after one, text in
-/// the block is the model's own.
+/// the block is the model's own, its whitespace held (`space`) until text proves it inner.
 #[derive(Default)]
 pub struct CallsState {
     pub raw: String,
     /// Calls begun; -1 once passed through.
     pub calls: i64,
+    pub space: String,
 }
 
 impl CallsState {
-    pub fn rest(&mut self, text: &str) -> bool {
+    pub fn rest<'a>(&mut self, text: &'a str) -> Cow<'a, str> {
         if self.calls == 0 {
             self.raw.push_str(text);
-            return false;
+            return Cow::Borrowed("");
         }
-        crate::text::has_visible(text)
+        if !crate::text::has_visible(text) {
+            self.space.push_str(text);
+            return Cow::Borrowed("");
+        }
+        if self.space.is_empty() {
+            return Cow::Borrowed(text);
+        }
+        let mut out = std::mem::take(&mut self.space);
+        out.push_str(text);
+        Cow::Owned(out)
     }
 
     pub fn unclaimed(&mut self) -> Option<String> {
