@@ -13,6 +13,7 @@ The figures (resumes per run) are printed; pytest shows them with ``-s``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -27,8 +28,9 @@ import pytest
 
 import resume_corpus as corpus
 from fleet_outputs import QUICK_MODELS
-from grpc_servers import ProcessServer, subprocess_env, wait_for
+from grpc_servers import ROOT, ProcessServer, subprocess_env, wait_for
 from test_fleet_nginx import Nginx, free_port, nginx_binary
+from test_go_client import go_binary, run_go
 
 BACKEND_ARGS = ("--grace", "20", "--preload", ",".join(QUICK_MODELS))
 RUN_TIMEOUT = 180.0
@@ -49,9 +51,19 @@ def rust_driver() -> list[str]:
     return [str(binary)]
 
 
+@functools.cache
+def go_driver() -> list[str]:
+    """The Go client's driver (client/go/internal/resumedriver), built once into build/go."""
+    binary = ROOT / "build" / "go" / "resumedriver"
+    code, output = run_go([go_binary(), "build", "-o", str(binary), "./internal/resumedriver"])
+    assert code == 0, f"go build of the resume driver failed:\n{output}"
+    return [str(binary)]
+
+
 DRIVERS: dict[str, Callable[[], list[str]]] = {
     "python-sync": lambda: [sys.executable, str(PYTHON_DRIVER), "sync"],
     "python-async": lambda: [sys.executable, str(PYTHON_DRIVER), "async"],
+    "go": go_driver,
     "rust": rust_driver,
 }
 """Driver name -> the command that runs it (built first if it needs building)."""

@@ -155,7 +155,7 @@ func (b *Batch) Send() error {
 	order := b.order
 	b.entries, b.order = map[string]*pb.SessionInput{}, nil
 	if b.ledger != nil {
-		b.ledger.sentStep(&pb.ParseBatchRequest{Sessions: order}) // the ledger keeps entries whole
+		b.ledger.sentStep(order)
 		b.InFlight++
 		<-b.replaying
 		if b.streamErr == nil {
@@ -195,7 +195,8 @@ func (b *Batch) Recv() ([]*pb.SessionOutput, error) {
 	if err != nil {
 		return nil, err
 	}
-	return inEntryOrder(entries, reply.GetSessions(), packed)
+	entry := func(i int) (string, bool) { return entries[i].GetKey(), packable(entries[i]) }
+	return inEntryOrder(len(entries), entry, reply.GetSessions(), packed)
 }
 
 func (b *Batch) recvResuming() ([]*pb.SessionOutput, error) {
@@ -225,8 +226,7 @@ func (b *Batch) recvOrResume() ([]*pb.SessionOutput, error) {
 				if err != nil {
 					return nil, err
 				}
-				reply.Sessions = append(reply.Sessions, packed...) // the ledger sorts them by key
-				if err := l.receivedReply(reply); err != nil {
+				if err := l.receivedReply(reply.GetSessions(), packed); err != nil {
 					return nil, err
 				}
 				if !l.mustMove {

@@ -69,10 +69,10 @@ func unpackOutputs(packed *pb.PackedOutputs) ([]*pb.SessionOutput, error) {
 		return nil, nil
 	}
 	if len(packed.Sequences) != n || len(packed.ClientMessages) != n || len(packed.Texts) != n ||
-		len(packed.Reasoning) != n {
+		len(packed.Reasoning) != n || len(packed.OutputDigests) != n {
 		return nil, status.Errorf(codes.Internal,
-			"parsetier: a packed reply's arrays differ in length (%d keys, %d sequences, %d client_messages, %d texts, %d reasoning)",
-			n, len(packed.Sequences), len(packed.ClientMessages), len(packed.Texts), len(packed.Reasoning))
+			"parsetier: a packed reply's arrays differ in length (%d keys, %d sequences, %d client_messages, %d texts, %d reasoning, %d output_digests)",
+			n, len(packed.Sequences), len(packed.ClientMessages), len(packed.Texts), len(packed.Reasoning), len(packed.OutputDigests))
 	}
 	outs := make([]pb.SessionOutput, n)
 	deltas := make([]pb.Delta, n)
@@ -88,24 +88,27 @@ func unpackOutputs(packed *pb.PackedOutputs) ([]*pb.SessionOutput, error) {
 		deltaRefs[i] = d
 		o := &outs[i]
 		o.Key, o.Sequence, o.ClientMessages = packed.Keys[i], packed.Sequences[i], packed.ClientMessages[i]
+		o.OutputDigest = packed.OutputDigests[i]
 		o.Deltas = deltaRefs[i : i+1 : i+1]
 		refs[i] = o
 	}
 	return refs, nil
 }
 
-// inEntryOrder is a reply's outputs in the order of the entries it answers, as a message of
-// SessionInputs alone would have had them. The reply lists, by the protocol, first the outputs
-// of the entries sent as they are, in their order, then those of packed items that are more
-// than one text delta, in the items' order; packed holds the rest, in the items' order. A
-// session's output is in one place only, and a key has one entry per message.
-func inEntryOrder(entries []*pb.SessionInput, sessions, packed []*pb.SessionOutput) ([]*pb.SessionOutput, error) {
+// inEntryOrder is a reply's outputs in the order of the n entries it answers (entry(i) is the
+// key of entry i and whether it went packed), as a message of SessionInputs alone would have had
+// them. The reply lists, by the protocol, first the outputs of the entries sent as they are, in
+// their order, then those of packed items that are more than one text delta, in the items'
+// order; packed holds the rest, in the items' order. A session's output is in one place only,
+// and a key has one entry per message.
+func inEntryOrder(n int, entry func(int) (string, bool), sessions, packed []*pb.SessionOutput) ([]*pb.SessionOutput, error) {
 	split := 0 // where the packed items' outputs begin in sessions
 	anyPacked := false
-	for _, e := range entries {
-		if packable(e) {
+	for i := range n {
+		key, isPacked := entry(i)
+		if isPacked {
 			anyPacked = true
-		} else if split < len(sessions) && sessions[split].Key == e.Key {
+		} else if split < len(sessions) && sessions[split].Key == key {
 			split++
 		}
 	}
@@ -114,17 +117,18 @@ func inEntryOrder(entries []*pb.SessionInput, sessions, packed []*pb.SessionOutp
 	}
 	outs := make([]*pb.SessionOutput, 0, len(sessions)+len(packed))
 	plain, rest, text := 0, split, 0
-	for _, e := range entries {
+	for i := range n {
+		key, isPacked := entry(i)
 		switch {
-		case !packable(e):
-			if plain < split && sessions[plain].Key == e.Key {
+		case !isPacked:
+			if plain < split && sessions[plain].Key == key {
 				outs = append(outs, sessions[plain])
 				plain++
 			}
-		case rest < len(sessions) && sessions[rest].Key == e.Key:
+		case rest < len(sessions) && sessions[rest].Key == key:
 			outs = append(outs, sessions[rest])
 			rest++
-		case text < len(packed) && packed[text].Key == e.Key:
+		case text < len(packed) && packed[text].Key == key:
 			outs = append(outs, packed[text])
 			text++
 		}

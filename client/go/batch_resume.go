@@ -10,119 +10,59 @@ import (
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
 
-// Resume for the batch API: what a ParseBatch stream's sessions need to move, together, to a
-// new stream. The server resumes each session of a ParseBatch stream on its own
-// (docs/service.md, "Resume"): its entry with Open carries its resume point, and its later
-// entries are re-sent under the same key, one per message, as before. batchLedger keeps what
-// that takes for every live session (its history, token ids only, and its resume point) plus
-// the steps whose replies the caller has not received yet. After a break, replay gives the
-// messages that open a new stream: every live session re-opened with its point and its history
-// re-sent, entry j of every session in message j. The new stream's replies are sorted back into
-// the caller's steps, so Recv returns one reply per step sent, each with the outputs an
-// uninterrupted stream gives, in the same order, exactly once. An entry sent to a session before
-// the session's end (its final, or its own status) was received, and unanswered at a break, is
-// re-sent as the entry of no session it then is: the server answers it with the status it gave.
+// Resume for the batch API (docs/service.md, "Resume"). A ParseBatch stream answers every
+// message, so batchLedger mirrors the server as of the last reply received: the live sessions,
+// each with its Open, its answered history (one run of ids) and the sequence and digest of its
+// last output, built by applying each answered message's entries as the server did (an open
+// that got no status starts a session; a final or a status ends one). What the server has not
+// answered are whole steps of the caller's, kept as sent. After a break, replay starts a new
+// stream with one message that re-opens every live session with its history, then re-sends the
+// unanswered steps as they were: the new server is where the old one was, so each re-sent step
+// gets the reply it would have had, and Recv returns one reply per step sent, exactly once.
 
-// batchSession is one session as the caller opened it.
 type batchSession struct {
-	key       string
-	hist      history          // message 0 is the Open
-	first     *pb.ParseRequest // the steps and finish the open entry carried, or nil
-	point     pb.ResumePoint   // client_messages and sequence of the last output received
-	openedAt  int              // the step that opened it
-	tail      []batchTailEntry // its messages in steps not delivered yet, oldest first
-	sending   bool             // entries may still follow (no finish or cancel sent yet)
-	cancelled bool             // a cancel entry follows the history
-	endedAt   int              // the entry whose output ended it (its final or its status), or -1
+	open     *pb.Open
+	answered history
+	sequence uint64
+	digest   uint32
 }
 
-type batchTailEntry struct{ index, step int }
+// sentEntry is one entry of a caller's step as sent: the usual one (one step of token ids) as
+// ids, a view into one copy per step; any other as a copy.
+type sentEntry struct {
+	key   string
+	ids   []uint32
+	entry *pb.SessionInput // nil: ids
+}
 
-func newBatchSession(entry *pb.SessionInput, step int) *batchSession {
-	s := &batchSession{key: entry.GetKey(), hist: newHistory(entry.GetOpen()), openedAt: step,
-		tail: []batchTailEntry{{0, step}}, sending: entry.GetFinish() == nil, endedAt: -1}
-	if len(entry.GetSteps()) > 0 || entry.GetFinish() != nil {
-		// A copy: the caller may reuse its token slices once the step is sent.
-		s.first = proto.Clone(&pb.ParseRequest{Steps: entry.GetSteps(), Finish: entry.GetFinish()}).(*pb.ParseRequest)
+func (e *sentEntry) input() *pb.SessionInput {
+	if e.entry != nil {
+		return e.entry
 	}
-	return s
+	return &pb.SessionInput{Key: e.key, Steps: []*pb.Step{{TokenIds: e.ids}}}
 }
 
-func (s *batchSession) messages() int {
-	if s.cancelled {
-		return s.hist.len() + 1
-	}
-	return s.hist.len()
+// sentStep is a caller's step whose reply the caller has not received.
+type sentStep struct {
+	entries  []sentEntry
+	keys     []string // the reply's keys, in the entries' order
+	outputs  map[string]*pb.SessionOutput
+	answered bool // the server answered it (its outputs are in)
+	held     int  // its opens refused with Unavailable, re-sent and not answered yet
 }
 
-func (s *batchSession) trim(delivered int) {
-	for len(s.tail) > 0 && s.tail[0].step <= delivered {
-		s.tail = s.tail[1:]
-	}
+// reopened is one entry of a re-open message: a live session, or an open refused earlier.
+type reopened struct {
+	key     string
+	session *batchSession // nil: refused
+	refused *sentEntry
+	step    *sentStep // the refused open's step
 }
 
-func (s *batchSession) add(entry *pb.SessionInput, step, delivered int) {
-	s.trim(delivered) // only undelivered steps need their entries' steps
-	index := s.messages()
-	if entry.GetCancel() {
-		s.cancelled, s.sending = true, false
-	} else {
-		// A second Open travels whole (the server ends the session for it). A message kept whole
-		// is a copy: the caller may reuse its token slices once the step is sent.
-		msg := &pb.ParseRequest{Open: entry.GetOpen(), Steps: entry.GetSteps(), Finish: entry.GetFinish()}
-		if !plainIDs(msg) {
-			msg = proto.Clone(msg).(*pb.ParseRequest)
-		}
-		s.hist.record(msg)
-		if entry.GetFinish() != nil {
-			s.sending = false
-		}
-	}
-	s.tail = append(s.tail, batchTailEntry{index, step})
-}
-
-// entry is entry index as it is re-sent on a new stream (the Open with the resume point).
-func (s *batchSession) entry(index int) *pb.SessionInput {
-	if index == s.hist.len() {
-		return &pb.SessionInput{Key: s.key, Cancel: true}
-	}
-	if index == 0 {
-		point := &pb.ResumePoint{ClientMessages: s.point.ClientMessages, Sequence: s.point.Sequence}
-		e := &pb.SessionInput{Key: s.key, Open: s.hist.message(0, point).GetOpen()}
-		if s.first != nil {
-			e.Steps, e.Finish = s.first.GetSteps(), s.first.GetFinish()
-		}
-		return e
-	}
-	m := s.hist.message(index, nil)
-	return &pb.SessionInput{Key: s.key, Open: m.GetOpen(), Steps: m.GetSteps(), Finish: m.GetFinish()}
-}
-
-// stepOf is the step entry index was sent in, or 0 when that step's reply was delivered.
-func (s *batchSession) stepOf(index, delivered int) int {
-	s.trim(delivered)
-	for _, t := range s.tail {
-		if t.index == index {
-			return t.step
-		}
-	}
-	return 0
-}
-
-// pendingStep is a step sent whose reply the caller has not received.
-type pendingStep struct {
-	keys    []string
-	entries map[string]carriedEntry // what its entries were as first sent
-	outputs map[string]*pb.SessionOutput
-	until   int                // the reply on the current stream after which it is complete
-	orphans []*pb.SessionInput // entries for keys without a live session, re-sent as they are
-}
-
-type carriedEntry struct {
-	session *batchSession // nil: an entry of no session
-	step    int           // the step it answers (0: delivered)
-	index   int           // its index among the session's entries
-	opens   bool          // the entry opens the session
+// wireMessage is a message on the current stream not answered yet: a step, or a re-open.
+type wireMessage struct {
+	step   *sentStep
+	reopen []reopened
 }
 
 // codeUnavailable is the SessionStatus code of a refused open (draining or overloaded).
@@ -130,218 +70,210 @@ const codeUnavailable = int32(codes.Unavailable)
 
 type batchLedger struct {
 	live     map[string]*batchSession
-	retiring []*batchSession // reopened keys' earlier sessions whose end has not been received
-	steps    []*pendingStep
-	step     int // steps sent so far
-	carried  []map[string]carriedEntry
-	sent     int // messages sent on the current stream
-	received int
-	resumes  int // moves to a new stream (counted at its first reply)
+	steps    []*sentStep // not delivered yet, oldest first
+	wire     []wireMessage
+	refused  []reopened // opens refused with Unavailable, re-sent by the next re-open
+	resumes  int        // moves to a new stream (counted at its first reply)
 	moving   bool
 	mustMove bool // a reply refused an open with Unavailable: move the stream now
 }
 
 func newBatchLedger() *batchLedger { return &batchLedger{live: map[string]*batchSession{}} }
 
-func (l *batchLedger) delivered() int { return l.step - len(l.steps) }
-
-// sentStep records the caller's next step, going out on the current stream as msg.
-func (l *batchLedger) sentStep(msg *pb.ParseBatchRequest) {
-	delivered := l.delivered()
-	l.step++
-	l.sent++
-	rec := &pendingStep{outputs: map[string]*pb.SessionOutput{}, until: l.sent}
-	carried := make(map[string]carriedEntry, len(msg.GetSessions()))
-	rec.entries = carried
-	for _, entry := range msg.GetSessions() {
-		key := entry.GetKey()
-		rec.keys = append(rec.keys, key)
-		s := l.live[key]
-		opens := entry.GetOpen() != nil && !entry.GetCancel() && (s == nil || !s.sending)
-		index := 0
-		switch {
-		case opens:
-			if s != nil {
-				l.retiring = append(l.retiring, s)
-			}
-			s = newBatchSession(entry, l.step)
-			l.live[key] = s
-		case s != nil:
-			index = s.messages()
-			s.add(entry, l.step, delivered)
-		case !entry.GetCancel(): // a cancel of no live session answers nothing
-			rec.orphans = append(rec.orphans, entry)
+// sentStep records the caller's next step, going out on the current stream as entries.
+func (l *batchLedger) sentStep(entries []*pb.SessionInput) {
+	step := &sentStep{entries: make([]sentEntry, len(entries)), outputs: map[string]*pb.SessionOutput{}}
+	n := 0
+	for _, e := range entries {
+		if packable(e) {
+			n += len(e.Steps[0].TokenIds)
 		}
-		carried[key] = carriedEntry{s, l.step, index, opens}
 	}
-	l.steps = append(l.steps, rec)
-	l.carried = append(l.carried, carried)
+	ids := make([]uint32, 0, n) // one copy of the step's ids: the caller may reuse its slices
+	for i, e := range entries {
+		se := &step.entries[i]
+		se.key = e.GetKey()
+		if packable(e) {
+			start := len(ids)
+			ids = append(ids, e.Steps[0].TokenIds...)
+			se.ids = ids[start:len(ids):len(ids)]
+		} else {
+			se.entry = proto.Clone(e).(*pb.SessionInput)
+		}
+	}
+	l.steps = append(l.steps, step)
+	l.wire = append(l.wire, wireMessage{step: step})
 }
 
-// receivedReply sorts a reply of the current stream into the steps it answers.
-func (l *batchLedger) receivedReply(reply *pb.ParseBatchResponse) error {
-	carried := l.carried[0]
-	l.carried = l.carried[1:]
-	l.received++
-	if l.moving {
-		l.moving = false
+// receivedReply takes the reply to the current stream's oldest unanswered message: its sessions
+// and packed outputs (as SessionOutputs).
+func (l *batchLedger) receivedReply(sessions, packed []*pb.SessionOutput) error {
+	if len(l.wire) == 0 {
+		return status.Error(codes.Internal, "parsetier: a ParseBatch reply to no message")
+	}
+	msg := l.wire[0]
+	l.wire = l.wire[1:]
+	moved := l.moving
+	l.moving = false
+	var err error
+	if msg.step != nil {
+		err = l.answeredStep(msg.step, sessions, packed)
+	} else {
+		err = l.answeredReopen(msg.reopen, sessions)
+	}
+	if moved && !l.mustMove {
 		l.resumes++
 	}
-	delivered := l.delivered()
-	for _, out := range reply.GetSessions() {
-		c := carried[out.GetKey()]
-		if c.opens && out.GetStatus().GetCode() == codeUnavailable {
+	return err
+}
+
+func (l *batchLedger) answeredStep(step *sentStep, sessions, packed []*pb.SessionOutput) error {
+	entry := func(i int) (string, bool) { return step.entries[i].key, step.entries[i].entry == nil }
+	outs, err := inEntryOrder(len(step.entries), entry, sessions, packed)
+	if err != nil {
+		return err
+	}
+	step.answered = true
+	for i := range step.entries {
+		e := &step.entries[i]
+		var out *pb.SessionOutput
+		if len(outs) > 0 && outs[0].GetKey() == e.key {
+			out, outs = outs[0], outs[1:]
+		}
+		if l.live[e.key] == nil && e.entry.GetOpen() != nil && out.GetStatus().GetCode() == codeUnavailable {
 			l.mustMove = true // refused as draining or overloaded: another server opens it
+			l.refused = append(l.refused, reopened{key: e.key, refused: e, step: step})
+			step.held++
 			continue
 		}
-		// After a session's end, the server answers its key's entries as those of no session (or
-		// of a new session, for an open, numbered from 1): they are not that session's output.
-		if s := c.session; s != nil && s.endedAt < 0 {
-			if out.GetSequence() != 0 {
-				if out.GetSequence() != s.point.Sequence+1 {
-					return status.Errorf(codes.Internal, "parsetier: session %q output %d after %d: a gap or a repeat",
-						s.key, out.GetSequence(), s.point.Sequence)
-				}
-				s.point.ClientMessages, s.point.Sequence = out.GetClientMessages(), out.GetSequence()
-			}
-			if out.GetFinal() != nil || out.GetStatus() != nil {
-				s.endedAt = c.index
-				l.ended(s)
-			}
+		if err := l.apply(e.input(), out); err != nil {
+			return err
 		}
-		if c.step > delivered {
-			l.steps[c.step-delivered-1].outputs[out.GetKey()] = out
+		step.add(e.key, out)
+	}
+	return nil
+}
+
+func (l *batchLedger) answeredReopen(items []reopened, outs []*pb.SessionOutput) error {
+	for _, it := range items {
+		var out *pb.SessionOutput
+		if len(outs) > 0 && outs[0].GetKey() == it.key {
+			out, outs = outs[0], outs[1:]
+		}
+		if out.GetStatus().GetCode() == codeUnavailable {
+			l.mustMove = true // the session stays live, or its open refused: the next stream has it
+			if it.session == nil {
+				l.refused = append(l.refused, it)
+			}
+			continue
+		}
+		if it.session == nil {
+			it.step.held--
+			if err := l.apply(it.refused.input(), out); err != nil {
+				return err
+			}
+			it.step.add(it.key, out)
+			continue
+		}
+		if out != nil { // a session that cannot resume here (an unknown model, a history that
+			delete(l.live, it.key) // does not reproduce the output): the oldest step carries it
+			l.steps[0].add(it.key, out)
 		}
 	}
 	return nil
 }
 
-func (l *batchLedger) ended(s *batchSession) {
-	if l.live[s.key] == s {
-		delete(l.live, s.key)
+// apply does to the mirror what entry did on the server, which answered it with out (or nothing).
+func (l *batchLedger) apply(entry *pb.SessionInput, out *pb.SessionOutput) error {
+	key := entry.GetKey()
+	s := l.live[key]
+	if s == nil {
+		if entry.GetOpen() == nil || entry.GetCancel() || out.GetStatus() != nil {
+			return nil // an entry of no session, or an open refused: the server keeps nothing
+		}
+		s = &batchSession{open: entry.GetOpen()}
+		l.live[key] = s
+	}
+	s.answered.add(entry.GetSteps())
+	if out == nil {
+		return nil
+	}
+	if out.GetSequence() != 0 {
+		if out.GetSequence() != s.sequence+1 {
+			return status.Errorf(codes.Internal, "parsetier: session %q output %d after %d: a gap or a repeat",
+				key, out.GetSequence(), s.sequence)
+		}
+		s.sequence, s.digest = out.GetSequence(), out.GetOutputDigest()
+	}
+	if out.GetFinal() != nil || out.GetStatus() != nil {
+		delete(l.live, key)
+	}
+	return nil
+}
+
+func (s *sentStep) add(key string, out *pb.SessionOutput) {
+	if out == nil {
 		return
 	}
-	for i, r := range l.retiring {
-		if r == s {
-			l.retiring = append(l.retiring[:i], l.retiring[i+1:]...)
-			return
-		}
+	if _, ok := s.outputs[key]; !ok {
+		s.keys = append(s.keys, key)
 	}
+	s.outputs[key] = out
 }
 
 // ready returns the oldest undelivered step's outputs once complete, in its entries' order.
 func (l *batchLedger) ready() ([]*pb.SessionOutput, bool) {
-	if len(l.steps) == 0 || l.steps[0].until > l.received {
+	if len(l.steps) == 0 || !l.steps[0].answered || l.steps[0].held > 0 {
 		return nil, false
 	}
 	step := l.steps[0]
 	l.steps = l.steps[1:]
 	outs := make([]*pb.SessionOutput, 0, len(step.outputs))
 	for _, key := range step.keys {
-		if out, ok := step.outputs[key]; ok {
-			outs = append(outs, out)
-		}
+		outs = append(outs, step.outputs[key])
 	}
 	return outs, true
 }
 
-type laneItem struct {
-	session *batchSession
-	index   int // the session's entry, or the orphan's index in its step
-	step    int
-}
-
-// replay returns the messages that start a new stream: every live session re-opened at its
-// resume point with its history, and the unanswered entries of keys without one.
+// replay returns the messages that start a new stream: one re-opening every live session with
+// its history (and the opens refused earlier), then the unanswered steps as they were sent.
 func (l *batchLedger) replay() []*pb.ParseBatchRequest {
 	l.moving, l.mustMove = true, false
-	delivered := l.delivered()
-	type group struct {
-		start int
-		key   string
-		items []laneItem
+	keys := make([]string, 0, len(l.live))
+	for key := range l.live {
+		keys = append(keys, key)
 	}
-	var groups []group
-	for _, s := range append(append([]*batchSession{}, l.retiring...), l.liveInOrder()...) {
-		items := make([]laneItem, s.messages())
-		for i := range items {
-			items[i] = laneItem{s, i, s.stepOf(i, delivered)}
-		}
-		groups = append(groups, group{s.openedAt, s.key, items})
+	sort.Strings(keys) // a deterministic replay
+	items := make([]reopened, 0, len(keys)+len(l.refused))
+	first := &pb.ParseBatchRequest{}
+	for _, key := range keys {
+		s := l.live[key]
+		open := proto.Clone(s.open).(*pb.Open)
+		open.Resume = s.answered.point(s.sequence, s.digest)
+		first.Sessions = append(first.Sessions, &pb.SessionInput{Key: key, Open: open})
+		items = append(items, reopened{key: key, session: s})
 	}
-	for n, step := range l.steps {
-		number := delivered + n + 1
-		// Entries sent to a session after the one whose output ended it, and not answered yet:
-		// the server answers them as entries of no session, so they are re-sent as such (a
-		// cancel answers nothing: its index is past the history).
-		for _, key := range step.keys {
-			c := step.entries[key]
-			if s := c.session; s != nil && s.endedAt >= 0 && c.index > s.endedAt && c.index < s.hist.len() {
-				if _, answered := step.outputs[key]; !answered {
-					groups = append(groups, group{number, key, []laneItem{{s, c.index, number}}})
-				}
-			}
-		}
-		for k, e := range step.orphans {
-			groups = append(groups, group{number, e.GetKey(), []laneItem{{nil, k, number}}})
-		}
+	for _, it := range l.refused {
+		first.Sessions = append(first.Sessions, it.refused.input())
+		items = append(items, it)
 	}
-	sort.SliceStable(groups, func(i, j int) bool { return groups[i].start < groups[j].start })
-	var keys []string
-	lanes := map[string][]laneItem{}
-	depth := 0
-	for _, g := range groups {
-		if _, ok := lanes[g.key]; !ok {
-			keys = append(keys, g.key)
-		}
-		lanes[g.key] = append(lanes[g.key], g.items...)
-		depth = max(depth, len(lanes[g.key]))
+	l.refused = nil
+	l.wire = l.wire[:0]
+	var msgs []*pb.ParseBatchRequest
+	if len(items) > 0 {
+		msgs = append(msgs, first)
+		l.wire = append(l.wire, wireMessage{reopen: items})
 	}
-	l.carried = l.carried[:0]
-	lastOf := map[int]int{}
-	msgs := make([]*pb.ParseBatchRequest, depth)
-	for j := range depth {
-		msg := &pb.ParseBatchRequest{}
-		carried := map[string]carriedEntry{}
-		for _, key := range keys {
-			lane := lanes[key]
-			if j >= len(lane) {
-				continue
-			}
-			it := lane[j]
-			if it.session != nil {
-				msg.Sessions = append(msg.Sessions, it.session.entry(it.index))
-			} else {
-				msg.Sessions = append(msg.Sessions, l.steps[it.step-delivered-1].orphans[it.index])
-			}
-			carried[key] = carriedEntry{it.session, it.step, it.index, it.session != nil && it.index == 0}
-			if it.step != 0 {
-				lastOf[it.step] = j + 1
-			}
+	for _, step := range l.steps {
+		if step.answered {
+			continue
 		}
-		msgs[j] = msg
-		l.carried = append(l.carried, carried)
-	}
-	l.sent, l.received = depth, 0
-	until := 0
-	for n, step := range l.steps { // each completes after its last re-sent entry
-		until = max(until, lastOf[delivered+n+1])
-		step.until = until
+		msg := &pb.ParseBatchRequest{Sessions: make([]*pb.SessionInput, len(step.entries))}
+		for i := range step.entries {
+			msg.Sessions[i] = step.entries[i].input()
+		}
+		msgs = append(msgs, msg)
+		l.wire = append(l.wire, wireMessage{step: step})
 	}
 	return msgs
-}
-
-// liveInOrder is the live sessions in the order they were opened (a deterministic replay).
-func (l *batchLedger) liveInOrder() []*batchSession {
-	out := make([]*batchSession, 0, len(l.live))
-	for _, s := range l.live {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].openedAt != out[j].openedAt {
-			return out[i].openedAt < out[j].openedAt
-		}
-		return out[i].key < out[j].key
-	})
-	return out
 }

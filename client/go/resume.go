@@ -3,6 +3,7 @@ package parsetier
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,60 +84,112 @@ func retryable(ctx context.Context, err error) bool {
 	return false
 }
 
-// history holds a session's client messages as the server counts them, the Open's first:
-// token ids in one slice, messages that are more than a run of ids (the Finish) whole. A
-// message of several steps is re-sent as one step of all its ids, which the server parses
-// identically (it joins them anyway).
+// history is a session's answered steps, as a resume point carries them (ResumePoint.history):
+// consecutive steps of plain token ids merged into one run, text and logprob steps kept as
+// they were sent. The run it is growing is its own copy, so callers may reuse their slices.
 type history struct {
-	open  *pb.Open
-	ids   []uint32
-	ends  []int // message k (k >= 1) holds ids[ends[k-1]:ends[k]]; ends[0] = 0 is the Open
-	whole map[int]*pb.ParseRequest
+	steps []*pb.Step
+	run   bool // the last step is a run of plain ids this history owns (later ids join it)
 }
 
-func newHistory(open *pb.Open) history {
-	return history{open: open, ends: []int{0}, whole: map[int]*pb.ParseRequest{}}
+func plainStep(step *pb.Step) bool {
+	return len(step.GetTokenIds()) > 0 && step.GetText() == "" && step.GetTextTokens() == 0 && step.GetLogprobs() == nil
 }
 
-func (h *history) len() int { return len(h.ends) }
-
-// plainIDs says whether msg is nothing but runs of token ids (kept as ids; others are kept whole).
-func plainIDs(msg *pb.ParseRequest) bool {
-	plain := msg.GetFinish() == nil && msg.GetOpen() == nil
-	for _, step := range msg.GetSteps() {
-		plain = plain && len(step.GetTokenIds()) > 0 && step.GetLogprobs() == nil // logprobs are kept whole
-	}
-	return plain
-}
-
-func (h *history) record(msg *pb.ParseRequest) {
-	if plainIDs(msg) {
-		for _, step := range msg.GetSteps() {
-			h.ids = append(h.ids, step.GetTokenIds()...)
-		}
-	} else {
-		h.whole[h.len()] = msg
-	}
-	h.ends = append(h.ends, len(h.ids))
-}
-
-// message is client message index as it is to be sent (again); the Open carries point when
-// the session resumes.
-func (h *history) message(index int, point *pb.ResumePoint) *pb.ParseRequest {
-	if index == 0 {
-		open := h.open
-		if point != nil {
-			open = proto.Clone(h.open).(*pb.Open)
-			open.Resume = point
-		}
-		return &pb.ParseRequest{Open: open}
-	}
-	if msg, ok := h.whole[index]; ok {
-		return msg
-	}
-	ids := h.ids[h.ends[index-1]:h.ends[index]:h.ends[index]]
+func (h *history) addIDs(ids []uint32) {
 	if len(ids) == 0 {
-		return &pb.ParseRequest{}
+		return
 	}
-	return &pb.ParseRequest{Steps: []*pb.Step{{TokenIds: ids}}}
+	if h.run {
+		last := h.steps[len(h.steps)-1]
+		last.TokenIds = append(last.TokenIds, ids...)
+		return
+	}
+	h.steps = append(h.steps, &pb.Step{TokenIds: slices.Clone(ids)})
+	h.run = true
 }
+
+func (h *history) add(steps []*pb.Step) {
+	for _, step := range steps {
+		if plainStep(step) {
+			h.addIDs(step.GetTokenIds())
+		} else {
+			h.steps = append(h.steps, proto.Clone(step).(*pb.Step))
+			h.run = false
+		}
+	}
+}
+
+// point is the resume point of a session whose last reply had sequence and digest. The run
+// still growing is given as a step of its own, so the point does not change with later ids.
+func (h *history) point(sequence uint64, digest uint32) *pb.ResumePoint {
+	steps := slices.Clone(h.steps)
+	if h.run {
+		ids := steps[len(steps)-1].TokenIds
+		steps[len(steps)-1] = &pb.Step{TokenIds: ids[:len(ids):len(ids)]}
+	}
+	return &pb.ResumePoint{Sequence: sequence, History: steps, OutputDigest: digest}
+}
+
+// ledger is all a Parse session keeps to resume (docs/service.md, "Resume"): its Open, its
+// answered history, the messages sent after the Open whose replies have not arrived (in order;
+// on any stream the Open is message 1, so pending[i] is message first+i), and the sequence and
+// output digest of the last reply. The messages are also the session's queue for writing: the
+// current stream has had those before next.
+type ledger struct {
+	open     *pb.Open
+	answered history
+	pending  []*pb.ParseRequest
+	first    uint64 // the current stream's number of pending[0]
+	next     uint64 // the current stream's number of the next message to write
+	sequence uint64
+	digest   uint32
+}
+
+func newLedger(open *pb.Open) *ledger { return &ledger{open: open, first: 2, next: 2} }
+
+// send queues msg, a copy of its ids: the caller may reuse its slices once Send returns.
+func (l *ledger) send(msg *pb.ParseRequest) {
+	for i, step := range msg.GetSteps() {
+		if plainStep(step) {
+			msg.Steps[i] = &pb.Step{TokenIds: slices.Clone(step.GetTokenIds())}
+		}
+	}
+	l.pending = append(l.pending, msg)
+}
+
+// unwritten is the next message the current stream has not had, or nil.
+func (l *ledger) unwritten() *pb.ParseRequest {
+	i := l.next - l.first
+	if i >= uint64(len(l.pending)) {
+		return nil
+	}
+	l.next++
+	return l.pending[i]
+}
+
+// received records a reply: the messages it covers are answered, and it must follow the last.
+func (l *ledger) received(reply *pb.ParseResponse) error {
+	if reply.GetSequence() != l.sequence+1 {
+		return status.Errorf(codes.Internal, "parsetier: message %d after %d: a gap or a repeat",
+			reply.GetSequence(), l.sequence)
+	}
+	l.sequence, l.digest = reply.GetSequence(), reply.GetOutputDigest()
+	for len(l.pending) > 0 && l.first <= reply.GetClientMessages() {
+		l.answered.add(l.pending[0].GetSteps())
+		l.pending[0] = nil
+		l.pending = l.pending[1:]
+		l.first++
+	}
+	return nil
+}
+
+// reopen is the Open of a new stream, resuming from what was received.
+func (l *ledger) reopen() *pb.ParseRequest {
+	open := proto.Clone(l.open).(*pb.Open)
+	open.Resume = l.answered.point(l.sequence, l.digest)
+	return &pb.ParseRequest{Open: open}
+}
+
+// restart makes the new stream current: the pending messages follow its Open, from 2.
+func (l *ledger) restart() { l.first, l.next = 2, 2 }

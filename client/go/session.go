@@ -27,9 +27,9 @@ var ErrClosedEarly = status.Error(codes.Canceled, "parsetier: session closed bef
 // answers only the messages that produced output, so waiting for a reply after every Send can
 // block forever, and a sender that never receives eventually stalls on flow control.
 //
-// With resume on (the client's default, see WithResume), the session keeps its history (token
-// ids) and survives a broken stream: a dead or draining server, a lost connection, a proxy's
-// reset. Recv reconnects with backoff, resumes on whichever server the target reaches (see
+// With resume on (the client's default, see WithResume), the session keeps its answered token
+// ids (one run) and the messages not answered yet, and survives a broken stream: a dead or
+// draining server, a lost connection, a proxy's reset. Recv reconnects with backoff, resumes on whichever server the target reaches (see
 // docs/service.md, "Resume"), and returns the next message as if nothing had happened; Send
 // never reports such a break. Statuses that are the request's own (InvalidArgument,
 // NotFound...) end the session as before, and so does the last error once the retry budget
@@ -44,11 +44,9 @@ type Session struct {
 
 	mu         sync.Mutex // guards everything below
 	stream     grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
-	hist       history
-	written    int // history messages the current stream has had
+	ledger     *ledger // nil: resume off
 	finishing  bool
 	closedSend grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse]
-	point      pb.ResumePoint // client_messages and sequence of the last message received
 	resumes    int
 	final      *pb.Final
 	ended      bool // Recv has returned io.EOF or the status that ended the session
@@ -65,22 +63,22 @@ func (c *Client) Open(ctx context.Context, model string, opts ...OpenOption) (*S
 	s := &Session{client: c, ctx: ctx, cancel: cancel, policy: c.resume}
 	if s.policy != nil {
 		open.Resumable = true
+		s.ledger = newLedger(open)
 	}
-	s.hist = newHistory(open)
-	stream, err := s.connect(nil)
+	stream, err := s.connect(&pb.ParseRequest{Open: open})
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	s.stream, s.written = stream, 1
+	s.stream = stream
 	return s, nil
 }
 
-// connect opens a stream with the session's Open (resuming from point unless nil) and waits
-// for the server to accept it, retrying refusals within the resume budget.
-func (s *Session) connect(point *pb.ResumePoint) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
+// connect opens a stream with first (the session's Open, with its resume point on a resumed
+// stream) and waits for the server to accept it, retrying refusals within the resume budget.
+func (s *Session) connect(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
 	for attempt := 0; ; attempt++ {
-		stream, err := s.accepted(point)
+		stream, err := s.accepted(first)
 		if err == nil {
 			return stream, nil
 		}
@@ -95,13 +93,13 @@ func (s *Session) connect(point *pb.ResumePoint) (grpc.BidiStreamingClient[pb.Pa
 	}
 }
 
-func (s *Session) accepted(point *pb.ResumePoint) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
+func (s *Session) accepted(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
 	stream, err := s.client.stub.Parse(s.ctx)
 	if err != nil {
 		return nil, err
 	}
 	// An io.EOF from Send means the stream already ended; Header and Recv below say why.
-	if err := stream.Send(s.hist.message(0, point)); err != nil && !errors.Is(err, io.EOF) {
+	if err := stream.Send(first); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
 	header, err := stream.Header()
@@ -144,20 +142,26 @@ func (s *Session) Finish(reason pb.FinishReason, matchedStop MatchedStop) error 
 func (s *Session) put(msg *pb.ParseRequest, finish bool) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
+	if s.ledger == nil {
+		if err := s.stream.Send(msg); err != nil || !finish {
+			return err
+		}
+		return s.stream.CloseSend()
+	}
 	s.mu.Lock()
-	s.hist.record(msg)
+	s.ledger.send(msg)
 	s.finishing = s.finishing || finish
 	s.mu.Unlock()
 	return s.pump()
 }
 
-// pump writes the history the current stream has not had yet, then closes its sending side
-// after Finish. The caller holds sendMu.
+// pump writes the pending messages the current stream has not had yet, then closes its sending
+// side after Finish. The caller holds sendMu.
 func (s *Session) pump() error {
 	for {
 		s.mu.Lock()
-		stream, index := s.stream, s.written
-		if index >= s.hist.len() {
+		stream, msg := s.stream, s.ledger.unwritten()
+		if msg == nil {
 			closeSend := s.finishing && s.closedSend != stream
 			if closeSend {
 				s.closedSend = stream
@@ -168,14 +172,10 @@ func (s *Session) pump() error {
 			}
 			return nil
 		}
-		msg := s.hist.message(index, nil)
 		s.mu.Unlock()
 		if err := stream.Send(msg); err != nil {
 			return s.sendError(err)
 		}
-		s.mu.Lock()
-		s.written++
-		s.mu.Unlock()
 	}
 }
 
@@ -207,13 +207,13 @@ func (s *Session) Recv() (*pb.ParseResponse, error) {
 		msg, err := recvWhole(stream.Recv, func() *pb.ParseResponse { return new(pb.ParseResponse) })
 		s.mu.Lock()
 		if err == nil {
-			if s.policy != nil && msg.GetSequence() != s.point.Sequence+1 {
-				s.ended = true
-				s.mu.Unlock()
-				return nil, status.Errorf(codes.Internal, "parsetier: message %d after %d: a gap or a repeat",
-					msg.GetSequence(), s.point.Sequence)
+			if s.ledger != nil {
+				if err := s.ledger.received(msg); err != nil {
+					s.ended = true
+					s.mu.Unlock()
+					return nil, err
+				}
 			}
-			s.point.ClientMessages, s.point.Sequence = msg.GetClientMessages(), msg.GetSequence()
 			if msg.GetFinal() != nil {
 				s.final = msg.GetFinal()
 			}
@@ -229,9 +229,8 @@ func (s *Session) Recv() (*pb.ParseResponse, error) {
 			}
 			return nil, err
 		}
-		point := &pb.ResumePoint{ClientMessages: s.point.ClientMessages, Sequence: s.point.Sequence}
 		s.mu.Unlock()
-		if err := s.resume(point); err != nil {
+		if err := s.resume(); err != nil {
 			s.mu.Lock()
 			s.ended = true
 			s.mu.Unlock()
@@ -240,16 +239,21 @@ func (s *Session) Recv() (*pb.ParseResponse, error) {
 	}
 }
 
-// resume moves the session to a new stream from point and re-sends its history there.
-func (s *Session) resume(point *pb.ResumePoint) error {
-	stream, err := s.connect(point)
+// resume moves the session to a new stream: its Open with the resume point, then the pending
+// messages re-sent as they were framed.
+func (s *Session) resume() error {
+	s.mu.Lock()
+	first := s.ledger.reopen()
+	s.mu.Unlock()
+	stream, err := s.connect(first)
 	if err != nil {
 		return err
 	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
-	s.stream, s.written, s.closedSend = stream, 1, nil
+	s.stream, s.closedSend = stream, nil
+	s.ledger.restart() // messages queued meanwhile went to the broken stream
 	s.resumes++
 	s.mu.Unlock()
 	return s.pump()

@@ -35,13 +35,18 @@ func main() {
 	perMessage := flag.Int("steps-per-message", 1, "one-token steps per client message")
 	stopToken := flag.Uint("stop-token", 151645, "the stop token id Finish names")
 	batch := flag.Bool("batch", false, "one ParseBatch stream carrying -concurrency sessions instead of a stream each")
+	noResume := flag.Bool("no-resume", false, "resume off (WithoutResume): no ledger is kept")
 	flag.Parse()
 
 	ids, err := tokenfile.Read(*idsPath)
 	if err != nil {
 		log.Fatal(err)
 	}
-	client, err := parsetier.NewClient(*server, parsetier.WithInsecure())
+	opts := []parsetier.ClientOption{parsetier.WithInsecure()}
+	if *noResume {
+		opts = append(opts, parsetier.WithoutResume())
+	}
+	client, err := parsetier.NewClient(*server, opts...)
 	if err != nil {
 		log.Fatal(err)
 	}
