@@ -107,8 +107,10 @@ def test_parallel_calls_and_text_around() -> None:
 
 
 def test_call_without_arguments_object_is_not_a_call() -> None:
-    ids = enc(GEMMA, "<|tool_call>call:bad_func no brace<tool_call|>")
-    assert parsed(GEMMA, ids, opts()) == ("", "", ())
+    """No call; the block is the model's text, passed through as content (docs/service.md,
+    "Malformed model output")."""
+    text = "<|tool_call>call:bad_func no brace<tool_call|>"
+    assert parsed(GEMMA, enc(GEMMA, text), opts()) == (text, "", ())
 
 
 @pytest.mark.parametrize(

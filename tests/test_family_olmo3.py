@@ -46,11 +46,10 @@ def test_calls_without_the_block_are_text() -> None:
 
 
 def test_a_block_of_no_calls_is_passed_through() -> None:
-    """The opener's text comes back with it (the whitespace between the opener and the first line is
-    the skip state's, dropped)."""
+    """The block comes back as written: the opener, the whitespace after it, the text, the closer."""
     text = "<function_calls>\nnot a call\n</function_calls> after"
     assert split_check(OLMO, enc(OLMO, text), OPTS) == (
-        "<function_calls>not a call\n</function_calls> after",
+        "<function_calls>\nnot a call\n</function_calls> after",
         "",
         (),
     )

@@ -383,11 +383,12 @@ def test_length_mid_call_with_complete_tool_calls_drops_it() -> None:
     "cut", ['<tool_call>\n{"name": "wri', '<tool_call>\n{"name": "', "<tool_call>\n{", "<tool_call>"]
 )
 def test_length_before_the_envelope_names_a_call_drops_the_markup(cut: str) -> None:
-    """Markup inside a call block is never content: a call cut before its name is complete is
-    dropped (an envelope that is not JSON at all is still passed through, see below)."""
+    """Markup inside a call block is never content: a call the output cut (``length``) before its
+    name is complete is dropped (an envelope that is not JSON at all is still passed through, see
+    below). Where the model stopped by itself there, the block is its text: passed through."""
     ids = enc("Sure.\n\n" + cut)
-    for reason in ("length", "stop"):
-        assert split_check(QWEN3, ids, reason=reason) == ("Sure.", "", ())
+    assert split_check(QWEN3, ids, reason="length") == ("Sure.", "", ())
+    assert split_check(QWEN3, ids, reason="stop") == ("Sure.\n\n" + cut, "", ())
 
 
 def test_length_after_arguments_but_before_close_marker() -> None:

@@ -23,7 +23,7 @@ import tokenizers
 from parsetier.assembler import Assembler
 from parsetier.detokenizer import LiteralMarkers, TokenScanner
 from parsetier.engine.events import Event
-from parsetier.engine.grammar import BoundGrammar
+from parsetier.engine.grammar import BoundGrammar, Grammar
 from parsetier.engine.machine import Machine
 from parsetier.logprobs import LogprobError, StepAnnotator
 from parsetier.messages import Delta, Final, FinishReason, Message, SessionOptions, StepLogprobs, Usage
@@ -81,11 +81,27 @@ def start_state(
 ) -> str:
     """Where the output begins: the prompt decides when it says (the last reasoning marker in it),
     else the request's thinking switch, else the format's initial state."""
+    return start_and_echo(grammar, options, thinking_default, tokenizer)[0]
+
+
+def start_and_echo(
+    grammar: BoundGrammar,
+    options: SessionOptions,
+    thinking_default: bool | None,
+    tokenizer: tokenizers.Tokenizer,
+) -> tuple[str, str]:
+    """``start_state``, and the pattern of the prompt terminal that decided it ("" when the prompt
+    did not): the machine reads that marker repeated at the very start of the output as markup
+    (a prompt ending ``<think>\n`` and a model that writes ``<think>`` again)."""
     g = grammar.grammar
     if options.prompt_token_ids and g.prompt:
         found = _prompt_text_state(grammar, tokenizer, options.prompt_token_ids)
         if found is not None:
             return found
+    return _switch_state(g, options, thinking_default), ""
+
+
+def _switch_state(g: Grammar, options: SessionOptions, thinking_default: bool | None) -> str:
     thinking = options.thinking if options.thinking is not None else kwargs_thinking(options)
     if thinking is None:
         thinking = thinking_default
@@ -98,19 +114,19 @@ def start_state(
 
 def _prompt_text_state(
     grammar: BoundGrammar, tokenizer: tokenizers.Tokenizer, prompt_ids: Sequence[int]
-) -> str | None:
+) -> tuple[str, str] | None:
     """The prompt's tail is detokenized into sentinel form, like output, and the prompt terminal
     that ends last in it decides: a marker token (``<think>``) and a marker spanning several
     tokens (Kimi K3's ``<|open|>response<|sep|>``) are found the same way."""
     scanner = TokenScanner(tokenizer, grammar)
     text = "".join(scanner.piece(tid) for tid in prompt_ids[-PROMPT_TAIL:])
-    best: tuple[int, int, str] | None = None
+    best: tuple[int, int, str, str] | None = None
     for terminal, state in grammar.grammar.prompt.items():
         pattern = grammar.patterns[terminal]
         at = text.rfind(pattern)
         if at >= 0 and (best is None or (at + len(pattern), len(pattern)) > best[:2]):
-            best = (at + len(pattern), len(pattern), state)
-    return best[2] if best else None
+            best = (at + len(pattern), len(pattern), state, pattern)
+    return (best[2], best[3]) if best else None
 
 
 def kwargs_thinking(options: SessionOptions) -> bool | None:
@@ -155,8 +171,8 @@ class Session:
         self._literals: LiteralMarkers | None = None
         """Made by the first text step: most sessions are fed ids only, and it costs more to build
         (a terminal set over every marker text) than the rest of a session."""
-        start = start_state(grammar, options, model.spec.thinking, model.tokenizer)
-        self._machine = Machine(grammar, start, schemas)
+        start, echo = start_and_echo(grammar, options, model.spec.thinking, model.tokenizer)
+        self._machine = Machine(grammar, start, schemas, echo)
         self._assembler = Assembler(options)
         # Everything that reads the whole prompt (call ids derive from it) has done so: keep only
         # the tail, so a long prompt costs memory while the session opens, not while it lives.

@@ -117,6 +117,10 @@ class State:
     write_list: bool = False
     """envelope states with ``list``: a derived constraint writes the calls as one JSON list
     (Cohere's ``[{…}, {…}]``), as the template does, rather than one object per call."""
+    markup: bool = False
+    """skip states: the state's text is markup the format consumes (the id Mistral numbers a call
+    with after ``[CALL_ID]``, a message to another recipient). Without it only whitespace is: any
+    other text a skip state meets is the model's, shown as content."""
     lead: str = ""
     """capture states: the text a derived constraint writes first when the output enters the
     state through a terminal (Harmony's role ``assistant`` after ``<|start|>``); where the output
@@ -481,6 +485,7 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             lead=lead,
             id_key=id_key,
             write_list=write_list,
+            markup=_markup(spec, kind, where),
         )
     grammar = Grammar(
         name=name,
@@ -498,6 +503,13 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
     )
     _check_references(grammar, source)
     return grammar
+
+
+def _markup(spec: Mapping[str, Any], kind: str, where: str) -> bool:
+    markup = spec.get("markup", False)
+    if not isinstance(markup, bool) or (markup and kind != "skip"):
+        raise GrammarError(f"{where}: markup is true or false, for skip states")
+    return markup
 
 
 def _token_suffix(value: Any, source: str) -> str:

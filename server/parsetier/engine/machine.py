@@ -55,7 +55,7 @@ from parsetier.engine.events import (
     EventKind,
 )
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
-from parsetier.engine.json_scan import COMPLETE, OPEN
+from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
 
 _CAPTURE_LIMIT = 4096
 _new_event = tuple.__new__
@@ -69,7 +69,11 @@ class Machine:
         bound: BoundGrammar,
         start: str,
         tools: Mapping[str, Mapping[str, Any]] | None = None,
+        echo: str = "",
     ) -> None:
+        """``echo``: the pattern of the prompt terminal that chose ``start`` (``<think>`` when the
+        prompt ends inside reasoning). The same marker written again as the output's first
+        non-whitespace text is that block's opener repeated: markup, not text."""
         self._bound = bound
         self._states: Mapping[str, State] = bound.grammar.states
         self._tools = tools or {}
@@ -107,7 +111,28 @@ class Machine:
         self._current_tool = ""
         self._ending = False
         """Set by ``finish``: nothing more will follow, so ``follow`` checks can decide on "end"."""
+        self._echo = echo
+        self._cut = False
+        """Set by ``finish``: the output was cut (``length``/``abort``), not ended by the model."""
+        self._stretch: _Stretch | None = None
+        """The current block's text since it began (or since its last call ended) while no call is
+        open: what a passthrough shows (see ``_Stretch``). None outside blocks and inside calls."""
+        self.markup: list[tuple[str, str]] | None = None
+        """Set to a list to have the text the machine consumes as markup recorded there, as (why,
+        text): the conservation property's other half (tests/test_conservation.py). ``why`` is
+        ``terminal``, ``space``, ``skip`` (a ``markup`` state's text), ``capture`` (read by a rule
+        or made a call), ``lead`` (the text before a JSON value: a code fence), ``gap``
+        (text between top-level elements), ``cut`` (markup cut short at the end of the output),
+        ``key`` (a parameter key the model stopped in inside an open call)."""
+        self._inner: _Stretch | None = None
+        """Loose text inside a call since its last marker (shown at once, ``_skip_text``)."""
+        self._block_called = False
+        """A call began in the current block: its markers are markup, only its loose text is shown."""
+        if self._state.kind not in _TEXT_KINDS:
+            self._stretch = _Stretch()
         self._kind.enter(self, self._state, "", None)
+        if echo:
+            self._plain = None  # the echo check needs the slow path until it is settled
 
     # ------------------------------------------------------------------ public
     def feed(self, text: str, tokens: int = 0) -> list[Event]:
@@ -153,20 +178,39 @@ class Machine:
         text, take the state's ``end`` transition when the model stopped by itself, and close the
         JSON of a call whose arguments the engine writes (XML-style), so it is always valid."""
         self._ending = True
+        self._cut = cut
         ending = getattr(self._reader, "end_of_output", None)
         if ending is not None:  # a reader waiting on what follows (Gemma's quote) decides now
             ending()
         if self._hold:
             held, self._hold = self._hold, ""
             self._run(held)  # a terminal waiting on what follows it is decided now
-            if self._hold:
-                held, self._hold = self._hold, ""
-                self._kind.text(self, held)
+            if self._hold and self._state.kind not in ("skip", "capture"):
+                self._kind.text(self, self._hold)
+            else:
+                self._mark("cut", self._hold)
+            self._hold = ""  # in a skip or capture state: a marker cut short, markup
+        self._unread()
         state = self._state
         if state.end is not None and not cut:
             self._fire(state.end, "", state)
-        # An unfinished capture (name, header) is not shown.
         self._kind.leave(self, None, "")
+        stretch = self._stretch
+        if stretch is None and self._state.kind == "capture":  # a key cut inside an open call
+            self._mark("cut" if cut else "key", "".join(self._capture))
+        if stretch is not None and self._state.kind not in _TEXT_KINDS:
+            # The output ends inside a block no call is open in. When the model stopped by itself,
+            # markup it never finished (a name no [ARGS] follows) is its text: shown, with the
+            # block's text before it. A capture the output was cut in is not: a name cut short is
+            # not known to be one; only the block's loose text is shown then.
+            captured = self._restore("".join(self._capture)) if self._state.kind == "capture" else ""
+            if not captured.strip() or cut:
+                self._mark("cut", captured)
+                captured = ""
+            if captured or stretch.loose:
+                whole = not cut and not self._block_called
+                self._emit_text(CONTENT, (stretch.text() if whole else stretch.loose_text()) + captured)
+            self._stretch = _Stretch()
         if self._call_open and self._args_closed:
             if not cut:
                 self._call_end()
@@ -184,12 +228,20 @@ class Machine:
     def _run(self, text: str) -> None:
         buf = self._hold + text if self._hold else text
         self._hold = ""
+        if self._echo:
+            settled = self._settle_echo(buf)
+            if settled is None:
+                self._hold = buf
+                return
+            buf = settled
         pos, n = 0, len(buf)
         while pos < n:
             state = self._state
             reader = self._reader
             if reader is not None and reader.status == OPEN:
                 pos = reader.feed(buf, pos)
+                if reader.status == MALFORMED:
+                    self._unread()
                 if reader.status == COMPLETE and state.done is not None:
                     self._fire(state.done, "", self._state)
                     continue
@@ -237,6 +289,25 @@ class Machine:
             else:
                 self._fire(transition, pattern, state)
 
+    def _settle_echo(self, buf: str) -> str | None:
+        """The start of the output, while the prompt's opener may be repeated: the text to parse
+        (the repeat removed), or None while the text so far cannot tell."""
+        echo = self._echo
+        body = buf.lstrip()
+        if body.startswith(echo):
+            self._echo = ""
+            self._set_plain(self._state)
+            lead = buf[: len(buf) - len(body)]
+            if lead:  # whitespace before the repeat is the state's own text
+                self._kind.text(self, lead)
+            self._mark("terminal", echo)
+            return body[len(echo) :]
+        if echo.startswith(body) and not self._ending:
+            return None
+        self._echo = ""
+        self._set_plain(self._state)
+        return buf
+
     def _followed(self, transition: Transition, buf: str, at: int) -> bool | None:
         """Whether what follows ``buf[at:]`` makes a ``follow`` terminal structural: True, False,
         or None while the text so far cannot tell (only whitespace, or a prefix of a terminal)."""
@@ -255,6 +326,22 @@ class Machine:
         # inside a call block is never content.
         return "end" in transition.follow
 
+    def _unread(self) -> None:
+        """What a reader held and will never write (a key cut off by a marker or by the end of
+        the output): the model's text."""
+        unread = getattr(self._reader, "unread", None)
+        if unread is None:
+            return
+        if self._ending and self._cut:  # a key cut short by the output's cut: markup
+            self._mark("cut", unread())
+        else:
+            self._loose(self._restore(unread()))
+
+    def _stop_followed(self, pattern: str, buf: str, at: int) -> bool | None:
+        """``_followed`` for a reader's stop (the state's terminal of that pattern)."""
+        transition = self._state.on[self._bound.terminal_of_pattern[pattern]]
+        return self._followed(transition, buf, at) if transition.follow else True
+
     def _set_plain(self, state: State) -> None:
         """The fast path's view of ``state`` (``BoundGrammar.plain_stops``)."""
         stops = self._bound.plain_stops.get(state.name)
@@ -270,11 +357,13 @@ class Machine:
         nxt, actions = transition.next, transition.actions
         groups: dict[str, str] = {}
         captured = ""
+        matched = True
         if state.kind == "capture":
             if nxt == state.name:  # a terminal that belongs to the captured text (Harmony headers)
                 self._capture.append(pattern)
                 return
             captured = self._restore("".join(self._capture))
+            matched = False
             for rule in state.rules:
                 m = rule.pattern.search(captured)
                 if m:
@@ -283,13 +372,40 @@ class Machine:
                         groups = {k: _xml_unescape(v) for k, v in groups.items()}
                     nxt = rule.next or nxt
                     actions = rule.actions
+                    matched = True
                     break
         target = self._states[nxt]
-        if target is not state:
+        # A terminal that leads a state back to itself starts it afresh (a second envelope after
+        # Llama's repeated <|python_tag|> gets a reader of its own); a capture appends it instead.
+        moves = target is not state or bool(pattern)
+        if moves:
             self._kind.leave(self, target, pattern)
         for action in actions:
             _ACTIONS[action](self, groups, captured)
-        if target is not state:
+        if pattern:
+            self._inner = None
+            self._mark("terminal", pattern)
+        if captured and (matched or self._stretch is None or captured.isspace()):
+            self._mark("capture", captured)
+        if captured and self._stretch is not None and not matched and not captured.isspace():
+            self._stretch.add(captured, True)  # a capture that began no call, no rule read
+            captured = ""
+        if state.kind in _TEXT_KINDS:
+            if target.kind not in _TEXT_KINDS:  # a block begins
+                self._block_called = "call_begin" in actions
+                self._stretch = None if self._call_open else _Stretch(pattern)
+        elif target.kind in _TEXT_KINDS:  # the block ends
+            stretch = self._stretch
+            if stretch is not None and stretch.loose:
+                text = stretch.loose_text() if self._block_called else stretch.text() + pattern
+                self._emit_text(CONTENT, text)
+            self._stretch = None
+        elif "call_end" in actions:
+            self._stretch = _Stretch()
+        elif self._stretch is not None:
+            self._stretch.add(captured, False)  # a capture a rule read: markup
+            self._stretch.add(pattern, False)
+        if moves:
             self._state = target
             self._reader = None
             self._kind = _KINDS[target.kind]
@@ -304,6 +420,10 @@ class Machine:
             self._call_end()
         self._index += 1
         self._call_open = True
+        if self._stretch is not None and self._stretch.loose:  # the model's text before the call
+            self._emit_text(CONTENT, self._stretch.loose_text())
+        self._stretch = None
+        self._block_called = True
         self._args_emitted = False
         self._args_closed = False
         self._params = None
@@ -325,7 +445,11 @@ class Machine:
     def _args(self, fragment: str) -> None:
         """A fragment of the arguments' JSON. A sentinel in it is inside a JSON string (outside
         one, every reader ends the value), so it becomes its token's text JSON-escaped."""
-        if self._call_open and fragment:
+        if not self._call_open:  # arguments of no call (its name was empty): the model's text
+            if fragment:
+                self._loose(self._restore(fragment))
+            return
+        if fragment:
             self._args_emitted = True
             if not fragment.isascii() and SENTINEL_RE.search(fragment) is not None:
                 table = self._bound.text_of_sentinel
@@ -333,6 +457,30 @@ class Machine:
                 fragment = SENTINEL_RE.sub(escaped, fragment)
             self._events.append(_new_event(Event, (TOOL_ARGUMENTS, fragment, self._index, self._tokens, "")))
             self._tokens = 0  # ``_emit`` inlined: this runs for most tokens inside a call
+
+    def _lead(self, text: str) -> None:
+        self._mark("lead", text)
+
+    def _gap(self, text: str) -> None:
+        self._mark("gap", text)
+
+    def _mark(self, why: str, text: str) -> None:
+        markup = self.markup
+        if markup is not None and text:
+            if markup and markup[-1][0] == why and why != "terminal":  # one piece, however split
+                markup[-1] = (why, markup[-1][1] + self._restore(text))
+            else:
+                markup.append((why, self._restore(text)))
+
+    def _loose_restored(self, text: str) -> None:
+        self._loose(self._restore(text))
+
+    def _loose(self, text: str) -> None:
+        """Text that is no markup and belongs to no call: content, through the block's stretch."""
+        if self._stretch is not None:
+            self._stretch.add(text, True)
+        else:
+            self._emit_text(CONTENT, text)
 
     def _call_end(self) -> None:
         if not self._call_open:
@@ -350,7 +498,11 @@ class Machine:
         reader = self._reader
         raw = reader.unclaimed() if reader is not None else None
         if raw is not None:
-            self._emit_text(CONTENT, self._opening + raw + closing)
+            stretch = self._stretch
+            opening = stretch.text() if stretch is not None else self._opening
+            self._emit_text(CONTENT, opening + raw + closing)
+            if stretch is not None:
+                self._stretch = _Stretch()
 
     # ------------------------------------------------------------------ events
     def _emit_text(self, kind: EventKind, text: str) -> None:
@@ -433,16 +585,23 @@ def _value_text(m: Machine, text: str) -> None:
 
 
 def _reader_text(m: Machine, text: str) -> None:
-    """Text of a reader's state that the reader did not take."""
-    if m._reader is not None:
-        m._emit_text(CONTENT, m._reader.rest(text))
+    """Text of a reader's state that the reader did not take (after a call's JSON value: the
+    model's, as any text a call block does not expect)."""
+    reader = m._reader
+    if isinstance(reader, JsonArgsReader | GemmaArgsReader):
+        _free_text(m, text)
+    elif reader is not None:
+        shown = reader.rest(text)
+        if shown != text:
+            m._mark("space", text)
+        m._emit_text(CONTENT, shown)
 
 
 def _json_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
     if state.dialect == "gemma":
-        m._reader = GemmaArgsReader(m._args, m._bound.patterns.get("quote", ""))
+        m._reader = GemmaArgsReader(m._args, m._bound.patterns.get("quote", ""), m._loose_restored)
     else:
-        m._reader = JsonArgsReader(m._args)
+        m._reader = JsonArgsReader(m._args, m._lead)
 
 
 def _skip_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
@@ -463,8 +622,10 @@ def _envelope_enter(m: Machine, state: State, pattern: str, previous: str | None
 
 
 def _envelope_leave(m: Machine, target: State | None, pattern: str) -> None:
-    if target is None and (m._reader is None or m._reader.status == OPEN):
-        return  # the output ends in an envelope still taking shape: a call cut before its name
+    if target is None and m._cut and (m._reader is None or m._reader.status == OPEN):
+        # the output was cut in an envelope still taking shape: a call cut before its name
+        m._mark("cut", (m._reader.unclaimed() if m._reader is not None else None) or "")
+        return
     m._passthrough_if_no_call(pattern)
 
 
@@ -472,7 +633,7 @@ def _elements_enter(m: Machine, state: State, pattern: str, previous: str | None
     patterns = m._bound.patterns
     stops = tuple(patterns[t] for t in state.on)
     tool = m._tools.get(m._current_tool, {}) if m._call_open else {}
-    m._reader = ElementArgsReader(patterns["tag"], state.item, stops, tool, m._args)
+    m._reader = ElementArgsReader(patterns["tag"], state.item, stops, tool, m._args, m._stop_followed, m._gap)
 
 
 def _elements_leave(m: Machine, target: State | None, pattern: str) -> None:
@@ -482,10 +643,101 @@ def _elements_leave(m: Machine, target: State | None, pattern: str) -> None:
         m._args_closed = True
 
 
+def _skip_text(m: Machine, text: str) -> None:
+    """Whitespace between markers is markup, and so is all the text of a state the format marks
+    ``markup`` (an id the model numbers its call with, a message to another recipient). Any
+    other text is the model's: inside a call it is content at once; elsewhere in a block it
+    waits in the block's stretch, shown when a call begins or the block ends (``_Stretch``)."""
+    _free_text(m, text, m._state.markup)
+
+
+def _free_text(m: Machine, text: str, markup: bool = False) -> None:
+    """Text no state takes as its own: markup when the state says so or it is whitespace, else
+    the model's loose text (``_skip_text``)."""
+    loose = not (markup or text.isspace())
+    if not loose:
+        m._mark("skip" if markup else "space", text)
+    stretch = m._stretch
+    if stretch is not None:
+        stretch.add(text, loose)
+        return
+    inner = m._inner
+    if inner is None:
+        if not loose:
+            return
+        inner = m._inner = _Stretch()
+    inner.add(text, loose)
+    m._emit_text(CONTENT, inner.take_loose())
+
+
+class _Stretch:
+    """A block's text while no call is open in it, in sentinel form: markers, whitespace and the
+    model's own loose text (not markup: text a skip state does not expect, a capture no rule
+    read). Nothing of it is lost: when a call begins, its loose text is content; when the block
+    ends without a call, and it held loose text, all of it is content, markers included (the
+    model wrote something the format does not describe: it is shown as written).
+
+    Whitespace between two pieces of loose text with no marker between them is loose too, however
+    the text was split; other whitespace is markup."""
+
+    __slots__ = ("_gap", "_shown", "loose", "pieces")
+
+    def __init__(self, first: str = "") -> None:
+        self.pieces: list[list[Any]] = [[first, False]] if first else []
+        self.loose = False
+        self._gap: list[list[Any]] | None = None
+        """Whitespace pieces since the last loose text, no marker between: loose if more follows."""
+        self._shown = 0
+        """Pieces before this one were handed out by ``take_loose``."""
+
+    def add(self, text: str, loose: bool) -> None:
+        if not text:
+            return
+        if not loose:
+            piece = [text, False]
+            self.pieces.append(piece)
+            if self._gap is not None and text.isspace():
+                self._gap.append(piece)
+            else:
+                self._gap = None
+            return
+        body = text.strip()
+        lead = text[: text.index(body[0])] if body else text
+        trail = text[len(lead) + len(body) :]
+        inner = self._gap is not None
+        for piece in self._gap or ():
+            piece[1] = True
+        if lead:
+            self.pieces.append([lead, inner])
+        self.pieces.append([body, True])
+        self.loose = True
+        self._gap = []
+        if trail:
+            piece = [trail, False]
+            self.pieces.append(piece)
+            self._gap.append(piece)
+
+    def text(self) -> str:
+        return "".join(t for t, _ in self.pieces)
+
+    def loose_text(self) -> str:
+        return "".join(t for t, loose in self.pieces if loose)
+
+    def take_loose(self) -> str:
+        """The loose text not handed out before (whitespace still undecided stays)."""
+        upto = len(self.pieces) - len(self._gap or ())
+        out = "".join(t for t, loose in self.pieces[self._shown : upto] if loose)
+        self._shown = upto
+        return out
+
+
+_TEXT_KINDS = frozenset({"content", "reasoning"})
+"""Kinds whose text is shown as such: a block is the output between leaving them and coming back."""
+
 _KINDS: Mapping[str, _Kind] = {
     "content": _Kind(text=_content_text),
     "reasoning": _Kind(text=_reasoning_text, enter=_reasoning_enter, leave=_reasoning_leave),
-    "skip": _Kind(enter=_skip_enter),  # dropped: code fences, separators, messages to other recipients
+    "skip": _Kind(text=_skip_text, enter=_skip_enter),  # separators, wrappers: markup unless loose
     "capture": _Kind(text=_capture_text, enter=_capture_enter),
     "value": _Kind(text=_value_text),
     "json": _Kind(text=_reader_text, enter=_json_enter),

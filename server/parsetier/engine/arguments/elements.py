@@ -29,7 +29,7 @@ argument's repeat, or one after another argument) is written as a second member 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import regex
@@ -85,6 +85,8 @@ class ElementArgsReader:
         "_closed",
         "_emit",
         "_first",
+        "_followed",
+        "_gap",
         "_item",
         "_pending",
         "_props",
@@ -102,12 +104,20 @@ class ElementArgsReader:
         stops: Sequence[str],
         parameters: Mapping[str, Any] | None,
         emit: Emit,
+        followed: Callable[[str, str, int], bool | None] | None = None,
+        gap: Emit | None = None,
     ) -> None:
+        """``followed(stop, text, at)``: whether a stop whose transition is ``follow``-checked
+        counts where it ends at ``at`` (None: the text cannot tell yet), as the machine decides
+        it for the lexer; a value may spell such a stop (M3's ``see P</invoke> inside``)."""
         props = parameters.get("properties") if isinstance(parameters, Mapping) else None
         self._props: Mapping[str, Any] = props if isinstance(props, Mapping) else {}
         self._tag = tag
         self._item = item
         self._stops = tuple(stops)
+        self._followed = followed
+        self._gap = gap
+        """Told the text written between top-level elements, which no argument holds."""
         self._emit = emit
         self._stack: list[_Frame] = []
         self._pending: tuple[str, list[Node]] | None = None
@@ -160,7 +170,12 @@ class ElementArgsReader:
         """Whether a stop terminal starts at ``pos`` (None: the text ends inside one's prefix)."""
         for stop in self._stops:
             if text.startswith(stop, pos):
-                return True
+                if self._followed is None:
+                    return True
+                verdict = self._followed(stop, text, pos + len(stop))
+                if verdict is False:
+                    continue
+                return verdict
             if len(text) - pos < len(stop) and stop.startswith(text[pos:]):
                 return None
         return False
@@ -171,8 +186,10 @@ class ElementArgsReader:
     def _text(self, text: str) -> None:
         if self._streaming:
             self._emit(json_string_fragment(text))
-        elif self._stack:  # text between top-level elements is dropped, like a skip state's
+        elif self._stack:
             self._stack[-1].text.append(text)
+        elif self._gap is not None:  # text between top-level elements: no argument holds it
+            self._gap(text)
 
     def _open(self, name: str) -> None:
         if not self._stack:

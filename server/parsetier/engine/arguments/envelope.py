@@ -20,6 +20,11 @@ _STRING_BODY = r'(?:[^"\\]++|\\.)*+'
 # Command's ``"tool_call_id": "0"``; the delivered id is still derived, docs/engine.md).
 _SKIPPED = r'(?:(?:"type"\s*:\s*"function"|"(?:id|tool_call_id)"\s*:\s*"' + _STRING_BODY + r'")\s*,\s*)*'
 _NAME_KEY = r'"(?:name|tool_name)"'
+# Arguments are a JSON object, or a JSON string holding one: a call starts only once its
+# arguments begin as one of these. Anything else (``"arguments": invalid}``) means the envelope
+# never yields a call, and its text is passed through as content (docs/service.md, "Malformed
+# model output"): decided before anything of the call streamed, so nothing is retracted.
+_ARGUMENTS_START = r'(?=[{"])'
 _HEAD = regex.compile(
     r"\s*\{\s*"
     + _SKIPPED
@@ -28,11 +33,12 @@ _HEAD = regex.compile(
     + _STRING_BODY
     + r')"\s*,\s*'
     + _SKIPPED
-    + r'"(?:arguments|parameters)"\s*:\s*(?=\S)',
+    + r'"(?:arguments|parameters)"\s*:\s*'
+    + _ARGUMENTS_START,
     regex.DOTALL,
 )
 _HEAD_ARGS_FIRST = regex.compile(
-    r"\s*\{\s*" + _SKIPPED + r'"(?:arguments|parameters)"\s*:\s*(?=\S)', regex.DOTALL
+    r"\s*\{\s*" + _SKIPPED + r'"(?:arguments|parameters)"\s*:\s*' + _ARGUMENTS_START, regex.DOTALL
 )
 _NAME_AFTER = regex.compile(
     r"\s*,\s*" + _NAME_KEY + r'\s*:\s*"(?P<name>' + _STRING_BODY + r')"', regex.DOTALL

@@ -21,9 +21,13 @@ class GemmaArgsReader(ValueReader):
     and so is a quote that the notation does not go on after (``see <|"|> inside``).
     """
 
-    __slots__ = ("_emit", "_ending", "_expect_key", "_pending", "_quote", "_stack", "emitted", "status")
+    __slots__ = (
+        "_emit", "_ending", "_expect_key", "_loose", "_pending", "_quote", "_stack", "emitted", "status",
+    )  # fmt: skip
 
-    def __init__(self, emit: Emit, quote: str) -> None:
+    def __init__(self, emit: Emit, quote: str, loose: Emit | None = None) -> None:
+        """``loose``: told text the notation has no place for (a bare word before ``{``)."""
+        self._loose = loose or (lambda _: None)
         self._emit = emit
         self._quote = quote
         self._stack: list[str] = []
@@ -75,6 +79,8 @@ class GemmaArgsReader(ValueReader):
                 if len(self._stack) >= MAX_DEPTH:
                     self.status = MALFORMED
                     return pos
+                if self._pending.strip():  # text the notation has no place for: the model's
+                    self._loose(self._pending)
                 self._stack.append(c)
                 self._expect_key = c == "{"
                 self._pending = ""
@@ -106,6 +112,11 @@ class GemmaArgsReader(ValueReader):
     def end_of_output(self) -> None:
         """Nothing follows: a quote still waiting on what follows it closes its string."""
         self._ending = True
+
+    def unread(self) -> str:
+        """At the end of the output: a key or bare value still being written, never settled."""
+        pending, self._pending = self._pending, ""
+        return pending
 
     def _closes(self, text: str, at: int) -> bool | None:
         """Whether a ``<|"|>`` inside a string ends it: only where the notation goes on after it

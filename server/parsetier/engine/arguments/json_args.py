@@ -11,12 +11,14 @@ from parsetier.engine.json_scan import MALFORMED, OPEN, JsonValueScanner
 class JsonArgsReader(ValueReader):
     """Streams one JSON value verbatim as the call's arguments, skipping any lead-in (fences)."""
 
-    __slots__ = ("_emit", "_scanner", "emitted")
+    __slots__ = ("_emit", "_lead", "_scanner", "emitted")
 
     _LEAD = re.compile("[{\\[\U000f0000-\U000ffffd]")
 
-    def __init__(self, emit: Emit) -> None:
+    def __init__(self, emit: Emit, lead: Emit | None = None) -> None:
+        """``lead``: told the text skipped before the value (a code fence's ```` ```json ````)."""
         self._emit = emit
+        self._lead = lead
         self._scanner: JsonValueScanner | None = None
         self.emitted = False
 
@@ -28,6 +30,8 @@ class JsonArgsReader(ValueReader):
         """Consume from ``pos``; return where reading stopped (``len(text)`` if all was taken)."""
         if self._scanner is None:
             m = self._LEAD.search(text, pos)
+            if self._lead is not None:
+                self._lead(text[pos : m.start() if m is not None else len(text)])
             if m is None:
                 return len(text)
             if SENTINEL.match(m.group(0)):
