@@ -93,3 +93,37 @@ def test_whitespace_after_a_bare_call_object_is_kept_however_split():
         assert together == apart == one_by_one
         assert together.content == "Sure.\n阀门 more"
         assert [c.name for c in together.tool_calls] == ["get_weather"]
+
+
+FOUND_BY_MAKE_FUZZ = {
+    # A bracketed JSON list whose call's arguments broke ("arguments": 9{...}): the reader swallowed
+    # the rest of the piece it broke in, so a "]" arriving later became content and one arriving
+    # with it did not.
+    "granite-3": (
+        '<|tool_call|>[{"name": "f", "arguments": 9{"a": 1}}]',
+        "stop",
+    ),
+    # Text after a pythonic call, passed through: a newline that ended a piece was held and dropped
+    # at the closer, one followed by more text in the same piece was shown.
+    "lfm2": (
+        '<|tool_call_start|>[f(a=<|tool_call_start|>[f(a=<|im_start|>"Zü\n<|tool_call_end|>rich")]'
+        "<|tool_call_end|>",
+        "length",
+    ),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(FOUND_BY_MAKE_FUZZ))
+def test_cases_make_fuzz_found_split_any_way_give_one_final(preset):
+    """Two breaks ``make fuzz``'s first long run found (``test_fuzz_model_outputs`` and
+    ``test_fuzz_family_output_splits``): every single cut, and one id at a time, give the final of
+    one feed."""
+    from hostile_outputs import samples
+
+    sample = samples()[preset]
+    text, reason = FOUND_BY_MAKE_FUZZ[preset]
+    ids = sample.model.tokenizer.encode(text, add_special_tokens=False).ids
+    whole = run(sample.model, [ids], sample.options, reason).final
+    assert run(sample.model, [[i] for i in ids], sample.options, reason).final == whole
+    for cut in range(1, len(ids)):
+        assert run(sample.model, [ids[:cut], ids[cut:]], sample.options, reason).final == whole, cut

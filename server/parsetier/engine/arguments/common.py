@@ -62,9 +62,9 @@ class ValueReader:
 class CallsReader:
     """Readers that find the calls themselves (the ``envelope`` kind): until a call begins their
     text is kept in ``raw``, for passthrough if none ever does; text after a call inside the block
-    is the model's, shown as content (no lost text). Whitespace there is held (``_space``) until
-    text of the model's proves it inner, and dropped if the block ends first (the separator before
-    the closer), so the content is the same however the text was split."""
+    is the model's, shown as content (no lost text). Trailing whitespace there is held (``_space``)
+    until more text of the model's proves it inner, and dropped if the block ends first (the
+    separator before the closer), so the content is the same however the text was split."""
 
     __slots__ = ()
     raw: list[str]
@@ -75,11 +75,10 @@ class CallsReader:
         if self.calls == 0:
             self.raw.append(text)
             return ""
-        if not text.strip():
-            self._space += text
-            return ""
-        text, self._space = self._space + text, ""
-        return text
+        text = self._space + text
+        shown = text.rstrip()
+        self._space = text[len(shown) :]
+        return shown
 
     def unclaimed(self) -> str | None:
         if self.calls != 0:

@@ -154,8 +154,13 @@ class EnvelopeReader(CallsReader):
         # The limit is on the structure's own length, not on the text after it, so a long run of
         # text arriving at once is judged as the same text arriving id by id.
         if m is None or m.end() > _HEAD_LIMIT or (m.partial and stop_m is not None):
+            # Not consumed: the text from where the structure broke is the model's (``rest``),
+            # the part earlier pieces left in the head included, however the text was split.
             self.status = MALFORMED
-            return stop
+            if self.calls > 0:
+                self._space += self._head[:before]
+            self._head = ""
+            return pos
         if m.partial:
             return stop
         consumed = pos + (m.end() - before)
