@@ -73,12 +73,16 @@ try:
     import parsetier  # noqa: F401
 except ImportError:  # running from a checkout without PYTHONPATH=server
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testkit/: workloads shared with tests
 
 from tokenizers.decoders import DecodeStream
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from format_renderers import (
+from parsetier.detokenizer import TokenScanner
+from parsetier.messages import Message, SessionOptions, Tool
+from parsetier.models import Model, ModelRegistry
+from parsetier.session import Session, parse
+from parsetier.tokenizers import tokenizer_available
+from testkit.format_renderers import (
     Call,
     Parts,
     hermes_call,
@@ -100,11 +104,6 @@ from format_renderers import (
     render_seed_oss,
     xml_call,
 )
-from parsetier.detokenizer import TokenScanner
-from parsetier.messages import Message, SessionOptions, Tool
-from parsetier.models import Model, ModelRegistry
-from parsetier.session import Session, parse
-from parsetier.tokenizers import tokenizer_available
 
 BASELINE = "qwen3"
 """The family every other one is compared with (per-token cost ratio, same run)."""

@@ -20,10 +20,11 @@ import statistics
 import sys
 from collections.abc import Sequence
 
-from sizing import OUTPUT, cpu_seconds, start_server
+from sizing import OUTPUT, start_server
 
 from parsetier.models import ModelRegistry
 from parsetier_client import AsyncClient
+from testkit.procfs import cpu_seconds
 
 CONFIGS: dict[str, tuple[str, ...]] = {
     "off": (),
@@ -63,13 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     costs: dict[str, list[float]] = {name: [] for name in CONFIGS}
     for _ in range(args.rounds):
         for name, flags in CONFIGS.items():
-            proc, port = start_server(*flags, env=env)
+            server = start_server(*flags, env=env)
+            assert server.proc is not None
             try:
-                cost = asyncio.run(per_message_cpu(f"127.0.0.1:{port}", proc.pid, args.sessions, ids))
+                cost = asyncio.run(per_message_cpu(server.target, server.proc.pid, args.sessions, ids))
                 costs[name].append(cost)
             finally:
-                proc.kill()
-                proc.wait(60)
+                server.kill()
     base = statistics.median(costs["off"])
     messages = len(ids) + 2
     print(f"{args.sessions} sessions x {messages} messages (one token each), median of {args.rounds} rounds")

@@ -36,364 +36,39 @@ import logging
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python")]
+sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT)]
 
-import grpc  # noqa: E402
+from servicebench.launcher import (  # noqa: E402
+    CLIENT_CPU,
+    SERVER_CPU,
+    echo_server,
+    lazy_workers_server,
+    parsetier_server,
+    run_echo_server,
+    run_lazy_workers,
+)
+from servicebench.loads import (  # noqa: E402
+    TOOLS,
+    batch_load,
+    batch_step,
+    measured,
+    open_channel,
+    opens,
+    parse_load,
+    workload,
+)
+from servicebench.report import Results, plots, report, write_section  # noqa: E402
 
 from parsetier_api.v1 import parsetier_pb2 as pb  # noqa: E402
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc  # noqa: E402
-
-DOC = ROOT / "docs" / "performance.md"
-PLOTS = ROOT / "docs" / "performance"
-SECTION = "## Service"
-
-OUTPUT = (
-    "<think>\nThe user asks for the weather in Paris and the local time in Tokyo. Both are "
-    "independent lookups, so I can call the two tools at once and then answer in one sentence. "
-    "Paris wants celsius; Tokyo only needs a time zone.\n</think>\n\n"
-    "Let me look both of those up for you."
-    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n'
-    '<tool_call>\n{"name": "get_time", "arguments": {"tz": "Asia/Tokyo"}}\n</tool_call>'
-)
-TOOLS = json.dumps(
-    [
-        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
-        {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
-    ]
-)
-SERVER_CPU = 0
-CLIENT_CPU = 1
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-# ---------------------------------------------------------------------------------------------
-# servers
-
-
-class Server:
-    """A server subprocess on 127.0.0.1 (parsetier, or this file's echo server)."""
-
-    def __init__(self, argv: list[str], pin: int | None = SERVER_CPU) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:2]))
-        self.proc = subprocess.Popen(
-            argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
-        )
-        self.logs: list[dict] = []
-        self.port = 0
-        self._ready = threading.Event()
-        many = "--workers" in argv and argv[argv.index("--workers") + 1] != "1"
-        self._want = "workers listening" if many or "--lazy-workers" in argv else "listening"
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self._ready.wait(300):
-            self.stop()
-            raise RuntimeError(f"server did not start: {self.logs[-5:]}")
-        if pin is not None:
-            for pid in self.pids():
-                os.sched_setaffinity(pid, {pin})
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            if '"session_end"' in line:  # thousands a second under load: not parsed, not kept
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            self.logs.append(record)
-            if record.get("msg") == self._want:
-                self.port = record["port"]
-                self._ready.set()
-
-    def pids(self) -> list[int]:
-        for record in self.logs:
-            if record.get("msg") == "workers listening":
-                return [self.proc.pid, *record["pids"]]
-        return [self.proc.pid]
-
-    def wait_for_logs(self, msg: str, count: int, timeout: float = 600) -> None:
-        deadline = time.monotonic() + timeout
-        while sum(r.get("msg") == msg for r in self.logs) < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fewer than {count} {msg!r} lines")
-            time.sleep(0.1)
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def cpu(self) -> float:
-        """CPU seconds used so far by the server's processes."""
-        total = 0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except FileNotFoundError:
-                continue
-            total += int(fields[11]) + int(fields[12])
-        return total / CLK_TCK
-
-    def memory(self) -> list[tuple[int, int]]:
-        """(RSS, PSS) in bytes of each of the server's processes."""
-        out = []
-        for pid in self.pids():
-            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-            rss = int(re.search(r"^Rss:\s+(\d+)", text, re.M).group(1)) * 1024
-            pss = int(re.search(r"^Pss:\s+(\d+)", text, re.M).group(1)) * 1024
-            out.append((rss, pss))
-        return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def parsetier_server(workers: int = 1, pin: int | None = SERVER_CPU, extra: tuple[str, ...] = ()) -> Server:
-    argv = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3", *extra]
-    argv += [
-        "--max-sessions",
-        "20000",
-        "--max-sessions-per-stream",
-        "4096",
-        "--max-items-per-message",
-        "4096",
-        "--max-loop-lag-ms",  # measure the load, do not shed it
-        "0",
-    ]
-    server = Server([*argv, "--workers", str(workers)], pin)
-    server.wait_for_logs("models loaded", 1)
-    return server
-
-
-def echo_server() -> Server:
-    return Server([sys.executable, str(Path(__file__).resolve()), "--echo-server"])
-
-
-class EchoServicer(pb_grpc.ParserServiceServicer):
-    """Same proto, no parsing: one reply of the usual shape per message (4 characters of content
-    per token), one output per session entry for ParseBatch and one packed output per packed item."""
-
-    async def Parse(self, request_iterator, context):
-        await context.send_initial_metadata(())  # as parsetier does once the Open is accepted
-        sequence = 0
-        messages = 0
-        async for message in request_iterator:
-            messages += 1
-            tokens = sum(len(s.token_ids) for s in message.steps)
-            if tokens or message.HasField("finish"):
-                sequence += 1
-                reply = pb.ParseResponse(sequence=sequence, client_messages=messages)
-                reply.deltas.add(content="abcd" * tokens)
-                if message.HasField("finish"):
-                    reply.final.finish_reason = pb.FINISH_REASON_STOP
-                yield reply
-
-    async def ParseBatch(self, request_iterator, context):
-        messages = 0
-        async for message in request_iterator:
-            messages += 1
-            reply = pb.ParseBatchResponse(client_messages=messages)
-            for entry in message.sessions:
-                tokens = sum(len(s.token_ids) for s in entry.steps)
-                if tokens or entry.HasField("finish"):
-                    out = reply.sessions.add(key=entry.key, sequence=messages, client_messages=messages)
-                    out.deltas.add(content="abcd" * tokens)
-            n = len(message.packed.keys)
-            if n:  # packed items (one token each here): packed text outputs
-                packed = reply.packed
-                packed.keys.extend(message.packed.keys)
-                packed.sequences.extend([messages] * n)
-                packed.client_messages.extend([messages] * n)
-                packed.texts.extend(["abcd"] * n)
-                packed.reasoning.extend([False] * n)
-            yield reply
-
-
-async def run_echo_server() -> None:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-    pb_grpc.add_ParserServiceServicer_to_server(EchoServicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(json.dumps({"msg": "listening", "port": port}), file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    await server.stop(0)
-
-
-# ---------------------------------------------------------------------------------------------
-# load
-
-
-def workload() -> list[int]:
-    import tokenizers
-
-    from parsetier.models import ModelRegistry
-
-    model = ModelRegistry().get("qwen3")
-    assert isinstance(model.tokenizer, tokenizers.Tokenizer)
-    return model.tokenizer.encode(OUTPUT, add_special_tokens=False).ids
-
-
-def _channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(
-        target,
-        options=[
-            ("grpc.use_local_subchannel_pool", 1),
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-        ],
-    )
-
-
-async def parse_load(target: str, ids: list[int], per_message: int, streams: int, rounds: int) -> int:
-    """``streams`` concurrent Parse sessions, each fed the workload ``rounds`` times in turn;
-    returns the tokens sent."""
-    channel = _channel(target)
-    stub = pb_grpc.ParserServiceStub(channel)
-    open_ = pb.Open(model="qwen3", tools_json=TOOLS)
-    chunks = [ids[i : i + per_message] for i in range(0, len(ids), per_message)]
-
-    async def one() -> None:
-        for _ in range(rounds):
-            call = stub.Parse()
-            await call.write(pb.ParseRequest(open=open_))
-            await call.initial_metadata()
-
-            async def reader(call=call) -> None:
-                async for _ in call:
-                    pass
-
-            task = asyncio.create_task(reader())
-            for chunk in chunks:
-                await call.write(pb.ParseRequest(steps=[pb.Step(token_ids=chunk)]))
-            await call.write(pb.ParseRequest(finish=pb.Finish()))
-            await call.done_writing()
-            await task
-
-    await asyncio.gather(*(one() for _ in range(streams)))
-    await channel.close()
-    return streams * rounds * len(ids)
-
-
-def _opens(keys: list[str]) -> pb.ParseBatchRequest:
-    return pb.ParseBatchRequest(
-        sessions=[pb.SessionInput(key=k, open=pb.Open(model="qwen3", tools_json=TOOLS)) for k in keys]
-    )
-
-
-def _step(
-    keys: list[str], position: list[int], ids: list[int], packed: bool = True
-) -> tuple[pb.ParseBatchRequest, int]:
-    """One engine step: one token for every session; a session past the end of the output
-    finishes, and opens again (with its first token) in the next step. The usual steps go as
-    packed items (``PackedSteps``), as the batch clients send them, or as entries. Returns the
-    message and the tokens in it."""
-    message = pb.ParseBatchRequest()
-    entries = message.sessions
-    stepped: list[str] = []
-    stepped_ids: list[int] = []
-    tokens = 0
-    for i, key in enumerate(keys):
-        p = position[i]
-        if p == len(ids):
-            entries.add(key=key).finish.SetInParent()
-            position[i] = -1
-            continue
-        if p == -1:
-            entry = entries.add(key=key)
-            entry.open.model, entry.open.tools_json = "qwen3", TOOLS
-            entry.steps.add().token_ids.append(ids[0])
-            p = 0
-        elif packed:
-            stepped.append(key)
-            stepped_ids.append(ids[p])
-        else:
-            entries.add(key=key).steps.add().token_ids.append(ids[p])
-        position[i] = p + 1
-        tokens += 1
-    if stepped:
-        message.packed.keys.extend(stepped)
-        message.packed.token_ids.extend(stepped_ids)
-    return message, tokens
-
-
-async def batch_load(
-    target: str, ids: list[int], sessions: int, steps: int, streams: int = 1, packed: bool = True
-) -> int:
-    """ParseBatch streams of ``sessions`` sessions each, one token per session per step, two steps
-    in flight; sessions start at different points of the output and start over when done.
-    ``packed``: the usual steps as packed items (else as entries). Returns the tokens sent."""
-
-    async def one(index: int) -> int:
-        channel = _channel(target)
-        call = pb_grpc.ParserServiceStub(channel).ParseBatch()
-        keys = [f"s{index}-{i}" for i in range(sessions)]
-        position = [i % len(ids) for i in range(sessions)]
-        await call.write(_opens(keys))
-        await call.read()
-        sent = in_flight = 0
-        for _ in range(steps):
-            message, tokens = _step(keys, position, ids, packed)
-            sent += tokens
-            await call.write(message)
-            in_flight += 1
-            if in_flight == 2:
-                await call.read()
-                in_flight -= 1
-        while in_flight:
-            await call.read()
-            in_flight -= 1
-        await call.done_writing()
-        await call.code()
-        await channel.close()
-        return sent
-
-    return sum(await asyncio.gather(*(one(i) for i in range(streams))))
-
-
-def measured(server: Server, coroutine) -> tuple[int, float, float]:
-    """Run a load; (tokens, server CPU seconds, wall seconds)."""
-    cpu, wall = server.cpu(), time.monotonic()
-    tokens = asyncio.run(coroutine)
-    return tokens, server.cpu() - cpu, time.monotonic() - wall
-
-
-# ---------------------------------------------------------------------------------------------
-# measurements
-
-
-@dataclass
-class Results:
-    quick: bool
-    ceiling: list[dict] = field(default_factory=list)
-    cpu: dict = field(default_factory=dict)
-    paced: list[dict] = field(default_factory=list)
-    memory: list[dict] = field(default_factory=list)
-    scaling: list[dict] = field(default_factory=list)
-    workers_memory: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
+from testkit.servers import ProcessServer  # noqa: E402
 
 BATCH_STEPS = {False: 130, True: 30}
 """Steps of the ``ParseBatch`` 256 × 1 run (by ``--quick``); other session counts scale it."""
@@ -487,9 +162,9 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
         batch.models["qwen3"] = model
         keys = [f"s{i}" for i in range(sessions)]
         position = [i % len(ids) for i in range(sessions)]
-        messages, tokens = [_opens(keys)], 0
+        messages, tokens = [opens(keys)], 0
         for _ in range(steps):
-            message, n = _step(keys, position, ids)
+            message, n = batch_step(keys, position, ids)
             messages.append(message)
             tokens += n
         messages = [pb.ParseBatchRequest.FromString(m.SerializeToString()) for m in messages]
@@ -535,7 +210,7 @@ def steady_costs(ids: list[int], reps: int, steps: int = 50, sessions: int = 256
     def protocol(packed: bool) -> float:
         batch = BatchProtocol(limits)
         batch.models["qwen3"] = model
-        opening = _opens(keys)
+        opening = opens(keys)
         for i, entry in enumerate(opening.sessions):
             entry.steps.add().token_ids.extend(ids[: start[i]])
         batch.receive(opening)
@@ -667,7 +342,7 @@ def paced(results: Results, ids: list[int]) -> None:
     for rpc, sessions, rate, workers, channels in PACED_CASES:
         pin = SERVER_CPU if workers == 1 else None
         with parsetier_server(workers, pin, extra=("--metrics-port", "0")) as server:
-            server.wait_for_logs("metrics listening", 1, timeout=60)
+            server.wait_for_log("metrics listening", timeout=60)
             port = next(r["port"] for r in server.logs if r.get("msg") == "metrics listening")
             argv = [str(PACED_BINARY), "-server", server.target, "-ids", str(ids_file), "-tools-json", TOOLS]
             argv += ["-rpc", "parse" if rpc == "Parse" else "batch", "-sessions", str(sessions)]
@@ -733,8 +408,8 @@ def memory_per_session(results: Results, ids: list[int]) -> None:
     mid = ids.index(151657) + 8  # inside the first tool call's arguments
     count = 200 if results.quick else 1000
 
-    async def parse_sessions(server: Server) -> tuple[float, float]:
-        channels = [_channel(server.target) for _ in range(4)]
+    async def parse_sessions(server: ProcessServer) -> tuple[float, float]:
+        channels = [open_channel(server.target) for _ in range(4)]
         calls = []
         before = server.memory()[0][0]
         for i in range(count):
@@ -756,12 +431,12 @@ def memory_per_session(results: Results, ids: list[int]) -> None:
             await channel.close()
         return (idle - before) / count, (busy - before) / count
 
-    async def batch_sessions(server: Server) -> tuple[float, float]:
-        channel = _channel(server.target)
+    async def batch_sessions(server: ProcessServer) -> tuple[float, float]:
+        channel = open_channel(server.target)
         call = pb_grpc.ParserServiceStub(channel).ParseBatch()
         before = server.memory()[0][0]
         keys = [f"m{i}" for i in range(count)]
-        await call.write(_opens(keys))
+        await call.write(opens(keys))
         await call.read()
         await asyncio.sleep(1)
         idle = server.memory()[0][0]
@@ -800,28 +475,13 @@ def workers_memory(results: Results) -> None:
     for workers in (1, 4):
         for mode in ("before fork", "lazily") if workers > 1 else ("one process",):
             if mode == "lazily":
-                argv = [
-                    sys.executable,
-                    str(Path(__file__).resolve()),
-                    "--lazy-workers",
-                    str(workers),
-                    preload,
-                ]
+                server = lazy_workers_server(workers, preload)
             else:
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "parsetier.cli",
-                    "serve",
-                    "--port",
-                    "0",
-                    "--workers",
-                    str(workers),
-                ]
-                argv += ["--preload", preload]
-            server = Server(argv, pin=None)
+                ready = "workers listening" if workers > 1 else "listening"
+                server = ProcessServer("--workers", str(workers), "--preload", preload, ready=ready)
+                server.start(300)
             try:
-                server.wait_for_logs("models loaded", workers if mode == "lazily" else 1)
+                server.wait_for_log("models loaded", 600, count=workers if mode == "lazily" else 1)
                 time.sleep(2)
                 memory = server.memory()
             finally:
@@ -837,203 +497,6 @@ def workers_memory(results: Results) -> None:
                     "total_pss": sum(pss for _, pss in memory),
                 }
             )
-
-
-def run_lazy_workers(workers: int, preload: str) -> int:
-    from parsetier.models import ModelRegistry
-    from parsetier.protocol import Limits
-    from parsetier.service.workers import serve_workers
-
-    return serve_workers(
-        workers, ModelRegistry(), Limits(), "127.0.0.1", 0, 10.0, [preload], load_before_fork=False
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# report
-
-
-def report(results: Results) -> str:
-    mib = 1024 * 1024
-    lines = [
-        SECTION,
-        "",
-        "Generated by `bench/service_bench.py` (`make bench`)"
-        + (" in `--quick` mode (small runs: indicative only)" if results.quick else "")
-        + ". Server pinned to one core, load generator on the other, on a 2-core machine shared with"
-        " other developers: absolute figures move with their load, ratios against the echo server of"
-        " the same run much less. Tokens per second are per second of server CPU.",
-        "",
-        "### Echo ceiling",
-        "",
-        "| RPC | load | parsetier tokens/s per core | echo tokens/s per core | parsetier / echo |",
-        "|---|---|---|---|---|",
-    ]
-    for r in results.ceiling:
-        lines.append(
-            f"| {r['rpc']} | {r['load']} | {r['parsetier']:,.0f} | {r['echo']:,.0f} | {r['ratio']:.2f} |"
-        )
-    by = {(r["rpc"], r["load"]): r for r in results.ceiling}
-    parse1 = by[("Parse", "1 tokens/message")]["parsetier"]
-    batch256 = by[("ParseBatch", "256 sessions x 1 token/step")]["parsetier"]
-    c = results.cpu
-    lines += [
-        "",
-        f"ParseBatch at 256 sessions × 1 token per step: {batch256:,.0f} tokens/s per server core, "
-        f"{batch256 / parse1:.1f}× `Parse` at one token per message in the same run. In process,"
-        " with no gRPC at all (the sessions' parsing plus `BatchProtocol.receive` of the same"
-        f" messages: the first two parts of *Server CPU*), the same items cost {c['receive']:.1f} µs"
-        f" each: {1e6 / c['receive']:,.0f} tokens/s per core, what this engine and framing reach on"
-        " this workload with no transport at all.",
-        "",
-        "![echo ceiling](performance/service_ceiling.png)",
-        "",
-        "### Server CPU",
-        "",
-        "| what | µs of server CPU |",
-        "|---|---|",
-        "| per `Parse` message of 1 token (everything: gRPC, protobuf, protocol, parsing) | "
-        f"{c['per_message']:.1f} |",
-        f"| per token, `Parse` at 16 tokens per message | {c['per_token_16']:.1f} |",
-        f"| per session item, `ParseBatch` 256 × 1 token | {c['per_item']:.1f} |",
-        "| of which the sessions' own parsing (the same sessions' `Session` made, fed one token per"
-        f" step and finished, called directly in process) | {c['feed']:.1f} |",
-        "| of which the protocol and the items' protobuf (`BatchProtocol.receive` of the same messages"
-        f" in process, reply serialized, minus the parsing) | {c['protocol']:.1f} |",
-        "| of which the rest: server CPU minus that `receive` (gRPC, decoding, the event loop, and"
-        f" `receive` running slower among them than alone) | {c['transport']:.1f} |",
-        f"| per item beyond the session's parsing (the target's figure) | {c['beyond_parsing']:.1f} |",
-        f"| per item, the echo server (gRPC + protobuf of the same messages) | {c['echo_item']:.1f} |",
-        "| per session item, `ParseBatch` 256 × 1 token with every step an entry |"
-        f" {c['entries_item']:.1f} |",
-        "| engine steps alone (256 sessions open, none opening or ending; in process): the sessions'"
-        f" own parsing per token | {c['steady_feed']:.1f} |",
-        f"| of which beyond the parsing, per packed item | {c['steady_packed']:.1f} |",
-        f"| of which beyond the parsing, per item sent as an entry | {c['steady_entries']:.1f} |",
-        "",
-        "### Paced load",
-        "",
-        "One token per session per step at a fixed rate, driven by the Go load program"
-        " (`client/go/cmd/parsetier-paced`, on the other core; with 2 workers nothing is pinned), so the"
-        " load generator keeps the pace."
-        " *Server* is the latency the targets name, from the server reading a step to writing its"
-        " reply: the server's own `parsetier_reply_latency_seconds` histogram (`--metrics-port`),"
-        " scraped after the warm-up and at the end, its percentiles interpolated within the"
-        " histogram's buckets (bounds 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100 ms) as Prometheus'"
-        " `histogram_quantile` does. *Round trip* is the Go client's, from writing a step to reading"
-        " its reply (loopback, client included); *pacer late* is how late the load program wrote its"
-        " steps (p99): when the server falls behind, gRPC flow control holds the writes back. Server"
-        " CPU is CPU-seconds per second of the run (1.0 = one core busy). *Machine* is the"
-        " machine's own tail (`bench/machine_probe.py`, run after each row on the server's core): a"
-        " fixed pure-Python job sized to the row's server p50, run at the row's rate for as long; its"
-        " tail is what the VM adds to any work of that size.",
-        "",
-        "| RPC | load | workers (channels; replies by worker) | server p50 / p99 / p99.9 ms "
-        "| machine p50 / p99 / p99.9 ms | round trip p50 / p99 / p99.9 ms | pacer late p99 ms "
-        "| server CPU |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results.paced:
-        fmt = " / ".join
-        lines.append(
-            f"| {r['rpc']} | {r['load']} | {r['workers']} ({r['channels']}; {r['split']}) | "
-            f"{fmt(f'{v:.2f}' for v in r['server'])} | {fmt(f'{v:.2f}' for v in r['machine'])} | "
-            f"{fmt(f'{v:.1f}' for v in r['client'])} | "
-            f"{r['late']:.1f} | {r['cpu']:.2f} |"
-        )
-    lines += [
-        "",
-        "![paced latency](performance/service_paced.png)",
-        "",
-        "### Memory per open session",
-        "",
-        "| RPC | sessions | KiB per idle session | KiB per session mid-tool-call |",
-        "|---|---|---|---|",
-    ]
-    for r in results.memory:
-        lines.append(
-            f"| {r['rpc']} | {r['sessions']} | {r['idle'] / 1024:.1f} | {r['mid_tool_call'] / 1024:.1f} |"
-        )
-    lines += [
-        "",
-        "### Workers",
-        "",
-        "| workers | tokens per server-CPU-second | tokens per second (wall) |",
-        "|---|---|---|",
-    ]
-    for r in results.scaling:
-        lines.append(f"| {r['workers']} | {r['tokens_per_cpu_s']:,.0f} | {r['tokens_per_s']:,.0f} |")
-    lines += [
-        "",
-        "Memory with the Qwen3 tokenizer loaded (RSS counts shared pages in every process; PSS splits"
-        " them, so the PSS total is what the machine really spends):",
-        "",
-        "| workers | models loaded | RSS per worker (MiB) | supervisor RSS (MiB) | total RSS (MiB) "
-        "| total PSS (MiB) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in results.workers_memory:
-        lines.append(
-            f"| {r['workers']} | {r['mode']} | {r['worker_rss'] / mib:.0f} | "
-            f"{r['supervisor_rss'] / mib:.0f} | {r['total_rss'] / mib:.0f} | {r['total_pss'] / mib:.0f} |"
-        )
-    lines += [""] + [f"- {note}" for note in results.notes]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def plots(results: Results) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    PLOTS.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    labels = [f"{r['rpc']}\n{r['load']}" for r in results.ceiling]
-    x = range(len(labels))
-    ax.bar([i - 0.2 for i in x], [r["parsetier"] for r in results.ceiling], 0.4, label="parsetier")
-    ax.bar([i + 0.2 for i in x], [r["echo"] for r in results.ceiling], 0.4, label="echo (no parsing)")
-    ax.set_xticks(list(x), labels, fontsize=7)
-    ax.set_ylabel("tokens per second of server CPU")
-    ax.set_yscale("log")
-    ax.legend()
-    ax.set_title("Throughput per server core vs the same-proto echo ceiling")
-    fig.tight_layout()
-    fig.savefig(PLOTS / "service_ceiling.png", dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(11, 4))
-    names = ["p50", "p99", "p99.9"]
-    width = 0.8 / max(1, len(results.paced))
-    for i, r in enumerate(results.paced):
-        at = [j + (i - len(results.paced) / 2 + 0.5) * width for j in range(3)]
-        label = f"{r['rpc']} ({r['load']}, {r['workers']} w, {r['channels']} ch)"
-        ax.bar(at, r["server"], width, label=label)
-        ax.scatter(at, r["machine"], marker="_", color="black", s=60, zorder=3)
-    ax.scatter([], [], marker="_", color="black", label="machine: a fixed job of the p50's size")
-    ax.set_xticks(range(3), names)
-    ax.set_ylabel("server latency, ms (step read to reply written)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_title("Paced load: the server's step-to-reply latency")
-    fig.tight_layout()
-    fig.savefig(PLOTS / "service_paced.png", dpi=110)
-    plt.close(fig)
-
-
-def write_section(text: str) -> None:
-    """Replace the "## Service" section of docs/performance.md (or add it), keeping the rest."""
-    old = DOC.read_text(encoding="utf-8") if DOC.exists() else "# Performance\n"
-    start = old.find(f"\n{SECTION}\n")
-    if start < 0:
-        new = old.rstrip() + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + len(SECTION) + 2)
-        profile = old.find("\n### Profile", start)  # hand-written profile notes inside the section
-        keep = old[profile:end] if 0 <= profile < (end if end >= 0 else len(old)) else ""
-        tail = old[end:] if end >= 0 else ""
-        new = old[: start + 1] + text + keep.rstrip("\n") + ("\n" if keep else "") + tail
-    DOC.write_text(new, encoding="utf-8")
 
 
 def main() -> int:

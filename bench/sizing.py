@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python")]
+sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT)]
 
 from parsetier.models import ModelRegistry  # noqa: E402
 from parsetier_client import AsyncClient  # noqa: E402
+from testkit.procfs import cpu_seconds, rss_bytes  # noqa: E402
+from testkit.servers import ProcessServer  # noqa: E402
 
 OUTPUT = (
     "<think>\nThe user wants the weather in two cities; I will call the tool twice.\n</think>\n\n"
@@ -35,35 +33,12 @@ OUTPUT = (
 )
 
 
-def start_server(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
-    """``parsetier serve`` with qwen3 loaded; returns once the model is (process, port)."""
-    env = dict(env or os.environ, PYTHONPATH=f"{ROOT / 'server'}{os.pathsep}{ROOT / 'client' / 'python'}")
-    cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3"]
-    cmd += ["--workers", "1", "--max-sessions", "100000", *args]  # one process: its pid is the server
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    assert proc.stderr is not None
-    port = 0
-    for line in proc.stderr:
-        record = json.loads(line)
-        if record.get("msg") == "listening":
-            port = record["port"]
-        if record.get("msg") == "models loaded":
-            break
-    # Keep reading the log, or a full pipe would stall the server at its next session_end line.
-    threading.Thread(target=proc.stderr.read, daemon=True).start()
-    return proc, port
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def start_server(*args: str, env: dict[str, str] | None = None) -> ProcessServer:
+    """``parsetier serve`` with qwen3 loaded, as one process (its pid is the server); returns once
+    the model is loaded."""
+    server = ProcessServer("--preload", "qwen3", "--max-sessions", "100000", *args, env=env)
+    server.start(timeout=300).wait_for_log("models loaded", timeout=300)
+    return server
 
 
 async def hold_sessions(target: str, count: int, ids: list[int], pid: int) -> tuple[int, int]:
@@ -111,14 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=20000)
     args = parser.parse_args(argv)
     ids = ModelRegistry().get("qwen3").tokenizer.encode(OUTPUT, add_special_tokens=False).ids
-    proc, port = start_server()
-    target = f"127.0.0.1:{port}"
+    server = start_server()
+    assert server.proc is not None
     try:
-        before, during = asyncio.run(hold_sessions(target, args.sessions, ids, proc.pid))
-        rate = asyncio.run(stream_tokens(target, args.concurrency, args.tokens, ids, proc.pid))
+        before, during = asyncio.run(hold_sessions(server.target, args.sessions, ids, server.proc.pid))
+        rate = asyncio.run(stream_tokens(server.target, args.concurrency, args.tokens, ids, server.proc.pid))
     finally:
-        proc.terminate()
-        proc.wait(60)
+        server.stop()
     print(f"idle server RSS (qwen3 loaded): {before / 2**20:.0f} MiB")
     print(
         f"{args.sessions} open sessions: +{(during - before) / 2**20:.1f} MiB, "

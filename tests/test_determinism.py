@@ -15,6 +15,7 @@ from grpc_servers import ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client
 from parsetier_client.requests import finish_message, open_message
+from testkit.replies import wire
 
 SESSIONS = 10  # two per family
 
@@ -50,10 +51,6 @@ def messages(out: Output, request_id: str, groups: list[list[int]]) -> list[pb.P
         *(pb.ParseRequest(steps=[pb.Step(token_ids=g)]) for g in groups),
         pb.ParseRequest(finish=finish_message("stop")),
     ]
-
-
-def wire(replies: list[pb.ParseResponse]) -> list[bytes]:
-    return [r.SerializeToString(deterministic=True) for r in replies]
 
 
 def joined(replies: list[pb.ParseResponse]) -> tuple[bytes, ...]:

@@ -16,13 +16,13 @@ import pytest
 import marker_tokenizers
 from engine_helpers import run_text, tools
 from family_support import enc, plain, prompted, split_check
-from format_renderers import hy3_marker
 from parsetier.constraints.build import ConstraintRequest, derive
 from parsetier.constraints.ir import to_lark, to_structural_tag
 from parsetier.engine.grammar import GrammarError
 from parsetier.formats import FormatRegistry
 from parsetier.messages import SessionOptions
 from parsetier.models import ModelRegistry
+from testkit.format_renderers import hy3_marker
 
 REGISTRY = marker_tokenizers.registry()
 NEMOTRON = REGISTRY.get("nemotron-3")

@@ -31,6 +31,7 @@ from grpc_servers import ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import AsyncClient
 from test_fleet_nginx import KEEPALIVE, Nginx, free_port, nginx_binary
+from testkit.replies import wire
 
 SESSIONS = 200
 CHANNELS = 4
@@ -82,18 +83,6 @@ def open_options(i: int, out: Output) -> dict:
     return dict(tools=TOOLS, prompt_token_ids=out.prompt_ids, output="both", request_id=f"fleet-{i}")
 
 
-def wire(replies: list[pb.ParseResponse]) -> list[bytes]:
-    """Replies as bytes, without ``client_messages``: it counts messages of the stream that
-    carried the reply, so it restarts on a resumed session's new stream."""
-    out = []
-    for reply in replies:
-        copy = pb.ParseResponse()
-        copy.CopyFrom(reply)
-        copy.client_messages = 0
-        out.append(copy.SerializeToString(deterministic=True))
-    return out
-
-
 async def reference(target: str, outs: list[Output]) -> list[list[bytes]]:
     """Every session uninterrupted on one backend, straight (no nginx, no resume)."""
     async with AsyncClient(target, timeout=60, resume=False) as client:
@@ -105,7 +94,7 @@ async def reference(target: str, outs: list[Output]) -> list[list[bytes]]:
                 for tid in out.ids:
                     await stream.send([tid])
                 await stream.finish("stop")
-                return wire([r async for r in stream])
+                return wire([r async for r in stream], drop_client_messages=True)
 
         return list(await asyncio.gather(*(one(i, o) for i, o in enumerate(outs))))
 
@@ -149,7 +138,7 @@ async def run_session(
         await asyncio.sleep(STEP_PAUSE)
     await stream.finish("stop")
     await reader
-    return wire(replies), stream.resumes
+    return wire(replies, drop_client_messages=True), stream.resumes
 
 
 def clients(target: str) -> list[AsyncClient]:

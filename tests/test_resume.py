@@ -21,6 +21,7 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.requests import finish_message, open_message
 from service_samples import REASONING_AND_TWO_CALLS, WEATHER_TOOLS
+from testkit.replies import wire
 
 
 def session(encode, output: str = "both") -> list[pb.ParseRequest]:
@@ -62,17 +63,6 @@ def resumed(messages: list[pb.ParseRequest], last: pb.ParseResponse | None) -> l
     if last is not None:
         point.sequence, point.output_digest = last.sequence, last.output_digest
     return [first, *messages[answered:]]
-
-
-def wire(replies, renumber_from: int = 0) -> list[bytes]:
-    """Replies as bytes, ``client_messages`` made stream-relative: minus ``renumber_from``."""
-    out = []
-    for reply in replies:
-        copy = type(reply)()
-        copy.CopyFrom(reply)
-        copy.client_messages -= renumber_from
-        out.append(copy.SerializeToString(deterministic=True))
-    return out
 
 
 @pytest.mark.parametrize("output", ["deltas", "both", "events"])

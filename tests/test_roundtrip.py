@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-import format_renderers as fr
 import marker_tokenizers
 from chat_rendering import (
     CohereMelody,
@@ -32,6 +31,7 @@ from chat_rendering import (
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
 from parsetier.session import Session, parse
+from testkit import format_renderers as fr
 
 EXAMPLES = 200
 SEED = 20261201

@@ -1,0 +1,182 @@
+"""The one server launcher: ``parsetier serve --port 0`` (or another gRPC server speaking the same
+proto) in a subprocess on 127.0.0.1, for the tests and the benchmarks alike.
+
+Its JSON log lines are collected from stderr and its human-readable lines from stdout, both read
+by threads so a full pipe never stalls the server. The benchmarks add what they measure: the
+server's processes (``pids``), their CPU time and memory, and a CPU to pin them to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from testkit.procfs import cpu_seconds, rss_pss_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it holds (what a server does after a reply, such as freeing a
+    stream's sessions, happens just after the client sees the reply); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def subprocess_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (the caller's environment by default), with the source trees importable even
+    without an install."""
+    env = dict(os.environ if base is None else base)
+    paths = [str(ROOT / "server"), str(ROOT / "client" / "python")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+class ProcessServer:
+    """``parsetier serve --port 0 *args`` in a subprocess. ``with ProcessServer(...) as s: s.target``.
+
+    One process unless ``args`` ask for ``--workers``. ``command`` replaces the ``parsetier serve``
+    command line (e.g. the benchmark's echo server); ``ready`` is the log line that carries the port
+    (``"workers listening"`` waits for every worker); ``keep_session_ends=False`` drops the
+    per-session log lines unparsed (thousands a second under a benchmark's load).
+    """
+
+    def __init__(
+        self,
+        *args: str,
+        command: Sequence[str] | None = None,
+        ready: str = "listening",
+        env: dict[str, str] | None = None,
+        keep_session_ends: bool = True,
+    ) -> None:
+        self.args = args
+        self.command = command
+        self.ready = ready
+        self.env = env
+        self.keep_session_ends = keep_session_ends
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.logs: list[dict] = []
+        self.stdout: list[str] = []
+        self._listening = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> ProcessServer:
+        if self.command is not None:
+            cmd = [*self.command, *self.args]
+        else:
+            # One process unless asked for workers: the default follows the machine's cores, and a
+            # test of one server's behaviour must not depend on how many this machine has.
+            workers = () if "--workers" in self.args else ("--workers", "1")
+            cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", *workers, *self.args]
+        self.proc = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env(self.env)
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        if not self._listening.wait(timeout):
+            self.kill()
+            raise RuntimeError(f"server did not start; logs: {self.logs[-20:]}")
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if not self.keep_session_ends and '"session_end"' in line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = {"raw": line.rstrip()}
+            self.logs.append(record)
+            if record.get("msg") == self.ready:
+                self.port = record["port"]
+                self._listening.set()
+
+    def _read_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.stdout.append(line.rstrip("\n"))
+
+    def wait_for_log(self, msg: str, timeout: float = 10.0, count: int = 1) -> dict:
+        """The first ``msg`` log line, once there are ``count`` of them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            records = [record for record in list(self.logs) if record.get("msg") == msg]
+            if len(records) >= count:
+                return records[0]
+            time.sleep(0.02)
+        raise AssertionError(f"fewer than {count} {msg!r} log lines within {timeout} s; logs: {self.logs}")
+
+    def pids(self) -> list[int]:
+        """The server's processes: the supervisor and its workers, or the one process."""
+        assert self.proc is not None
+        for record in self.logs:
+            if record.get("msg") == "workers listening":
+                return [self.proc.pid, *record["pids"]]
+        return [self.proc.pid]
+
+    def pin(self, cpu: int) -> None:
+        for pid in self.pids():
+            os.sched_setaffinity(pid, {cpu})
+
+    def cpu(self) -> float:
+        """CPU seconds used so far by the server's processes."""
+        total = 0.0
+        for pid in self.pids():
+            try:
+                total += cpu_seconds(pid)
+            except FileNotFoundError:
+                continue
+        return total
+
+    def memory(self) -> list[tuple[int, int]]:
+        """(RSS, PSS) in bytes of each of the server's processes."""
+        return [rss_pss_bytes(pid) for pid in self.pids()]
+
+    def terminate(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM (a drain), then SIGKILL if it has not exited within ``timeout``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> ProcessServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
