@@ -104,6 +104,7 @@ def test_rust_client_against_real_server():
         "keepalive_defaults_within_server_policy",
         "dropping_a_session_cancels_it",
         "wire_bytes_to_forward",
+        "unreachable_open_spends_the_budget_and_addresses_are_used_in_order",
         "batch_many_sessions_one_token_per_step",
         "batch_packed_and_unpacked_entries_in_one_step",
         "batch_session_errors",

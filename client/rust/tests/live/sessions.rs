@@ -357,3 +357,33 @@ async fn wire_bytes_to_forward() {
     assert!(body.starts_with(r#"{"id":"chatcmpl-rust","type":"message""#), "{body}");
     assert!(body.contains(r#""stop_reason":"tool_use""#), "{body}");
 }
+
+/// A session that reaches no server retries within the policy's budget, then surfaces
+/// `Unavailable`; a list of addresses is used in order, so the second one serves when the first
+/// is gone (pick_first).
+#[tokio::test]
+async fn unreachable_open_spends_the_budget_and_addresses_are_used_in_order() {
+    use parsetier_client::ResumePolicy;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").to_string() // closed once the listener drops
+    };
+    let policy = ResumePolicy {
+        attempts: 3,
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(20),
+    };
+    let client = Client::builder(closed.as_str()).insecure().resume(policy).build().expect("client");
+    let started = std::time::Instant::now();
+    let error = client.open(OpenOptions::new("qwen3")).await.err().expect("no server");
+    assert_eq!(error.code(), Code::Unavailable, "{error}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the budget bounds the retries");
+
+    let target = format!("ipv4:{closed},{}", env("PARSETIER_SERVER"));
+    let client = Client::builder(target).insecure().resume(policy).build().expect("client");
+    let (final_message, _) = client
+        .parse_stream(weather(), vec![QWEN3_OUTPUT.to_vec()], stop_at_im_end())
+        .await
+        .expect("the second address");
+    check_final(&final_message);
+}
