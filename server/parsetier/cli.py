@@ -8,7 +8,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 
-from parsetier_client.arguments import (
+from parsetier_args import (
     OneLineParser,
     UsageError,
     count,

@@ -11,7 +11,8 @@ import sys
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from parsetier_client.arguments import add_connection_arguments, connection, positive_float
+from parsetier_args import positive_float
+from parsetier_client.arguments import add_connection_arguments, connection
 from parsetier_client.security import sync_channel, token_metadata
 
 

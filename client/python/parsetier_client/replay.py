@@ -22,16 +22,8 @@ from typing import Any, TextIO
 import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client.arguments import (
-    OneLineParser,
-    UsageError,
-    add_connection_arguments,
-    connection,
-    fail,
-    positive_float,
-    token_ids_argument,
-    tools_argument,
-)
+from parsetier_args import OneLineParser, UsageError, fail, positive_float, token_ids_argument, tools_argument
+from parsetier_client.arguments import add_connection_arguments, connection
 from parsetier_client.requests import OUTPUT_KINDS, finish_message, open_message, step_message
 from parsetier_client.result import delta_dict, event_dict, final_dict
 from parsetier_client.sync import Client
