@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from grpc_servers import ThreadServer
-from parsetier.service.servicer import HANDOFF_MESSAGE
+from parsetier.service.handoff import HANDOFF_MESSAGE
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.requests import finish_message, open_message

@@ -64,7 +64,7 @@ class ServerHandle:
         metrics.draining()
         await self.health.enter_graceful_shutdown()
         open_sessions = self.servicer.gate.active
-        handed_off = self.servicer.hand_off()  # resumable sessions move now; the rest get the grace
+        handed_off = self.servicer.handoff.begin()  # resumable sessions move now; the rest get the grace
         SERVER_LOG.info(
             "draining",
             extra={"fields": {"open_sessions": open_sessions, "handed_off": handed_off, "grace_s": grace}},
@@ -85,7 +85,7 @@ class ServerHandle:
             await self.heap.stop()
         if self.security is not None:
             await self.security.stop()
-        fields = {"clean": clean, "cut_sessions": cut, "handed_off": self.servicer.handed_off}
+        fields = {"clean": clean, "cut_sessions": cut, "handed_off": self.servicer.handoff.count}
         SERVER_LOG.info("stopped", extra={"fields": fields})
         return clean
 

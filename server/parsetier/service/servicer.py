@@ -38,6 +38,7 @@ from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable
 from parsetier.service.errors import grpc_code, status_for
+from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip
@@ -57,10 +58,6 @@ thread hop costs tens of microseconds, such a message milliseconds to seconds. T
 handed back to the event loop every few milliseconds, so the other streams keep moving."""
 REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused stream waits for the client's first message before the status is sent."""
-HANDOFF_MESSAGE = "server is draining: resume this session on another server"
-"""The status message (with UNAVAILABLE) a draining server hands resumable sessions off with."""
-HANDOFF_TRAILER = (("parsetier-handoff", "resume"),)
-"""Trailing metadata of a hand-off, so a client can tell it from other UNAVAILABLE ends."""
 
 Status = tuple[grpc.StatusCode, str]
 T = TypeVar("T")
@@ -127,26 +124,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self.gate = SessionGate(limits.max_sessions)
         self.admission = Admission(limits.max_loop_lag)
         self._idle = IdleWatch(limits.idle_timeout)
-        self._reading: dict[asyncio.Task, BatchProtocol | None] = {}
-        """Streams waiting for their client's next message that a drain may hand off: resumable
-        ``Parse`` sessions (None), and ``ParseBatch`` streams with their sessions (handed off
-        when all of them can resume)."""
-        self._handed_off: set[asyncio.Task] = set()
-        self.handed_off = 0
-        """Streams handed off since the drain began: those waiting when it began, at once, and the
-        busy ones at their next read."""
-
-    def hand_off(self) -> int:
-        """Drain: tell every resumable session to move now; returns how many streams were waiting
-        (``ParseBatch`` streams whose open sessions are all resumable count once each).
-
-        A stream is interrupted only while it waits for its next message, never in the middle of
-        one, so every reply it wrote is whole; one busy right now moves at its next read."""
-        waiting = [task for task, batch in self._reading.items() if batch is None or _all_resumable(batch)]
-        for task in waiting:
-            self._handed_off.add(task)
-            task.cancel()
-        return len(waiting)
+        self.handoff = HandOff(self.gate, self._idle)
+        """The drain's hand-off of resumable streams (``service/handoff.py``)."""
 
     # --- Parse -----------------------------------------------------------------------------
 
@@ -173,7 +152,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         protocol = SessionProtocol(self.limits, record)
         while True:
             try:
-                message = await self._next_message(context, protocol)
+                message = await self.handoff.next_message(context, protocol)
             except TimeoutError:
                 protocol.idle()
                 return None  # the client has its result and merely did not close
@@ -209,39 +188,6 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             if error is None:
                 raise
             raise error from None
-
-    async def _next_message(self, context: grpc.aio.ServicerContext, stream: SessionProtocol) -> Any:
-        """The client's next message; for a resumable session while draining, the hand-off."""
-        if not (stream.resumable and not stream.finished):
-            return await self._idle.read(context)
-        if self.gate.draining:
-            raise self._hand_off_error()
-        return await self._read_unless_handed_off(context, None)
-
-    def _hand_off_error(self) -> ProtocolError:
-        """The status that ends a stream handed off (counted in ``handed_off``)."""
-        self.handed_off += 1
-        return ProtocolError(Code.UNAVAILABLE, HANDOFF_MESSAGE)
-
-    async def _read_unless_handed_off(
-        self, context: grpc.aio.ServicerContext, batch: BatchProtocol | None
-    ) -> Any:
-        """The client's next message, or the hand-off status if a drain hands this stream off
-        while it waits (``hand_off``; ``batch``: a ParseBatch stream's sessions, None for a
-        resumable ``Parse`` session)."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._reading[task] = batch
-        try:
-            return await self._idle.read(context)
-        except asyncio.CancelledError:
-            if task not in self._handed_off:
-                raise
-            self._handed_off.discard(task)
-            task.uncancel()
-            raise self._hand_off_error() from None
-        finally:
-            del self._reading[task]
 
     # --- ParseOnce -------------------------------------------------------------------------
 
@@ -285,7 +231,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             await context.send_initial_metadata(())
             while True:
                 try:
-                    message = await self._next_batch_message(context, batch)
+                    message = await self.handoff.next_batch_message(context, batch)
                 except TimeoutError:
                     batch.idle()
                     return
@@ -296,7 +242,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 reply = await _in_slices(request, batch.receiving(request))
                 if isinstance(reply, NeedModels):
                     loaded = {name: await self._model_or_error(name) for name in reply.names}
-                    self._check_batch_hand_off(batch)  # the drain may have begun meanwhile
+                    self.handoff.check_batch(batch)  # the drain may have begun meanwhile
                     reply = await _in_slices(request, batch.supplying_models(loaded))
                 for part in self.limits.in_parts(reply):
                     await _write(context, part)
@@ -315,21 +261,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             if error is not None:
                 batch.close(ProtocolError(error.code, f"the stream ended: {error.message}"))
         if error is not None:
-            trailer = HANDOFF_TRAILER if error.message == HANDOFF_MESSAGE else ()
-            await context.abort(grpc_code(error), error.message, trailing_metadata=trailer)
-
-    def _check_batch_hand_off(self, batch: BatchProtocol) -> None:
-        """While draining, a ParseBatch stream whose sessions can all resume elsewhere moves now:
-        the stream ends with the hand-off status, its sessions with it (their clients resume
-        each from its last reply, so nothing this stream did but did not answer is lost)."""
-        if self.gate.draining and _all_resumable(batch):
-            raise self._hand_off_error()
-
-    async def _next_batch_message(self, context: grpc.aio.ServicerContext, batch: BatchProtocol) -> Any:
-        """The client's next ParseBatch message; while draining, the hand-off (as for ``Parse``,
-        only between two messages)."""
-        self._check_batch_hand_off(batch)
-        return await self._read_unless_handed_off(context, batch)
+            await context.abort(grpc_code(error), error.message, trailing_metadata=trailer_for(error.message))
 
     async def _model_or_error(self, name: str) -> Model | BaseException:
         try:
@@ -424,7 +356,7 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
     try:
         if status is not None:
             record.outcome, record.error = status[0].name, status[1]
-            trailer = HANDOFF_TRAILER if status[1] == HANDOFF_MESSAGE else ()
+            trailer = trailer_for(status[1])
             await context.abort(status[0], clip(status[1], MAX_MESSAGE_CHARS), trailing_metadata=trailer)
     except grpc.aio.AbortError:
         raise  # the status is on its way: this is how grpc.aio ends a call with a status
@@ -432,14 +364,6 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
         record.outcome, record.error = "CANCELLED", ""
     finally:
         record.emit()
-
-
-def _all_resumable(batch: BatchProtocol) -> bool:
-    """The stream has sessions and every one said ``Open.resumable``: its client resumes them, so
-    a draining server may hand the stream off instead of waiting. (An idle stream is left to
-    end as the client closes it, or to be cut when the server stops.)"""
-    sessions = batch.sessions
-    return bool(sessions) and all(protocol.resumable for protocol in sessions.values())
 
 
 class _GatedSessions(BatchHooks):
