@@ -81,7 +81,7 @@ def run_both(
 ) -> None:
     """Run the reference session over ``groups``, replay its pieces natively, compare all."""
     session = Session(model, options)
-    start = session._machine._state.name
+    start, echo = session._machine._state.name, session._machine._echo
     recorder = Recorder(session)
     for group in groups:
         session.feed(list(group))
@@ -94,6 +94,7 @@ def run_both(
         parallel_tool_calls=options.parallel_tool_calls,
         complete_tool_calls=options.complete_tool_calls,
         call_id_seed=call_id_seed(options),
+        echo=echo,
     )
     native = _core.Parser(_grammar(model), config)
     pending_events: list = []

@@ -170,6 +170,7 @@ def _state(bound: BoundGrammar, index: Mapping[str, int], state: State) -> dict[
         "unescape": state.unescape,
         "run_state": state.name in bound.run_states,
         "plain_firsts": plain_firsts,
+        "markup": state.markup,
     }
 
 
@@ -199,6 +200,7 @@ def describe_config(
     parallel_tool_calls: bool = True,
     complete_tool_calls: bool = False,
     call_id_seed: str = "",
+    echo: str = "",
 ) -> str:
     """A session's parser options, as ``ParserConfig`` in ``parsetier_core/engine/src/parser.rs``."""
     return json.dumps(
@@ -210,6 +212,7 @@ def describe_config(
             "parallel_tool_calls": parallel_tool_calls,
             "complete_tool_calls": complete_tool_calls,
             "call_id_seed": call_id_seed,
+            "echo": echo,
         },
         ensure_ascii=False,
     )

@@ -90,8 +90,11 @@ pub struct State {
     /// Content/reasoning states nothing moves on text: the first characters of their terminals
     /// (sentinels aside) that a piece must not hold for the fast path (`plain_stops`).
     pub plain_firsts: Option<Vec<char>>,
-    /// The patterns of the state's terminals in `on` order (elements readers stop at them).
-    pub on_patterns: Vec<String>,
+    /// The patterns of the state's terminals in `on` order, with their `follow` checks (an
+    /// elements reader stops at them).
+    pub stops: Vec<(String, Option<Follow>)>,
+    /// skip states: their text is markup the format consumes (else only whitespace is).
+    pub markup: bool,
 }
 
 pub struct Grammar {
@@ -176,7 +179,18 @@ impl Grammar {
                 plain_firsts: s
                     .plain_firsts
                     .map(|v| v.iter().filter_map(|c| c.chars().next()).collect()),
-                on_patterns: s.on.iter().map(|t| t.pattern.clone()).collect(),
+                stops: s
+                    .on
+                    .iter()
+                    .map(|t| {
+                        let f = t.has_follow.then(|| Follow {
+                            patterns: t.follow.clone(),
+                            end: t.follow_end,
+                        });
+                        (t.pattern.clone(), f)
+                    })
+                    .collect(),
+                markup: s.markup,
             });
         }
         let state_index = states
@@ -242,6 +256,8 @@ struct StateDesc {
     unescape: String,
     run_state: bool,
     plain_firsts: Option<Vec<String>>,
+    #[serde(default)]
+    markup: bool,
 }
 
 #[derive(Deserialize)]

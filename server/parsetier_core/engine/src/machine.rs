@@ -28,6 +28,98 @@ const CAPTURE_LIMIT: usize = 4096;
 /// The tools of a session: name → parameters schema.
 pub type Tools = HashMap<String, Schema>;
 
+/// A block's text while no call is open in it (`machine._Stretch`): markers, whitespace and the
+/// model's loose text. When a call begins its loose text is content; when the block ends without
+/// a call and it held loose text, all of it is content, markers included.
+#[derive(Default)]
+pub struct Stretch {
+    pieces: Vec<(String, bool)>,
+    loose: bool,
+    /// Whitespace pieces since the last loose text (trailing pieces), loose if more follows.
+    gap: Option<usize>,
+    shown: usize,
+}
+
+fn is_space(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(py_isspace)
+}
+
+impl Stretch {
+    fn new(first: &str) -> Stretch {
+        let mut s = Stretch::default();
+        if !first.is_empty() {
+            s.pieces.push((first.to_string(), false));
+        }
+        s
+    }
+
+    fn add(&mut self, text: &str, loose: bool) {
+        if text.is_empty() {
+            return;
+        }
+        if !loose {
+            self.pieces.push((text.to_string(), false));
+            match self.gap.as_mut() {
+                Some(g) if is_space(text) => *g += 1,
+                _ => self.gap = None,
+            }
+            return;
+        }
+        let body = py_strip(text);
+        let lead_len = if body.is_empty() {
+            text.len()
+        } else {
+            text.len() - text.trim_start_matches(py_isspace).len()
+        };
+        let lead = &text[..lead_len];
+        let trail = &text[lead_len + body.len()..];
+        let inner = self.gap.is_some();
+        if let Some(g) = self.gap {
+            let n = self.pieces.len();
+            for p in &mut self.pieces[n - g..] {
+                p.1 = true;
+            }
+        }
+        if !lead.is_empty() {
+            self.pieces.push((lead.to_string(), inner));
+        }
+        self.pieces.push((body.to_string(), true));
+        self.loose = true;
+        self.gap = Some(0);
+        if !trail.is_empty() {
+            self.pieces.push((trail.to_string(), false));
+            self.gap = Some(1);
+        }
+    }
+
+    fn text(&self) -> String {
+        self.pieces.iter().map(|(t, _)| t.as_str()).collect()
+    }
+
+    fn loose_text(&self) -> String {
+        self.pieces
+            .iter()
+            .filter(|(_, l)| *l)
+            .map(|(t, _)| t.as_str())
+            .collect()
+    }
+
+    fn take_loose(&mut self) -> String {
+        let upto = self.pieces.len() - self.gap.unwrap_or(0);
+        let out = self.pieces[self.shown..upto]
+            .iter()
+            .filter(|(_, l)| *l)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        self.shown = upto;
+        out
+    }
+}
+
+fn is_text_kind(k: Kind) -> bool {
+    matches!(k, Kind::Content | Kind::Reasoning)
+}
+
 /// Everything about calls and events: what readers and parameter writers talk to.
 pub struct Calls {
     pub out: StepOut,
@@ -40,9 +132,42 @@ pub struct Calls {
     current_tool: String,
     g: Arc<Grammar>,
     tools: Arc<Tools>,
+    stretch: Option<Stretch>,
+    inner: Option<Stretch>,
+    block_called: bool,
+    ending: bool,
 }
 
 impl Calls {
+    /// Text that is no markup and belongs to no call: content, through the block's stretch.
+    fn loose(&mut self, text: &str) {
+        if let Some(s) = self.stretch.as_mut() {
+            s.add(text, true);
+        } else {
+            self.emit_text(EventKind::Content, text);
+        }
+    }
+
+    /// Text no state takes as its own (`_free_text`): markup when the state says so or it is
+    /// whitespace, else the model's loose text.
+    fn free_text(&mut self, text: &str, markup: bool) {
+        let loose = !(markup || is_space(text));
+        if let Some(s) = self.stretch.as_mut() {
+            s.add(text, loose);
+            return;
+        }
+        if self.inner.is_none() {
+            if !loose {
+                return;
+            }
+            self.inner = Some(Stretch::default());
+        }
+        let inner = self.inner.as_mut().expect("set above");
+        inner.add(text, loose);
+        let shown = inner.take_loose();
+        self.emit_text(EventKind::Content, &shown);
+    }
+
     fn push_restored(&mut self, text: &str) {
         let arena = &mut self.out.event_text;
         let mut from = 0;
@@ -121,6 +246,13 @@ impl Calls {
         }
         self.index += 1;
         self.call_open = true;
+        if let Some(s) = self.stretch.take() {
+            if s.loose {
+                let t = s.loose_text();
+                self.emit_text(EventKind::Content, &t);
+            }
+        }
+        self.block_called = true;
         self.args_emitted = false;
         self.args_closed = false;
         self.params = None;
@@ -178,7 +310,15 @@ impl Sink for Calls {
     /// A fragment of the arguments' JSON; a sentinel in it is inside a JSON string, so it
     /// becomes its token's text JSON-escaped.
     fn args(&mut self, fragment: &str) {
-        if !self.call_open || fragment.is_empty() {
+        if !self.call_open {
+            // arguments of no call (its name was empty): the model's text
+            if !fragment.is_empty() {
+                let t = self.restore(fragment);
+                self.loose(&t);
+            }
+            return;
+        }
+        if fragment.is_empty() {
             return;
         }
         self.args_emitted = true;
@@ -199,8 +339,37 @@ impl Sink for Calls {
         self.push_event(EventKind::ToolArguments, start, self.index, (0, 0));
     }
 
+    fn args_escaped(&mut self, raw: &str) {
+        if !self.call_open {
+            let mut escaped = String::new();
+            push_json_fragment(&mut escaped, raw);
+            self.args(&escaped);
+            return;
+        }
+        if raw.is_empty() {
+            return;
+        }
+        self.args_emitted = true;
+        let start = self.out.event_text.len();
+        let mut from = 0;
+        while let Some(at) = find_sentinel(raw, from) {
+            push_json_fragment(&mut self.out.event_text, &raw[from..at]);
+            let c = raw[at..].chars().next().expect("a sentinel");
+            let t = self.g.text_of_sentinel.get(&c).map_or("", |s| s.as_str());
+            push_json_fragment(&mut self.out.event_text, t);
+            from = at + c.len_utf8();
+        }
+        push_json_fragment(&mut self.out.event_text, &raw[from..]);
+        self.push_event(EventKind::ToolArguments, start, self.index, (0, 0));
+    }
+
     fn begin(&mut self, name: &str) {
         self.call_begin(name, "");
+    }
+
+    fn loose_restored(&mut self, text: &str) {
+        let t = self.restore(text);
+        self.loose(&t);
     }
 
     fn end(&mut self) {
@@ -223,10 +392,14 @@ pub struct Machine {
     pub reasoning_tokens: u64,
     pub c: Calls,
     started: bool,
+    echo: String,
+    cut: bool,
 }
 
 impl Machine {
-    pub fn new(g: Arc<Grammar>, start: usize, tools: Arc<Tools>) -> Machine {
+    /// `echo`: the pattern of the prompt terminal that chose `start`; written again as the
+    /// output's first non-whitespace text it is markup.
+    pub fn new(g: Arc<Grammar>, start: usize, tools: Arc<Tools>, echo: &str) -> Machine {
         let mut m = Machine {
             g: g.clone(),
             state: start,
@@ -240,6 +413,8 @@ impl Machine {
             ending: false,
             reasoning_tokens: 0,
             started: false,
+            echo: echo.to_string(),
+            cut: false,
             c: Calls {
                 out: StepOut::default(),
                 tokens: 0,
@@ -249,10 +424,17 @@ impl Machine {
                 args_emitted: false,
                 args_closed: false,
                 current_tool: String::new(),
+                stretch: None,
+                inner: None,
+                block_called: false,
+                ending: false,
                 g,
                 tools,
             },
         };
+        if !is_text_kind(m.g.states[start].kind) {
+            m.c.stretch = Some(Stretch::default());
+        }
         m.started = false;
         m
     }
@@ -299,17 +481,22 @@ impl Machine {
     /// End of output (`cut`: by length/abort, not by the model).
     pub fn finish(&mut self, cut: bool) {
         self.ending = true;
+        self.c.ending = true;
+        self.cut = cut;
         if let Some(r) = self.reader.as_mut() {
             r.end_of_output();
         }
         if !self.hold.is_empty() {
             let held = std::mem::take(&mut self.hold);
             self.run(&held);
-            if !self.hold.is_empty() {
-                let held = std::mem::take(&mut self.hold);
+            let held = std::mem::take(&mut self.hold);
+            if !held.is_empty()
+                && !matches!(self.g.states[self.state].kind, Kind::Skip | Kind::Capture)
+            {
                 self.kind_text(&held);
             }
         }
+        self.unread();
         let g = self.g.clone();
         let state = self.state;
         if let Some(end) = &g.states[state].end {
@@ -318,6 +505,25 @@ impl Machine {
             }
         }
         self.leave(None, "");
+        let kind = g.states[self.state].kind;
+        if self.c.stretch.is_some() && !is_text_kind(kind) {
+            let mut captured = if kind == Kind::Capture {
+                self.c.restore(&self.capture)
+            } else {
+                String::new()
+            };
+            if !has_visible(&captured) || cut {
+                captured.clear();
+            }
+            let s = self.c.stretch.take().expect("checked");
+            if !captured.is_empty() || s.loose {
+                let whole = !cut && !self.c.block_called;
+                let mut text = if whole { s.text() } else { s.loose_text() };
+                text.push_str(&captured);
+                self.c.emit_text(EventKind::Content, &text);
+            }
+            self.c.stretch = Some(Stretch::default());
+        }
         let c = &mut self.c;
         if c.call_open && c.args_closed {
             if !cut {
@@ -347,7 +553,47 @@ impl Machine {
         self.scratch = buf;
     }
 
+    /// Where parsing starts in `buf` while the prompt's opener may be repeated (None: wait).
+    fn settle_echo(&mut self, buf: &str) -> Option<usize> {
+        let body = buf.trim_start_matches(py_isspace);
+        let lead = buf.len() - body.len();
+        if body.starts_with(self.echo.as_str()) {
+            let skip = lead + self.echo.len();
+            self.echo.clear();
+            if lead > 0 {
+                self.kind_text(&buf[..lead]);
+            }
+            return Some(skip);
+        }
+        if self.echo.starts_with(body) && !self.ending {
+            return None;
+        }
+        self.echo.clear();
+        Some(0)
+    }
+
+    /// What a reader held and will never write: the model's text (markup when the output was cut).
+    fn unread(&mut self) {
+        if let Some(Reader::Gemma(r)) = self.reader.as_mut() {
+            let text = r.unread();
+            if !(self.ending && self.cut) {
+                self.c.loose_restored(&text);
+            }
+        }
+    }
+
     fn run_buf(&mut self, buf: &str) {
+        let buf = if self.echo.is_empty() {
+            buf
+        } else {
+            match self.settle_echo(buf) {
+                None => {
+                    self.hold.push_str(buf);
+                    return;
+                }
+                Some(skip) => &buf[skip..],
+            }
+        };
         let g = self.g.clone();
         let n = buf.len();
         let mut pos = 0;
@@ -358,6 +604,9 @@ impl Machine {
                 if reader.status() == Status::Open {
                     pos = reader.feed(buf, pos, &mut self.c);
                     let status = reader.status();
+                    if status == Status::Malformed {
+                        self.unread();
+                    }
                     if status == Status::Complete {
                         if let Some(done) = &st.done {
                             self.fire(done, "", state);
@@ -429,19 +678,7 @@ impl Machine {
 
     /// Whether what follows `buf[at..]` makes a `follow` terminal structural (None: cannot tell).
     fn followed(&self, f: &Follow, buf: &str, at: usize) -> Option<bool> {
-        if !f.patterns.is_empty() {
-            match follow_match(&f.patterns, buf, at) {
-                FollowMatch::No => return Some(false),
-                FollowMatch::Full => return Some(true),
-                FollowMatch::Partial => {}
-            }
-        } else if has_visible(&buf[at..]) {
-            return Some(false);
-        }
-        if !self.ending {
-            return None;
-        }
-        Some(f.end)
+        followed(f, buf, at, self.ending)
     }
 
     // ------------------------------------------------------------------ kinds
@@ -449,7 +686,10 @@ impl Machine {
         match self.g.states[self.state].kind {
             Kind::Content => self.c.emit_text(EventKind::Content, text),
             Kind::Reasoning => self.c.emit_text(EventKind::Reasoning, text),
-            Kind::Skip => {}
+            Kind::Skip => {
+                let markup = self.g.states[self.state].markup;
+                self.c.free_text(text, markup);
+            }
             Kind::Capture => {
                 let room = CAPTURE_LIMIT.saturating_sub(self.capture_len);
                 if room > 0 {
@@ -460,12 +700,14 @@ impl Machine {
                 }
             }
             Kind::Value => self.c.param_value(text),
-            Kind::Json | Kind::Envelope | Kind::Elements => {
-                if let Some(r) = self.reader.as_mut() {
+            Kind::Json | Kind::Envelope | Kind::Elements => match self.reader.as_mut() {
+                Some(Reader::Json(_) | Reader::Gemma(_)) => self.c.free_text(text, false),
+                Some(r) => {
                     let shown = r.rest(text);
                     self.c.emit_text(EventKind::Content, &shown);
                 }
-            }
+                None => {}
+            },
         }
     }
 
@@ -514,11 +756,9 @@ impl Machine {
                 } else {
                     None
                 };
+                let stops = st.stops.clone();
                 self.reader = Some(Reader::Elements(ElementArgsReader::new(
-                    &g.tag,
-                    &st.item,
-                    st.on_patterns.clone(),
-                    tool,
+                    &g.tag, &st.item, stops, tool,
                 )));
             }
             Kind::Content | Kind::Value => {}
@@ -533,21 +773,30 @@ impl Machine {
             }
             Kind::Envelope => {
                 if target.is_none()
+                    && self.cut
                     && self
                         .reader
                         .as_ref()
                         .is_none_or(|r| r.status() == Status::Open)
                 {
+                    // the output was cut in an envelope still taking shape: a call cut before its name
+                    if let Some(r) = self.reader.as_mut() {
+                        r.unclaimed();
+                    }
                     return;
                 }
                 let raw = self.reader.as_mut().and_then(|r| r.unclaimed());
                 if let Some(raw) = raw {
-                    let mut text =
-                        String::with_capacity(self.opening.len() + raw.len() + pattern.len());
-                    text.push_str(&self.opening);
+                    let mut text = match self.c.stretch.as_ref() {
+                        Some(s) => s.text(),
+                        None => self.opening.clone(),
+                    };
                     text.push_str(&raw);
                     text.push_str(pattern);
                     self.c.emit_text(EventKind::Content, &text);
+                    if self.c.stretch.is_some() {
+                        self.c.stretch = Some(Stretch::default());
+                    }
                 }
             }
             Kind::Elements => {
@@ -570,12 +819,14 @@ impl Machine {
         let mut actions: &[Action] = &t.actions;
         let mut groups: Vec<(&str, String)> = Vec::new();
         let mut captured = String::new();
+        let mut matched = true;
         if st.kind == Kind::Capture {
             if nxt == Some(from) {
                 self.capture.push_str(pattern);
                 return;
             }
             captured = self.c.restore(&self.capture);
+            matched = false;
             for rule in &st.rules {
                 if let Ok(Some(caps)) = rule.regex.captures(&captured) {
                     for name in rule.regex.capture_names().flatten() {
@@ -590,12 +841,15 @@ impl Machine {
                     }
                     nxt = rule.next.or(nxt);
                     actions = &rule.actions;
+                    matched = true;
                     break;
                 }
             }
         }
         let Some(target) = nxt else { return };
-        if target != from {
+        // A terminal that leads a state back to itself starts it afresh.
+        let moves = target != from || !pattern.is_empty();
+        if moves {
             self.leave(Some(target), pattern);
         }
         let group = |k: &str| {
@@ -630,7 +884,47 @@ impl Machine {
                 Action::ParamEnd => self.c.param_end(),
             }
         }
-        if target != from {
+        if !pattern.is_empty() {
+            self.c.inner = None;
+        }
+        if !captured.is_empty() && !matched && !is_space(&captured) {
+            if let Some(s) = self.c.stretch.as_mut() {
+                s.add(&captured, true); // a capture that began no call, no rule read
+                captured.clear();
+            }
+        }
+        let target_kind = g.states[target].kind;
+        if is_text_kind(st.kind) {
+            if !is_text_kind(target_kind) {
+                // a block begins
+                self.c.block_called = actions.contains(&Action::CallBegin);
+                self.c.stretch = if self.c.call_open {
+                    None
+                } else {
+                    Some(Stretch::new(pattern))
+                };
+            }
+        } else if is_text_kind(target_kind) {
+            // the block ends
+            if let Some(s) = self.c.stretch.take() {
+                if s.loose {
+                    let text = if self.c.block_called {
+                        s.loose_text()
+                    } else {
+                        let mut t = s.text();
+                        t.push_str(pattern);
+                        t
+                    };
+                    self.c.emit_text(EventKind::Content, &text);
+                }
+            }
+        } else if actions.contains(&Action::CallEnd) {
+            self.c.stretch = Some(Stretch::default());
+        } else if let Some(s) = self.c.stretch.as_mut() {
+            s.add(&captured, false); // a capture a rule read: markup
+            s.add(pattern, false);
+        }
+        if moves {
             let previous = st.kind;
             self.state = target;
             self.reader = None;
@@ -638,6 +932,24 @@ impl Machine {
             self.enter(target, pattern, Some(previous));
         }
     }
+}
+
+/// Whether what follows `buf[at..]` makes a `follow` terminal structural: Some(true/false), or
+/// None while the text so far cannot tell (`ending`: nothing more will come).
+pub(crate) fn followed(f: &Follow, buf: &str, at: usize, ending: bool) -> Option<bool> {
+    if !f.patterns.is_empty() {
+        match follow_match(&f.patterns, buf, at) {
+            FollowMatch::No => return Some(false),
+            FollowMatch::Full => return Some(true),
+            FollowMatch::Partial => {}
+        }
+    } else if has_visible(&buf[at..]) {
+        return Some(false);
+    }
+    if !ending {
+        return None;
+    }
+    Some(f.end)
 }
 
 enum FollowMatch {

@@ -51,6 +51,9 @@ pub struct ParserConfig {
     /// `call_ids.call_id_seed(options)`.
     #[serde(default)]
     pub call_id_seed: String,
+    /// The pattern of the prompt terminal that chose the start state (`session.start_and_echo`).
+    #[serde(default)]
+    pub echo: String,
 }
 
 fn yes() -> bool {
@@ -122,7 +125,7 @@ impl Parser {
             complete_tool_calls: config.complete_tool_calls,
         };
         Ok(Parser {
-            machine: Machine::new(grammar, start, Arc::new(tools)),
+            machine: Machine::new(grammar, start, Arc::new(tools), &config.echo),
             assembler: Assembler::new(delivery, &config.call_id_seed),
             tokens: 0,
             named,

@@ -153,6 +153,23 @@ impl PyParser {
         ))
     }
 
+    /// Feed whole steps (each a list of (piece, tokens)), delivering after each, without making
+    /// Python objects of the output: the engine's own cost, for bench/native_parser_bench.py.
+    /// Returns how many events and deltas were made.
+    fn run_steps(&mut self, steps: Vec<Vec<(String, u32)>>) -> (usize, usize) {
+        let (mut events, mut deltas) = (0, 0);
+        for step in &steps {
+            for (piece, tokens) in step {
+                self.parser.feed(piece, *tokens, &mut self.out);
+            }
+            self.parser.deliver(&mut self.out);
+            events += self.out.events.len();
+            deltas += self.out.deltas.len();
+            self.out.clear();
+        }
+        (events, deltas)
+    }
+
     #[getter]
     fn takes_runs(&self) -> bool {
         self.parser.takes_runs()

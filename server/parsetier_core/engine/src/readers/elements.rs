@@ -5,8 +5,9 @@ use serde_json::Value as Schema;
 
 use super::params::{schema_types, typed_value};
 use super::{Sink, Status};
+use crate::grammar::Follow;
 use crate::pyjson::{self, Value, MAX_DEPTH as _JSON_DEPTH};
-use crate::text::{has_visible, is_sentinel, push_json_fragment, push_json_string, py_strip};
+use crate::text::{has_visible, is_sentinel, push_json_string, py_strip};
 
 const MAX_DEPTH: usize = 64;
 const MAX_NAME: usize = 256;
@@ -40,7 +41,8 @@ pub struct ElementArgsReader {
     props: serde_json::Map<String, Schema>,
     tag: String,
     item: String,
-    stops: Vec<String>,
+    stops: Vec<(String, Option<Follow>)>,
+    pub ending: bool,
     stack: Vec<Frame>,
     pending: Option<(String, Vec<Node>)>,
     first: bool,
@@ -102,7 +104,12 @@ fn partial_tag(rest: &str) -> bool {
 }
 
 impl ElementArgsReader {
-    pub fn new(tag: &str, item: &str, stops: Vec<String>, tool: Option<&Schema>) -> Self {
+    pub fn new(
+        tag: &str,
+        item: &str,
+        stops: Vec<(String, Option<Follow>)>,
+        tool: Option<&Schema>,
+    ) -> Self {
         let props = match tool {
             Some(Schema::Object(m)) => match m.get("properties") {
                 Some(Schema::Object(p)) => p.clone(),
@@ -115,6 +122,7 @@ impl ElementArgsReader {
             tag: tag.to_string(),
             item: item.to_string(),
             stops,
+            ending: false,
             stack: Vec::new(),
             pending: None,
             first: true,
@@ -182,9 +190,13 @@ impl ElementArgsReader {
 
     fn stop_at(&self, text: &str, pos: usize) -> Option<bool> {
         let rest = &text[pos..];
-        for stop in &self.stops {
+        for (stop, follow) in &self.stops {
             if rest.starts_with(stop.as_str()) {
-                return Some(true);
+                let Some(f) = follow else { return Some(true) };
+                match crate::machine::followed(f, text, pos + stop.len(), self.ending) {
+                    Some(false) => continue,
+                    verdict => return verdict,
+                }
             }
             if rest.len() < stop.len() && stop.starts_with(rest) {
                 return None;
@@ -195,9 +207,7 @@ impl ElementArgsReader {
 
     fn text(&mut self, text: &str, sink: &mut dyn Sink) {
         if self.streaming {
-            let mut s = String::with_capacity(text.len());
-            push_json_fragment(&mut s, text);
-            sink.args(&s);
+            sink.args_escaped(text);
         } else if let Some(top) = self.stack.last_mut() {
             top.text.push_str(text);
         }

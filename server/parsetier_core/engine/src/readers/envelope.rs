@@ -156,6 +156,15 @@ impl Cur<'_> {
         Ok(())
     }
 
+    /// `(?=[{"])`: arguments begin as a JSON object or a JSON string holding one.
+    fn arguments_start(&self) -> Step {
+        match self.s.as_bytes().get(self.i) {
+            None => Err(M::Partial),
+            Some(b'{' | b'"') => Ok(()),
+            Some(_) => Err(M::No),
+        }
+    }
+
     /// `(?=\S)` after whitespace was skipped: a character must follow.
     fn some_char(&self) -> Step {
         if self.i >= self.s.len() {
@@ -198,7 +207,7 @@ fn head(s: &str) -> M {
             c.ws();
             c.lit(":")?;
             c.ws();
-            c.some_char()?;
+            c.arguments_start()?;
             Ok(M::Full {
                 end: c.i,
                 name,
@@ -221,7 +230,7 @@ fn head_args_first(s: &str) -> M {
             c.ws();
             c.lit(":")?;
             c.ws();
-            c.some_char()?;
+            c.arguments_start()?;
             Ok(full(c.i))
         },
         s,

@@ -4,7 +4,7 @@
 use super::python_calls::json_scalar;
 use super::{Sink, Status};
 use crate::pyjson::MAX_DEPTH;
-use crate::text::{is_sentinel, push_json_fragment, push_json_string, py_isspace, py_strip};
+use crate::text::{is_sentinel, push_json_string, py_isspace, py_strip};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Frame {
@@ -21,7 +21,6 @@ pub struct GemmaArgsReader {
     ending: bool,
     pub emitted: bool,
     pub status: Status,
-    scratch: String,
 }
 
 impl GemmaArgsReader {
@@ -34,7 +33,6 @@ impl GemmaArgsReader {
             ending: false,
             emitted: false,
             status: Status::Open,
-            scratch: String::new(),
         }
     }
 
@@ -54,11 +52,8 @@ impl GemmaArgsReader {
                 };
                 let chunk = &text[pos..end.unwrap_or(n)];
                 if !chunk.is_empty() {
-                    let mut s = std::mem::take(&mut self.scratch);
-                    s.clear();
-                    push_json_fragment(&mut s, chunk);
-                    self.out(&s, sink);
-                    self.scratch = s;
+                    self.emitted = true;
+                    sink.args_escaped(chunk);
                 }
                 let Some(end) = end else { return n };
                 let after = end + self.quote.len();
@@ -99,6 +94,11 @@ impl GemmaArgsReader {
                     self.status = Status::Malformed;
                     return pos;
                 }
+                if crate::text::has_visible(&self.pending) {
+                    // text the notation has no place for: the model's
+                    let p = std::mem::take(&mut self.pending);
+                    sink.loose_restored(&p);
+                }
                 self.stack
                     .push(if c == '{' { Frame::Obj } else { Frame::Arr });
                 self.expect_key = c == '{';
@@ -132,6 +132,11 @@ impl GemmaArgsReader {
             pos += c.len_utf8();
         }
         pos
+    }
+
+    /// A key or bare value still being written, never settled (taken).
+    pub fn unread(&mut self) -> String {
+        std::mem::take(&mut self.pending)
     }
 
     pub fn end_of_output(&mut self) {

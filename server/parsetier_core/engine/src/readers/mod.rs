@@ -17,7 +17,11 @@ pub use crate::json_scan::Status;
 /// themselves) a call's start by name and its end.
 pub trait Sink {
     fn args(&mut self, fragment: &str);
+    /// `args(json_string_fragment(raw))`, escaped straight into the output (no allocation).
+    fn args_escaped(&mut self, raw: &str);
     fn begin(&mut self, name: &str);
+    /// Text the reader has no place for (restored from sentinel form): the model's loose text.
+    fn loose_restored(&mut self, text: &str);
     fn end(&mut self);
 }
 
@@ -70,8 +74,10 @@ impl Reader {
     }
 
     pub fn end_of_output(&mut self) {
-        if let Reader::Gemma(r) = self {
-            r.end_of_output();
+        match self {
+            Reader::Gemma(r) => r.end_of_output(),
+            Reader::Elements(r) => r.ending = true,
+            _ => {}
         }
     }
 }

@@ -5,7 +5,7 @@ use serde_json::Value as Schema;
 
 use super::Sink;
 use crate::pyjson::{self, Value, MAX_DEPTH};
-use crate::text::{push_json_fragment, push_json_string};
+use crate::text::push_json_string;
 
 /// The JSON types a property schema allows, as a set of names (small: a list).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -217,9 +217,7 @@ impl ParamWriter {
             }
         }
         if !t.is_empty() {
-            let mut frag = String::with_capacity(t.len());
-            push_json_fragment(&mut frag, &t);
-            sink.args(&frag);
+            sink.args_escaped(&t);
         }
         self.scratch = t;
     }
