@@ -423,8 +423,14 @@ impl EnvelopeReader {
         };
         let too_long = end > HEAD_LIMIT && h[..end].chars().count() > HEAD_LIMIT;
         if m == M::No || too_long || (m == M::Partial && stop_at.is_some()) {
+            // Not consumed: the text from where the structure broke is the model's (`rest`),
+            // the part earlier pieces left in the head included, however the text was split.
             self.status = Status::Malformed;
-            return stop;
+            if self.calls.calls > 0 {
+                self.calls.space.push_str(&self.head[..before]);
+            }
+            self.head.clear();
+            return pos;
         }
         let M::Full {
             end,

@@ -93,21 +93,24 @@ pub struct CallsState {
 }
 
 impl CallsState {
+    /// Trailing whitespace is held until more text proves it inner (the reference's `_space`).
     pub fn rest<'a>(&mut self, text: &'a str) -> Cow<'a, str> {
         if self.calls == 0 {
             self.raw.push_str(text);
             return Cow::Borrowed("");
         }
-        if !crate::text::has_visible(text) {
-            self.space.push_str(text);
-            return Cow::Borrowed("");
-        }
+        let shown = crate::text::py_rstrip(text);
         if self.space.is_empty() {
-            return Cow::Borrowed(text);
+            let held = &text[shown.len()..];
+            self.space.push_str(held);
+            return Cow::Borrowed(shown);
         }
-        let mut out = std::mem::take(&mut self.space);
-        out.push_str(text);
-        Cow::Owned(out)
+        let mut all = std::mem::take(&mut self.space);
+        all.push_str(text);
+        let keep = crate::text::py_rstrip(&all).len();
+        self.space.push_str(&all[keep..]);
+        all.truncate(keep);
+        Cow::Owned(all)
     }
 
     pub fn unclaimed(&mut self) -> Option<String> {
