@@ -10,6 +10,7 @@ asserts exact outputs and split invariance; the template round-trip is in ``test
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from chat_rendering import JinjaTemplate
@@ -198,7 +199,8 @@ def test_hostile_nesting_is_bounded_and_valid_json() -> None:
     soup = el("s", f"{P}<{P}</{P}>< >{P}<>{P}</>" * 2000)
     for body in (deep, unclosed, soup):
         output = enc(M3, block(invoke("typed", body)))
-        finals = [run(M3, groups, OPTS).final.message for groups in ([output], list(chunks(output, (7,))))]
+        seeded = dataclasses.replace(OPTS, request_id="hostile")  # the same call ids in both runs
+        finals = [run(M3, groups, seeded).final.message for groups in ([output], list(chunks(output, (7,))))]
         assert finals[0] == finals[1]
         (call,) = finals[0].tool_calls
         assert isinstance(json.loads(call.arguments), dict)

@@ -10,10 +10,11 @@ import dataclasses
 
 import pytest
 
-from engine_helpers import tools
+from engine_helpers import CALL_ID, tools
 from family_support import enc, prompted, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import Model, ModelRegistry
+from parsetier.session import parse
 
 _REGISTRY = ModelRegistry()
 
@@ -156,3 +157,18 @@ def test_minimax_m3_invoke_closer_inside_a_string_value_is_value_text(complete: 
     props = {"text": {"type": "string"}, "n": {"type": "integer"}}
     want = ("", "", (("note", '{"text": "see ]<]minimax[>[</invoke> inside", "n": 2}'),))
     check("minimax-m3", text, want, complete, SessionOptions(tools=tools(("note", props))))
+
+
+# ---------------------------------------------------------------------------------------- tool call ids
+def test_tool_call_ids_never_repeat_across_requests_without_a_seed() -> None:
+    """A session with neither a request id nor prompt ids: its ids come from fresh random bits, so
+    two such requests never share one (they did: every such request's first call was
+    ``chatcmpl-tool-018c16534e3722592bb0da72``). With a request id they stay derived."""
+    m = model("qwen3")
+    ids = enc(m, '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+    unseeded = [parse(m, SessionOptions(), ids)[0].tool_calls[0].id for _ in range(3)]
+    assert len(set(unseeded)) == 3
+    assert all(CALL_ID.fullmatch(i) for i in unseeded)
+    seeded = {parse(m, SessionOptions(request_id="req-1"), ids)[0].tool_calls[0].id for _ in range(3)}
+    prompted_ids = {parse(m, prompted(m, "Hi"), ids)[0].tool_calls[0].id for _ in range(3)}
+    assert len(seeded) == 1 and len(prompted_ids) == 1

@@ -22,7 +22,6 @@ import hostile_outputs
 import marker_tokenizers
 import test_roundtrip as rt
 from parsetier import _core
-from parsetier.call_ids import call_id_seed
 from parsetier.engine.describe import describe_config, describe_grammar
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
@@ -93,7 +92,7 @@ def run_both(
         tool_choice=options.tool_choice,
         parallel_tool_calls=options.parallel_tool_calls,
         complete_tool_calls=options.complete_tool_calls,
-        call_id_seed=call_id_seed(options),
+        call_id_seed=session.call_id_seed,
         echo=echo,
     )
     native = _core.Parser(_grammar(model), config)

@@ -272,13 +272,14 @@ def test_async_client_unary_calls_equal_the_sync_clients(grpc_server, client, en
 
     async def run():
         async with AsyncClient(grpc_server.target, timeout=30) as aclient:
-            once = await aclient.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS)
+            once = await aclient.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS, request_id="e2e-once")
             models = await aclient.list_models()
             constraint = await aclient.build_constraint("qwen3", tools=WEATHER_TOOLS, tool_choice="required")
             return once, models, constraint
 
     once, models, constraint = asyncio.run(run())
-    assert once == client.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS)
+    # (a request id: without one, nor prompt ids, each session's call ids are random)
+    assert once == client.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS, request_id="e2e-once")
     assert once.final.finish_reason == pb.FINISH_REASON_TOOL_CALLS
     assert [m.name for m in models] == [m.name for m in client.list_models()]
     want = client.build_constraint("qwen3", tools=WEATHER_TOOLS, tool_choice="required")

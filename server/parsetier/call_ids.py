@@ -7,8 +7,11 @@ rule, documented in docs/engine.md and docs/service.md:
     id = "chatcmpl-tool-" + hex(BLAKE2b-96(key=ID_KEY, seed || 0x00 || decimal(call_index)))
 
 ``seed`` is the request id when the caller gave one, else the prompt token ids (decimal,
-comma-separated) prefixed with ``prompt:``, followed by ``#n`` for choice ``n`` > 0 of a request
-with several choices (``Open.choice_index``), so the choices' calls never share an id;
+comma-separated) prefixed with ``prompt:``, else (a session that gives neither) 128 random bits
+drawn when the session opens, prefixed with ``random:``: ids never repeat across requests, and
+such a session's ids are not reproducible, so resuming it elsewhere needs a ``request_id``. Then
+``#n`` for choice ``n`` > 0 of a request with several choices (``Open.choice_index``), so the
+choices' calls never share an id;
 ``call_index`` is the call's position among the calls the model wrote (0, 1, ...). Formats whose
 model writes its own ids (Kimi's ``functions.name:0``) keep those, unless an earlier call of the
 session already has that id: then the derived id (the assembler keeps ids unique).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from collections.abc import Callable
 
 from parsetier.messages import SessionOptions
@@ -27,16 +31,24 @@ ID_PREFIX = "chatcmpl-tool-"
 
 
 def call_id_seed(options: SessionOptions) -> str:
-    """What a session's ids derive from: the request id, else the prompt; for choice ``n`` > 0
-    of a request with several choices, followed by ``#n`` (choice 0 keeps the plain seed)."""
-    seed = options.request_id or "prompt:" + ",".join(map(str, options.prompt_token_ids))
+    """What a session's ids derive from: the request id, else the prompt, else fresh random bits
+    (an empty seed would give every such request the same ids); for choice ``n`` > 0 of a request
+    with several choices, followed by ``#n`` (choice 0 keeps the plain seed). Called once per
+    session (``Session.call_id_seed``): an unseeded session draws here."""
+    if options.request_id:
+        seed = options.request_id
+    elif options.prompt_token_ids:
+        seed = "prompt:" + ",".join(map(str, options.prompt_token_ids))
+    else:
+        seed = "random:" + secrets.token_hex(16)
     return f"{seed}#{options.choice_index}" if options.choice_index else seed
 
 
-def id_maker(options: SessionOptions) -> Callable[[int], str]:
-    """The session's id function: call index → ``chatcmpl-tool-<24 hex>``."""
+def id_maker(options: SessionOptions, seed: str | None = None) -> Callable[[int], str]:
+    """The session's id function: call index → ``chatcmpl-tool-<24 hex>``. ``seed``: the
+    session's ``call_id_seed``, drawn once (without it, one is drawn here)."""
     seeded = hashlib.blake2b(key=ID_KEY, digest_size=12)
-    seeded.update(call_id_seed(options).encode("utf-8"))
+    seeded.update((call_id_seed(options) if seed is None else seed).encode("utf-8"))
     seeded.update(b"\x00")
 
     def make(call_index: int) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import tokenizers
 
 from parsetier.assembler import Assembler
+from parsetier.call_ids import call_id_seed, id_maker
 from parsetier.detokenizer import LiteralMarkers, TokenScanner
 from parsetier.engine.events import Event
 from parsetier.engine.grammar import BoundGrammar, Grammar
@@ -173,7 +174,10 @@ class Session:
         (a terminal set over every marker text) than the rest of a session."""
         start, echo = start_and_echo(grammar, options, model.spec.thinking, model.tokenizer)
         self._machine = Machine(grammar, start, schemas, echo)
-        self._assembler = Assembler(options)
+        self.call_id_seed = call_id_seed(options)
+        """What the session's tool call ids derive from (random bits when the request gave neither
+        a request id nor prompt ids: see ``parsetier.call_ids``)."""
+        self._assembler = Assembler(options, id_maker(options, self.call_id_seed))
         # Everything that reads the whole prompt (call ids derive from it) has done so: keep only
         # the tail, so a long prompt costs memory while the session opens, not while it lives.
         if len(options.prompt_token_ids) > PROMPT_TAIL:  # (``replace`` costs ~10 µs an open)
