@@ -24,7 +24,7 @@ SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: serve test deps lint buf proto bench conformance venv clean fuzz native
+.PHONY: serve test test-quick deps lint buf proto bench conformance venv clean fuzz native
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,13 @@ test: deps $(TEST_STAMP) native
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)
+
+## test-quick: the inner loop: lint, then every test but the `slow` and `toolchain` ones (pyproject's
+## markers: fuzzing and soaks; Go/C++/Rust builds and nginx); under 3 minutes on a quiet 2-core machine
+test-quick: deps $(TEST_STAMP) native
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(PY) -m pytest tests -q -m "not slow and not toolchain" $(PYTEST_ARGS)
 
 ## buf: lint the proto (STANDARD) and check it against the previous commit's (FILE)
 buf: deps $(TEST_STAMP)

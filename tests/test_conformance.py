@@ -40,6 +40,8 @@ from conformance.run import (
 )
 from grpc_servers import ProcessServer
 
+pytestmark = pytest.mark.slow  # the public conformance suite
+
 FAMILIES = sorted(support.families())
 
 

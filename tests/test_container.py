@@ -15,7 +15,11 @@ import sys
 import threading
 import time
 
+import pytest
+
 from grpc_servers import ROOT
+
+pytestmark = pytest.mark.toolchain  # installs the package (a native-core build) the way the image does
 
 DOCKERFILE = ROOT / "deploy" / "container" / "Dockerfile"
 INSTALL = ROOT / "deploy" / "container" / "install.sh"

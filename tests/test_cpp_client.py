@@ -23,6 +23,8 @@ import pytest
 from grpc_servers import ROOT, ProcessServer
 from tls_support import Authority
 
+pytestmark = pytest.mark.toolchain  # builds the C++ client (CMake)
+
 SOURCE_DIR = ROOT / "client" / "cpp"
 BUILD_DIR = ROOT / "build" / "cpp"
 BUILD_TIMEOUT = 1200  # seconds; a first build on two busy cores takes a few minutes

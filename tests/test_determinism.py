@@ -17,6 +17,8 @@ from parsetier_client import Client
 from parsetier_client.requests import finish_message, open_message
 from testkit.replies import wire
 
+pytestmark = pytest.mark.slow  # every model on two server processes
+
 SESSIONS = 10  # two per family
 
 

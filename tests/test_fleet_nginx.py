@@ -51,6 +51,8 @@ from parsetier_client.aio import AsyncParseStream
 from parsetier_client.requests import finish_message, open_message
 from service_samples import WEATHER_TOOLS, Joined, join
 
+pytestmark = pytest.mark.toolchain  # runs nginx
+
 DEPLOY_CONF = ROOT / "deploy" / "nginx" / "parsetier.conf"
 WORKERS = 2  # more than one, so the upstream's shared zone (least_conn counts, failures) is exercised
 BACKEND_ARGS = ("--grace", "20", "--preload", "qwen3")

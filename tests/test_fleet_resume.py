@@ -33,6 +33,8 @@ from parsetier_client import AsyncClient
 from test_fleet_nginx import KEEPALIVE, Nginx, free_port, nginx_binary
 from testkit.replies import wire
 
+pytestmark = pytest.mark.toolchain  # runs nginx in front of three servers
+
 SESSIONS = 200
 CHANNELS = 4
 BACKEND_ARGS = ("--grace", "20", "--preload", ",".join(QUICK_MODELS))

@@ -33,6 +33,8 @@ from engine_helpers import check_consistent, run
 from hostile_outputs import deep_array, deep_object, samples
 from parsetier_api.v1 import parsetier_pb2 as pb
 
+pytestmark = pytest.mark.slow  # the fuzz suite
+
 EXAMPLES = int(os.environ.get("PARSETIER_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -23,6 +23,8 @@ import pytest
 from grpc_servers import ROOT, ProcessServer
 from tls_support import Authority
 
+pytestmark = pytest.mark.toolchain  # builds and runs the Go client
+
 GO_DIR = ROOT / "client" / "go"
 TIMEOUT = 300  # seconds, per go command; module downloads happen on the first run
 

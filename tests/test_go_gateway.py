@@ -19,6 +19,8 @@ import pytest
 from service_samples import REASONING_AND_TWO_CALLS, WEATHER_TOOLS
 from test_go_client import GO_DIR, go_binary, run_go
 
+pytestmark = pytest.mark.toolchain  # builds the Go gateway example
+
 
 @pytest.fixture(scope="module")
 def steps(encode) -> list[list[int]]:

@@ -188,8 +188,16 @@ def reference(name: str, scenario: dict, server: ProcessServer) -> dict:
     return _REFERENCE[name]
 
 
-@pytest.mark.parametrize("driver", sorted(DRIVERS))
-@pytest.mark.parametrize("name", corpus.names())
+TOOLCHAIN_DRIVERS = {"go", "rust"}
+"""Drivers built with their language's toolchain first (``toolchain``-marked runs)."""
+
+
+def _marked(values: list[str], toolchain: Callable[[str], bool]) -> list:
+    return [pytest.param(v, marks=pytest.mark.toolchain) if toolchain(v) else v for v in values]
+
+
+@pytest.mark.parametrize("driver", _marked(sorted(DRIVERS), lambda d: d in TOOLCHAIN_DRIVERS))
+@pytest.mark.parametrize("name", _marked(corpus.names(), lambda n: corpus.load(n).get("via") == "nginx"))
 def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_path: Path):
     scenario = corpus.load(name)
     want = reference(name, scenario, reference_backend)

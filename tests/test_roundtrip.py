@@ -33,6 +33,8 @@ from parsetier.models import Model
 from parsetier.session import Session, parse
 from testkit import format_renderers as fr
 
+pytestmark = pytest.mark.slow  # 200 rendered outputs per family
+
 EXAMPLES = 200
 SEED = 20261201
 

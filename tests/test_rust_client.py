@@ -29,6 +29,8 @@ from test_fleet_nginx import Nginx, free_port, nginx_binary
 from test_fleet_resume import SESSIONS, STEP_PAUSE, Fleet3, backend, outputs, ready, reference, wire
 from tls_support import Authority
 
+pytestmark = pytest.mark.toolchain  # builds the Rust client (cargo)
+
 RUST_DIR = ROOT / "client" / "rust"
 RUST_REQUEST = "rust-client-test"  # the request id of the live tests' run_session sessions
 TIMEOUT = 900  # seconds, per cargo command; the first build compiles tonic and rustls

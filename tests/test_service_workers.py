@@ -7,11 +7,14 @@ import asyncio
 import time
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from grpc_servers import ProcessServer
 from parsetier_client import AsyncClient, Client
 from service_samples import EXPECTED_CALLS, REASONING_AND_TWO_CALLS, WEATHER_TOOLS, join
+
+pytestmark = pytest.mark.slow  # forked worker processes under load
 
 CONNECTIONS = 32
 """Connections tried before every worker must have been reached: the kernel hashes each new

@@ -16,9 +16,12 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+import pytest
 
 from grpc_servers import ProcessServer
 from parsetier_client import AsyncClient
+
+pytestmark = pytest.mark.slow  # a soak under overload
 
 HELLO = 9707  # "Hello" in Qwen3: every id is content, so every message gets a reply
 CHANNELS = 4
