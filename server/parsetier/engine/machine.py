@@ -592,7 +592,7 @@ def _reader_text(m: Machine, text: str) -> None:
         _free_text(m, text)
     elif reader is not None:
         shown = reader.rest(text)
-        if shown != text:
+        if not shown and text.isspace():  # whitespace a reader took or holds back
             m._mark("space", text)
         m._emit_text(CONTENT, shown)
 
