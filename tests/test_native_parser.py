@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 import hostile_outputs
 import marker_tokenizers
+import test_conservation as tc
 import test_roundtrip as rt
 from parsetier import _core
 from parsetier.engine.describe import describe_config, describe_grammar
@@ -282,3 +285,28 @@ def test_fuzzed_outputs_parse_identically(family: rt.Family, registry) -> None:
         run_both(
             model, options, random_groups(rng, ids), reason=rng.choice(["stop", "stop", "length", "abort"])
         )
+
+
+@pytest.mark.parametrize("fmt", tc.FORMATS)
+@seed(21)
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_conservation_outputs_parse_identically(fmt: str, data: st.DataObject) -> None:
+    """The conservation property's random outputs of every format file (terminals whole and cut,
+    words, JSON and pythonic fragments), as tests/test_conservation.py draws them."""
+    model = tc._model(fmt)
+    text = data.draw(tc.outputs(model), label="output")
+    thinking = data.draw(st.sampled_from([None, True, False]), label="thinking")
+    reason = data.draw(st.sampled_from(["stop", "length", "abort"]), label="finish")
+    complete = data.draw(st.booleans(), label="complete_tool_calls")
+    ids = model.tokenizer.encode(text, add_special_tokens=False).ids
+    options = SessionOptions(
+        tools=FUZZ_TOOLS, thinking=thinking, complete_tool_calls=complete, request_id="conservation"
+    )
+    run_both(model, options, random_groups(random.Random(len(text)), ids), reason=reason)
