@@ -34,6 +34,8 @@ from parsetier.messages import Final, SessionOptions
 from parsetier.models import Model
 from parsetier.session import Session
 
+pytestmark = pytest.mark.slow  # 50 random outputs per format file, both delivery modes
+
 EXAMPLES = 50
 """Per format file (29); each example runs both delivery modes."""
 
