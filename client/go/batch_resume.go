@@ -239,6 +239,13 @@ func (l *batchLedger) ready() ([]*pb.SessionOutput, bool) {
 // its history (and the opens refused earlier), then the unanswered steps as they were sent.
 func (l *batchLedger) replay() []*pb.ParseBatchRequest {
 	l.moving, l.mustMove = true, false
+	for _, msg := range l.wire { // a re-open not answered yet: its refused opens are still owed
+		for _, it := range msg.reopen {
+			if it.session == nil {
+				l.refused = append(l.refused, it)
+			}
+		}
+	}
 	keys := make([]string, 0, len(l.live))
 	for key := range l.live {
 		keys = append(keys, key)
