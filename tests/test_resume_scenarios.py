@@ -29,6 +29,8 @@ import pytest
 import resume_corpus as corpus
 from fleet_outputs import QUICK_MODELS
 from grpc_servers import ROOT, ProcessServer, subprocess_env, wait_for
+from test_cpp_client import BUILD_DIR, BUILD_TIMEOUT, SOURCE_DIR, require_toolchain
+from test_cpp_client import run as run_cpp
 from test_fleet_nginx import Nginx, free_port, nginx_binary
 from test_go_client import go_binary, run_go
 
@@ -60,10 +62,24 @@ def go_driver() -> list[str]:
     return [str(binary)]
 
 
+@functools.cache
+def cpp_driver() -> list[str]:
+    """The C++ client's driver (client/cpp/tests/resume_driver.cc), built into build/cpp."""
+    require_toolchain()
+    code, output = run_cpp(["cmake", "-S", str(SOURCE_DIR), "-B", str(BUILD_DIR)], BUILD_TIMEOUT)
+    assert code == 0, f"cmake configure failed:\n{output}"
+    code, output = run_cpp(
+        ["cmake", "--build", str(BUILD_DIR), "-j2", "--target", "parsetier_resume_driver"], BUILD_TIMEOUT
+    )
+    assert code == 0, f"C++ build of the resume driver failed:\n{output}"
+    return [str(BUILD_DIR / "parsetier_resume_driver")]
+
+
 DRIVERS: dict[str, Callable[[], list[str]]] = {
     "python-sync": lambda: [sys.executable, str(PYTHON_DRIVER), "sync"],
     "python-async": lambda: [sys.executable, str(PYTHON_DRIVER), "async"],
     "go": go_driver,
+    "cpp": cpp_driver,
     "rust": rust_driver,
 }
 """Driver name -> the command that runs it (built first if it needs building)."""

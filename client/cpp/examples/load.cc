@@ -3,6 +3,7 @@
 //
 //   parsetier_load --server HOST:PORT --ids FILE [--sessions N] [--concurrency C]
 //                  [--steps-per-message K] [--tools-json JSON] [--model NAME] [--stop-token ID] [--batch]
+//                  [--no-resume]
 //
 // FILE holds the output's token ids separated by white space. Each of C threads runs sessions
 // back to back until N have run: it sends the whole output, each token its own decode step, K
@@ -109,10 +110,12 @@ int main(int argc, char** argv) {
   open.model = "qwen3";
   long sessions = 100, concurrency = 8, per_message = 1, stop_token = 151645;
   bool batch = false;
+  parsetier::ClientOptions options{parsetier::InsecureCredentials()};
   for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--batch") {
-      batch = true;
+    if (flag == "--batch" || flag == "--no-resume") {
+      if (flag == "--batch") batch = true;
+      if (flag == "--no-resume") options.resume = std::nullopt;  // no ledger is kept
       --i;  // a switch: no value
       continue;
     }
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<uint32_t> ids = ReadIds(ids_path);
-    parsetier::Client client(server, {parsetier::InsecureCredentials()});
+    parsetier::Client client(server, options);
     if (batch) {
       auto start = std::chrono::steady_clock::now();
       uint64_t tokens = RunBatch(client, open, ids, sessions, concurrency, static_cast<size_t>(per_message),

@@ -61,6 +61,7 @@ v1::SessionOutput Unpacked(v1::PackedOutputs& packed, int i) {
   output.set_key(std::move(*packed.mutable_keys(i)));
   output.set_sequence(packed.sequences(i));
   output.set_client_messages(packed.client_messages(i));
+  output.set_output_digest(packed.output_digests(i));
   v1::Delta& delta = *output.add_deltas();
   std::string& text = *packed.mutable_texts(i);
   if (packed.reasoning(i)) {
@@ -83,12 +84,12 @@ std::vector<v1::SessionOutput> EntryOutputs(v1::ParseBatchResponse& reply, const
   v1::PackedOutputs& packed = *reply.mutable_packed();
   const int texts = packed.keys_size();
   if (packed.sequences_size() != texts || packed.client_messages_size() != texts || packed.texts_size() != texts ||
-      packed.reasoning_size() != texts) {
+      packed.reasoning_size() != texts || packed.output_digests_size() != texts) {
     error = Unfit("has packed arrays of different lengths (" + std::to_string(texts) + " keys, " +
                   std::to_string(packed.sequences_size()) + " sequences, " +
                   std::to_string(packed.client_messages_size()) + " client_messages, " +
                   std::to_string(packed.texts_size()) + " texts, " + std::to_string(packed.reasoning_size()) +
-                  " reasoning)");
+                  " reasoning, " + std::to_string(packed.output_digests_size()) + " output_digests)");
     return {};
   }
   std::vector<v1::SessionOutput> outputs;

@@ -37,30 +37,32 @@ std::chrono::milliseconds Backoff(const ResumePolicy& policy, int attempt) {
   return std::chrono::milliseconds(static_cast<int64_t>(delay.count() * jitter(random)));
 }
 
-void MessageRecord::Record(const v1::ParseRequest& message) {
-  bool plain = !message.has_finish() && !message.has_open();
-  for (const v1::Step& step : message.steps()) plain = plain && step.token_ids_size() > 0 && !step.has_logprobs();
-  if (plain) {
-    for (const v1::Step& step : message.steps()) ids_.insert(ids_.end(), step.token_ids().begin(), step.token_ids().end());
-  } else {
-    whole_.emplace(ends_.size(), message);
-  }
-  ends_.push_back(ids_.size());
+bool PlainIds(const v1::Step& step) {
+  return step.token_ids_size() > 0 && step.text().empty() && step.text_tokens() == 0 && !step.has_logprobs();
 }
 
-void MessageRecord::RecordIds(const google::protobuf::RepeatedField<uint32_t>& ids) {
-  ids_.insert(ids_.end(), ids.begin(), ids.end());
-  ends_.push_back(ids_.size());
+void History::AddIds(const uint32_t* ids, size_t size) {
+  if (size == 0) return;
+  if (!run_) steps_.Add();
+  run_ = true;
+  steps_.Mutable(steps_.size() - 1)->mutable_token_ids()->Add(ids, ids + size);
 }
 
-v1::ParseRequest MessageRecord::Message(size_t index) const {
-  auto whole = whole_.find(index);
-  if (whole != whole_.end()) return whole->second;
-  v1::ParseRequest message;
-  if (ends_[index] > ends_[index - 1]) {
-    message.add_steps()->mutable_token_ids()->Add(ids_.begin() + ends_[index - 1], ids_.begin() + ends_[index]);
+void History::Add(const google::protobuf::RepeatedPtrField<v1::Step>& steps) {
+  for (const v1::Step& step : steps) {
+    if (PlainIds(step)) {
+      AddIds(step.token_ids().data(), step.token_ids_size());
+    } else {
+      *steps_.Add() = step;
+      run_ = false;
+    }
   }
-  return message;
+}
+
+void History::Point(uint64_t sequence, uint32_t digest, v1::ResumePoint& point) const {
+  point.set_sequence(sequence);
+  point.set_output_digest(digest);
+  *point.mutable_history() = steps_;
 }
 
 }  // namespace parsetier::internal

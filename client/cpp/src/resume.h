@@ -1,12 +1,10 @@
 // What resuming needs on either API, Parse sessions (session.cc) and ParseBatch streams
 // (batch.cc): which statuses a move survives, the backoff between attempts, and the record of a
-// session's client messages kept for re-sending (docs/service.md, "Resume").
+// session's answered history kept for re-opening (docs/service.md, "Resume").
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <unordered_map>
-#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -25,26 +23,22 @@ bool Retryable(const grpc::Status& status);
 // backoff up to its maximum, jittered to 50-100% so a fleet's clients do not reconnect in lock step.
 std::chrono::milliseconds Backoff(const ResumePolicy& policy, int attempt);
 
-// The client messages of one session after its Open, numbered as the server counts them (the
-// Open is 0), as kept for re-sending: token ids in one array (about 4 bytes per token), messages
-// that are more than a run of ids (a Finish, an Open, text or logprob steps) whole. A message of
-// several id steps is re-sent as one step of all its ids, which the server parses identically (it
-// joins them).
-class MessageRecord {
+// A session's answered steps, as a resume point carries them (ResumePoint.history): consecutive
+// steps of plain token ids merged into one run (about 4 bytes per token), text and logprob steps
+// kept as they were sent.
+class History {
  public:
-  // Messages so far, the Open included.
-  size_t size() const { return ends_.size(); }
-
-  void Record(const v1::ParseRequest& message);
-  // The usual message: one step of these token ids.
-  void RecordIds(const google::protobuf::RepeatedField<uint32_t>& ids);
-  // Message `index` (>= 1) as it is re-sent.
-  v1::ParseRequest Message(size_t index) const;
+  void AddIds(const uint32_t* ids, size_t size);
+  void Add(const google::protobuf::RepeatedPtrField<v1::Step>& steps);
+  // The resume point of a session whose last reply had `sequence` and `digest`.
+  void Point(uint64_t sequence, uint32_t digest, v1::ResumePoint& point) const;
 
  private:
-  std::vector<uint32_t> ids_;
-  std::vector<size_t> ends_{0};  // message k >= 1 holds ids_[ends_[k - 1], ends_[k])
-  std::unordered_map<size_t, v1::ParseRequest> whole_;
+  google::protobuf::RepeatedPtrField<v1::Step> steps_;
+  bool run_ = false;  // the last step is a run of plain ids (later ids join it)
 };
+
+// Whether `step` is plain token ids: no text, text_tokens or logprobs.
+bool PlainIds(const v1::Step& step);
 
 }  // namespace parsetier::internal

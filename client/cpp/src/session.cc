@@ -3,12 +3,12 @@
 // Each stream is a StreamReactor on gRPC's callback API (ClientBidiReactor). The callback API is
 // used, not the synchronous one, because it alone tells a refused Open (a trailers-only
 // response) from an accepted one: OnReadInitialMetadataDone(false). A reactor allows one write in
-// flight, so a stream writes the session's history in order, one message after the other; a hold
+// flight, so a stream writes the session's messages in order, one after the other; a hold
 // keeps the call open while it may still write, released once its writer is finished (WritesDone
 // sent, a write failed, the session was cancelled, or the server ended the stream).
 //
-// SessionCore is the session: its history of client messages, the resume point (what was
-// received), the messages waiting for Next, the outcome. One mutex guards it and every stream's
+// SessionCore is the session: its ledger (the messages not answered yet, the answered history,
+// the sequence and digest of the last reply), the messages waiting for Next, the outcome. One mutex guards it and every stream's
 // state. Streams come one after the other: a new one is opened only after the previous one's
 // OnDone, on the core's resumer thread (backoff sleeps must not run on gRPC's threads), following
 // docs/service.md, "Resume".
@@ -27,40 +27,42 @@ namespace {
 
 constexpr size_t kMaxQueuedWrites = 64;  // Send blocks beyond this many unwritten messages
 
-// The client messages of one session, numbered as the server counts them (the Open is 0). A
-// message is kept as the caller made it until it is first written; with resume on, a record of
-// it (internal::MessageRecord) stays for re-sending.
-class History {
+// The client messages of one session after its Open, in the order sent, until they leave: once
+// written with resume off, once answered with resume on (the pending messages a resumed stream
+// re-sends after its Open). On any stream the Open is message 1, so pending message k is message
+// first_ + k of the current stream.
+class Pending {
  public:
-  explicit History(bool keep) : keep_(keep) {}
+  explicit Pending(bool keep) : keep_(keep) {}
 
-  // Messages so far, the Open included.
-  size_t size() const { return size_; }
+  void Record(v1::ParseRequest message) { messages_.push_back(std::make_shared<v1::ParseRequest>(std::move(message))); }
 
-  void Record(v1::ParseRequest message) {
-    if (keep_) record_.Record(message);
-    pending_.push_back(std::move(message));
-    ++size_;
+  // Messages a stream whose next message is number `next` has not had yet.
+  size_t Unwritten(uint64_t next) const { return first_ + messages_.size() - next; }
+
+  // Message `number` of the current stream, to write: streams write in order.
+  std::shared_ptr<const v1::ParseRequest> Take(uint64_t number) {
+    std::shared_ptr<const v1::ParseRequest> message = messages_[number - first_];
+    if (!keep_) Answered(number, nullptr);
+    return message;
   }
 
-  // Message `index` (>= 1) to be written: streams write in order, so it is either the oldest
-  // message never written or, on a resumed stream, one re-sent from the record.
-  v1::ParseRequest Take(size_t index) {
-    if (index == first_pending_) {
-      v1::ParseRequest message = std::move(pending_.front());
-      pending_.pop_front();
-      ++first_pending_;
-      return message;
+  // The messages through `number` are answered: they join `history` (with resume on).
+  void Answered(uint64_t number, internal::History* history) {
+    while (!messages_.empty() && first_ <= number) {
+      if (history != nullptr) history->Add(messages_.front()->steps());
+      messages_.pop_front();
+      ++first_;
     }
-    return record_.Message(index);
   }
+
+  // A new stream: its Open is message 1, the pending messages follow.
+  void Restart() { first_ = 2; }
 
  private:
   bool keep_;
-  size_t size_ = 1;
-  std::deque<v1::ParseRequest> pending_;  // messages first_pending_.. not written yet
-  size_t first_pending_ = 1;
-  internal::MessageRecord record_;
+  std::deque<std::shared_ptr<const v1::ParseRequest>> messages_;
+  uint64_t first_ = 2;
 };
 
 }  // namespace
@@ -79,8 +81,8 @@ class StreamReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::Parse
     stub.async()->Parse(&context_, this);
     AddHold();  // released by Pump once nothing more will be written
     writing_ = true;
-    current_ = std::move(open);
-    StartWrite(&current_);
+    open_ = std::move(open);
+    StartWrite(&open_);
     StartRead(&incoming_);
     StartCall();
   }
@@ -126,13 +128,14 @@ class StreamReactor : public grpc::ClientBidiReactor<v1::ParseRequest, v1::Parse
   SessionCore& core_;
   const bool resumed_;  // opened with a resume point
   grpc::ClientContext context_;
-  v1::ParseRequest current_;    // the write in flight
+  v1::ParseRequest open_;       // the first write
+  std::shared_ptr<const v1::ParseRequest> current_;  // a later write in flight
   v1::ParseResponse incoming_;  // the read in flight
   std::string parts_;           // a reply sent in parts, so far
   bool in_parts_ = false;
 
   bool started_ = false;  // Start has returned: Cancel may act on it
-  size_t written_ = 1;  // history messages this stream has had (the Open is written by Start)
+  uint64_t next_ = 2;  // the number of the next message to write (the Open, 1, is written by Start)
   bool accepted_ = false;
   bool writing_ = false;
   bool writes_done_ = false;
@@ -152,7 +155,7 @@ class SessionCore {
         callbacks_(std::move(callbacks)),
         prepare_(std::move(prepare)),
         policy_(policy),
-        history_(policy.has_value()) {
+        pending_(policy.has_value()) {
     if (policy_) open_.set_resumable(true);
   }
 
@@ -183,10 +186,10 @@ class SessionCore {
       if (finishing_ || cancelled_) return true;
       if (current_ == nullptr) return false;  // resuming
       if (current_->writer_closed_) return !policy_;
-      return history_.size() - current_->written_ < kMaxQueuedWrites;
+      return pending_.Unwritten(current_->next_) < kMaxQueuedWrites;
     });
     if (finishing_ || cancelled_ || current_->writer_closed_) return false;
-    history_.Record(std::move(message));
+    pending_.Record(std::move(message));
     finish_recorded_ = finish;
     current_->Pump(lock);
     return true;
@@ -292,8 +295,8 @@ class SessionCore {
       resume_wanted_ = false;
       resuming_ = true;
       v1::ResumePoint point;
-      point.set_client_messages(client_messages_);
-      point.set_sequence(sequence_);
+      history_.Point(sequence_, digest_, point);
+      pending_.Restart();
       lock.unlock();
       grpc::Status status = Connect(point);
       lock.lock();
@@ -324,8 +327,11 @@ class SessionCore {
                                   std::to_string(sequence_) + ": a gap or a repeat");
       return false;
     }
-    client_messages_ = message.client_messages();
     sequence_ = message.sequence();
+    if (policy_) {
+      digest_ = message.output_digest();
+      pending_.Answered(message.client_messages(), &history_);
+    }
     if (message.has_final()) final_ = message.final();
     if (callbacks_.on_message) {
       lock.unlock();
@@ -378,10 +384,11 @@ class SessionCore {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  History history_;
+  Pending pending_;
+  internal::History history_;  // with resume on: the answered steps
   bool finish_recorded_ = false;
-  uint64_t client_messages_ = 0;  // the resume point: the last message received
-  uint64_t sequence_ = 0;
+  uint64_t sequence_ = 0;  // of the last message received
+  uint32_t digest_ = 0;
   std::deque<v1::ParseResponse> messages_;  // for Next
   std::optional<v1::Final> final_;
   std::optional<grpc::Status> failure_;  // a reply out of sequence, or parts that do not join
@@ -404,12 +411,12 @@ void StreamReactor::Pump(std::unique_lock<std::mutex>& lock) {
   if (writing_) return;  // its completion pumps again
   if (!writer_closed_) {
     if (!accepted_) return;  // the Open's verdict first
-    if (written_ < core_.history_.size()) {
-      current_ = core_.history_.Take(written_++);
+    if (core_.pending_.Unwritten(next_) > 0) {
+      current_ = core_.pending_.Take(next_++);
       writing_ = true;
       core_.cv_.notify_all();  // room for Send
       lock.unlock();
-      StartWrite(&current_);  // without the lock: gRPC may run OnWriteDone inline
+      StartWrite(current_.get());  // without the lock: gRPC may run OnWriteDone inline
       return;
     }
     if (core_.finish_recorded_ && !writes_done_) {

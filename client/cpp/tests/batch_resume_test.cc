@@ -34,13 +34,13 @@
 
 namespace {
 
-using google::protobuf::util::MessageDifferencer;
 using parsetier_test::Env;
 using parsetier_test::InsecureOptions;
 using parsetier_test::kImEnd;
 using parsetier_test::kOutput;
 using parsetier_test::kTools;
 using parsetier_test::ParseVictim;
+using parsetier_test::SameReply;
 using parsetier_test::Victim;
 namespace v1 = parsetier::v1;
 
@@ -130,7 +130,7 @@ void ExpectSameReplies(const std::vector<Reply>& got, const std::vector<Reply>& 
   for (size_t k = 0; k < want.size(); ++k) {
     ASSERT_EQ(got[k].size(), want[k].size()) << label << " step " << k << ": outputs";
     for (size_t i = 0; i < want[k].size(); ++i) {
-      EXPECT_TRUE(MessageDifferencer::Equals(got[k][i], want[k][i]))
+      EXPECT_TRUE(SameReply(got[k][i], want[k][i]))
           << label << " step " << k << " output " << i << ":\n"
           << got[k][i].DebugString() << "want:\n"
           << want[k][i].DebugString();

@@ -27,7 +27,6 @@
 
 namespace {
 
-using google::protobuf::util::MessageDifferencer;
 using parsetier_test::kImEnd;
 using parsetier_test::kOutput;
 using parsetier_test::kTools;
@@ -39,6 +38,7 @@ constexpr auto kStepPause = std::chrono::milliseconds(10);  // so every session 
 using parsetier_test::Env;
 using parsetier_test::InsecureOptions;
 using parsetier_test::ParseVictim;
+using parsetier_test::SameReply;
 using parsetier_test::Victim;
 
 // How session i is driven: 1 to 3 steps per message, pull or push delivery.
@@ -142,7 +142,7 @@ void ExpectIdentical(const std::vector<Outcome>& runs, const std::string& prefix
     if (every_moves) EXPECT_GE(got.resumes, 1) << "session " << i << " never moved off the victim";
     ASSERT_EQ(got.replies.size(), want.replies.size()) << "session " << i;
     for (size_t k = 0; k < want.replies.size(); ++k) {
-      EXPECT_TRUE(MessageDifferencer::Equals(got.replies[k], want.replies[k]))
+      EXPECT_TRUE(SameReply(got.replies[k], want.replies[k]))
           << "session " << i << " reply " << k << ":\n" << got.replies[k].DebugString() << "want:\n"
           << want.replies[k].DebugString();
     }

@@ -3,6 +3,7 @@
 // the environment variables tests/test_cpp_client.py passes.
 #pragma once
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
@@ -16,6 +17,15 @@
 #include "parsetier/client.h"
 
 namespace parsetier_test {
+
+// Whether two replies (ParseResponse, SessionOutput) are the same but for `client_messages`: it
+// counts messages of the stream that carried the reply, so it restarts on a resumed stream.
+template <typename Reply>
+bool SameReply(const Reply& got, const Reply& want) {
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.IgnoreField(Reply::descriptor()->FindFieldByName("client_messages"));
+  return differencer.Compare(got, want);
+}
 
 inline const std::vector<uint32_t> kOutput = {
     151667, 198,   23657, 9104,  624,   151668, 271,   40129, 2176,   9720,  624,    151657, 198,

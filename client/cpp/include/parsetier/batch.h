@@ -40,16 +40,17 @@ class BatchLedger;
 // With resume on (ClientOptions::resume, the default, the same policy as Parse sessions) a
 // broken stream (a dead or draining server, a lost connection, a proxy's reset) does not end the
 // sessions: Recv opens a new stream through the same channel, with the policy's backoff and retry
-// budget, resumes every live session there (docs/service.md, "Resume": each re-opened at its
-// resume point, its history re-sent, entry j of every session in message j) and returns the next
-// step's reply as if nothing had happened: one reply per step sent, each with the outputs an
-// uninterrupted stream gives, in order, exactly once (an output whose sequence leaves a gap or
-// repeats is an Error, not output). Send never reports such a break. An open refused with
-// UNAVAILABLE (the server is draining or overloaded) moves the stream too. Sessions that ended
-// with a status of their own are in their step's reply as before and are not resumed. The batch
-// keeps, per live session, its token ids (about 4 bytes per token; text, logprob steps and the
-// finish whole) and, per step not yet received, its entries' keys. With resume off
-// (std::nullopt) it keeps nothing and a break is an Error.
+// budget, resumes every live session there (docs/service.md, "Resume": one message re-opens every
+// live session with its answered token ids, the steps not answered yet re-sent after it) and
+// returns the next step's reply as if nothing had happened: one reply per step sent, each with
+// the outputs an uninterrupted stream gives, in order, exactly once (an output whose sequence
+// leaves a gap or repeats is an Error, not output). Send never reports such a break. An open
+// refused with UNAVAILABLE (the server is draining or overloaded) moves the stream too. Sessions
+// that ended with a status of their own are in their step's reply as before and are not resumed.
+// The batch keeps, per live session, its answered token ids (one run, about 4 bytes per token;
+// text and logprob steps whole) and the sequence and digest of its last output, and the steps
+// not answered yet, as sent. With resume off (std::nullopt) it keeps nothing and a break is an
+// Error.
 class Batch {
  public:
   ~Batch();

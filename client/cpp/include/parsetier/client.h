@@ -174,8 +174,9 @@ class Batch;
 //
 // With resume on (ClientOptions::resume, the default) a broken stream is not the session's end:
 // the session reconnects with backoff, opens a new stream on whichever server the target
-// reaches, re-sends its history there (docs/service.md, "Resume") and goes on delivering the
-// next message as if nothing had happened; Send blocks meanwhile instead of failing. Statuses
+// reaches, re-opens there with its answered token ids, re-sends the messages not answered yet
+// (docs/service.md, "Resume") and goes on delivering the next message as if nothing had
+// happened; Send blocks meanwhile instead of failing. Statuses
 // that are the request's own (INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED...) end the session
 // as before, and so does the last error once the retry budget is spent.
 class Session {
