@@ -4,10 +4,11 @@ Run:  .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8] 
                                              [--clients python,go,cpp,rust]
 
 Each client runs as its own process (the Python ones are this script with ``--python-load``,
-``--sync`` for the blocking client, ``--no-resume`` for resume off: each Python client runs with
-resume on and off, so the cost of its resume ledger is a ratio within one run; Go's is
-``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``; Rust's is
-``client/rust/examples/parsetier_load.rs``, a release build) and streams the
+``--sync`` for the blocking client, ``--no-resume`` for resume off; Go's is
+``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``, each with its own
+``--no-resume``, so every one of them runs with resume on and off and the cost of its resume ledger
+is a ratio within one run; Rust's is ``client/rust/examples/parsetier_load.rs``, a release build)
+and streams the
 same Qwen3 output (reasoning, an answer, two tool calls; encoded with the real tokenizer) through
 ``--sessions`` sessions, ``--concurrency`` open at once, every token its own decode step, 1 or 8
 steps to a message, as fast as the server answers (a closed loop): once with one ``Parse`` stream
@@ -263,8 +264,10 @@ def build_clients(which: set[str]) -> dict[str, list[str]]:
         }
     if "go" in which:
         clients["Go"] = build_go()
+        clients["Go, resume off"] = [*clients["Go"], "--no-resume"]
     if "cpp" in which:
         clients["C++"] = build_cpp()
+        clients["C++, resume off"] = [*clients["C++"], "--no-resume"]
     if "rust" in which:
         clients["Rust"] = build_rust()
     return clients
@@ -449,12 +452,13 @@ def report(
         f"a {output_tokens}-token Qwen3 output, median of {args.reps} runs; load average "
         f"{os.getloadavg()[0]:.1f} at the end\n"
     )
-    print("| client | RPC | steps per message | load (tokens/s) | load vs Python async | client CPU µs/token "
-          "| client CPU vs Python async | server CPU µs/token |")  # fmt: skip
+    base_name = "Python async" if ("Python async", False, 1) in runs else runs_order(runs)[0]
+    print(f"| client | RPC | steps per message | load (tokens/s) | load vs {base_name} | client CPU µs/token "
+          f"| client CPU vs {base_name} | server CPU µs/token |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for batch in (False, True):
         for per_message in (1, 8):
-            base = runs[("Python async", batch, per_message)]
+            base = runs[(base_name, batch, per_message)]
             base_load = median([r.tokens / r.seconds for r in base])
             base_cpu = median([r.client_cpu / r.tokens for r in base])
             for name in runs_order(runs):
@@ -470,7 +474,7 @@ def report(
     print("\nResume on vs off, client CPU per token (same run, medians):\n")
     print("| client | RPC | steps per message | resume on µs/token | resume off µs/token | on / off |")
     print("|---|---|---|---|---|---|")
-    for name in ("Python async", "Python sync"):
+    for name in ("Python async", "Python sync", "Go", "C++"):
         for batch in (False, True):
             for per_message in (1, 8):
                 on, off = (
