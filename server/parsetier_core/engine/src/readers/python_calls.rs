@@ -263,6 +263,7 @@ pub struct PythonCallsReader {
     quotes: usize,
     esc: String,
     out: String,
+    chunk: String,
     pub calls: CallsState,
     pub status: Status,
 }
@@ -283,6 +284,7 @@ impl PythonCallsReader {
             quotes: 0,
             esc: String::new(),
             out: String::new(),
+            chunk: String::new(),
             calls: CallsState::default(),
             status: Status::Open,
         }
@@ -331,7 +333,7 @@ impl PythonCallsReader {
             Phase::Value => return self.value(c),
             Phase::QOpen => return self.quote_open(c),
             Phase::Name => {
-                if (ident(c) || c == '.') && self.name.chars().count() < TOKEN_LIMIT {
+                if (ident(c) || c == '.') && self.name.len() < TOKEN_LIMIT {
                     self.name.push(c);
                     return true;
                 }
@@ -339,7 +341,7 @@ impl PythonCallsReader {
                 return false;
             }
             Phase::Key => {
-                if ident(c) && self.token.chars().count() < TOKEN_LIMIT {
+                if ident(c) && self.token.len() < TOKEN_LIMIT {
                     self.token.push(c);
                     return true;
                 }
@@ -459,7 +461,7 @@ impl PythonCallsReader {
                     self.quotes = 1;
                     return true;
                 }
-                if self.token.chars().count() >= TOKEN_LIMIT {
+                if self.token.len() >= TOKEN_LIMIT && self.token.chars().count() >= TOKEN_LIMIT {
                     return self.fail();
                 }
                 self.token.push(c);
@@ -619,7 +621,8 @@ impl PythonCallsReader {
 
     fn string(&mut self, text: &str, mut pos: usize) -> usize {
         let quote = self.quote;
-        let mut chunk = String::new();
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.clear();
         let n = text.len();
         while pos < n {
             let c = text[pos..].chars().next().expect("in range");
@@ -645,6 +648,7 @@ impl PythonCallsReader {
                 }
                 self.out.push('"');
                 self.value_done();
+                self.chunk = chunk;
                 return pos;
             } else {
                 self.quotes += 1;
@@ -653,6 +657,7 @@ impl PythonCallsReader {
         if !chunk.is_empty() {
             push_json_fragment(&mut self.out, &chunk);
         }
+        self.chunk = chunk;
         pos
     }
 
