@@ -361,3 +361,33 @@ def render_apertus(p: Parts) -> str:
     calls = ", ".join(f'{{"{n}": {json_value(a)}}}' for n, a in p.calls)
     block = f"<|tools_prefix|>[{calls}]<|tools_suffix|>" if p.calls else ""
     return inner + p.content + block
+
+
+def render_inkling(p: Parts) -> str:
+    """After the generation prompt's ``<|message_model|>``: a thinking block (when the model
+    thinks), a text block, then one tool block per call whose header repeats the name and whose
+    payload has the template's sorted keys (``args`` first), compact."""
+    thinking = f"<|content_thinking|>{p.reasoning}<|end_message|><|message_model|>" if p.reasoning else ""
+    calls = "".join(
+        f"<|message_model|>{n}<|content_invoke_tool_json|>"
+        + json.dumps({"args": a, "name": n}, ensure_ascii=False, separators=(",", ":"))
+        + "<|end_message|>"
+        for n, a in p.calls
+    )
+    return f"{thinking}<|content_text|>{p.content}<|end_message|>{calls}<|content_model_end_sampling|>"
+
+
+def atem_block(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f'<atem:parameter name="{k}">{raw_value(v)}</atem:parameter>\n' for k, v in args.items())
+    return f'<atem:function_calls>\n<atem:invoke name="{name}">\n{params}</atem:invoke>\n</atem:function_calls>'
+
+
+def render_muse_glimmer(p: Parts) -> str:
+    """After the generation prompt's ``<|start|>assistant``: the reasoning message, the answer, then
+    one tool-addressed message per call; ``<|eom|>`` ends a message the turn goes on after, ``<|eot|>``
+    the last."""
+    messages = [f" to=self<|message|>{p.reasoning}"]
+    if p.content or not p.calls:
+        messages.append(f"<|start|>assistant to=user<|message|>{p.content}")
+    messages += [f"<|start|>assistant to={n}<|message|>{atem_block(n, a)}" for n, a in p.calls]
+    return "<|eom|>".join(messages) + "<|eot|>"

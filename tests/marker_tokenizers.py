@@ -1,7 +1,7 @@
 """Test scaffolding: marker tokenizers for the families whose vocabulary is on no package index.
 
 Kimi K2/K3, Gemma 4, Seed-OSS, Llama 4, Nemotron 3, Step-3.5, MiMo, Ling 3, Hunyuan Hy3, Granite 4 /
-3.x, ERNIE 4.5 and Cohere Command ship no tokenizer on PyPI. To drive their formats in token-id mode
+3.x, ERNIE 4.5, Cohere Command, Inkling and Muse Glimmer ship no tokenizer on PyPI. To drive their formats in token-id mode
 anyway, the tests build a tiny byte-level tokenizer (one token per byte) that carries the family's
 marker tokens as single special tokens, at their real ids where those are known (see each family's
 note below). It is saved as a
@@ -189,6 +189,20 @@ _ERNIE45_SYNTHETIC = (
     "</tool_call>",
 )
 
+# Inkling: no published id found; its markers (the ones vLLM's, SGLang's and Dynamo's parsers
+# name) sit above the 200064-token range a public port's `<|unused_200053|>` placeholder implies.
+_INKLING_SYNTHETIC = (
+    "<|message_model|>", "<|message_system|>", "<|message_tool|>", "<|content_text|>",
+    "<|content_thinking|>", "<|content_invoke_tool_json|>", "<|content_invoke_tool_text|>",
+    "<|content_tool_error|>", "<|content_xml|>", "<|content_model_end_sampling|>", "<|end_message|>",
+)  # fmt: skip
+# Muse Glimmer: the ids of the control tokens as a public client of its GGUF export names them
+# (its generation_config.json's eos ids are 200001 and 200008); the ATEM tags are plain text.
+MUSE_GLIMMER_IDS: dict[str, int] = {
+    "<|begin_of_text|>": 200000, "<|end_of_text|>": 200001, "<|eom|>": 200007, "<|eot|>": 200008,
+    "<|start|>": 200022, "<|message|>": 200023,
+}  # fmt: skip
+
 
 def _with_synthetic(verified: Mapping[str, int], synthetic: Iterable[str], start: int) -> dict[str, int]:
     out = dict(verified)
@@ -217,6 +231,9 @@ MARKERS: dict[str, dict[str, int]] = {
     "phi-4-mini": _with_synthetic({}, _PHI4_MINI_SYNTHETIC, 200064),
     "olmo-3": _with_synthetic({}, _OLMO3_SYNTHETIC, 100278),
     "apertus": _with_synthetic({}, _APERTUS_SYNTHETIC, 131072),
+    # families peers added since the last wave
+    "inkling": _with_synthetic({}, _INKLING_SYNTHETIC, 200064),
+    "muse-glimmer": dict(MUSE_GLIMMER_IDS),
 }
 """Marker tokenizer name → its markers."""
 
@@ -241,6 +258,8 @@ PRESET_MARKERS: dict[str, str] = {
     "phi-4-mini": "phi-4-mini",
     "olmo-3": "olmo-3",
     "apertus": "apertus",
+    "inkling": "inkling",
+    "muse-glimmer": "muse-glimmer",
 }
 """Preset → the marker tokenizer the tests configure for it."""
 

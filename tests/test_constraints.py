@@ -61,6 +61,7 @@ DERIVABLE = {
     "gemma4": "gemma-4",
     "llama4_pythonic": "llama4",
     "olmo3": "olmo-3",
+    "inkling": "inkling",
     # No public vocabulary: the shape derives; compiling needs the user's tokenizer.
     "kimi_k2": None,
     "seed_oss": None,
@@ -73,6 +74,7 @@ DERIVABLE = {
     "lfm2": None,
 }
 UNDERIVABLE = {
+    "muse_glimmer",
     "phi4_mini",
     "xlam",
 }
@@ -89,6 +91,7 @@ WALKED = (
     "gemma-4",
     "llama4",
     "olmo-3",
+    "inkling",
 )
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
 

@@ -413,6 +413,11 @@ LFM2_UNQUOTABLE = frozenset({"it's", "C:\\path\\to", "line one\nline two"})
 """LFM2's and Olmo 3's templates write string values in single quotes unescaped: a quote, a backslash
 or a newline in a string cannot round-trip (docs/formats/lfm2.md, olmo3.md)."""
 XLAM = _own("format_renderers (xLAM-2)", fr.render_xlam, calls_only=True)
+INKLING_MARKERS = ("<|end_message|>", "<|message_model|>", "<|content_invoke_tool_json|>", "}", "]")
+MUSE_MARKERS = (
+    "</atem:parameter>", "</atem:invoke>", "</atem:function_calls>", '<atem:invoke name="x">',
+    '<atem:parameter name="y">', "<atem:function_calls>",
+)  # fmt: skip
 
 FAMILIES: list[Family] = [
     # chat templates shipped with the real tokenizers (transformers' Jinja renderer)
@@ -515,6 +520,13 @@ FAMILIES: list[Family] = [
     Family("Apertus", "apertus", _own("format_renderers (Apertus)", fr.render_apertus, "<|assistant_start|>"),
            "marker", ("<|tools_suffix|>", "<|tools_prefix|>", "<|inner_suffix|>", "}", "]"), xml=False,
            prompt_thinking=False),
+    # families peers added since the last wave (marker tokenizers; our renderers: the shapes of the
+    # templates as peers' tests render them)
+    Family("Inkling", "inkling", _own("format_renderers (Inkling)", fr.render_inkling, "<|message_model|>"),
+           "marker", INKLING_MARKERS, xml=False),
+    Family("Muse Glimmer", "muse-glimmer",
+           _own("format_renderers (Muse Glimmer)", fr.render_muse_glimmer, "<|start|>assistant"),
+           "marker", MUSE_MARKERS, always_thinking=True),
     # JSON / pythonic families on real vocabularies (our renderers: the templates' shapes)
     Family("xLAM-2 (Llama)", "xlam-2-llama", XLAM, "llama3", (*JSON_MARKERS, "</think>", "[TOOL_CALLS]"),
            xml=False, reasoning=False, content_with_calls=False, bare_json=True),

@@ -34,7 +34,7 @@ terminal (MiniMax-M3's ``]<]minimax[>[<city>Paris]<]minimax[>[</city>``)."""
 ACTIONS = frozenset({"call_begin", "call_end", "param_begin", "param_end"})
 DIALECTS = frozenset({"json", "gemma", "python", "python_json", "keyed"})
 ENVELOPE_NAME_KEYS = frozenset({"name", "tool_name"})
-ENVELOPE_ARGUMENT_KEYS = frozenset({"arguments", "parameters"})
+ENVELOPE_ARGUMENT_KEYS = frozenset({"arguments", "parameters", "args"})
 ENVELOPE_ID_KEYS = frozenset({"id", "tool_call_id"})
 """The keys an envelope reads (``engine/arguments/envelope.py``, which skips a string-valued id
 member); ``keys`` picks the written ones."""

@@ -33,12 +33,12 @@ _HEAD = regex.compile(
     + _STRING_BODY
     + r')"\s*,\s*'
     + _SKIPPED
-    + r'"(?:arguments|parameters)"\s*:\s*'
+    + r'"(?:arguments|parameters|args)"\s*:\s*'
     + _ARGUMENTS_START,
     regex.DOTALL,
 )
 _HEAD_ARGS_FIRST = regex.compile(
-    r"\s*\{\s*" + _SKIPPED + r'"(?:arguments|parameters)"\s*:\s*' + _ARGUMENTS_START, regex.DOTALL
+    r"\s*\{\s*" + _SKIPPED + r'"(?:arguments|parameters|args)"\s*:\s*' + _ARGUMENTS_START, regex.DOTALL
 )
 _NAME_AFTER = regex.compile(
     r"\s*,\s*" + _NAME_KEY + r'\s*:\s*"(?P<name>' + _STRING_BODY + r')"', regex.DOTALL

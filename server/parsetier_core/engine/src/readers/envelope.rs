@@ -176,7 +176,7 @@ impl Cur<'_> {
 }
 
 const NAME_KEYS: [&str; 2] = ["\"name\"", "\"tool_name\""];
-const ARG_KEYS: [&str; 2] = ["\"arguments\"", "\"parameters\""];
+const ARG_KEYS: [&str; 3] = ["\"arguments\"", "\"parameters\"", "\"args\""];
 
 fn run(f: impl FnOnce(&mut Cur) -> Result<M, M>, s: &str) -> M {
     let mut c = Cur { s, i: 0 };
