@@ -379,7 +379,8 @@ def render_inkling(p: Parts) -> str:
 
 def atem_block(name: str, args: dict[str, Any]) -> str:
     params = "".join(f'<atem:parameter name="{k}">{raw_value(v)}</atem:parameter>\n' for k, v in args.items())
-    return f'<atem:function_calls>\n<atem:invoke name="{name}">\n{params}</atem:invoke>\n</atem:function_calls>'
+    invoke = f'<atem:invoke name="{name}">\n{params}</atem:invoke>'
+    return f"<atem:function_calls>\n{invoke}\n</atem:function_calls>"
 
 
 def render_muse_glimmer(p: Parts) -> str:

@@ -1,12 +1,12 @@
 """Test scaffolding: marker tokenizers for the families whose vocabulary is on no package index.
 
 Kimi K2/K3, Gemma 4, Seed-OSS, Llama 4, Nemotron 3, Step-3.5, MiMo, Ling 3, Hunyuan Hy3, Granite 4 /
-3.x, ERNIE 4.5, Cohere Command, Inkling and Muse Glimmer ship no tokenizer on PyPI. To drive their formats in token-id mode
-anyway, the tests build a tiny byte-level tokenizer (one token per byte) that carries the family's
-marker tokens as single special tokens, at their real ids where those are known (see each family's
-note below). It is saved as a
-``tokenizer.json`` directory and configured as the preset's tokenizer, exactly as a user points a
-preset at the model's real tokenizer directory; the server itself never makes a vocabulary up.
+3.x, ERNIE 4.5, Cohere Command, Inkling and Muse Glimmer ship no tokenizer on PyPI. To drive their
+formats in token-id mode anyway, the tests build a tiny byte-level tokenizer (one token per byte)
+that carries the family's marker tokens as single special tokens, at their real ids where those are
+known (see each family's note below). It is saved as a ``tokenizer.json`` directory and configured
+as the preset's tokenizer, exactly as a user points a preset at the model's real tokenizer
+directory; the server itself never makes a vocabulary up.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def test_the_header_name_is_markup_and_never_content() -> None:
 
 
 def test_a_call_block_opened_inside_unclosed_reasoning_ends_it() -> None:
-    text = '<|content_thinking|>Need the time.<|content_invoke_tool_json|>{"name": "get_time", "args": {}}<|end_message|>'
+    payload = '{"name": "get_time", "args": {}}'
+    text = f"<|content_thinking|>Need the time.<|content_invoke_tool_json|>{payload}<|end_message|>"
     assert split_check(INKLING, enc(INKLING, text), OPTS) == ("", "Need the time.", (("get_time", "{}"),))
 
 

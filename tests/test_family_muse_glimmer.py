@@ -43,7 +43,8 @@ def test_several_invokes_in_one_block_and_dotted_names() -> None:
     """The name is the invoke's; the header's recipient (a namespace, or the name) is markup."""
     text = (
         "<|start|>assistant to=weather<|message|><atem:function_calls>\n"
-        '<atem:invoke name="weather.get">\n<atem:parameter name="city">Oslo</atem:parameter>\n</atem:invoke>\n'
+        '<atem:invoke name="weather.get">\n'
+        '<atem:parameter name="city">Oslo</atem:parameter>\n</atem:invoke>\n'
         '<atem:invoke name="get_time">\n</atem:invoke>\n</atem:function_calls><|eot|>'
     )
     want = ("", "", (("weather.get", '{"city": "Oslo"}'), ("get_time", "{}")))
@@ -53,7 +54,8 @@ def test_several_invokes_in_one_block_and_dotted_names() -> None:
 def test_atem_in_reasoning_or_the_answer_is_text() -> None:
     """Channel scoping: ATEM markup echoed in a to=self or to=user message is never a call."""
     echoed = atem("get_time", {})
-    text = f" to=self<|message|>Maybe {echoed}<|eom|><|start|>assistant to=user<|message|>Use {echoed}.<|eot|>"
+    text = f" to=self<|message|>Maybe {echoed}<|eom|>"
+    text += f"<|start|>assistant to=user<|message|>Use {echoed}.<|eot|>"
     assert split_check(MUSE, enc(MUSE, text), OPTS) == (f"Use {echoed}.", f"Maybe {echoed}", ())
 
 
@@ -89,6 +91,7 @@ def test_look_alike_control_tokens_are_text() -> None:
 
 
 def test_output_cut_mid_value_keeps_the_value_and_closes_the_call() -> None:
-    text = '<|start|>assistant to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
-    text += '<atem:parameter name="city">Par'
-    assert split_check(MUSE, enc(MUSE, text), OPTS, reason="length") == ("", "", (("get_weather", '{"city": "Par"}'),))
+    text = "<|start|>assistant to=get_weather<|message|><atem:function_calls>\n"
+    text += '<atem:invoke name="get_weather">\n<atem:parameter name="city">Par'
+    want = ("", "", (("get_weather", '{"city": "Par"}'),))
+    assert split_check(MUSE, enc(MUSE, text), OPTS, reason="length") == want
