@@ -100,6 +100,14 @@ _WRITTEN = {
     "phi-4-mini": 'functools[{"name": "f", "arguments": {"a": ' + VALUE + "}}]",
     "olmo-3": "<function_calls>\nf(a=" + VALUE + ")\n</function_calls>",
     "apertus": '<|tools_prefix|>[{"f": {"a": ' + VALUE + "}}]<|tools_suffix|>",
+    # families peers added since the last wave
+    "inkling": '<|message_model|>f<|content_invoke_tool_json|>{"name": "f", "args": {"a": '
+    + VALUE
+    + "}}<|end_message|>",
+    "muse-glimmer": " to=self<|message|>r<|eom|><|start|>assistant to=f<|message|><atem:function_calls>\n"
+    + '<atem:invoke name="f">\n<atem:parameter name="a">'
+    + VALUE
+    + "</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>",
 }
 """Families without a call fixture in the suite, and those whose fixture call has no bare value
 (Llama 4's pythonic calls, Gemma 4): a call as their tests write it."""

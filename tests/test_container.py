@@ -115,6 +115,7 @@ NEED_CONFIGURED_TOKENIZER |= {
     "olmo-3",
     "apertus",
 }
+NEED_CONFIGURED_TOKENIZER |= {"inkling", "muse-glimmer"}
 LIST_MODELS = """
 import json, sys
 from parsetier_client import Client

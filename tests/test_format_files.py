@@ -21,6 +21,8 @@ PEER_JSON_PRESETS = (
     "granite-4", "granite-3", "ernie-4.5-thinking", "command-a", "lfm2", "phi-4-mini", "olmo-3", "apertus",
 )  # fmt: skip
 """The same for the JSON / pythonic families (docs/formats/granite.md, ernie.md, cohere.md, …)."""
+PEER_NEW_PRESETS = ("inkling", "muse-glimmer")
+"""The same for the families peers added since (docs/formats/inkling.md, muse-glimmer.md)."""
 
 USER_FORMAT = textwrap.dedent(
     """
@@ -182,7 +184,7 @@ def test_presets_without_a_packaged_vocabulary_wait_for_a_configured_tokenizer(t
     infos = {i.name: i for i in registry.describe()}
     for name in (
         "kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4",
-        *PEER_XML_PRESETS, *PEER_JSON_PRESETS,
+        *PEER_XML_PRESETS, *PEER_JSON_PRESETS, *PEER_NEW_PRESETS,
     ):  # fmt: skip
         info = infos[name]
         assert (info.tokenizer, info.tokenizer_available, info.tokenizer_state) == (
