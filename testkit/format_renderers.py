@@ -73,20 +73,34 @@ def render_qwen35(p: Parts) -> str:
     return f"{p.reasoning}\n</think>\n\n{p.content}\n\n{calls}"
 
 
-def render_deepseek_r1(p: Parts) -> str:
-    calls = "\n".join(
-        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{json_value(a)}\n```<｜tool▁call▁end｜>"
-        for n, a in p.calls
+def deepseek_v3_call(name: str, args: str) -> str:
+    """One DeepSeek V3 / R1 call, ``args`` its JSON text."""
+    return f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜>"
+
+
+def deepseek_v3_calls(*calls: tuple[str, str]) -> str:
+    """DeepSeek V3 / R1's calls block: (name, JSON text) pairs, one per line."""
+    return (
+        "<｜tool▁calls▁begin｜>"
+        + "\n".join(deepseek_v3_call(n, a) for n, a in calls)
+        + "<｜tool▁calls▁end｜>"
     )
-    return f"<think>\n{p.reasoning}\n</think>\n\n{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
+
+
+def deepseek_v31_calls(*calls: tuple[str, str]) -> str:
+    """DeepSeek V3.1's calls block: (name, JSON text) pairs, back to back."""
+    inner = "".join(f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{a}<｜tool▁call▁end｜>" for n, a in calls)
+    return f"<｜tool▁calls▁begin｜>{inner}<｜tool▁calls▁end｜>"
+
+
+def render_deepseek_r1(p: Parts) -> str:
+    calls = deepseek_v3_calls(*((n, json_value(a)) for n, a in p.calls))
+    return f"<think>\n{p.reasoning}\n</think>\n\n{p.content}{calls}"
 
 
 def render_deepseek_v31(p: Parts) -> str:
     # V3.1 calls tools in non-thinking mode (its template's default): no reasoning.
-    calls = "".join(
-        f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{json_value(a)}<｜tool▁call▁end｜>" for n, a in p.calls
-    )
-    return f"{p.content}<｜tool▁calls▁begin｜>{calls}<｜tool▁calls▁end｜>"
+    return p.content + deepseek_v31_calls(*((n, json_value(a)) for n, a in p.calls))
 
 
 def render_dsml(wrapper: str) -> Callable[[Parts], str]:
@@ -142,22 +156,30 @@ def render_seed_oss(p: Parts) -> str:
     return f"<seed:think>{p.reasoning}</seed:think>\n{p.content}\n{calls}"
 
 
+def kimi_k2_call(written_id: str, args: str) -> str:
+    """One Kimi K2 call: its id as the model writes it (``functions.NAME:INDEX``), its JSON text."""
+    return f"<|tool_call_begin|>{written_id}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+
+
 def render_kimi_k2(p: Parts) -> str:
-    calls = "".join(
-        f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{json_value(a)}<|tool_call_end|>"
-        for i, (n, a) in enumerate(p.calls)
-    )
+    calls = "".join(kimi_k2_call(f"functions.{n}:{i}", json_value(a)) for i, (n, a) in enumerate(p.calls))
     return f"{p.reasoning}</think>{p.content}<|tool_calls_section_begin|>{calls}<|tool_calls_section_end|>"
+
+
+def kimi_k3_argument(key: str, value: str, kind: str | None = "string") -> str:
+    """One Kimi K3 argument, ``value`` as written; ``kind`` None writes no ``type``."""
+    typed = f' type="{kind}"' if kind else ""
+    return f'<|open|>argument key="{key}"{typed}<|sep|>{value}<|close|>argument<|sep|>'
+
+
+def kimi_k3_call(name: str, index: int, *arguments: str) -> str:
+    """One Kimi K3 call from its written arguments (``kimi_k3_argument``)."""
+    return f'<|open|>call tool="{name}" index="{index}"<|sep|>' + "".join(arguments) + "<|close|>call<|sep|>"
 
 
 def render_kimi_k3(p: Parts) -> str:
     calls = "".join(
-        f'<|open|>call tool="{n}" index="{i}"<|sep|>'
-        + "".join(
-            f'<|open|>argument key="{k}" type="{k3_type(v)}"<|sep|>{raw_value(v)}<|close|>argument<|sep|>'
-            for k, v in a.items()
-        )
-        + "<|close|>call<|sep|>"
+        kimi_k3_call(n, i, *(kimi_k3_argument(k, raw_value(v), k3_type(v)) for k, v in a.items()))
         for i, (n, a) in enumerate(p.calls, 1)
     )
     return (
@@ -240,15 +262,16 @@ def render_mimo(p: Parts, thinking: bool) -> str:
     return f"<think>{p.reasoning}</think>{answer}" if thinking else answer
 
 
+def ling3_call(name: str, *kv: tuple[str, str]) -> str:
+    """One Ling 3 (GLM-4.7 compact) call from (key, written value) pairs."""
+    pairs = "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in kv)
+    return f"<tool_call>{name}{pairs}</tool_call>"
+
+
 def render_ling3(p: Parts, thinking: bool) -> str:
     """GLM-4.7 compact calls; with reasoning and calls but no answer the model may skip
     ``</think>`` (a ``<tool_call>`` ends the reasoning)."""
-    calls = "".join(
-        f"<tool_call>{n}"
-        + "".join(f"<arg_key>{k}</arg_key><arg_value>{raw_value(v)}</arg_value>" for k, v in a.items())
-        + "</tool_call>"
-        for n, a in p.calls
-    )
+    calls = "".join(ling3_call(n, *((k, raw_value(v)) for k, v in a.items())) for n, a in p.calls)
     if not thinking:
         return p.content + calls
     close = "" if calls and not p.content else "</think>"
@@ -263,21 +286,23 @@ def hy3_marker(marker: str) -> str:
     return marker[:-1] + HY3_SUFFIX + ">"
 
 
+def hy3_call(name: str, *kv: tuple[str, str], m: Callable[[str], str] = hy3_marker) -> str:
+    """One Hy3 call from (key, written value) pairs; ``m`` spells the markers."""
+    pairs = "".join(
+        f"{m('<arg_key>')}{k}{m('</arg_key>')}\n{m('<arg_value>')}{v}{m('</arg_value>')}\n" for k, v in kv
+    )
+    return f"{m('<tool_call>')}{name}{m('<tool_sep>')}\n{pairs}{m('</tool_call>')}\n"
+
+
+def hy3_block(*calls: str, m: Callable[[str], str] = hy3_marker) -> str:
+    return f"{m('<tool_calls>')}\n" + "".join(calls) + m("</tool_calls>")
+
+
 def render_hy3(p: Parts, thinking: bool) -> str:
     """After ``<think>`` (low/high effort) or ``<think></think>`` (no_think) in the prompt."""
-    m = hy3_marker
-    calls = "".join(
-        f"{m('<tool_call>')}{n}{m('<tool_sep>')}\n"
-        + "".join(
-            f"{m('<arg_key>')}{k}{m('</arg_key>')}\n{m('<arg_value>')}{raw_value(v)}{m('</arg_value>')}\n"
-            for k, v in a.items()
-        )
-        + f"{m('</tool_call>')}\n"
-        for n, a in p.calls
-    )
-    block = f"{m('<tool_calls>')}\n{calls}{m('</tool_calls>')}" if calls else ""
-    answer = p.content + block
-    return f"{p.reasoning}{m('</think>')}{answer}" if thinking else answer
+    calls = [hy3_call(n, *((k, raw_value(v)) for k, v in a.items())) for n, a in p.calls]
+    answer = p.content + (hy3_block(*calls) if calls else "")
+    return f"{p.reasoning}{hy3_marker('</think>')}{answer}" if thinking else answer
 
 
 # --- JSON / pythonic families (Granite, ERNIE, Cohere, xLAM) ----------------------------------------

@@ -27,6 +27,7 @@ from parsetier.constraints.shape import Underivable, call_shape
 from parsetier.messages import SessionOptions, Tool
 from parsetier.session import parse
 from parsetier_api.v1 import parsetier_pb2 as pb
+from testkit.format_renderers import kimi_k3_argument, kimi_k3_call
 
 WEATHER = Tool(
     "get_weather",
@@ -379,13 +380,6 @@ def test_minimax_m3_elements_reject_what_they_must_and_nest_by_schema() -> None:
         derive(bound, ConstraintRequest((Tool("f", {"properties": {"a b<": {}}}, strict=True),), "auto"))
 
 
-def k3_call(name: str, *args: tuple[str, str, str]) -> str:
-    body = "".join(
-        f'<|open|>argument key="{k}" type="{t}"<|sep|>{v}<|close|>argument<|sep|>' for k, t, v in args
-    )
-    return f'<|open|>call tool="{name}" index="1"<|sep|>{body}<|close|>call<|sep|>'
-
-
 def test_kimi_k3_writes_attributes_from_the_rules_and_ends_the_message() -> None:
     """Kimi K3: the rules' `write` spells ` tool="NAME" index="N"` and ` key="K" type="T"`; the
     tools element closes the message; reasoning leaves through the prompt's think closer."""
@@ -393,7 +387,9 @@ def test_kimi_k3_writes_attributes_from_the_rules_and_ends_the_message() -> None
     bound = model(preset).grammar
     think = "Let me look.<|close|>think<|sep|><|open|>response<|sep|>"
     tools = "<|close|>response<|sep|><|open|>tools<|sep|>{}<|close|>tools<|sep|><|close|>message<|sep|>"
-    weather = k3_call("get_weather", ("city", "string", "Paris"), ("days", "integer", "3"))
+    weather = kimi_k3_call(
+        "get_weather", 1, kimi_k3_argument("city", "Paris"), kimi_k3_argument("days", "3", "integer")
+    )
     ids = _enc(preset, think + tools.format(weather))
     inside = request("required", reasoning="inside")
     assert _accepts(preset, derive(bound, inside), ids)
@@ -402,21 +398,23 @@ def test_kimi_k3_writes_attributes_from_the_rules_and_ends_the_message() -> None
     assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == [
         ("get_weather", {"city": "Paris", "days": 3})
     ]
-    two = tools.format(weather + k3_call("get_time"))
+    two = tools.format(weather + kimi_k3_call("get_time", 1))
     assert _accepts(preset, derive(bound, request("required", reasoning="inside")), _enc(preset, think + two))
     single = request("required", parallel=False, reasoning="inside")
     assert not _accepts(preset, derive(bound, single), _enc(preset, think + two))
     after = _enc(preset, think + tools.format(weather) + "more")
     assert not _accepts(preset, derive(bound, inside), after)  # nothing after the message's close
-    bad_type = k3_call("get_weather", ("city", "string", "Paris"), ("days", "string", "3"))
+    bad_type = kimi_k3_call(
+        "get_weather", 1, kimi_k3_argument("city", "Paris"), kimi_k3_argument("days", "3")
+    )
     assert not _accepts(preset, derive(bound, inside), _enc(preset, think + tools.format(bad_type)))
-    other = k3_call("send_mail", ("to", "string", "x"))
+    other = kimi_k3_call("send_mail", 1, kimi_k3_argument("to", "x"))
     assert not _accepts(preset, derive(bound, inside), _enc(preset, think + tools.format(other)))
     assert not _accepts(preset, derive(bound, request("none", reasoning="inside")), ids)
     assert not _accepts(preset, derive(bound, inside), _enc(preset, think + "No call."))
     quoted = Tool('say"hi"&', {"type": "object", "properties": {}}, strict=True)
     root = derive(bound, ConstraintRequest((quoted,), "required", None, True, "inside"))
-    escaped = _enc(preset, think + tools.format(k3_call("say&quot;hi&quot;&amp;")))
+    escaped = _enc(preset, think + tools.format(kimi_k3_call("say&quot;hi&quot;&amp;", 1)))
     assert _accepts(preset, root, escaped)  # attribute values are written XML-escaped
     assert parse(model(preset), SessionOptions(tools=(quoted,)), escaped)[0].tool_calls[0].name == quoted.name
 

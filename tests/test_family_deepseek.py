@@ -20,6 +20,7 @@ from engine_helpers import accumulate, check_consistent, parse_shape, parsed, ru
 from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
+from testkit.format_renderers import deepseek_v3_call, deepseek_v3_calls, deepseek_v31_calls
 
 _REGISTRY = ModelRegistry()
 PRESETS = ("deepseek-v3", "deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1")
@@ -32,19 +33,6 @@ def model(name: str) -> Model:
 
 
 # ============================================================================ rendering the formats
-def v3_call(name: str, args: str) -> str:
-    return f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜>"
-
-
-def v3_calls(*calls: tuple[str, str]) -> str:
-    return "<｜tool▁calls▁begin｜>" + "\n".join(v3_call(n, a) for n, a in calls) + "<｜tool▁calls▁end｜>"
-
-
-def v31_calls(*calls: tuple[str, str]) -> str:
-    inner = "".join(f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{a}<｜tool▁call▁end｜>" for n, a in calls)
-    return f"<｜tool▁calls▁begin｜>{inner}<｜tool▁calls▁end｜>"
-
-
 @dataclass(frozen=True)
 class Dsml:
     """The DSML dialect of one model version: the calls wrapper and whether tags are spaced."""
@@ -94,21 +82,25 @@ SAMPLES: dict[str, list[tuple[str, tuple[str, str, tuple[tuple[str, str], ...]]]
     "deepseek-v3": [
         (
             "Checking."
-            + v3_calls(("get_weather", '{"city": "Zürich", "days": 3}'), ("search", TWO_CALLS_SHAPE[1][1])),
+            + deepseek_v3_calls(
+                ("get_weather", '{"city": "Zürich", "days": 3}'), ("search", TWO_CALLS_SHAPE[1][1])
+            ),
             ("Checking.", "", TWO_CALLS_SHAPE),
         ),
         ("Hello! 👋 How can I help?", ("Hello! 👋 How can I help?", "", ())),
     ],
     "deepseek-r1": [
         (
-            "<think>\nTwo lookups.\n</think>\n\nOn it." + v3_calls(("get_time", "{}")),
+            "<think>\nTwo lookups.\n</think>\n\nOn it." + deepseek_v3_calls(("get_time", "{}")),
             ("On it.", "Two lookups.", (("get_time", "{}"),)),
         ),
     ],
     "deepseek-v3.1": [
         (
             "Let me look."
-            + v31_calls(("get_weather", '{"city": "Zürich", "days": 3}'), ("search", TWO_CALLS_SHAPE[1][1])),
+            + deepseek_v31_calls(
+                ("get_weather", '{"city": "Zürich", "days": 3}'), ("search", TWO_CALLS_SHAPE[1][1])
+            ),
             ("Let me look.", "", TWO_CALLS_SHAPE),
         ),
     ],
@@ -154,14 +146,14 @@ def test_complete_tool_calls_deliver_each_call_whole() -> None:
 # ============================================================================ markers inside arguments
 def test_v3_marker_tokens_and_fences_inside_json_strings() -> None:
     args = '{"text": "use ```json\\n{}\\n``` or <｜tool▁call▁end｜><｜tool▁calls▁end｜> tokens"}'
-    ids = enc(V3, v3_calls(("echo", args)))
+    ids = enc(V3, deepseek_v3_calls(("echo", args)))
     assert 128809 in ids[:-3]  # the marker really is its token inside the string
     assert split_check(V3, ids) == ("", "", (("echo", args),))
 
 
 def test_v31_marker_tokens_inside_json_strings() -> None:
     args = '{"text": "Tokens like <｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜> are markup."}'
-    ids = enc(V31, v31_calls(("echo", args)))
+    ids = enc(V31, deepseek_v31_calls(("echo", args)))
     assert split_check(V31, ids) == ("", "", (("echo", args),))
 
 
@@ -207,7 +199,12 @@ def test_dsml_parallel_calls_indices_and_parallel_off(name: str) -> None:
 
 
 def test_v3_adjacent_calls_without_newline() -> None:
-    text = "<｜tool▁calls▁begin｜>" + v3_call("a", '{"x": 1}') + v3_call("b", "{}") + "<｜tool▁calls▁end｜>"
+    text = (
+        "<｜tool▁calls▁begin｜>"
+        + deepseek_v3_call("a", '{"x": 1}')
+        + deepseek_v3_call("b", "{}")
+        + "<｜tool▁calls▁end｜>"
+    )
     assert split_check(V3, enc(V3, text))[2] == (("a", '{"x": 1}'), ("b", "{}"))
 
 
@@ -260,7 +257,7 @@ def test_dsml_raw_string_values_are_kept_verbatim() -> None:
 
 def test_v3_json_arguments_stream_verbatim() -> None:
     args = '{"x": -3, "y": 2.5, "tolerance": 1e-05, "limit": null, "values": [0, -0.5, 1e+21], "code": "007"}'
-    got = split_check(V31, enc(V31, v31_calls(("calculate", args))))
+    got = split_check(V31, enc(V31, deepseek_v31_calls(("calculate", args))))
     assert got[2] == (("calculate", args),)
 
 
@@ -277,7 +274,7 @@ def test_dsml_empty_and_self_closing_invokes(name: str) -> None:
 
 
 def test_v3_empty_arguments_and_missing_call_tokens() -> None:
-    assert split_check(V3, enc(V3, v3_calls(("get_time", "{}"))))[2] == (("get_time", "{}"),)
+    assert split_check(V3, enc(V3, deepseek_v3_calls(("get_time", "{}"))))[2] == (("get_time", "{}"),)
     # <｜tool▁call▁begin｜> missing: no well-formed call; the block is the model's text, passed
     # through as content, markers included (docs/service.md, "Malformed model output")
     broken = '<｜tool▁calls▁begin｜>function<｜tool▁sep｜>f\n```json\n{"a": 1}\n```<｜tool▁calls▁end｜>'
@@ -292,8 +289,8 @@ def _cut_after(text: str, marker: str) -> str:
 @pytest.mark.parametrize(
     ("name", "text"),
     [
-        ("deepseek-v3", _cut_after(v3_calls(("get_weather", '{"city": "Zürich"}')), "Zür")),
-        ("deepseek-v3.1", _cut_after(v31_calls(("get_weather", '{"city": "Zürich"}')), "Zür")),
+        ("deepseek-v3", _cut_after(deepseek_v3_calls(("get_weather", '{"city": "Zürich"}')), "Zür")),
+        ("deepseek-v3.1", _cut_after(deepseek_v31_calls(("get_weather", '{"city": "Zürich"}')), "Zür")),
         *(
             (n, _cut_after(d.calls(d.invoke("get_weather", d.param("city", "Zürich"))), "Zür"))
             for n, d in DSML.items()
@@ -401,7 +398,7 @@ def test_dsml_string_values_stream_before_the_value_ends() -> None:
 
 def test_tools_schema_unused_for_json_formats() -> None:
     """V3.1 arguments are the model's JSON as written, whatever the schema says."""
-    ids = enc(V31, v31_calls(("f", '{"n": "7"}')))
+    ids = enc(V31, deepseek_v31_calls(("f", '{"n": "7"}')))
     opts = SessionOptions(tools=tools(("f", {"n": {"type": "integer"}})))
     assert parsed(V31, ids, opts)[2] == (("f", '{"n": "7"}'),)
 

@@ -21,6 +21,7 @@ from family_support import call_ids, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
 from parsetier.session import parse
+from testkit.format_renderers import kimi_k2_call, kimi_k3_argument, kimi_k3_call
 
 _REGISTRY = marker_tokenizers.registry()
 K2: Model = _REGISTRY.get("kimi-k2")
@@ -33,18 +34,10 @@ K26_PROMPT = "<|im_assistant|>assistant<|im_middle|><think>"
 K26_PROMPT_OFF = "<|im_assistant|>assistant<|im_middle|><think></think>"
 
 
-def k2_call(name: str, idx: int, args: str) -> str:
-    return k2_raw_call(f"functions.{name}:{idx}", args)
-
-
-def k2_raw_call(written_id: str, args: str) -> str:
-    return f"<|tool_call_begin|>{written_id}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
-
-
 K2_PARALLEL = (
     "Two lookups.</think>Checking.<|tool_calls_section_begin|>"
-    + k2_call("get_weather", 0, '{"city": "Paris", "days": 3}')
-    + k2_call("get_news", 1, '{"topic": "tech", "tags": ["a", "b"], "urgent": true}')
+    + kimi_k2_call("functions.get_weather:0", '{"city": "Paris", "days": 3}')
+    + kimi_k2_call("functions.get_news:1", '{"topic": "tech", "tags": ["a", "b"], "urgent": true}')
     + "<|tool_calls_section_end|>"
 )
 
@@ -74,7 +67,7 @@ def test_k2_parallel_calls_keep_the_written_ids() -> None:
     ],
 )
 def test_k2_id_is_what_the_model_wrote(written: str, call_id: str, name: str) -> None:
-    text = "<|tool_calls_section_begin|>" + k2_raw_call(written, "{}") + "<|tool_calls_section_end|>"
+    text = "<|tool_calls_section_begin|>" + kimi_k2_call(written, "{}") + "<|tool_calls_section_end|>"
     message, _, _ = parse(K2, SessionOptions(), enc(K2, text))
     assert shape(message) == ("", "", ((name, "{}"),))
     assert call_ids(message) == [call_id]
@@ -82,7 +75,11 @@ def test_k2_id_is_what_the_model_wrote(written: str, call_id: str, name: str) ->
 
 def test_k2_marker_token_inside_a_json_string_is_text() -> None:
     args = '{"path": "end.txt", "content": "stop at <|tool_call_end|> and <|tool_calls_section_end|> please"}'
-    text = "<|tool_calls_section_begin|>" + k2_call("write_file", 0, args) + "<|tool_calls_section_end|>"
+    text = (
+        "<|tool_calls_section_begin|>"
+        + kimi_k2_call("functions.write_file:0", args)
+        + "<|tool_calls_section_end|>"
+    )
     ids = enc(K2, text)
     assert ids.count(K2.tokenizer.token_to_id("<|tool_call_end|>")) == 2, "the string holds the marker token"
     message, _, _ = parse(K2, SessionOptions(), ids)
@@ -94,7 +91,7 @@ def test_k2_text_around_the_section_is_content_and_noise_inside_is_dropped() -> 
     documented exception to conservation); text around the section is content."""
     text = (
         "Before. <|tool_calls_section_begin|> noise "
-        + k2_call("get_weather", 0, '{"city": "Tokyo"}')
+        + kimi_k2_call("functions.get_weather:0", '{"city": "Tokyo"}')
         + " more noise <|tool_calls_section_end|> After."
     )
     want = ("Before.  After.", "", (("get_weather", '{"city": "Tokyo"}'),))
@@ -170,27 +167,20 @@ K3_PROMPT = '<|open|>message role="assistant"<|sep|><|open|>think<|sep|>'
 K3_PROMPT_OFF = '<|open|>message role="assistant"<|sep|><|open|>response<|sep|>'
 
 
-def k3_arg(key: str, value: str, kind: str | None = "string") -> str:
-    typed = f' type="{kind}"' if kind else ""
-    return f'<|open|>argument key="{key}"{typed}<|sep|>{value}<|close|>argument<|sep|>'
-
-
-def k3_call(name: str, index: int, *args: str) -> str:
-    return f'<|open|>call tool="{name}" index="{index}"<|sep|>' + "".join(args) + "<|close|>call<|sep|>"
-
-
 K3_FULL = (
     "Two cities.<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>"
     "<|open|>tools<|sep|>"
-    + k3_call("get_weather", 1, k3_arg("city", "Paris"), k3_arg("days", "3", "number"))
-    + k3_call(
+    + kimi_k3_call(
+        "get_weather", 1, kimi_k3_argument("city", "Paris"), kimi_k3_argument("days", "3", "number")
+    )
+    + kimi_k3_call(
         "create_event",
         2,
-        k3_arg("title", 'Stand-up "daily"\n'),
-        k3_arg("all_day", "false", "boolean"),
-        k3_arg("reminder", "null", "null"),
-        k3_arg("tags", '["a", "b"]', "array"),
-        k3_arg("where", '{"room": 4, "geo": [47.3, 8.5]}', "object"),
+        kimi_k3_argument("title", 'Stand-up "daily"\n'),
+        kimi_k3_argument("all_day", "false", "boolean"),
+        kimi_k3_argument("reminder", "null", "null"),
+        kimi_k3_argument("tags", '["a", "b"]', "array"),
+        kimi_k3_argument("where", '{"room": 4, "geo": [47.3, 8.5]}', "object"),
     )
     + "<|close|>tools<|sep|><|close|>message<|sep|>"
 )
@@ -225,7 +215,9 @@ def test_k3_attribute_escapes_and_order() -> None:
 
 def test_k3_untyped_argument_follows_the_tool_schema() -> None:
     tool = Tool("f", {"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}})
-    text = "<|open|>tools<|sep|>" + k3_call("f", 1, k3_arg("n", "42", None), k3_arg("s", "42", None))
+    text = "<|open|>tools<|sep|>" + kimi_k3_call(
+        "f", 1, kimi_k3_argument("n", "42", None), kimi_k3_argument("s", "42", None)
+    )
     message, _, _ = parse(
         K3, prompted(K3, K3_PROMPT_OFF, tools=(tool,)), enc(K3, text + "<|close|>tools<|sep|>")
     )
@@ -325,7 +317,9 @@ def test_k3_closers_as_their_tokens_inside_a_value_are_value_text() -> None:
     """Argument bodies are raw text, so a closer written inside one is the very tokens of the real
     closer: it ends the value only where the message's structure goes on after it."""
     value = "see <|close|>argument<|sep|> and <|close|>call<|sep|> or <|close|>message<|sep|> inside"
-    text = "<|open|>tools<|sep|>" + k3_call("write_file", 1, k3_arg("content", value), k3_arg("path", "a"))
+    text = "<|open|>tools<|sep|>" + kimi_k3_call(
+        "write_file", 1, kimi_k3_argument("content", value), kimi_k3_argument("path", "a")
+    )
     ids = enc(K3, text + "<|close|>tools<|sep|><|close|>message<|sep|>")
     want = ("", "", (("write_file", json.dumps({"content": value, "path": "a"})),))
     assert split_check(K3, ids, prompted(K3, K3_PROMPT_OFF)) == want
@@ -339,7 +333,9 @@ def test_k3_a_closer_followed_by_the_next_argument_inside_a_value_is_structure()
     """What cannot round-trip: ``x<|close|>argument<|sep|><|open|>argument key=…`` inside a value is
     exactly a value that ended and the next argument, and is parsed as the structure."""
     value = 'x<|close|>argument<|sep|><|open|>argument key="k2"<|sep|>y'
-    text = "<|open|>tools<|sep|>" + k3_call("f", 1, k3_arg("s", value)) + "<|close|>tools<|sep|>"
+    text = (
+        "<|open|>tools<|sep|>" + kimi_k3_call("f", 1, kimi_k3_argument("s", value)) + "<|close|>tools<|sep|>"
+    )
     assert split_check(K3, enc(K3, text), prompted(K3, K3_PROMPT_OFF))[2] == (("f", '{"s": "x", "k2": "y"}'),)
 
 
@@ -349,8 +345,8 @@ def test_k2_a_repeated_written_id_names_one_call_only(complete: bool) -> None:
     (ids stay unique in the message, and the same under every split)."""
     text = (
         "</think><|tool_calls_section_begin|>"
-        + k2_call("get_weather", 0, '{"city": "Paris"}')
-        + k2_call("get_weather", 0, '{"city": "Rome"}')
+        + kimi_k2_call("functions.get_weather:0", '{"city": "Paris"}')
+        + kimi_k2_call("functions.get_weather:0", '{"city": "Rome"}')
         + "<|tool_calls_section_end|>"
     )
     options = dataclasses.replace(prompted(K26, K26_PROMPT), complete_tool_calls=complete)

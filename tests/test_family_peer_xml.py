@@ -22,7 +22,7 @@ from parsetier.engine.grammar import GrammarError
 from parsetier.formats import FormatRegistry
 from parsetier.messages import SessionOptions
 from parsetier.models import ModelRegistry
-from testkit.format_renderers import hy3_marker
+from testkit.format_renderers import coder_call, hy3_block, hy3_call, hy3_marker, ling3_call
 
 REGISTRY = marker_tokenizers.registry()
 NEMOTRON = REGISTRY.get("nemotron-3")
@@ -40,11 +40,6 @@ OPTS = SessionOptions(tools=TOOLS)
 WEATHER = ("get_weather", '{"city": "Paris", "days": 2}')
 
 
-def coder_call(name: str, *kv: tuple[str, str], wrap: str = "\n") -> str:
-    params = "".join(f"<parameter={k}>{wrap}{v}{wrap}</parameter>\n" for k, v in kv)
-    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
-
-
 # ------------------------------------------------------------------------------------ Nemotron 3
 def test_nemotron_thinking_off_is_content_without_swapping() -> None:
     """vLLM swaps reasoning into content when thinking is off (its parser starts in reasoning);
@@ -55,7 +50,7 @@ def test_nemotron_thinking_off_is_content_without_swapping() -> None:
     switch_off = SessionOptions(tools=TOOLS, thinking=False)
     assert split_check(NEMOTRON, answer, switch_off) == ("The answer is 42.", "", ())
     on = prompted(NEMOTRON, "<|im_start|>assistant\n<think>\n", tools=TOOLS)
-    text = "Look it up.\n</think>\n" + coder_call("get_weather", ("city", "Paris"), ("days", "2"))
+    text = "Look it up.\n</think>\n" + coder_call("get_weather", {"city": "Paris", "days": "2"})
     assert split_check(NEMOTRON, enc(NEMOTRON, text), on) == ("", "Look it up.", (WEATHER,))
 
 
@@ -75,8 +70,8 @@ def test_step_ignores_the_thinking_switch() -> None:
 def test_step_calls_follow_the_answer_directly() -> None:
     text = (
         "Need both.\n</think>\nOn it."
-        + coder_call("get_weather", ("city", "Paris"), ("days", "2"))
-        + coder_call("get_time")
+        + coder_call("get_weather", {"city": "Paris", "days": "2"})
+        + coder_call("get_time", {})
     )
     want = ("On it.", "Need both.", (WEATHER, ("get_time", "{}")))
     assert split_check(STEP, enc(STEP, text), OPTS) == want
@@ -84,7 +79,7 @@ def test_step_calls_follow_the_answer_directly() -> None:
 
 def test_step_python_literal_values_follow_the_schema() -> None:
     """Non-strings go through Jinja's ``string`` filter: ``True``, ``None``."""
-    text = "t\n</think>\n" + coder_call("run", ("command", "True"), ("timeout", "30"), ("dry", "True"))
+    text = "t\n</think>\n" + coder_call("run", {"command": "True", "timeout": "30", "dry": "True"})
     args = '{"command": "True", "timeout": 30, "dry": true}'
     assert split_check(STEP, enc(STEP, text), OPTS) == ("", "t", (("run", args),))
 
@@ -92,7 +87,7 @@ def test_step_python_literal_values_follow_the_schema() -> None:
 # ---------------------------------------------------------------------------------------- MiMo
 def test_mimo_compact_values_keep_their_whitespace() -> None:
     """MiMo writes values without wrapping newlines, so a value's own newlines are data."""
-    text = coder_call("run", ("command", "\n  pwd && ls\n"), wrap="")
+    text = coder_call("run", {"command": "\n  pwd && ls\n"}, compact=True)
     args = '{"command": "\\n  pwd && ls\\n"}'
     assert split_check(MIMO, enc(MIMO, text), SessionOptions(tools=TOOLS, thinking=False)) == (
         "",
@@ -106,18 +101,13 @@ def test_mimo_values_are_typed_by_the_schema_and_not_unescaped() -> None:
     and also HTML-unescapes them. The template writes values raw, so they are typed by the schema
     (as every XML-style format here) and kept verbatim: ``&amp;`` stays ``&amp;``."""
     text = "<think>Run it.</think>" + coder_call(
-        "run", ("command", "a &amp;&amp; b"), ("timeout", "30"), ("dry", "false"), wrap=""
+        "run", {"command": "a &amp;&amp; b", "timeout": "30", "dry": "false"}, compact=True
     )
     args = '{"command": "a &amp;&amp; b", "timeout": 30, "dry": false}'
     assert split_check(MIMO, enc(MIMO, text), OPTS) == ("", "Run it.", (("run", args),))
 
 
 # -------------------------------------------------------------------------------------- Ling 3
-def ling_call(name: str, *kv: tuple[str, str]) -> str:
-    pairs = "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in kv)
-    return f"<tool_call>{name}{pairs}</tool_call>"
-
-
 def test_ling_thinking_is_off_by_default() -> None:
     assert split_check(LING, enc(LING, "Hello there."), OPTS) == ("Hello there.", "", ())
     on = SessionOptions(tools=TOOLS, chat_template_kwargs={"enable_thinking": True})
@@ -126,9 +116,9 @@ def test_ling_thinking_is_off_by_default() -> None:
 
 def test_ling_a_call_ends_the_reasoning() -> None:
     on = SessionOptions(tools=TOOLS, thinking=True)
-    text = "<think>Need the weather." + ling_call("get_weather", ("city", "Paris"), ("days", "2"))
+    text = "<think>Need the weather." + ling3_call("get_weather", ("city", "Paris"), ("days", "2"))
     assert split_check(LING, enc(LING, text), on) == ("", "Need the weather.", (WEATHER,))
-    bare = ling_call("get_time")
+    bare = ling3_call("get_time")
     assert split_check(LING, enc(LING, bare), OPTS) == ("", "", (("get_time", "{}"),))
 
 
@@ -141,17 +131,6 @@ def test_ling_marker_tokens_are_markup_even_with_thinking_off() -> None:
 
 
 # --------------------------------------------------------------------------------- Hunyuan Hy3
-def hy3_block(*calls: str, m=hy3_marker) -> str:
-    return f"{m('<tool_calls>')}\n" + "".join(calls) + m("</tool_calls>")
-
-
-def hy3_call(name: str, *kv: tuple[str, str], m=hy3_marker) -> str:
-    pairs = "".join(
-        f"{m('<arg_key>')}{k}{m('</arg_key>')}\n{m('<arg_value>')}{v}{m('</arg_value>')}\n" for k, v in kv
-    )
-    return f"{m('<tool_call>')}{name}{m('<tool_sep>')}\n{pairs}{m('</tool_call>')}\n"
-
-
 def test_hy3_suffixed_marker_tokens_bind_by_id() -> None:
     text = (
         "Two lookups."
