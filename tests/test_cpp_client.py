@@ -13,13 +13,13 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
+from commands import run_bounded
 from grpc_servers import ROOT, ProcessServer
 from tls_support import Authority
 
@@ -44,23 +44,8 @@ def require_toolchain() -> None:
 
 
 def run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run a command with a time bound, killing its process group if it overruns."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        env=env or dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"`{' '.join(argv)}` took over {timeout} s:\n{output}", pytrace=False)
-    return proc.returncode, output
+    """Run a command from the checkout with a time bound (``run_bounded``)."""
+    return run_bounded(argv, timeout, ROOT, env)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from commands import run_bounded
 from grpc_servers import ROOT, ProcessServer
 from tls_support import Authority
 
@@ -42,24 +42,8 @@ def go_binary() -> str:
 
 
 def run_go(argv: list[str], cwd: Path = GO_DIR, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run a go command with a time bound, killing its whole process group (the test binary
-    included) if it overruns; returns the exit code and the combined output."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env or dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"`{' '.join(argv)}` took over {TIMEOUT} s:\n{output}", pytrace=False)
-    return proc.returncode, output
+    """Run a go command with a time bound (``run_bounded``); the exit code and the combined output."""
+    return run_bounded(argv, TIMEOUT, cwd, env)
 
 
 def test_go_client_against_real_server():

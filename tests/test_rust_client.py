@@ -15,13 +15,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from commands import run_bounded
 from fleet_outputs import TOOLS
 from grpc_servers import ROOT, ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -53,24 +53,8 @@ def cargo_env(**extra: str) -> dict[str, str]:
 
 
 def run_cargo(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run a cargo command with a time bound, killing its process group if it overruns."""
-    argv = [cargo_binary(), *args]
-    proc = subprocess.Popen(
-        argv,
-        cwd=RUST_DIR,
-        env=env or cargo_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"`{' '.join(argv)}` took over {TIMEOUT} s:\n{output}", pytrace=False)
-    return proc.returncode, output
+    """Run a cargo command with a time bound (``run_bounded``)."""
+    return run_bounded([cargo_binary(), *args], TIMEOUT, RUST_DIR, env or cargo_env())
 
 
 def passed(output: str) -> set[str]:
