@@ -109,6 +109,7 @@ def _check_splits(channel, open_: pb.Open, ids: list[int], finish: pb.Finish, rn
         opened = pb.Open()
         opened.CopyFrom(open_)
         opened.complete_tool_calls = complete
+        opened.request_id = opened.request_id or "fuzz"  # call ids seeded alike in both calls
         once = _final(channel, "ParseOnce", [pb.ParseOnceRequest(open=opened, token_ids=ids, finish=finish)])
         streamed = _final(channel, "Parse", fc.as_messages(opened, fc.splits(ids, rng), finish, rng))
         assert (once is None) == (streamed is None), "ParseOnce and Parse disagree on success"

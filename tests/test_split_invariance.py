@@ -9,6 +9,7 @@ the two mechanisms behind them on the engine alone.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from pathlib import Path
 
@@ -86,7 +87,8 @@ def test_whitespace_after_a_bare_call_object_is_kept_however_split():
     tail = enc("阀门 more")
     options = SessionOptions(tools=tools(("get_weather", {"city": {"type": "string"}})))
     for complete in (False, True):
-        opts = SessionOptions(tools=options.tools, complete_tool_calls=complete)
+        # A request id seeds the call ids (without one, each session draws its own).
+        opts = SessionOptions(tools=options.tools, complete_tool_calls=complete, request_id="r")
         together = run(QWEN3, [head + tail], opts, "stop").final.message
         apart = run(QWEN3, [head, tail], opts, "stop").final.message
         one_by_one = run(QWEN3, [[i] for i in head + tail], opts, "stop").final.message
@@ -121,9 +123,10 @@ def test_cases_make_fuzz_found_split_any_way_give_one_final(preset):
     from hostile_outputs import samples
 
     sample = samples()[preset]
+    options = dataclasses.replace(sample.options, request_id="r")  # call ids seeded alike
     text, reason = FOUND_BY_MAKE_FUZZ[preset]
     ids = sample.model.tokenizer.encode(text, add_special_tokens=False).ids
-    whole = run(sample.model, [ids], sample.options, reason).final
-    assert run(sample.model, [[i] for i in ids], sample.options, reason).final == whole
+    whole = run(sample.model, [ids], options, reason).final
+    assert run(sample.model, [[i] for i in ids], options, reason).final == whole
     for cut in range(1, len(ids)):
-        assert run(sample.model, [ids[:cut], ids[cut:]], sample.options, reason).final == whole, cut
+        assert run(sample.model, [ids[:cut], ids[cut:]], options, reason).final == whole, cut
