@@ -33,6 +33,7 @@ def _retained_bytes(build) -> tuple[int, object]:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_a_session_keeps_only_the_prompt_tail():
     def build() -> Session:
         prompt = tuple(1000 + i % 150_000 for i in range(LONG_PROMPT))  # each id its own int object

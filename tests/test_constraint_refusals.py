@@ -104,6 +104,7 @@ def test_a_valid_schema_that_cannot_be_constrained_is_failed_precondition(build,
     assert where in error.details(), error.details()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["qwen3", "qwen3-coder", "gpt-oss"])
 def test_defs_references_hold_wherever_the_format_puts_the_parameters(build, model, registry):
     """pydantic's ``$defs`` references are written against the parameters' root; the formats that

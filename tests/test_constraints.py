@@ -236,6 +236,7 @@ def harmony(mode: str = "auto", reasoning: str = "optional", name: str | None = 
     return derive(model("gpt-oss").grammar, ConstraintRequest(TOOLS, mode, name, parallel, reasoning, stops))
 
 
+@pytest.mark.slow
 def test_harmony_accepts_its_messages_and_they_parse_back() -> None:
     """Analysis as reasoning, final as the answer, a commentary call to functions.NAME."""
     preset = "gpt-oss"
@@ -331,6 +332,7 @@ SEARCH = Tool(
 P = "]<]minimax[>["
 
 
+@pytest.mark.slow
 def test_minimax_m3_elements_reject_what_they_must_and_nest_by_schema() -> None:
     """One element per argument: arrays as item children, objects as nested children."""
     preset = "minimax-m3"
@@ -552,6 +554,7 @@ def _stop_ids(preset: str) -> frozenset[int]:
     return frozenset(tid for tid, t in tok.get_added_tokens_decoder().items() if t.content in ends)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", WALKED)
 @pytest.mark.parametrize("mode", ["required", "named"])
 def test_sampled_outputs_parse_into_valid_calls(preset: str, mode: str) -> None:
@@ -686,6 +689,7 @@ def _render(template: str, messages: list, tools: list, generation_prompt: bool)
 WORDS = ["Paris", "Zürich", "東京", "São Paulo", "a b", "42", "x<y", "new\nline", "", "🙂 ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(TEMPLATES))
 def test_template_rendered_messages_are_accepted_and_parse_back(preset: str) -> None:
     from parsetier.service.constraint import reasoning_mode

@@ -156,6 +156,7 @@ def test_native_detokenizer_equals_decode_stream(models):
     check()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["lone", "added", "marks"])
 def test_every_preset_hostile_runs(models, kind):
     """Each preset on its own: long runs dominated by lone bytes, added tokens or markers."""

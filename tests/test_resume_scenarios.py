@@ -212,6 +212,7 @@ def _marked(values: list[str], toolchain: Callable[[str], bool]) -> list:
     return [pytest.param(v, marks=pytest.mark.toolchain) if toolchain(v) else v for v in values]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", _marked(sorted(DRIVERS), lambda d: d in TOOLCHAIN_DRIVERS))
 @pytest.mark.parametrize("name", _marked(corpus.names(), lambda n: corpus.load(n).get("via") == "nginx"))
 def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_path: Path):
