@@ -57,10 +57,15 @@ serve: native
 deps:
 	.ci/setup
 
-## test: install test needs, lint, run every test (buf lint/breaking run as tests/test_proto_buf.py)
+## test: install test needs, lint, run every test (buf lint/breaking run as tests/test_proto_buf.py;
+## the native core's rustfmt, clippy and cargo tests first)
+CORE_MANIFEST := --manifest-path server/parsetier_core/Cargo.toml
 test: deps $(TEST_STAMP) native
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cargo fmt --all $(CORE_MANIFEST) --check
+	cargo clippy --quiet $(CORE_MANIFEST) --all-targets -- -D warnings
+	cargo test --quiet $(CORE_MANIFEST) -p parsetier-engine
 	$(PY) -m pytest tests -q $(PYTEST_ARGS)
 
 ## test-quick: the inner loop: lint, then every test but the `slow` and `toolchain` ones (pyproject's
@@ -86,11 +91,15 @@ proto: $(TEST_STAMP)
 ## fuzz: the long fuzz run over all four RPCs and every family's session: FUZZ_EXAMPLES cases per
 ## test, 6 tests (300,000 cases by default; FUZZ_TESTS=-k expression to run some); counts by status
 ## code go to FUZZ_REPORT (JSON, rewritten as each test ends)
+## Then the native engine's differential run: NATIVE_EXAMPLES fuzzed model outputs (every preset,
+## random splits) on both engines, deltas, events and finals compared step by step.
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS ?=
 FUZZ_REPORT ?= fuzz-report.json
-fuzz: $(TEST_STAMP)
+NATIVE_EXAMPLES ?= 100000
+fuzz: $(TEST_STAMP) native
 	PARSETIER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PARSETIER_FUZZ_REPORT=$(FUZZ_REPORT) $(PY) -m pytest -q tests/test_fuzz.py $(if $(FUZZ_TESTS),-k "$(FUZZ_TESTS)")
+	PARSETIER_NATIVE_EXAMPLES=$(NATIVE_EXAMPLES) $(PY) -m pytest -q tests/test_native_session.py -k test_fuzzed_model_outputs
 
 ## conformance: replay the canitoolcall suite through a live server; rewrite docs/conformance.md
 conformance: $(TEST_STAMP)

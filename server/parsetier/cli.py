@@ -43,6 +43,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--config", help="models TOML file; without it every built-in preset is served")
     parser.add_argument(
+        "--engine",
+        choices=("native", "reference"),
+        default="native",
+        help="parse engine of chat sessions: the native core, or the Python reference engine (a model "
+        "the core cannot serve falls back to it, logged once); default %(default)s",
+    )
+    parser.add_argument(
         "--grace",
         type=non_negative_float,
         default=30.0,
@@ -182,6 +189,21 @@ def _preload(value: str, registry) -> list[str]:
     return names
 
 
+def _select_engine(engine: str, registry, preload: list[str]) -> None:
+    """``--engine``: set before any worker forks; preloaded models also get their native tables
+    (vocabulary, described grammar) now, so workers share them and no first request pays."""
+    from parsetier import native
+
+    native.set_engine(engine)
+    if engine == "native":
+        for name in preload:
+            try:
+                model = registry.get(name)
+            except Exception:
+                continue
+            native.native_parts(model)
+
+
 def _security(args: argparse.Namespace):
     """The ``Security`` the TLS and auth flags describe, or None for a plaintext, open server."""
     from pathlib import Path
@@ -317,6 +339,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     registry = _registry(args.config)
     preload = _preload(args.preload, registry)
+    _select_engine(args.engine, registry, preload)
     if args.max_reply_bytes < MIN_REPLY_BYTES:
         problem = f"{args.max_reply_bytes} is too small to send replies in; the least is {MIN_REPLY_BYTES}"
         raise UsageError("--max-reply-bytes", problem)

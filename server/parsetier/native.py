@@ -9,22 +9,49 @@ tokenizer's decoder as a list of steps, so the core can decode without ``tokeniz
 from __future__ import annotations
 
 import json
+import logging
 import threading
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import tokenizers
 
+from parsetier.call_ids import call_id_seed
+from parsetier.completion import CompletionSession
+from parsetier.detokenizer import PROBE, PROMPT_CONTEXT, LiteralMarkers
+from parsetier.engine.describe import NativeUnsupported, describe_config, describe_grammar
+from parsetier.engine.events import Event, EventKind
 from parsetier.engine.grammar import BoundGrammar
+from parsetier.logprobs import StepAnnotator
+from parsetier.messages import (
+    Delta,
+    Final,
+    Message,
+    SessionOptions,
+    StepLogprobs,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    text_delta,
+)
+from parsetier.models import Model
+from parsetier.session import (
+    FINISH_REASONS,
+    PROMPT_TAIL,
+    InvalidInput,
+    Session,
+    StepOutput,
+    WrongState,
+    _tool_schemas,
+    checked_logprobs,
+    start_state,
+)
 
 try:
     from parsetier import _core
 except ImportError:  # pragma: no cover - a source tree without `make native`
     _core = None  # type: ignore[assignment]
-
-
-class NativeUnsupported(Exception):
-    """Something the native core cannot serve (yet): the session falls back to the reference
-    engine, and says why once per model."""
 
 
 _STEP_KINDS = frozenset({"ByteLevel", "ByteFallback", "Fuse", "Replace", "Strip", "Metaspace"})
@@ -80,7 +107,7 @@ def vocabulary(tokenizer: tokenizers.Tokenizer, id_space: int) -> Any:
         if tid < id_space:
             tokens[tid] = tok.content
     try:
-        return _core.Vocabulary(tokens, steps, sorted(added))
+        return _core.Vocabulary(tokens, steps, sorted(added), tokenizer.token_to_id(PROBE))
     except ValueError as exc:
         raise NativeUnsupported(str(exc)) from None
 
@@ -106,3 +133,235 @@ def detokenizer(tokenizer: tokenizers.Tokenizer, grammar: BoundGrammar) -> Any:
         made = _core.Detokenizer(vocab[1], marks)
         _detokenizers[key] = (grammar, made)
         return made
+
+
+# --------------------------------------------------------------------------- sessions
+ENGINES = ("native", "reference")
+_engine = "native"
+_grammars: dict[int, tuple[BoundGrammar, Any]] = {}
+_refused: dict[str, str] = {}
+"""Model name → why its sessions run on the reference engine (logged once)."""
+
+log = logging.getLogger("parsetier.native")
+
+
+def set_engine(engine: str) -> None:
+    """``parsetier serve --engine``: which engine chat sessions run on (``native`` by default)."""
+    global _engine
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    _engine = engine
+
+
+def engine() -> str:
+    return _engine
+
+
+def native_grammar(grammar: BoundGrammar) -> Any:
+    """The ``_core.Grammar`` of a bound grammar, described once and shared."""
+    found = _grammars.get(id(grammar))
+    if found is not None:
+        return found[1]
+    try:
+        made = _core.Grammar(describe_grammar(grammar))
+    except ValueError as exc:  # NativeUnsupported, or a description the core refuses
+        raise NativeUnsupported(str(exc)) from None
+    with _lock:
+        _grammars[id(grammar)] = (grammar, made)
+    return made
+
+
+def native_parts(model: Model) -> tuple[Any, Any] | None:
+    """(detokenizer, grammar) of a model the core serves; None (said once in the log, kept for
+    ``fallback_reason``) when it does not."""
+    if model.name in _refused:
+        return None
+    try:
+        if _core is None:
+            raise NativeUnsupported("the native core is not built (make native)")
+        return detokenizer(model.tokenizer, model.grammar), native_grammar(model.grammar)
+    except NativeUnsupported as exc:
+        _refused[model.name] = str(exc)
+        log.warning("model %s runs on the reference engine: %s", model.name, exc)
+        return None
+
+
+def fallback_reason(model_name: str) -> str | None:
+    """Why a model's sessions run on the reference engine, once a session found out."""
+    return _refused.get(model_name)
+
+
+def open_session(model: Model, options: SessionOptions) -> Session | CompletionSession | NativeSession:
+    """The session a request asks for: a completion when it sets completion options (reference
+    engine), else a chat session on the selected engine, the reference one for a model whose
+    grammar or tokenizer the core does not serve."""
+    if options.completion is not None:
+        return CompletionSession(model, options)
+    if _engine == "native":
+        parts = native_parts(model)
+        if parts is not None:
+            return NativeSession(model, options, parts)
+    return Session(model, options)
+
+
+_EVENT_ORDER = (
+    "content",
+    "reasoning_start",
+    "reasoning",
+    "reasoning_end",
+    "tool_call_start",
+    "tool_arguments",
+    "tool_call_end",
+    "end",
+)
+"""``EventKind`` values in the core's order (``events.rs``): the core builds ``Event`` values."""
+if _core is not None and hasattr(_core, "bind_events"):
+    _core.bind_events(Event, [EventKind(v) for v in _EVENT_ORDER])
+
+
+def _deltas(raw: list[tuple[str, str, list[tuple[int, str, str | None, str | None]]]]) -> list[Delta]:
+    out: list[Delta] = []
+    for reasoning, content, calls in raw:
+        if calls:
+            out.append(Delta(reasoning, content, tuple(ToolCallDelta(*c) for c in calls)))
+        else:
+            out.append(text_delta(reasoning, content))
+    return out
+
+
+def _output(raw: tuple[list, list[Event]]) -> StepOutput:
+    deltas, events = raw
+    out = _new(StepOutput)
+    if not deltas:
+        out.deltas = []
+    elif len(deltas) == 1 and not deltas[0][2]:
+        out.deltas = [text_delta(deltas[0][0], deltas[0][1])]
+    else:
+        out.deltas = _deltas(deltas)
+    out.events = events
+    out.final = None
+    return out
+
+
+_new = object.__new__
+
+
+class NativeSession:
+    """``Session`` on the native core: the same contract (``feed`` / ``feed_text`` / ``finish`` →
+    ``StepOutput``; ``InvalidInput`` / ``WrongState``), byte-identical output. Python keeps the
+    checks, the session's options, logprob attribution (``StepAnnotator`` over the deltas) and
+    the text steps' literal markers; the core runs ids → pieces → machine → assembler."""
+
+    def __init__(self, model: Model, options: SessionOptions | None, parts: tuple[Any, Any]) -> None:
+        options = options or SessionOptions()
+        self.model = model
+        self.options = options
+        self._vocab = model.vocab_size
+        self._known_ids = model.grammar.known_ids
+        Session._check_ids(self, options.prompt_token_ids, "prompt_token_ids")  # type: ignore[arg-type]
+        schemas = _tool_schemas(options)
+        start = start_state(model.grammar, options, model.spec.thinking, model.tokenizer)
+        config = describe_config(
+            start,
+            schemas,
+            include_reasoning=options.include_reasoning,
+            tool_choice=options.tool_choice,
+            parallel_tool_calls=options.parallel_tool_calls,
+            complete_tool_calls=options.complete_tool_calls,
+            call_id_seed=call_id_seed(options),
+        )
+        detok, grammar = parts
+        self._core = _core.Session(detok, grammar, config, list(options.prompt_token_ids[-PROMPT_CONTEXT:]))
+        if len(options.prompt_token_ids) > PROMPT_TAIL:
+            self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])
+        self._annotator = StepAnnotator(
+            model.token_bytes,
+            self._check_ids,
+            show_reasoning=options.include_reasoning,
+            return_token_ids=options.return_token_ids,
+            collect=options.collect_in_final,
+        )
+        self._literals: LiteralMarkers | None = None
+        self._ids_seen = False
+        self._finished = False
+        self._parse_only = not options.return_token_ids
+
+    _check_ids = Session._check_ids
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
+        if len(token_ids) == 1 and logprobs is None and self._parse_only and not self._finished:
+            # The commonest call (one decode step, one id, no logprobs), checked inline.
+            tid = token_ids[0]
+            known = self._known_ids
+            if 0 <= tid < self._vocab and (known is None or tid in known):
+                self._ids_seen = True
+                return _output(self._core.feed(token_ids))
+        if self._finished:
+            raise WrongState("the session has finished; no more input is accepted")
+        self._check_ids(token_ids, "token_ids")
+        if logprobs is None and self._parse_only:
+            if not token_ids:
+                return StepOutput()
+            self._ids_seen = True
+            return _output(self._core.feed(token_ids))
+        k = checked_logprobs(self._annotator, token_ids, logprobs)
+        if logprobs is None or self.options.include_reasoning:
+            out = self._feed(token_ids)
+            self._annotator.annotate(out.deltas, token_ids, logprobs, k, None)
+            return out
+        # Hidden reasoning: which ids were reasoning decides whose logprobs are dropped, so the
+        # ids go in one at a time, as the reference session feeds them.
+        out, core, reasoning = StepOutput(), self._core, []
+        for tid in token_ids:
+            before = core.reasoning_tokens
+            one = self._feed((tid,))
+            out.deltas += one.deltas
+            out.events += one.events
+            reasoning.append(core.reasoning_tokens > before)
+        self._annotator.annotate(out.deltas, token_ids, logprobs, k, reasoning)
+        return out
+
+    def _feed(self, token_ids: Sequence[int]) -> StepOutput:
+        if not token_ids:
+            return StepOutput()
+        self._ids_seen = True
+        return _output(self._core.feed(list(token_ids)))
+
+    def feed_text(self, text: str, tokens: int = 0) -> StepOutput:
+        if self._finished:
+            raise WrongState("the session has finished; no more input is accepted")
+        if tokens < 0:
+            raise InvalidInput("tokens must not be negative")
+        if not self._ids_seen:
+            if self._literals is None:
+                self._literals = LiteralMarkers(self.model.grammar)
+            text = self._literals.convert(text)
+        return _output(self._core.feed_text(text, tokens))
+
+    def finish(self, reason: str = "stop", matched_stop: int | str | None = None) -> StepOutput:
+        if self._finished:
+            raise WrongState("the session has finished; no more input is accepted")
+        if reason not in FINISH_REASONS:
+            raise InvalidInput(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, not {reason!r}")
+        self._finished = True
+        held = self._literals.flush() if self._literals is not None else ""
+        stop_text = None
+        if self.options.include_stop_text and matched_stop is not None and reason == "stop":
+            if isinstance(matched_stop, int):
+                stop_text = self.model.grammar.token_text.get(matched_stop, "")
+            else:
+                stop_text = matched_stop
+        deltas, events, last = self._core.finish(reason, held, self._ids_seen, stop_text or None)
+        out = StepOutput(_deltas(deltas), events)
+        finish_reason, completion, reasoning_tokens, content, reasoning, calls = last
+        out.final = Final(
+            finish_reason,
+            Usage(completion, reasoning_tokens),
+            Message(content, reasoning, tuple(ToolCall(*c) for c in calls)),
+            *self._annotator.collected(),
+        )
+        return out

@@ -64,12 +64,13 @@ from dataclasses import dataclass
 
 from parsetier import convert, resume
 from parsetier import session as core
-from parsetier.completion import CompletionSession, open_session
+from parsetier.completion import CompletionSession
 from parsetier.dialects import Renderer, renderer
 from parsetier.digest import OutputDigest
 from parsetier.engine.events import Event
 from parsetier.messages import Delta
 from parsetier.models import Model
+from parsetier.native import open_session
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 

@@ -140,16 +140,23 @@ pub struct Vocab {
     offsets: Vec<u32>,
     present: Vec<bool>,
     added: Vec<bool>,
+    /// The id of the probe token [`Scanner::flush`] steps with (`detokenizer.PROBE`).
+    probe: Option<u32>,
 }
+
+/// The text of the probe token (`detokenizer.PROBE`): plain ASCII every decoder appends as is.
+pub const PROBE: &str = "a";
 
 impl Vocab {
     /// `tokens[id]`: the vocabulary entry of `id` as `Tokenizer.id_to_token` gives it (added
     /// tokens included, None for a gap); `decoder`: the tokenizer's decoder as a list of steps
-    /// (None: the tokenizer has none); `added`: the added tokens' ids.
+    /// (None: the tokenizer has none); `added`: the added tokens' ids; `probe`: the id of the
+    /// token [`PROBE`] (`token_to_id`), if the vocabulary has it.
     pub fn new(
         tokens: &[Option<String>],
         decoder: Option<Vec<Step>>,
         added: &[u32],
+        probe: Option<u32>,
     ) -> Result<Vocab, String> {
         let mut pre: Vec<Step> = Vec::new();
         let plan = match decoder {
@@ -204,6 +211,7 @@ impl Vocab {
             offsets,
             present,
             added: is_added,
+            probe,
         })
     }
 
@@ -465,6 +473,22 @@ impl Scanner {
         }
     }
 
+    /// At the end of the output, the text the stream still holds (`TokenScanner.flush`): one
+    /// more step with the probe token settles it, and the probe's text is cut off again. The
+    /// scanner is spent afterwards.
+    pub fn flush(&mut self, out: &mut String) {
+        let Some(probe) = self.vocab.probe else {
+            return;
+        };
+        let start = out.len();
+        self.settle(&[probe], out);
+        if out[start..].ends_with(PROBE) {
+            out.truncate(out.len() - PROBE.len());
+        } else {
+            out.truncate(start);
+        }
+    }
+
     fn settle(&mut self, ids: &[u32], out: &mut String) {
         if self.stream.step(&self.vocab, ids, out).is_ok() {
             return;
@@ -485,7 +509,7 @@ mod tests {
 
     fn byte_level(tokens: &[&str]) -> Arc<Vocab> {
         let tokens: Vec<Option<String>> = tokens.iter().map(|t| Some(t.to_string())).collect();
-        Arc::new(Vocab::new(&tokens, Some(vec![Step::ByteLevel]), &[]).unwrap())
+        Arc::new(Vocab::new(&tokens, Some(vec![Step::ByteLevel]), &[], None).unwrap())
     }
 
     fn sentencepiece(tokens: &[&str]) -> Arc<Vocab> {
@@ -503,7 +527,7 @@ mod tests {
                 stop: 0,
             },
         ];
-        Arc::new(Vocab::new(&tokens, Some(steps), &[]).unwrap())
+        Arc::new(Vocab::new(&tokens, Some(steps), &[], None).unwrap())
     }
 
     fn scan(vocab: &Arc<Vocab>, prompt: &[u32], ids: &[u32]) -> Vec<String> {
@@ -545,12 +569,24 @@ mod tests {
     }
 
     #[test]
+    fn flush_settles_held_bytes() {
+        let tokens: Vec<Option<String>> = ["Ã", "a"].iter().map(|t| Some(t.to_string())).collect();
+        let v = Arc::new(Vocab::new(&tokens, Some(vec![Step::ByteLevel]), &[], Some(1)).unwrap());
+        let mut s = Scanner::new(v, Arc::new(Marks::default()), &[]);
+        let mut out = String::new();
+        s.piece(0, &mut out);
+        assert_eq!(out, "");
+        s.flush(&mut out);
+        assert_eq!(out, "\u{fffd}");
+    }
+
+    #[test]
     fn markers_become_sentinels_after_held_text() {
         let tokens: Vec<Option<String>> = ["Ã", "<m>", "<s>"]
             .iter()
             .map(|t| Some(t.to_string()))
             .collect();
-        let v = Arc::new(Vocab::new(&tokens, Some(vec![Step::ByteLevel]), &[1, 2]).unwrap());
+        let v = Arc::new(Vocab::new(&tokens, Some(vec![Step::ByteLevel]), &[1, 2], None).unwrap());
         let marks = Arc::new(Marks::new([
             (1, "<m>".to_string(), "\u{e000}".to_string()),
             (2, "<s>".to_string(), String::new()),

@@ -5,6 +5,7 @@
 
 pub mod assembler;
 pub mod call_ids;
+pub mod detok;
 pub mod events;
 pub mod grammar;
 pub mod json_scan;
@@ -13,9 +14,8 @@ pub mod machine;
 pub mod parser;
 pub mod pyjson;
 pub mod readers;
+pub mod session;
 pub mod text;
 
 /// The crate's version, so Python can tell which core it loaded.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-pub mod detok;

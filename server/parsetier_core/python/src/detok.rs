@@ -56,16 +56,17 @@ pub struct Vocabulary {
 #[pymethods]
 impl Vocabulary {
     #[new]
-    #[pyo3(signature = (tokens, decoder, added))]
+    #[pyo3(signature = (tokens, decoder, added, probe=None))]
     fn new(
         tokens: Vec<Option<String>>,
         decoder: Option<Vec<StepSpec>>,
         added: Vec<u32>,
+        probe: Option<u32>,
     ) -> PyResult<Self> {
         let steps = decoder
             .map(|d| d.into_iter().map(step).collect::<PyResult<Vec<_>>>())
             .transpose()?;
-        let inner = Vocab::new(&tokens, steps, &added).map_err(PyValueError::new_err)?;
+        let inner = Vocab::new(&tokens, steps, &added, probe).map_err(PyValueError::new_err)?;
         Ok(Vocabulary {
             inner: Arc::new(inner),
         })
@@ -132,6 +133,13 @@ impl Scanner {
     fn run(&mut self, token_ids: Vec<u32>) -> String {
         let mut out = String::new();
         self.inner.run(&token_ids, &mut out);
+        out
+    }
+
+    /// `TokenScanner.flush`: the text the stream still holds at the end of the output.
+    fn flush(&mut self) -> String {
+        let mut out = String::new();
+        self.inner.flush(&mut out);
         out
     }
 

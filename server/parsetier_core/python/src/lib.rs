@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod detok;
 mod parser;
+mod session;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -12,6 +13,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::Vocabulary>()?;
     m.add_class::<detok::Detokenizer>()?;
     m.add_class::<detok::Scanner>()?;
+    m.add_class::<session::PySession>()?;
+    m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
     parser::register(m)?;
     Ok(())
 }

@@ -1,0 +1,90 @@
+"""The differential harness of the native engine: the same session run on the reference engine
+(``Session``) and on the native one (``NativeSession``), step by step. Every step's deltas and
+events, the final, and any refusal (its type and message) must be identical.
+
+Test scaffolding shared by tests/test_native_session.py and the long run of ``make fuzz``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from parsetier import native
+from parsetier.messages import SessionOptions, StepLogprobs
+from parsetier.models import Model
+from parsetier.session import Session, SessionError
+
+Step = Sequence[int] | tuple[str, int] | tuple[Sequence[int], StepLogprobs]
+"""Ids; (text, tokens) for a text step; (ids, logprobs) for a step with logprobs."""
+
+
+def native_session(model: Model, options: SessionOptions) -> native.NativeSession | None:
+    """The native session, or None for a model the core does not serve (its sessions are then
+    the reference engine's own: nothing to compare)."""
+    session = native.open_session(model, options)
+    if isinstance(session, native.NativeSession):
+        return session
+    assert isinstance(session, Session) and native.fallback_reason(model.name), model.name
+    return None
+
+
+def _apply(session: Any, step: Step) -> Any:
+    try:
+        if isinstance(step, tuple) and len(step) == 2 and isinstance(step[0], str):
+            out = session.feed_text(step[0], step[1])
+        elif isinstance(step, tuple) and len(step) == 2 and isinstance(step[1], StepLogprobs):
+            out = session.feed(step[0], step[1])
+        else:
+            out = session.feed(step)
+    except SessionError as exc:
+        return (type(exc).__name__, str(exc))
+    return (out.deltas, out.events)
+
+
+def compare(
+    model: Model,
+    options: SessionOptions,
+    steps: Sequence[Step],
+    reason: str = "stop",
+    matched_stop: int | str | None = None,
+) -> int:
+    """Run both engines over ``steps`` then ``finish``; assert every output equal. Returns the
+    number of steps compared."""
+    if native.native_parts(model) is None:
+        return 0
+    try:
+        ref: Any = Session(model, options)
+    except SessionError as exc:
+        try:
+            native_session(model, options)
+        except SessionError as nexc:
+            assert (type(nexc), str(nexc)) == (type(exc), str(exc))
+            return 0
+        raise AssertionError(f"the native session opened where the reference refused: {exc}") from None
+    nat = native_session(model, options)
+    assert nat is not None
+    for i, step in enumerate(steps):
+        want, got = _apply(ref, step), _apply(nat, step)
+        assert got == want, f"{model.name}: step {i} of {len(steps)} ({step!r})"
+    try:
+        want = ref.finish(reason, matched_stop)
+    except SessionError as exc:
+        want = (type(exc).__name__, str(exc))
+    try:
+        got = nat.finish(reason, matched_stop)
+    except SessionError as exc:
+        got = (type(exc).__name__, str(exc))
+    assert got == want, f"{model.name}: finish({reason!r}, {matched_stop!r})"
+    return len(steps) + 1
+
+
+def random_groups(rng: random.Random, ids: Sequence[int]) -> list[list[int]]:
+    """A random split: mostly single ids (a decode step), some runs (speculative steps, batches)."""
+    groups, pos = [], 0
+    while pos < len(ids):
+        n = rng.choice([1, 1, 1, 2, 3, 5, 8, 40])
+        groups.append(list(ids[pos : pos + n]))
+        pos += n
+    return groups

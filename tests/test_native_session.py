@@ -1,0 +1,164 @@
+"""The native session (``parsetier.native.NativeSession``) against the reference ``Session`` at
+the ids level, over every corpus: every format family's round-trip messages (random splits, both
+delivery modes, finished, cut or aborted), the canitoolcall fixtures in both delivery modes, the
+hostile outputs, fuzzed model outputs over every preset (test_fuzz's strategy), text steps,
+logprob steps and stop texts. Deltas, events and finals must be byte-identical, step by step
+(tests/native_diff.py). ``PARSETIER_NATIVE_EXAMPLES`` sets the fuzz count (``make fuzz``: 100,000).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import canitoolcall_support as cs
+import hostile_outputs
+import test_roundtrip as rt
+from native_diff import compare, random_groups
+from parsetier import native
+from parsetier.messages import SessionOptions, StepLogprobs
+from parsetier.models import Model
+from parsetier.session import Session
+from test_fuzz import hostile_output
+
+SEED = 20261202
+EXAMPLES = int(os.environ.get("PARSETIER_NATIVE_EXAMPLES", "60"))
+ROUNDTRIPS = int(os.environ.get("PARSETIER_NATIVE_ROUNDTRIPS", "12"))
+
+
+@pytest.fixture(scope="module")
+def registry():
+    import marker_tokenizers
+
+    return marker_tokenizers.registry()
+
+
+def test_engine_selection(registry):
+    """Every preset opens a session on the selected engine: natively, or on the reference engine
+    with the reason recorded (and logged once) when the core cannot serve its grammar; with
+    ``--engine reference`` always the reference engine."""
+    natives = 0
+    for name in registry.names():
+        model = registry.get(name)
+        session = native.open_session(model, SessionOptions())
+        if isinstance(session, native.NativeSession):
+            natives += 1
+        else:
+            assert type(session) is Session and native.fallback_reason(name), name
+    assert natives > len(registry.names()) // 2
+    native.set_engine("reference")
+    try:
+        assert type(native.open_session(registry.get("qwen3"), SessionOptions())) is Session
+    finally:
+        native.set_engine("native")
+    with pytest.raises(ValueError):
+        native.set_engine("fast")
+
+
+def _family_outputs(family: rt.Family, model: Model, n: int):
+    tok = model.tokenizer
+    rng = random.Random(f"{SEED}:{family.label}")
+    for _ in range(n):
+        msg, thinking = rt.message(rng, family)
+        rendered = family.adapt(msg) if family.adapt else msg
+        if isinstance(family.renderer, rt.HarmonyEncoder):
+            prompt_ids = tok.encode("<|start|>assistant", add_special_tokens=False).ids
+            ids = family.renderer.render_ids(rendered)
+        else:
+            prompt, output = family.renderer.render(rt.HISTORY, rendered, rt.TOOLS, thinking)
+            prompt_ids = tok.encode(prompt, add_special_tokens=False).ids[-64:]
+            ids = tok.encode(output, add_special_tokens=False).ids
+        yield ids, prompt_ids, thinking if family.thinking_switch else None
+
+
+@pytest.mark.parametrize("family", rt.FAMILIES, ids=lambda f: f.label)
+def test_family_roundtrips(family: rt.Family, registry) -> None:
+    model = registry.get(family.preset)
+    rng = random.Random(f"{SEED}:{family.label}:splits")
+    for k, (ids, prompt_ids, thinking) in enumerate(_family_outputs(family, model, ROUNDTRIPS)):
+        options = SessionOptions(
+            tools=rt.SESSION_TOOLS,
+            prompt_token_ids=tuple(prompt_ids),
+            thinking=thinking,
+            complete_tool_calls=k % 2 == 1,
+            include_reasoning=k % 3 != 2,
+            request_id=f"req-{k}",
+        )
+        compare(model, options, random_groups(rng, ids))
+        compare(model, options, [ids])
+        cut = rng.randrange(len(ids) + 1)
+        compare(model, options, random_groups(rng, ids[:cut]), reason="length")
+        compare(model, options, [[i] for i in ids[:cut]], reason=rng.choice(["stop", "abort"]))
+
+
+@pytest.mark.parametrize("complete", [False, True], ids=["deltas", "complete_calls"])
+def test_canitoolcall_fixtures(complete: bool) -> None:
+    rng = random.Random(f"{SEED}:canitoolcall:{complete}")
+    cases = [c for f in cs.fixtures() if (c := cs.case_for(f, complete)) is not None]
+    assert cases
+    for case in cases:
+        model = cs.registry().get(case.preset)
+        ids = list(case.units)
+        compare(model, case.options, random_groups(rng, ids), case.finish_reason)
+        compare(model, case.options, [[i] for i in ids], case.finish_reason)
+
+
+@pytest.mark.parametrize("preset", sorted(hostile_outputs.samples()))
+def test_hostile_outputs(preset: str) -> None:
+    sample = hostile_outputs.samples()[preset]
+    rng = random.Random(f"{SEED}:{preset}:hostile")
+    for _name, payload in sorted(hostile_outputs.PAYLOADS.items()):
+        ids = hostile_outputs.ids(sample, payload)
+        for complete in (False, True):
+            options = dataclasses.replace(sample.options, complete_tool_calls=complete)
+            compare(sample.model, options, random_groups(rng, ids), rng.choice(["stop", "length"]))
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 100,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+@given(case=hostile_output())
+def test_fuzzed_model_outputs(case) -> None:
+    sample, ids, seed, reason, complete = case
+    options = dataclasses.replace(sample.options, complete_tool_calls=complete)
+    compare(sample.model, options, random_groups(random.Random(seed), ids), reason)
+
+
+@pytest.mark.parametrize("preset", ["qwen3", "gpt-oss", "mistral-7b-v0.3", "deepseek-v3.1", "glm-4.5"])
+def test_text_steps_logprobs_and_stop_text(preset: str) -> None:
+    """The session features around the parse: text steps (literal markers before any id), logprob
+    steps with reasoning shown and hidden, token ids returned, stop texts, bad ids refused."""
+    sample = hostile_outputs.samples()[preset]
+    model = sample.model
+    ids = hostile_outputs.ids(sample, '"x"')
+    text = model.tokenizer.decode(ids, skip_special_tokens=False)
+    rng = random.Random(f"{SEED}:{preset}:features")
+    for hidden in (False, True):
+        options = dataclasses.replace(
+            sample.options, include_reasoning=not hidden, return_token_ids=hidden, include_stop_text=True
+        )
+        steps: list = []
+        for group in random_groups(rng, ids):
+            k = rng.choice([0, 1, 2])
+            logprobs = StepLogprobs(
+                [-0.5] * len(group),
+                [rng.randrange(model.vocab_size) for _ in range(k * len(group))] if k else (),
+                [-1.5] * (k * len(group)),
+            )
+            steps.append((group, logprobs) if rng.random() < 0.7 else group)
+        eos = sorted(model.eos_token_ids)[:1] or [None]
+        compare(model, options, steps, "stop", matched_stop=eos[0])
+        compare(model, options, steps, "stop", matched_stop="</stop>")
+        cuts = sorted(rng.sample(range(len(text) + 1), 3))
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        compare(model, options, [(p, 1) for p in pieces])
+    compare(model, SessionOptions(), [[0], [model.vocab_size], [-1, 5]])
+    compare(model, SessionOptions(tools=sample.options.tools, tool_choice="nope"), [[0]])
