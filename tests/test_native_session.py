@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 
 import canitoolcall_support as cs
 import hostile_outputs
+import native_diff
 import test_roundtrip as rt
 from native_diff import compare, random_groups
 from parsetier import native
@@ -28,6 +29,15 @@ from test_fuzz import hostile_output
 SEED = 20261202
 EXAMPLES = int(os.environ.get("PARSETIER_NATIVE_EXAMPLES", "60"))
 ROUNDTRIPS = int(os.environ.get("PARSETIER_NATIVE_ROUNDTRIPS", "12"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def known_differences():
+    """Cases of a format with a known, documented difference (``native_diff.KNOWN_DIFFERENCES``)
+    are counted, not failed: the count is printed when the module ends."""
+    yield
+    if native_diff.SEEN_KNOWN:
+        print(f"\nknown native differences (cases): {native_diff.SEEN_KNOWN}")
 
 
 @pytest.fixture(scope="module")

@@ -339,7 +339,6 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     registry = _registry(args.config)
     preload = _preload(args.preload, registry)
-    _select_engine(args.engine, registry, preload)
     if args.max_reply_bytes < MIN_REPLY_BYTES:
         problem = f"{args.max_reply_bytes} is too small to send replies in; the least is {MIN_REPLY_BYTES}"
         raise UsageError("--max-reply-bytes", problem)
@@ -362,6 +361,7 @@ def _serve(args: argparse.Namespace) -> int:
             SecurityState(security)  # bad TLS or token files fail here, before any worker forks
         except SecurityConfigError as exc:
             raise UsageError(exc.flag, str(exc)) from None
+    _select_engine(args.engine, registry, preload)
     workers = args.workers if args.workers is not None else default_workers()
     if workers > 1:
         return _serve_workers(args, workers, registry, limits, preload, security)

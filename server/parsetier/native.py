@@ -261,6 +261,8 @@ class NativeSession:
         Session._check_ids(self, options.prompt_token_ids, "prompt_token_ids")  # type: ignore[arg-type]
         schemas = _tool_schemas(options)
         start = start_state(model.grammar, options, model.spec.thinking, model.tokenizer)
+        self.call_id_seed = call_id_seed(options)
+        """What the session's call ids derive from, drawn once (``Session.call_id_seed``)."""
         config = describe_config(
             start,
             schemas,
@@ -268,7 +270,7 @@ class NativeSession:
             tool_choice=options.tool_choice,
             parallel_tool_calls=options.parallel_tool_calls,
             complete_tool_calls=options.complete_tool_calls,
-            call_id_seed=call_id_seed(options),
+            call_id_seed=self.call_id_seed,
         )
         detok, grammar = parts
         self._core = _core.Session(detok, grammar, config, list(options.prompt_token_ids[-PROMPT_CONTEXT:]))
