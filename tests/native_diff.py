@@ -24,11 +24,11 @@ Step = Sequence[int] | tuple[str, int] | tuple[Sequence[int], StepLogprobs]
 def native_session(model: Model, options: SessionOptions) -> native.NativeSession | None:
     """The native session, or None for a model the core does not serve (its sessions are then
     the reference engine's own: nothing to compare)."""
-    session = native.open_session(model, options)
-    if isinstance(session, native.NativeSession):
-        return session
-    assert isinstance(session, Session) and native.fallback_reason(model.name), model.name
-    return None
+    parts = native.native_parts(model)
+    if parts is None:
+        assert native.fallback_reason(model.name), model.name
+        return None
+    return native.NativeSession(model, options, parts)
 
 
 def _apply(session: Any, step: Step) -> Any:
