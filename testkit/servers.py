@@ -176,7 +176,9 @@ class ProcessServer:
             self.proc.wait(10)
 
     def __enter__(self) -> ProcessServer:
-        return self.start()
+        """Starts the server unless it was started already (the benchmark's launcher starts and
+        pins it first): starting twice would leave the first process running."""
+        return self if self.proc is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
