@@ -73,7 +73,7 @@ try:
     import parsetier  # noqa: F401
 except ImportError:  # running from a checkout without PYTHONPATH=server
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "server"))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testkit/: workloads shared with tests
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.testkit: workloads shared with tests
 
 from tokenizers.decoders import DecodeStream
 
@@ -82,7 +82,7 @@ from parsetier.messages import Message, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 from parsetier.session import Session, parse
 from parsetier.tokenizers import tokenizer_available
-from testkit.format_renderers import (
+from tests.testkit.format_renderers import (
     Call,
     Parts,
     hermes_call,

@@ -24,7 +24,7 @@ from sizing import OUTPUT, start_server
 
 from parsetier.models import ModelRegistry
 from parsetier_client import AsyncClient
-from testkit.procfs import cpu_seconds
+from tests.testkit.procfs import cpu_seconds
 
 CONFIGS: dict[str, tuple[str, ...]] = {
     "off": (),

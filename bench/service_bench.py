@@ -68,7 +68,7 @@ from servicebench.report import Results, plots, report, write_section  # noqa: E
 
 from parsetier_api.v1 import parsetier_pb2 as pb  # noqa: E402
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc  # noqa: E402
-from testkit.servers import ProcessServer  # noqa: E402
+from tests.testkit.servers import ProcessServer  # noqa: E402
 
 BATCH_STEPS = {False: 130, True: 30}
 """Steps of the ``ParseBatch`` 256 × 1 run (by ``--quick``); other session counts scale it."""

@@ -23,8 +23,8 @@ sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT)
 
 from parsetier.models import ModelRegistry  # noqa: E402
 from parsetier_client import AsyncClient  # noqa: E402
-from testkit.procfs import cpu_seconds, rss_bytes  # noqa: E402
-from testkit.servers import ProcessServer  # noqa: E402
+from tests.testkit.procfs import cpu_seconds, rss_bytes  # noqa: E402
+from tests.testkit.servers import ProcessServer  # noqa: E402
 
 OUTPUT = (
     "<think>\nThe user wants the weather in two cities; I will call the tool twice.\n</think>\n\n"

@@ -14,7 +14,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
-from testkit.servers import ProcessServer
+from tests.testkit.servers import ProcessServer
 
 SERVER_CPU = 0
 CLIENT_CPU = 1

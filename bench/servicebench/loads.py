@@ -11,7 +11,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
-from testkit.servers import ProcessServer
+from tests.testkit.servers import ProcessServer
 
 OUTPUT = (
     "<think>\nThe user asks for the weather in Paris and the local time in Tokyo. Both are "

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from testkit.procfs import cpu_seconds, rss_pss_bytes
+from .procfs import cpu_seconds, rss_pss_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 
