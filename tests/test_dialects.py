@@ -581,7 +581,12 @@ def test_stream_wire_iterators_give_the_bytes_as_they_come(grpc_server, client, 
     from parsetier_client import AsyncClient
 
     ids = encode(REASONING_AND_TWO_CALLS)
-    options = {"tools": WEATHER_TOOLS, "output": "final", "wire": wire("anthropic_messages", True)}
+    options = {
+        "tools": WEATHER_TOOLS,
+        "output": "final",
+        "wire": wire("anthropic_messages", True),
+        "request_id": "req-wire-iterators",  # the same call ids in every session compared
+    }
     whole = client.parse_stream("qwen3", [[i] for i in ids], **options).wire
     stream = client.open("qwen3", **options)
     for tid in ids:
