@@ -44,19 +44,6 @@ def _apply(session: Any, step: Step) -> Any:
     return (out.deltas, out.events)
 
 
-KNOWN_DIFFERENCES: dict[str, str] = {
-    "deepseek_dsml": "the reference machine now holds whitespace at the start of content (a "
-    "reference change on main after the native parser landed); the native parser emits it: "
-    "to be ported into engine/src/machine.rs",
-    "glm": "the first step of some canitoolcall fixtures (a newline, then the call marker) gives "
-    "different events since the same reference change; to be ported",
-}
-"""Format → a difference between the engines known and being ported (docs/engine.md, the native
-core's known gaps). A case of such a format that differs is recorded in ``SEEN_KNOWN`` (reported
-by the tests' summary), not raised; every other format must be identical."""
-SEEN_KNOWN: dict[str, int] = {}
-
-
 def compare(
     model: Model,
     options: SessionOptions,
@@ -83,19 +70,13 @@ def compare(
         raise AssertionError(f"the native session opened where the reference refused: {exc}") from None
     nat = native_session(model, options)
     assert nat is not None
-    try:
-        return _steps(model, ref, nat, steps, reason, matched_stop)
-    except AssertionError:
-        if model.spec.format not in KNOWN_DIFFERENCES:
-            raise
-        SEEN_KNOWN[model.spec.format] = SEEN_KNOWN.get(model.spec.format, 0) + 1
-        return 0
+    return _steps(model, ref, nat, steps, reason, matched_stop)
 
 
 def _steps(model: Model, ref: Any, nat: Any, steps: Sequence[Step], reason: str, matched_stop) -> int:
     for i, step in enumerate(steps):
         want, got = _apply(ref, step), _apply(nat, step)
-        assert got == want, f"{model.name}: step {i} of {len(steps)} ({step!r})"
+        assert got == want, f"{model.name}: step {i} of {len(steps)} ({step!r}): {want!r} != {got!r}"
     try:
         want = ref.finish(reason, matched_stop)
     except SessionError as exc:

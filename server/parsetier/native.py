@@ -45,7 +45,7 @@ from parsetier.session import (
     WrongState,
     _tool_schemas,
     checked_logprobs,
-    start_state,
+    start_and_echo,
 )
 
 try:
@@ -261,7 +261,8 @@ class NativeSession:
         self._known_ids = model.grammar.known_ids
         Session._check_ids(self, options.prompt_token_ids, "prompt_token_ids")  # type: ignore[arg-type]
         schemas = _tool_schemas(options)
-        start = start_state(model.grammar, options, model.spec.thinking, model.tokenizer)
+        # The prompt terminal that chose the start state may be repeated by the model (markup).
+        start, echo = start_and_echo(model.grammar, options, model.spec.thinking, model.tokenizer)
         self.call_id_seed = call_id_seed(options)
         """What the session's call ids derive from, drawn once (``Session.call_id_seed``)."""
         config = describe_config(
@@ -272,6 +273,7 @@ class NativeSession:
             parallel_tool_calls=options.parallel_tool_calls,
             complete_tool_calls=options.complete_tool_calls,
             call_id_seed=self.call_id_seed,
+            echo=echo,
         )
         detok, grammar = parts
         self._core = _core.Session(detok, grammar, config, list(options.prompt_token_ids[-PROMPT_CONTEXT:]))
