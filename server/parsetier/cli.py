@@ -45,7 +45,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         choices=("native", "reference"),
-        default="reference",
+        default="native",
         help="parse engine of chat sessions: the native core, or the Python reference engine (a model "
         "the core cannot serve falls back to it, logged once); default %(default)s",
     )

@@ -137,8 +137,7 @@ def detokenizer(tokenizer: tokenizers.Tokenizer, grammar: BoundGrammar) -> Any:
 
 # --------------------------------------------------------------------------- sessions
 ENGINES = ("native", "reference")
-_engine = "reference"
-"""The library default until the differential suite is green again (docs/engine.md)."""
+_engine = "native"
 _grammars: dict[int, tuple[BoundGrammar, Any]] = {}
 _refused: dict[str, str] = {}
 """Model name → why its sessions run on the reference engine (logged once)."""
@@ -147,7 +146,7 @@ log = logging.getLogger("parsetier.native")
 
 
 def set_engine(engine: str) -> None:
-    """``parsetier serve --engine``: which engine chat sessions run on."""
+    """``parsetier serve --engine``: which engine chat sessions run on (``native`` by default)."""
     global _engine
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
