@@ -71,13 +71,14 @@ def main() -> None:
         model = registry.get(preset)
         ids = corpus.build_token_ids(model.tokenizer, fmt)
         options = SessionOptions(tools=tools, prompt_token_ids=PROMPT_IDS)
-        assert native.native_parts(model) is not None, native.fallback_reason(preset)
+        parts = native.native_parts(model)
+        assert parts is not None, native.fallback_reason(preset)
 
         def ref(model=model, options=options):
             return Session(model, options)
 
-        def nat(model=model, options=options):
-            return native.open_session(model, options)
+        def nat(model=model, options=options, parts=parts):
+            return native.NativeSession(model, options, parts)
 
         for size in sizes:
             _, want_outs, want = _whole(ref, ids, size)
@@ -100,9 +101,11 @@ def main() -> None:
     model = registry.get("qwen3-coder")
     ids = corpus.build_token_ids(model.tokenizer, "xml")
     options = SessionOptions(tools=tools, prompt_token_ids=PROMPT_IDS)
+    parts = native.native_parts(model)
+    assert parts is not None
     flats = []
     for _ in range(args.runs):
-        session = native.open_session(model, options)
+        session = native.NativeSession(model, options, parts)
         clock = time.thread_time_ns
         spent = []
         for tid in ids:

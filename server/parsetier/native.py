@@ -33,7 +33,6 @@ from parsetier.messages import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    text_delta,
 )
 from parsetier.models import Model
 from parsetier.session import (
@@ -130,7 +129,8 @@ def detokenizer(tokenizer: tokenizers.Tokenizer, grammar: BoundGrammar) -> Any:
             vocab = (tokenizer, vocabulary(tokenizer, grammar.vocab_size))
             _vocabularies[id(tokenizer)] = vocab
         marks = [(tid, text, sentinel) for tid, (text, sentinel) in grammar.mark_of_id.items()]
-        made = _core.Detokenizer(vocab[1], marks)
+        known = None if grammar.known_ids is None else sorted(grammar.known_ids)
+        made = _core.Detokenizer(vocab[1], marks, grammar.vocab_size, known)
         _detokenizers[key] = (grammar, made)
         return made
 
@@ -215,35 +215,21 @@ _EVENT_ORDER = (
     "end",
 )
 """``EventKind`` values in the core's order (``events.rs``): the core builds ``Event`` values."""
-if _core is not None and hasattr(_core, "bind_events"):
+if _core is not None:
     _core.bind_events(Event, [EventKind(v) for v in _EVENT_ORDER])
+    _core.bind_values(
+        StepOutput,
+        [StepOutput.__dict__[f] for f in ("deltas", "events", "final")],
+        Delta,
+        [Delta.__dict__[f] for f in ("reasoning", "content", "tool_calls", "logprobs", "token_ids")],
+        ToolCallDelta,
+        [ToolCallDelta.__dict__[f] for f in ("index", "arguments", "id", "name")],
+    )
 
 
-def _deltas(raw: list[tuple[str, str, list[tuple[int, str, str | None, str | None]]]]) -> list[Delta]:
-    out: list[Delta] = []
-    for reasoning, content, calls in raw:
-        if calls:
-            out.append(Delta(reasoning, content, tuple(ToolCallDelta(*c) for c in calls)))
-        else:
-            out.append(text_delta(reasoning, content))
-    return out
-
-
-def _output(raw: tuple[list, list[Event]]) -> StepOutput:
-    deltas, events = raw
-    out = _new(StepOutput)
-    if not deltas:
-        out.deltas = []
-    elif len(deltas) == 1 and not deltas[0][2]:
-        out.deltas = [text_delta(deltas[0][0], deltas[0][1])]
-    else:
-        out.deltas = _deltas(deltas)
-    out.events = events
-    out.final = None
-    return out
-
-
-_new = object.__new__
+def _no_step(token_ids: Sequence[int]) -> None:
+    """``NativeSession._step`` of a session that returns token ids: every step takes the checks."""
+    return None
 
 
 class NativeSession:
@@ -286,9 +272,9 @@ class NativeSession:
             collect=options.collect_in_final,
         )
         self._literals: LiteralMarkers | None = None
-        self._ids_seen = False
         self._finished = False
         self._parse_only = not options.return_token_ids
+        self._step = self._core.step if self._parse_only else _no_step
 
     _check_ids = Session._check_ids
 
@@ -297,21 +283,19 @@ class NativeSession:
         return self._finished
 
     def feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
-        if len(token_ids) == 1 and logprobs is None and self._parse_only and not self._finished:
-            # The commonest call (one decode step, one id, no logprobs), checked inline.
-            tid = token_ids[0]
-            known = self._known_ids
-            if 0 <= tid < self._vocab and (known is None or tid in known):
-                self._ids_seen = True
-                return _output(self._core.feed(token_ids))
+        if logprobs is None:
+            # The commonest call: the core checks the ids and builds the StepOutput, or leaves
+            # the call (a bad id, a finished session, an empty step...) to the checks below.
+            out = self._step(token_ids)
+            if out is not None:
+                return out
         if self._finished:
             raise WrongState("the session has finished; no more input is accepted")
         self._check_ids(token_ids, "token_ids")
         if logprobs is None and self._parse_only:
             if not token_ids:
                 return StepOutput()
-            self._ids_seen = True
-            return _output(self._core.feed(token_ids))
+            return self._core.feed(list(token_ids))
         k = checked_logprobs(self._annotator, token_ids, logprobs)
         if logprobs is None or self.options.include_reasoning:
             out = self._feed(token_ids)
@@ -332,19 +316,18 @@ class NativeSession:
     def _feed(self, token_ids: Sequence[int]) -> StepOutput:
         if not token_ids:
             return StepOutput()
-        self._ids_seen = True
-        return _output(self._core.feed(list(token_ids)))
+        return self._core.feed(list(token_ids))
 
     def feed_text(self, text: str, tokens: int = 0) -> StepOutput:
         if self._finished:
             raise WrongState("the session has finished; no more input is accepted")
         if tokens < 0:
             raise InvalidInput("tokens must not be negative")
-        if not self._ids_seen:
+        if not self._core.ids_seen:
             if self._literals is None:
                 self._literals = LiteralMarkers(self.model.grammar)
             text = self._literals.convert(text)
-        return _output(self._core.feed_text(text, tokens))
+        return self._core.feed_text(text, tokens)
 
     def finish(self, reason: str = "stop", matched_stop: int | str | None = None) -> StepOutput:
         if self._finished:
@@ -359,8 +342,7 @@ class NativeSession:
                 stop_text = self.model.grammar.token_text.get(matched_stop, "")
             else:
                 stop_text = matched_stop
-        deltas, events, last = self._core.finish(reason, held, self._ids_seen, stop_text or None)
-        out = StepOutput(_deltas(deltas), events)
+        out, last = self._core.finish(reason, held, stop_text or None)
         finish_reason, completion, reasoning_tokens, content, reasoning, calls = last
         out.final = Final(
             finish_reason,

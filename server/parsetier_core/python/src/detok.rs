@@ -95,15 +95,54 @@ impl Vocabulary {
 pub struct Detokenizer {
     pub vocab: Arc<Vocab>,
     pub marks: Arc<Marks>,
+    /// Which ids a step may hold (`BoundGrammar.vocab_size` / `known_ids`), for the sessions'
+    /// checked fast path.
+    pub valid: Arc<ValidIds>,
+}
+
+/// The ids `Session._check_ids` accepts: below the vocabulary size, and in the known set of a
+/// sparse vocabulary.
+pub struct ValidIds {
+    size: u32,
+    known: Option<Vec<bool>>,
+}
+
+impl ValidIds {
+    pub fn contains(&self, id: u32) -> bool {
+        id < self.size
+            && self
+                .known
+                .as_ref()
+                .is_none_or(|k| k.get(id as usize).copied().unwrap_or(false))
+    }
 }
 
 #[pymethods]
 impl Detokenizer {
     #[new]
-    fn new(vocab: &Vocabulary, marks: Vec<(u32, String, String)>) -> Self {
+    #[pyo3(signature = (vocab, marks, vocab_size=0, known_ids=None))]
+    fn new(
+        vocab: &Vocabulary,
+        marks: Vec<(u32, String, String)>,
+        vocab_size: u32,
+        known_ids: Option<Vec<u32>>,
+    ) -> Self {
+        let known = known_ids.map(|ids| {
+            let mut set = vec![false; vocab_size as usize];
+            for id in ids {
+                if let Some(slot) = set.get_mut(id as usize) {
+                    *slot = true;
+                }
+            }
+            set
+        });
         Detokenizer {
             vocab: vocab.shared(),
             marks: Arc::new(Marks::new(marks)),
+            valid: Arc::new(ValidIds {
+                size: vocab_size,
+                known,
+            }),
         }
     }
 

@@ -15,6 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::Scanner>()?;
     m.add_class::<session::PySession>()?;
     m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
+    m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;
     parser::register(m)?;
     Ok(())
 }

@@ -3,21 +3,19 @@
 //! out (`Delta`, `Event`, `Final`); this class owns the per-token loop.
 
 use parsetier_engine::detok::Scanner;
-use parsetier_engine::events::{DeltaKind, StepOut};
+use std::sync::Arc;
+
+use parsetier_engine::events::{Delta, DeltaKind, StepOut};
 use parsetier_engine::parser::{FinishReason, Parser, ParserConfig};
 use parsetier_engine::session::Session as CoreSession;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyString, PyType};
+use pyo3::types::{PyList, PyString, PyTuple, PyType};
 
-use crate::detok::Detokenizer;
+use crate::detok::{Detokenizer, ValidIds};
 use crate::parser::PyGrammar;
 
-/// (index, arguments, id, name): `ToolCallDelta`'s fields.
-pub type CallTuple = (u32, String, Option<String>, Option<String>);
-/// (reasoning, content, calls): `Delta`'s text fields.
-pub type DeltaTuple = (String, String, Vec<CallTuple>);
 /// (finish_reason, completion_tokens, reasoning_tokens, content, reasoning, calls).
 pub type FinalTuple = (
     &'static str,
@@ -28,31 +26,161 @@ pub type FinalTuple = (
     Vec<(String, String, String)>,
 );
 
-pub fn deltas(out: &StepOut) -> Vec<DeltaTuple> {
-    out.deltas
-        .iter()
-        .map(|d| {
-            let text = out.delta_text(d.text).to_string();
-            match d.kind {
-                DeltaKind::Reasoning => (text, String::new(), Vec::new()),
-                DeltaKind::Content => (String::new(), text, Vec::new()),
-                DeltaKind::Call => {
-                    let (id, name) = match d.head {
-                        Some((i, n)) => (
-                            Some(out.delta_text(i).to_string()),
-                            Some(out.delta_text(n).to_string()),
-                        ),
-                        None => (None, None),
-                    };
-                    (
-                        String::new(),
-                        String::new(),
-                        vec![(d.index, text, id, name)],
-                    )
+/// `StepOutput`, `Delta` and `ToolCallDelta` with the member descriptors of their slots (in
+/// field order), given once by `native.py` (`bind_values`): the session builds the values it
+/// hands out here, one allocation and one slot store per field, as `object.__new__` and the
+/// classes' own `__init__` would.
+struct ValueTypes {
+    step_output: Py<PyType>,
+    step_fields: [Py<PyAny>; 3],
+    delta: Py<PyType>,
+    delta_fields: [Py<PyAny>; 5],
+    call: Py<PyType>,
+    call_fields: [Py<PyAny>; 4],
+    /// The member descriptors' `__set__` (all slots share one descriptor type).
+    set: pyo3::ffi::descrsetfunc,
+    empty: Py<PyString>,
+}
+
+static VALUE_TYPES: PyOnceLock<ValueTypes> = PyOnceLock::new();
+
+fn fields<const N: usize>(list: Vec<Py<PyAny>>) -> PyResult<[Py<PyAny>; N]> {
+    list.try_into()
+        .map_err(|_| PyValueError::new_err(format!("expected {N} slot descriptors")))
+}
+
+#[pyfunction]
+pub fn bind_values(
+    py: Python<'_>,
+    step_output: Bound<'_, PyType>,
+    step_fields: Vec<Py<PyAny>>,
+    delta: Bound<'_, PyType>,
+    delta_fields: Vec<Py<PyAny>>,
+    call: Bound<'_, PyType>,
+    call_fields: Vec<Py<PyAny>>,
+) -> PyResult<()> {
+    let step_fields: [Py<PyAny>; 3] = fields(step_fields)?;
+    let descr_type = step_fields[0].bind(py).get_type();
+    // SAFETY: a type object's slot, read through the stable ABI; descriptors without `__set__`
+    // are refused below.
+    let slot = unsafe {
+        pyo3::ffi::PyType_GetSlot(descr_type.as_ptr().cast(), pyo3::ffi::Py_tp_descr_set)
+    };
+    if slot.is_null() {
+        return Err(PyValueError::new_err("slot descriptors expected"));
+    }
+    let all_same = |list: &[Py<PyAny>]| list.iter().all(|d| d.bind(py).get_type().is(&descr_type));
+    let delta_fields: [Py<PyAny>; 5] = fields(delta_fields)?;
+    let call_fields: [Py<PyAny>; 4] = fields(call_fields)?;
+    if !(all_same(&step_fields) && all_same(&delta_fields) && all_same(&call_fields)) {
+        return Err(PyValueError::new_err("slot descriptors expected"));
+    }
+    let _ = VALUE_TYPES.set(
+        py,
+        ValueTypes {
+            step_output: step_output.unbind(),
+            step_fields,
+            delta: delta.unbind(),
+            delta_fields,
+            call: call.unbind(),
+            call_fields,
+            // SAFETY: the slot read above is the type's `descrsetfunc`.
+            set: unsafe {
+                std::mem::transmute::<*mut std::ffi::c_void, pyo3::ffi::descrsetfunc>(slot)
+            },
+            empty: PyString::intern(py, "").unbind(),
+        },
+    );
+    Ok(())
+}
+
+impl ValueTypes {
+    fn get(py: Python<'_>) -> PyResult<&ValueTypes> {
+        VALUE_TYPES
+            .get(py)
+            .ok_or_else(|| PyRuntimeError::new_err("parsetier._core.bind_values was not called"))
+    }
+
+    /// A new instance of `ty` (a slots class) with `values` stored in `slots`.
+    fn make<'py, const N: usize>(
+        &self,
+        py: Python<'py>,
+        ty: &Py<PyType>,
+        slots: &[Py<PyAny>; N],
+        values: [Bound<'py, PyAny>; N],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: `PyType_GenericAlloc` is what `object.__new__` runs for these classes; each
+        // slot is then set through its member descriptor (borrowing `value`), as `__init__` does.
+        unsafe {
+            let raw = pyo3::ffi::PyType_GenericAlloc(ty.as_ptr().cast(), 0);
+            if raw.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            let obj = Bound::from_owned_ptr(py, raw);
+            for (descr, value) in slots.iter().zip(values.iter()) {
+                if (self.set)(descr.as_ptr(), raw, value.as_ptr()) != 0 {
+                    return Err(PyErr::fetch(py));
                 }
             }
-        })
-        .collect()
+            Ok(obj)
+        }
+    }
+
+    fn text<'py>(&self, py: Python<'py>, text: &str) -> Bound<'py, PyAny> {
+        if text.is_empty() {
+            self.empty.bind(py).clone().into_any()
+        } else {
+            PyString::new(py, text).into_any()
+        }
+    }
+
+    fn delta<'py>(&self, py: Python<'py>, out: &StepOut, d: &Delta) -> PyResult<Bound<'py, PyAny>> {
+        let empty = || self.empty.bind(py).clone().into_any();
+        let none_tuple = || PyTuple::empty(py).into_any();
+        let text = self.text(py, out.delta_text(d.text));
+        let (reasoning, content, calls) = match d.kind {
+            DeltaKind::Reasoning => (text, empty(), none_tuple()),
+            DeltaKind::Content => (empty(), text, none_tuple()),
+            DeltaKind::Call => {
+                let (id, name) = match d.head {
+                    Some((i, n)) => (
+                        self.text(py, out.delta_text(i)),
+                        self.text(py, out.delta_text(n)),
+                    ),
+                    None => (py.None().into_bound(py), py.None().into_bound(py)),
+                };
+                let index = d.index.into_pyobject(py)?.into_any();
+                let call = self.make(py, &self.call, &self.call_fields, [index, text, id, name])?;
+                (empty(), empty(), PyTuple::new(py, [call])?.into_any())
+            }
+        };
+        self.make(
+            py,
+            &self.delta,
+            &self.delta_fields,
+            [reasoning, content, calls, none_tuple(), none_tuple()],
+        )
+    }
+
+    fn deltas<'py>(&self, py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for d in &out.deltas {
+            list.append(self.delta(py, out, d)?)?;
+        }
+        Ok(list)
+    }
+
+    /// The step as a `StepOutput` (its `final` None).
+    fn step<'py>(&self, py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyAny>> {
+        let deltas = self.deltas(py, out)?.into_any();
+        let events = event_list(py, out)?.into_any();
+        self.make(
+            py,
+            &self.step_output,
+            &self.step_fields,
+            [deltas, events, py.None().into_bound(py)],
+        )
+    }
 }
 
 /// Python's `Event` named tuple and the `EventKind` members in `EventKind`'s order, given once
@@ -108,13 +236,34 @@ fn event_list<'py>(py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyList
 pub struct PySession {
     core: CoreSession,
     out: StepOut,
+    valid: Arc<ValidIds>,
+    /// `finish` ran: `step` leaves every call to Python's checks.
+    finished: bool,
+    /// Ids were fed (`Session._ids_seen`).
+    ids_seen: bool,
 }
 
 impl PySession {
-    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<(Vec<DeltaTuple>, Bound<'py, PyList>)> {
-        let step = (deltas(&self.out), event_list(py, &self.out)?);
+    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let step = ValueTypes::get(py)?.step(py, &self.out);
         self.out.clear();
-        Ok(step)
+        step
+    }
+
+    /// The ids of a list or tuple of ints, all valid; None for anything else.
+    fn checked(&self, ids: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
+        let one = |item: Bound<'_, PyAny>| {
+            item.extract::<u32>()
+                .ok()
+                .filter(|&id| self.valid.contains(id))
+        };
+        if let Ok(list) = ids.cast::<PyList>() {
+            list.iter().map(one).collect()
+        } else if let Ok(tuple) = ids.cast::<PyTuple>() {
+            tuple.iter().map(one).collect()
+        } else {
+            None
+        }
     }
 }
 
@@ -140,49 +289,71 @@ impl PySession {
         Ok(PySession {
             core: CoreSession::new(scanner, parser),
             out: StepOut::default(),
+            valid: detokenizer.valid.clone(),
+            finished: false,
+            ids_seen: false,
         })
     }
 
-    /// One step of checked ids → (deltas, events).
-    fn feed<'py>(
+    /// The per-token path: a non-empty list or tuple of valid ids on an open session → its
+    /// `StepOutput`; None (nothing done) for anything else, which Python then checks and
+    /// refuses or feeds (`NativeSession.feed`).
+    fn step<'py>(
         &mut self,
         py: Python<'py>,
-        token_ids: Vec<u32>,
-    ) -> PyResult<(Vec<DeltaTuple>, Bound<'py, PyList>)> {
+        token_ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if self.finished {
+            return Ok(None);
+        }
+        let Some(ids) = self.checked(token_ids) else {
+            return Ok(None);
+        };
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        self.ids_seen = true;
+        self.core.feed(&ids, &mut self.out);
+        self.take(py).map(Some)
+    }
+
+    /// One step of checked ids → `StepOutput`.
+    fn feed<'py>(&mut self, py: Python<'py>, token_ids: Vec<u32>) -> PyResult<Bound<'py, PyAny>> {
+        if !token_ids.is_empty() {
+            self.ids_seen = true;
+        }
         self.core.feed(&token_ids, &mut self.out);
         self.take(py)
     }
 
-    /// Text in sentinel form for `tokens` tokens → (deltas, events).
+    /// Text in sentinel form for `tokens` tokens → `StepOutput`.
     fn feed_text<'py>(
         &mut self,
         py: Python<'py>,
         text: &str,
         tokens: u32,
-    ) -> PyResult<(Vec<DeltaTuple>, Bound<'py, PyList>)> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         self.core.feed_text(text, tokens, &mut self.out);
         self.take(py)
     }
 
-    /// End of output → (deltas, events, final).
-    #[pyo3(signature = (reason, held, flush, stop_text=None))]
+    /// End of output (flushing the detokenizer when ids were fed) → (`StepOutput`, final).
+    #[pyo3(signature = (reason, held, stop_text=None))]
     fn finish<'py>(
         &mut self,
         py: Python<'py>,
         reason: &str,
         held: &str,
-        flush: bool,
         stop_text: Option<&str>,
-    ) -> PyResult<(Vec<DeltaTuple>, Bound<'py, PyList>, FinalTuple)> {
+    ) -> PyResult<(Bound<'py, PyAny>, FinalTuple)> {
         let reason = FinishReason::parse(reason)
             .ok_or_else(|| PyValueError::new_err("unknown finish reason"))?;
+        self.finished = true;
         let f = self
             .core
-            .finish(reason, held, flush, stop_text, &mut self.out);
-        let (d, e) = self.take(py)?;
+            .finish(reason, held, self.ids_seen, stop_text, &mut self.out);
         Ok((
-            d,
-            e,
+            self.take(py)?,
             (
                 f.finish_reason,
                 f.completion_tokens,
@@ -192,6 +363,12 @@ impl PySession {
                 f.calls,
             ),
         ))
+    }
+
+    /// Ids were fed: text steps no longer read marker texts as markers.
+    #[getter]
+    fn ids_seen(&self) -> bool {
+        self.ids_seen
     }
 
     #[getter]
