@@ -114,6 +114,7 @@ def _compare(model: Model, prompt: list[int], ids: list[int], cuts: list[int]) -
     # Per id.
     for i, tid in enumerate(ids):
         assert nat.piece(tid) == ref.piece(tid), (model.name, prompt, ids, i)
+    assert nat.flush() == ref.flush(), (model.name, prompt, ids)
     # In runs: markers one at a time, plain ids in the runs a random split makes.
     ref = TokenScanner(model.tokenizer, model.grammar, prompt)
     nat = detokenizer(model.tokenizer, model.grammar).scanner(prompt)
@@ -129,6 +130,7 @@ def _compare(model: Model, prompt: list[int], ids: list[int], cuts: list[int]) -
                     assert nat.piece(tid) == ref.piece(tid), (model.name, prompt, ids, tid)
             else:
                 run.append(tid)
+    assert nat.flush() == ref.flush(), (model.name, prompt, ids, bounds)
 
 
 @pytest.mark.parametrize("preset", ["qwen3", "mistral-7b-v0.3", "gpt-oss", "deepseek-v3.1", "llama3"])
@@ -136,7 +138,9 @@ def test_text_decodes_as_the_tokenizer_does(models, registry, preset):
     model = registry.get(preset)
     ids = model.tokenizer.encode(SAMPLE_TEXT, add_special_tokens=False).ids
     nat = detokenizer(model.tokenizer, model.grammar)
-    assert "".join(nat.scanner().pieces(ids)) == model.tokenizer.decode(ids, skip_special_tokens=False)
+    scanner = nat.scanner()
+    text = "".join(scanner.pieces(ids)) + scanner.flush()
+    assert text == model.tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def test_native_detokenizer_equals_decode_stream(models):

@@ -8,6 +8,13 @@ never overtakes the text before it); special tokens the format does not use are 
 other id is plain text. Work per id is constant: nothing is ever re-decoded. A run of plain ids
 (no marker among them) is decoded in one ``DecodeStream`` step (``run``), which gives the same text
 as stepping them one by one, for a fraction of the cost.
+
+A ``ByteFallback`` decoder (SentencePiece ``<0xAB>`` pieces) decides a run of byte tokens only as
+a whole: their UTF-8, or one U+FFFD per byte when they are no UTF-8. Stepped one id at a time, the
+stream would settle the valid prefix of such a run first, so the text would depend on how the ids
+were grouped. For those vocabularies the scanner is a ``ByteGroupScanner``: it holds a run of byte
+ids and steps it together with the next other id (or with the flush's probe), so every step ends
+on a non-byte id and the decoder always sees whole groups, whatever the split.
 """
 
 from __future__ import annotations
@@ -30,9 +37,18 @@ removed again."""
 
 
 class TokenScanner:
-    """One request's detokenizer: ``piece(id)`` → the text that id settles (sentinel form)."""
+    """One request's detokenizer: ``piece(id)`` → the text that id settles (sentinel form).
+    Made for a byte-fallback vocabulary (``BoundGrammar.byte_ids``), it is a ``ByteGroupScanner``,
+    so other vocabularies pay nothing for byte groups."""
 
     __slots__ = ("_marks", "_stream", "_tokenizer")
+
+    def __new__(
+        cls, tokenizer: tokenizers.Tokenizer, bound: BoundGrammar, prompt_ids: Sequence[int] = ()
+    ) -> TokenScanner:
+        if cls is TokenScanner and bound.byte_ids:
+            cls = ByteGroupScanner
+        return object.__new__(cls)
 
     def __init__(
         self, tokenizer: tokenizers.Tokenizer, bound: BoundGrammar, prompt_ids: Sequence[int] = ()
@@ -54,7 +70,7 @@ class TokenScanner:
             text = self._stream.step(self._tokenizer, token_id) or ""
         except Exception:
             text = self._restart(token_id)
-        mark = self._marks.get(token_id)
+        mark = self._marks.get(token_id)  # (``ByteGroupScanner.piece`` does the same)
         if mark is None:
             return text
         marker, sentinel = mark
@@ -72,13 +88,18 @@ class TokenScanner:
         ``DecodeStream`` has no flush: one more step with a probe token (``PROBE``, plain ASCII
         that every decoder appends as is) settles the held bytes, and the probe's text is cut off
         again. The scanner is spent afterwards (the output has ended)."""
+        return self._flush([])
+
+    def _flush(self, held: list[int]) -> str:
+        """``flush``, stepping the ``held`` ids (a byte group not yet decided) with the probe."""
         probe = self._tokenizer.token_to_id(PROBE)
         if probe is None:
-            return ""
+            return TokenScanner.run(self, held) if held else ""
+        ids = [*held, probe]
         try:
-            text = self._stream.step(self._tokenizer, probe) or ""
+            text = self._stream.step(self._tokenizer, ids) or ""
         except Exception:
-            text = self._restart(probe)
+            text = self._restart(ids)
         return text.removesuffix(PROBE) if text.endswith(PROBE) else ""
 
     def _restart(self, ids: int | list[int]) -> str:
@@ -93,6 +114,51 @@ class TokenScanner:
         except Exception:
             self._stream = DecodeStream(skip_special_tokens=False)
             return "\ufffd"
+
+
+class ByteGroupScanner(TokenScanner):
+    """``TokenScanner`` for a ``ByteFallback`` vocabulary: a run of byte ids is held (its ids
+    settle no text yet, as an unfinished character does) and stepped together with the next
+    non-byte id, in ``piece``, ``run`` or ``flush`` alike."""
+
+    __slots__ = ("_bytes", "_held")
+
+    def __init__(
+        self, tokenizer: tokenizers.Tokenizer, bound: BoundGrammar, prompt_ids: Sequence[int] = ()
+    ) -> None:
+        super().__init__(tokenizer, bound, prompt_ids)
+        self._bytes = bound.byte_ids
+        self._held: list[int] = []
+
+    def run(self, token_ids: list[int]) -> str:
+        ids = self._held + token_ids if self._held else token_ids
+        byte = self._bytes
+        end = len(ids)
+        while end and ids[end - 1] in byte:
+            end -= 1
+        self._held = ids[end:]
+        return super().run(ids[:end]) if end else ""
+
+    def piece(self, token_id: int) -> str:
+        if token_id in self._bytes:
+            self._held.append(token_id)
+            return ""
+        if not self._held:
+            return super().piece(token_id)
+        ids, self._held = [*self._held, token_id], []
+        try:
+            text = self._stream.step(self._tokenizer, ids) or ""
+        except Exception:
+            text = self._restart(ids)
+        mark = self._marks.get(token_id)
+        if mark is None:
+            return text
+        marker, sentinel = mark
+        return (text[: -len(marker)] if text.endswith(marker) else text) + sentinel
+
+    def flush(self) -> str:
+        held, self._held = self._held, []
+        return self._flush(held)
 
 
 class LiteralMarkers:

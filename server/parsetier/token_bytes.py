@@ -60,6 +60,21 @@ def decoder_kinds(tokenizer: tokenizers.Tokenizer) -> set[str]:
     return kinds
 
 
+def byte_fallback_ids(tokenizer: tokenizers.Tokenizer) -> frozenset[int]:
+    """The ids a ``ByteFallback`` decoder reads as one byte each (``<0xAB>`` pieces that are not
+    added tokens); empty when the decoder has no ``ByteFallback`` step. The decoder decides a run
+    of them only as a whole (their UTF-8, or one U+FFFD per byte), so the scanner keeps such a run
+    together (``detokenizer.ByteGroupScanner``)."""
+    if "ByteFallback" not in decoder_kinds(tokenizer):
+        return frozenset()
+    added = tokenizer.get_added_tokens_decoder()
+    return frozenset(
+        tid
+        for piece, tid in tokenizer.get_vocab(with_added_tokens=False).items()
+        if tid not in added and _BYTE_PIECE.fullmatch(piece)
+    )
+
+
 class TokenBytes:
     """The byte vocabulary of one tokenizer. Thread-safe for readers (the cache only grows)."""
 

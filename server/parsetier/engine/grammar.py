@@ -22,6 +22,7 @@ import regex
 import tokenizers
 
 from parsetier.engine.lexer import TerminalSet
+from parsetier.token_bytes import byte_fallback_ids
 
 STATE_KINDS = frozenset({"content", "reasoning", "skip", "capture", "value", "json", "envelope", "elements"})
 """content/reasoning: text is shown as such; skip: text is dropped; capture: text is collected
@@ -248,6 +249,10 @@ class BoundGrammar:
     any sentinel, and the first character of each terminal they listen for. A piece without
     them can neither hold nor begin a terminal there: it is, whole, the state's own text
     (``Machine.feed``'s fast path; ASCII text is such a piece at once when the flag is set)."""
+    byte_ids: frozenset[int] = frozenset()
+    """Byte-fallback ids (``<0xAB>`` pieces of a ``ByteFallback`` decoder): the decoder decides a
+    run of them only as a whole, so the scanner steps a run together with the next other id
+    (``detokenizer.ByteGroupScanner``). Empty for every other vocabulary."""
 
     @classmethod
     def build(cls, grammar: Grammar, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
@@ -322,6 +327,7 @@ class BoundGrammar:
                 for name, state in grammar.states.items()
                 if state.kind in ("content", "reasoning") and state.text_next is None
             },
+            byte_ids=byte_fallback_ids(tokenizer),
         )
 
 

@@ -142,6 +142,10 @@ pub struct Vocab {
     added: Vec<bool>,
     /// The id of the probe token [`Scanner::flush`] steps with (`detokenizer.PROBE`).
     probe: Option<u32>,
+    /// `byte[i]`: id `i` is a byte-fallback token (a `<0xAB>` entry, not an added token, of a
+    /// decoder with a `ByteFallback` step), which the decoder decides only in whole runs
+    /// (`BoundGrammar.byte_ids`). Empty for every other vocabulary.
+    byte: Vec<bool>,
 }
 
 /// The text of the probe token (`detokenizer.PROBE`): plain ASCII every decoder appends as is.
@@ -159,6 +163,9 @@ impl Vocab {
         probe: Option<u32>,
     ) -> Result<Vocab, String> {
         let mut pre: Vec<Step> = Vec::new();
+        let fallback = decoder
+            .as_ref()
+            .is_some_and(|steps| steps.contains(&Step::ByteFallback));
         let plan = match decoder {
             None => Plan::Spaced,
             Some(steps) if steps == [Step::ByteLevel] => Plan::Bytes,
@@ -205,6 +212,15 @@ impl Vocab {
                 *slot = true;
             }
         }
+        let byte = if fallback {
+            tokens
+                .iter()
+                .zip(&is_added)
+                .map(|(t, &added)| !added && t.as_deref().and_then(byte_piece).is_some())
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Vocab {
             plan,
             data,
@@ -212,6 +228,7 @@ impl Vocab {
             present,
             added: is_added,
             probe,
+            byte,
         })
     }
 
@@ -227,6 +244,16 @@ impl Vocab {
     /// Whether `id` is an added token (markers, specials).
     pub fn is_added(&self, id: u32) -> bool {
         self.added.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether `id` is a byte-fallback token (see `byte`).
+    pub fn is_byte(&self, id: u32) -> bool {
+        self.byte.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether the vocabulary has byte-fallback tokens at all.
+    pub fn has_bytes(&self) -> bool {
+        !self.byte.is_empty()
     }
 
     fn entry(&self, id: u32) -> Option<&[u8]> {
@@ -426,12 +453,18 @@ impl Marks {
     }
 }
 
-/// One request's detokenizer (`TokenScanner`): ids in, text in sentinel form out.
+/// One request's detokenizer (`TokenScanner`): ids in, text in sentinel form out. For a
+/// byte-fallback vocabulary it holds a run of byte ids and steps it together with the next other
+/// id (`ByteGroupScanner`), so the decoder always decides a byte group whole, whatever the split.
 #[derive(Debug)]
 pub struct Scanner {
     vocab: Arc<Vocab>,
     marks: Arc<Marks>,
     stream: DecodeStream,
+    /// Whether the vocabulary has byte-fallback ids (checked once per id, not looked up).
+    groups: bool,
+    /// Byte ids held until the next non-byte id.
+    held: Vec<u32>,
 }
 
 impl Scanner {
@@ -445,9 +478,11 @@ impl Scanner {
             .filter(|&id| !vocab.is_added(id))
             .collect();
         Scanner {
+            groups: vocab.has_bytes(),
             vocab,
             marks,
             stream: DecodeStream::new(tail),
+            held: Vec::new(),
         }
     }
 
@@ -457,14 +492,49 @@ impl Scanner {
 
     /// The text of plain ids (no marker among them) in one step, appended to `out`.
     pub fn run(&mut self, ids: &[u32], out: &mut String) {
-        self.settle(ids, out);
+        if !self.groups {
+            return self.settle(ids, out);
+        }
+        // Trailing byte ids wait for the next non-byte id; the rest goes with what was held.
+        let end = ids.len()
+            - ids
+                .iter()
+                .rev()
+                .take_while(|&&id| self.vocab.is_byte(id))
+                .count();
+        if end == 0 {
+            self.held.extend_from_slice(ids);
+            return;
+        }
+        if self.held.is_empty() {
+            self.settle(&ids[..end], out);
+        } else {
+            let mut step = std::mem::take(&mut self.held);
+            step.extend_from_slice(&ids[..end]);
+            self.settle(&step, out);
+            step.clear();
+            self.held = step;
+        }
+        self.held.extend_from_slice(&ids[end..]);
     }
 
     /// The text one id settles, appended to `out`: a marker's sentinel follows the text held
     /// before it, its own text cut off.
     pub fn piece(&mut self, id: u32, out: &mut String) {
         let start = out.len();
-        self.settle(&[id], out);
+        if self.groups && self.vocab.is_byte(id) {
+            self.held.push(id);
+            return;
+        }
+        if self.held.is_empty() {
+            self.settle(&[id], out);
+        } else {
+            let mut step = std::mem::take(&mut self.held);
+            step.push(id);
+            self.settle(&step, out);
+            step.clear();
+            self.held = step;
+        }
         if let Some((marker, sentinel)) = self.marks.get(id) {
             if out[start..].ends_with(marker.as_str()) {
                 out.truncate(out.len() - marker.len());
@@ -476,12 +546,18 @@ impl Scanner {
     /// At the end of the output, the text the stream still holds (`TokenScanner.flush`): one
     /// more step with the probe token settles it, and the probe's text is cut off again. The
     /// scanner is spent afterwards.
+    /// Held byte ids are stepped with the probe, so their group is decided whole here too.
     pub fn flush(&mut self, out: &mut String) {
+        let mut step = std::mem::take(&mut self.held);
         let Some(probe) = self.vocab.probe else {
+            if !step.is_empty() {
+                self.settle(&step, out);
+            }
             return;
         };
         let start = out.len();
-        self.settle(&[probe], out);
+        step.push(probe);
+        self.settle(&step, out);
         if out[start..].ends_with(PROBE) {
             out.truncate(out.len() - PROBE.len());
         } else {
@@ -513,6 +589,10 @@ mod tests {
     }
 
     fn sentencepiece(tokens: &[&str]) -> Arc<Vocab> {
+        sentencepiece_with_probe(tokens, None)
+    }
+
+    fn sentencepiece_with_probe(tokens: &[&str], probe: Option<u32>) -> Arc<Vocab> {
         let tokens: Vec<Option<String>> = tokens.iter().map(|t| Some(t.to_string())).collect();
         let steps = vec![
             Step::Replace {
@@ -527,7 +607,7 @@ mod tests {
                 stop: 0,
             },
         ];
-        Arc::new(Vocab::new(&tokens, Some(steps), &[], None).unwrap())
+        Arc::new(Vocab::new(&tokens, Some(steps), &[], probe).unwrap())
     }
 
     fn scan(vocab: &Arc<Vocab>, prompt: &[u32], ids: &[u32]) -> Vec<String> {
@@ -578,6 +658,48 @@ mod tests {
         assert_eq!(out, "");
         s.flush(&mut out);
         assert_eq!(out, "\u{fffd}");
+    }
+
+    #[test]
+    fn byte_fallback_groups_are_decided_whole_at_any_split() {
+        // C2 80 80 then a token: one `<U+0080>` then a lone 80 if the valid prefix were settled
+        // first, but the decoder decides the group whole: three U+FFFD, whatever the split.
+        let v = sentencepiece_with_probe(
+            &["<0xC2>", "<0x80>", "▁x", "<0xC3>", "<0xA9>", "a"],
+            Some(5),
+        );
+        let ids = [0, 1, 1, 2, 3, 4, 2, 0, 1, 1];
+        // The last group waits for the end: the flush decides it (with the probe "a").
+        let whole = "\u{fffd}\u{fffd}\u{fffd} xé x\u{fffd}\u{fffd}\u{fffd}";
+        assert_eq!(
+            scan(&v, &[], &ids)[..4],
+            ["", "", "", "\u{fffd}\u{fffd}\u{fffd} x"]
+        );
+        for cut in 0..=ids.len() {
+            let mut s = Scanner::new(v.clone(), Arc::new(Marks::default()), &[]);
+            let mut out = String::new();
+            for part in [&ids[..cut], &ids[cut..]] {
+                if !part.is_empty() {
+                    s.run(part, &mut out);
+                }
+            }
+            s.flush(&mut out);
+            assert_eq!(out, whole, "cut at {cut}");
+            let mut s = Scanner::new(v.clone(), Arc::new(Marks::default()), &[]);
+            let mut out = String::new();
+            ids[..cut].iter().for_each(|&id| s.piece(id, &mut out));
+            s.run(&ids[cut..], &mut out);
+            s.flush(&mut out);
+            assert_eq!(out, whole, "one id at a time up to {cut}");
+        }
+    }
+
+    #[test]
+    fn only_byte_fallback_vocabularies_hold_bytes() {
+        let v = byte_level(&["Ã", "©"]);
+        assert!(!v.has_bytes());
+        let v = sentencepiece(&["<0xC3>", "a"]);
+        assert!(v.is_byte(0) && !v.is_byte(1));
     }
 
     #[test]
