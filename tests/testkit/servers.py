@@ -20,7 +20,8 @@ from pathlib import Path
 
 from .procfs import cpu_seconds, rss_pss_bytes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+"""The checkout (this file is tests/testkit/servers.py)."""
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:
