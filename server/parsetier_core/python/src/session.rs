@@ -94,6 +94,13 @@ pub fn bind_values(
     Ok(())
 }
 
+/// Takes a new object that can hold no cycle off the cyclic GC's lists.
+fn untrack(obj: &Bound<'_, PyAny>) {
+    // SAFETY: `obj` is a live GC object of a type with `Py_TPFLAGS_HAVE_GC` (instances of
+    // Python classes and tuples); untracking an untracked object is a no-op.
+    unsafe { pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) }
+}
+
 impl ValueTypes {
     fn get(py: Python<'_>) -> PyResult<&ValueTypes> {
         VALUE_TYPES
@@ -101,13 +108,17 @@ impl ValueTypes {
             .ok_or_else(|| PyRuntimeError::new_err("parsetier._core.bind_values was not called"))
     }
 
-    /// A new instance of `ty` (a slots class) with `values` stored in `slots`.
+    /// A new instance of `ty` (a slots class) with `values` stored in `slots`. `frozen`: the
+    /// class is a frozen dataclass and the values are strings, ints, None or such instances, so
+    /// the object can never be part of a cycle and leaves the cyclic GC's lists (as CPython does
+    /// for a tuple of atomic values): a caller keeping many outputs does not pay for scanning it.
     fn make<'py, const N: usize>(
         &self,
         py: Python<'py>,
         ty: &Py<PyType>,
         slots: &[Py<PyAny>; N],
         values: [Bound<'py, PyAny>; N],
+        frozen: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         // SAFETY: `PyType_GenericAlloc` is what `object.__new__` runs for these classes; each
         // slot is then set through its member descriptor (borrowing `value`), as `__init__` does.
@@ -121,6 +132,9 @@ impl ValueTypes {
                 if (self.set)(descr.as_ptr(), raw, value.as_ptr()) != 0 {
                     return Err(PyErr::fetch(py));
                 }
+            }
+            if frozen {
+                untrack(&obj);
             }
             Ok(obj)
         }
@@ -150,8 +164,16 @@ impl ValueTypes {
                     None => (py.None().into_bound(py), py.None().into_bound(py)),
                 };
                 let index = d.index.into_pyobject(py)?.into_any();
-                let call = self.make(py, &self.call, &self.call_fields, [index, text, id, name])?;
-                (empty(), empty(), PyTuple::new(py, [call])?.into_any())
+                let call = self.make(
+                    py,
+                    &self.call,
+                    &self.call_fields,
+                    [index, text, id, name],
+                    true,
+                )?;
+                let calls = PyTuple::new(py, [call])?.into_any();
+                untrack(&calls);
+                (empty(), empty(), calls)
             }
         };
         self.make(
@@ -159,6 +181,7 @@ impl ValueTypes {
             &self.delta,
             &self.delta_fields,
             [reasoning, content, calls, none_tuple(), none_tuple()],
+            true,
         )
     }
 
@@ -179,6 +202,7 @@ impl ValueTypes {
             &self.step_output,
             &self.step_fields,
             [deltas, events, py.None().into_bound(py)],
+            false,
         )
     }
 }
@@ -227,6 +251,8 @@ fn event_list<'py>(py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyList
             }
             Bound::from_owned_ptr(py, raw)
         };
+        // An `Event` holds a kind, strings and ints: no cycle (see `ValueTypes::make`).
+        untrack(&tuple);
         list.append(tuple)?;
     }
     Ok(list)
