@@ -6,8 +6,9 @@ rule, documented in docs/engine.md and docs/service.md:
 
     id = "chatcmpl-tool-" + hex(BLAKE2b-96(key=ID_KEY, seed || 0x00 || decimal(call_index)))
 
-``seed`` is the request id when the caller gave one, else the prompt token ids (decimal,
-comma-separated) prefixed with ``prompt:``, else (a session that gives neither) 128 random bits
+``seed`` is the request id when the caller gave one, else ``prompt:`` and the hex BLAKE2b-128 of
+the prompt token ids (decimal, comma-separated: a fixed size, so a session never keeps a long
+prompt), else (a session that gives neither) 128 random bits
 drawn when the session opens, prefixed with ``random:``: ids never repeat across requests, and
 such a session's ids are not reproducible, so resuming it elsewhere needs a ``request_id``. Then
 ``#n`` for choice ``n`` > 0 of a request with several choices (``Open.choice_index``), so the
@@ -22,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from parsetier.messages import SessionOptions
 
@@ -38,10 +39,16 @@ def call_id_seed(options: SessionOptions) -> str:
     if options.request_id:
         seed = options.request_id
     elif options.prompt_token_ids:
-        seed = "prompt:" + ",".join(map(str, options.prompt_token_ids))
+        seed = "prompt:" + prompt_digest(options.prompt_token_ids)
     else:
         seed = "random:" + secrets.token_hex(16)
     return f"{seed}#{options.choice_index}" if options.choice_index else seed
+
+
+def prompt_digest(prompt_token_ids: Sequence[int]) -> str:
+    """The prompt's part of a seed: fixed-size, so what a session keeps does not grow with its
+    prompt (the whole prompt is hashed once, when the session opens)."""
+    return hashlib.blake2b(",".join(map(str, prompt_token_ids)).encode("ascii"), digest_size=16).hexdigest()
 
 
 def id_maker(options: SessionOptions, seed: str | None = None) -> Callable[[int], str]:

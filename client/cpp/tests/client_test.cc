@@ -221,14 +221,17 @@ TEST_F(LiveServer, SessionSeveralStepsPerMessage) {
 
 TEST_F(LiveServer, ParseStreamEqualsParseOnce) {
   parsetier::FinishOptions stop = parsetier::FinishOptions::StopToken(kImEnd);
-  parsetier::StreamResult stream = SharedClient().ParseStream(Qwen3(), OnePerStep(kOutput), stop);
+  parsetier::OpenOptions options = Qwen3();
+  // Tool call ids derive from the request id, so the two requests' ids agree. (With neither a
+  // request id nor prompt ids a session draws a random seed: ids never repeat across requests.)
+  options.request_id = "cpp-stream-equals-once";
+  parsetier::StreamResult stream = SharedClient().ParseStream(options, OnePerStep(kOutput), stop);
   CheckFinal(stream.final);
   EXPECT_TRUE(MessageDifferencer::Equals(JoinDeltas(stream.deltas), stream.final.message()));
 
-  v1::ParseOnceResponse once = SharedClient().ParseOnce(Qwen3(), kOutput, stop);
+  v1::ParseOnceResponse once = SharedClient().ParseOnce(options, kOutput, stop);
   CheckFinal(once.final());
   EXPECT_EQ(once.deltas_size(), 0);
-  // Tool call ids derive from the request id (none here: the prompt, also none), so they agree.
   EXPECT_TRUE(MessageDifferencer::Equals(once.final().message(), stream.final.message()));
   EXPECT_TRUE(MessageDifferencer::Equals(once.final().usage(), stream.final.usage()));
 }
