@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from grpc_servers import server_logs, wait_for
+from parsetier import native
 from parsetier import protocol as protocol_module
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, open_message
@@ -92,7 +93,9 @@ def test_internal_errors_do_not_leak_exception_text(grpc_server, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("secret internals at 0xdeadbeef")
 
+    # Both engines' sessions (the server runs the native one by default).
     monkeypatch.setattr(protocol_module.core.Session, "finish", broken)
+    monkeypatch.setattr(native.NativeSession, "finish", broken)
     with server_logs() as logs, Client(grpc_server.target, timeout=30) as client:
         with pytest.raises(grpc.RpcError) as info:
             client.parse_once("qwen3", [9707])
