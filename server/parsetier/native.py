@@ -43,7 +43,7 @@ from parsetier.session import (
     StepOutput,
     WrongState,
     _tool_schemas,
-    checked_logprobs,
+    annotated_feed,
     start_and_echo,
 )
 
@@ -296,22 +296,7 @@ class NativeSession:
             if not token_ids:
                 return StepOutput()
             return self._core.feed(list(token_ids))
-        k = checked_logprobs(self._annotator, token_ids, logprobs)
-        if logprobs is None or self.options.include_reasoning:
-            out = self._feed(token_ids)
-            self._annotator.annotate(out.deltas, token_ids, logprobs, k, None)
-            return out
-        # Hidden reasoning: which ids were reasoning decides whose logprobs are dropped, so the
-        # ids go in one at a time, as the reference session feeds them.
-        out, core, reasoning = StepOutput(), self._core, []
-        for tid in token_ids:
-            before = core.reasoning_tokens
-            one = self._feed((tid,))
-            out.deltas += one.deltas
-            out.events += one.events
-            reasoning.append(core.reasoning_tokens > before)
-        self._annotator.annotate(out.deltas, token_ids, logprobs, k, reasoning)
-        return out
+        return annotated_feed(self, self._core, token_ids, logprobs)
 
     def _feed(self, token_ids: Sequence[int]) -> StepOutput:
         if not token_ids:

@@ -216,23 +216,7 @@ class Session:
         self._check_ids(token_ids, "token_ids")
         if logprobs is None and self._parse_only:
             return self._feed(token_ids)
-        k = checked_logprobs(self._annotator, token_ids, logprobs)
-        if logprobs is None or self.options.include_reasoning:
-            out = self._feed(token_ids)
-            self._annotator.annotate(out.deltas, token_ids, logprobs, k, None)
-            return out
-        # Hidden reasoning: which ids were reasoning decides whose logprobs are dropped, so the
-        # ids go in one at a time (the same output; a step is a few ids), each counted as
-        # ``Usage.reasoning_tokens`` counts it.
-        out, machine, reasoning = StepOutput(), self._machine, []
-        for tid in token_ids:
-            before = machine.reasoning_tokens
-            one = self._feed((tid,))
-            out.deltas += one.deltas
-            out.events += one.events
-            reasoning.append(machine.reasoning_tokens > before)
-        self._annotator.annotate(out.deltas, token_ids, logprobs, k, reasoning)
-        return out
+        return annotated_feed(self, self._machine, token_ids, logprobs)
 
     def _feed(self, token_ids: Sequence[int]) -> StepOutput:
         """The parse of checked ids: one piece per marker, runs of plain ids at once."""
@@ -345,6 +329,30 @@ class Session:
         if min(ids) < 0 or max(ids) >= vocab or (known is not None and not known.issuperset(ids)):
             bad = next(t for t in ids if not 0 <= t < vocab or (known is not None and t not in known))
             raise InvalidInput(f"{what}: token id {bad} is not in the vocabulary of {self.model.name!r}")
+
+
+def annotated_feed(
+    session: Any, counter: Any, token_ids: Sequence[int], logprobs: StepLogprobs | None
+) -> StepOutput:
+    """A feed whose deltas carry logprobs, for either engine's session (its ``_feed``,
+    ``_annotator`` and ``options``; ``counter`` has the session's ``reasoning_tokens``). With
+    reasoning hidden, which ids were reasoning decides whose logprobs are dropped, so the ids go
+    in one at a time (the same output; a step is a few ids), each counted as
+    ``Usage.reasoning_tokens`` counts it."""
+    k = checked_logprobs(session._annotator, token_ids, logprobs)
+    if logprobs is None or session.options.include_reasoning:
+        out = session._feed(token_ids)
+        session._annotator.annotate(out.deltas, token_ids, logprobs, k, None)
+        return out
+    out, reasoning = StepOutput(), []
+    for tid in token_ids:
+        before = counter.reasoning_tokens
+        one = session._feed((tid,))
+        out.deltas += one.deltas
+        out.events += one.events
+        reasoning.append(counter.reasoning_tokens > before)
+    session._annotator.annotate(out.deltas, token_ids, logprobs, k, reasoning)
+    return out
 
 
 def checked_logprobs(annotator: StepAnnotator, ids: Sequence[int], logprobs: StepLogprobs | None) -> int:
