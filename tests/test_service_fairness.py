@@ -41,13 +41,15 @@ def test_large_messages_do_not_stall_other_calls():
     with ProcessServer("--preload", "qwen3", "--max-tokens-per-session", tokens) as server:
         server.wait_for_log("models loaded", timeout=120)
         probes, per_message = _probe_while_heavy(server.target)
-    # Stalled, every message holds the server for its whole parse and the probes that meet one
-    # wait for most of it. Served, a probe waits a few GIL switch intervals; a shared, loaded
-    # machine may add one long wait now and then, which one probe may show.
+    # Stalled, every message holds the server for its whole parse: a probe meets one at a random
+    # point and waits out the rest of it, so about two probes in three wait a third of a message
+    # or more. Served, a probe waits a few GIL switch intervals. The native engine parses a
+    # message in under a tenth of a second, as short as the waits a shared, loaded machine adds
+    # now and then (three of 24 probes in one CI run), so the bound is a share of the probes.
     assert len(probes) >= 10, (len(probes), per_message)
     assert statistics.median(probes) < per_message / 5, (probes, per_message)
     slow = [p for p in probes if p >= per_message / 3]
-    assert len(slow) <= 1, (slow, per_message, len(probes))
+    assert len(slow) <= len(probes) / 5, (slow, per_message, len(probes))
 
 
 def _probe_while_heavy(target: str) -> tuple[list[float], float]:

@@ -269,7 +269,22 @@ pub struct PySession {
     ids_seen: bool,
 }
 
+/// Ids per call from which the parse runs with the GIL released: a large message's worker thread
+/// (see the servicer) then lets the event loop serve the other streams while Rust parses. Below
+/// it the release and re-acquire would cost more than they free.
+const DETACH_IDS: usize = 1024;
+
 impl PySession {
+    /// Feeds `ids` into the core session, without the GIL for a large step.
+    fn feed_ids(&mut self, py: Python<'_>, ids: &[u32]) {
+        let (core, out) = (&mut self.core, &mut self.out);
+        if ids.len() >= DETACH_IDS {
+            py.detach(|| core.feed(ids, out));
+        } else {
+            core.feed(ids, out);
+        }
+    }
+
     fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let step = ValueTypes::get(py)?.step(py, &self.out);
         self.out.clear();
@@ -339,7 +354,7 @@ impl PySession {
             return Ok(None);
         }
         self.ids_seen = true;
-        self.core.feed(&ids, &mut self.out);
+        self.feed_ids(py, &ids);
         self.take(py).map(Some)
     }
 
@@ -348,7 +363,7 @@ impl PySession {
         if !token_ids.is_empty() {
             self.ids_seen = true;
         }
-        self.core.feed(&token_ids, &mut self.out);
+        self.feed_ids(py, &token_ids);
         self.take(py)
     }
 
