@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Input is text in *sentinel form*: the detokenizer's output where every added token a terminal
-uses has been replaced by one private code point (see ``grammar.py``). The machine is always in
+uses has been replaced by one private code point (see ``grammar/bind.py``). The machine is always in
 one state of the grammar. In every state the lexer looks for that state's terminals only; the
 text between terminals means what the state's kind says (content, reasoning, a captured name,
 a parameter value, JSON arguments...). A terminal fires its transition: leave the state, run the
@@ -744,7 +744,7 @@ _KINDS: Mapping[str, _Kind] = {
     "envelope": _Kind(text=_reader_text, enter=_envelope_enter, leave=_envelope_leave),
     "elements": _Kind(text=_reader_text, enter=_elements_enter, leave=_elements_leave),
 }
-"""Every state kind of ``grammar.STATE_KINDS``, and what it does."""
+"""Every state kind of ``grammar.schema.STATE_KINDS``, and what it does."""
 
 
 # ---------------------------------------------------------------------------------------------- actions
@@ -771,7 +771,7 @@ _ACTIONS: Mapping[str, Callable[[Machine, Mapping[str, str], str], None]] = {
     "param_begin": _do_param_begin,
     "param_end": _do_param_end,
 }
-"""Every action of ``grammar.ACTIONS``: what it does, given a capture rule's groups and the captured
+"""Every action of ``grammar.schema.ACTIONS``: what it does, given a capture rule's groups and the captured
 text."""
 
 

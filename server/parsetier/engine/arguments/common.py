@@ -12,7 +12,7 @@ from parsetier.engine.grammar import SENTINEL_RE
 Emit = Callable[[str], None]
 
 SENTINEL = SENTINEL_RE
-"""Marker tokens travel through text as these code points (see ``engine/grammar.py``)."""
+"""Marker tokens travel through text as these code points (see ``engine/grammar/``)."""
 
 PY_LITERALS = {"True": True, "False": False, "None": None}
 
