@@ -16,8 +16,18 @@ from service_samples import WEATHER_TOOLS
 
 
 def parsetier(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """The server's ``parsetier`` command."""
+    return _run("parsetier.cli", args, stdin)
+
+
+def parsetier_client(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """The client's ``parsetier-client`` command."""
+    return _run("parsetier_client.cli", args, stdin)
+
+
+def _run(module: str, args: tuple[str, ...], stdin: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "parsetier.cli", *args],
+        [sys.executable, "-m", module, *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -57,11 +67,12 @@ REPLAY = ["replay", "--server", "127.0.0.1:1", "--model", "qwen3"]
     ],
 )
 def test_errors_are_one_line_naming_the_flag(args, flag):
-    done = parsetier(*args)
+    prog, run = ("parsetier-client", parsetier_client) if args[0] == "replay" else ("parsetier", parsetier)
+    done = run(*args)
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"parsetier {args[0]}: {flag}: "), lines[0]
+    assert lines[0].startswith(f"{prog} {args[0]}: {flag}: "), lines[0]
     assert "Traceback" not in done.stderr
 
 
@@ -103,7 +114,7 @@ def test_replay_tools_inline_or_file(grpc_server, encode, tmp_path, form):
         path.write_text(tools)
         tools = str(path)
     args = ("replay", "--server", grpc_server.target, "--model", "qwen3", "--tools", tools)
-    done = parsetier(*args, stdin=stdin)
+    done = parsetier_client(*args, stdin=stdin)
     assert done.returncode == 0, done.stderr
     final = json.loads(done.stdout.splitlines()[-1])["final"]
     assert final["finish_reason"] == "tool_calls"

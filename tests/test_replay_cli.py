@@ -1,4 +1,4 @@
-"""``parsetier replay``: JSON-lines steps in, JSON-lines deltas and final message out."""
+"""``parsetier-client replay``: JSON-lines steps in, JSON-lines deltas and final message out."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ IM_END = 151645
 
 
 def _replay(target: str, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = ["parsetier_client.cli", "replay", "--server", target, "--model", "qwen3", *args]
     return subprocess.run(
-        [sys.executable, "-m", "parsetier.cli", "replay", "--server", target, "--model", "qwen3", *args],
+        [sys.executable, "-m", *command],
         input=stdin,
         capture_output=True,
         text=True,

@@ -255,7 +255,7 @@ def test_bad_files_are_one_line_errors(pki, tmp_path):
 
 
 def test_replay_over_tls_with_a_token(pki, tokens, tmp_path, encode):
-    from test_cli import parsetier
+    from test_cli import parsetier_client
 
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
@@ -264,10 +264,10 @@ def test_replay_over_tls_with_a_token(pki, tokens, tmp_path, encode):
     with ProcessServer(*args, "--preload", "qwen3") as server:
         stdin = '{"token_ids": [9707, 0], "finish_reason": "stop"}\n'
         replay = ("replay", "--server", server.target, "--model", "qwen3", "--tls-ca", str(pki["ca"].cert))
-        done = parsetier(*replay, "--token-file", str(token_file), stdin=stdin)
+        done = parsetier_client(*replay, "--token-file", str(token_file), stdin=stdin)
         assert done.returncode == 0, done.stderr
         assert '"content": "Hello!"' in done.stdout
-        done = parsetier(*replay, stdin=stdin)
+        done = parsetier_client(*replay, stdin=stdin)
         assert done.returncode == 1 and "UNAUTHENTICATED" in done.stderr
 
 

@@ -1,5 +1,6 @@
-"""The ``parsetier`` command: ``serve`` runs the gRPC server; ``replay`` (the client-side debugging
-tool) and ``health`` (a gRPC health check) live in ``parsetier_client``, the server only dispatches."""
+"""The ``parsetier`` command: ``serve`` runs the gRPC server. The client's tools (``replay``,
+``health``) are the client package's own command, ``parsetier-client`` (``parsetier_client.cli``):
+the server does not depend on the client."""
 
 from __future__ import annotations
 
@@ -394,22 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="run the gRPC server")
     _serve_arguments(serve_parser)
-    replay_parser = commands.add_parser("replay", help="stream JSON-lines steps from stdin through a server")
-    from parsetier_client import health, replay
-
-    replay.add_arguments(replay_parser)
-    health_parser = commands.add_parser("health", help="gRPC health check of a server; exit 0 if serving")
-    health.add_arguments(health_parser)
     args = parser.parse_args(argv)
-    prog = f"parsetier {args.command}"
     try:
-        if args.command == "serve":
-            return _serve(args)
-        if args.command == "health":
-            return health.run(args)
-        return replay.run(args)
+        return _serve(args)
     except UsageError as exc:
-        fail(prog, str(exc))
+        fail(f"parsetier {args.command}", str(exc))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
-"""Command-line plumbing shared by the server's ``parsetier serve`` and the client's ``parsetier
-replay`` and ``parsetier health``: errors as one line that names the flag, and argument types that
-check their value where it is given.
+"""Command-line plumbing shared by the server's ``parsetier serve`` and the client's
+``parsetier-client replay`` and ``parsetier-client health``: errors as one line that names the
+flag, and argument types that check their value where it is given.
 
 A package of its own, beside ``parsetier_api``, that imports only the standard library: the server
-(``parsetier``) and the client (``parsetier_client``) both use it, so the server's package needs the
-client's only to dispatch the client's two subcommands of the one ``parsetier`` command.
+(``parsetier``) and the client (``parsetier_client``) both use it, and neither imports the other.
 
 argparse's own errors print the usage block first; in a container log or a systemd journal that is
 noise around the one line that matters, so ``OneLineParser`` prints only ``prog: problem``.

@@ -1,4 +1,4 @@
-"""``parsetier health``: ask a server's ``grpc.health.v1`` service whether it is serving; exit 0
+"""``parsetier-client health``: ask a server's ``grpc.health.v1`` service whether it is serving; exit 0
 when it is, 1 when it is not or cannot be reached. For container HEALTHCHECKs and scripts (Kubernetes
 probes speak gRPC health themselves).
 """
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         status = check(args.server, args.service, args.timeout, **connection(args))
     except grpc.RpcError as exc:
-        print(f"parsetier health: {args.server}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        print(f"parsetier-client health: {args.server}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
     print(status)
     return 0 if status == "SERVING" else 1

@@ -1,4 +1,5 @@
-"""``parsetier replay``: stream a captured token-id output through a server and print what comes back.
+"""``parsetier-client replay``: stream a captured token-id output through a server and print what
+comes back.
 
 Input (stdin), one JSON object per line, one decode step each:
     {"token_ids": [151667, 198, ...]}          or  {"text": "already detokenized"}
@@ -22,7 +23,7 @@ from typing import Any, TextIO
 import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_args import OneLineParser, UsageError, fail, positive_float, token_ids_argument, tools_argument
+from parsetier_args import positive_float, token_ids_argument, tools_argument
 from parsetier_client.arguments import add_connection_arguments, connection
 from parsetier_client.requests import OUTPUT_KINDS, finish_message, open_message, step_message
 from parsetier_client.result import delta_dict, event_dict, final_dict
@@ -127,19 +128,6 @@ def run(args: argparse.Namespace, stdin: TextIO = sys.stdin, stdout: TextIO = sy
                     _emit(stdout, {"final": final_dict(message.final)})
         except grpc.RpcError as exc:
             reason = str(errors[0]) if errors else f"{exc.code().name}: {exc.details()}"
-            print(f"parsetier replay: {reason}", file=sys.stderr)
+            print(f"parsetier-client replay: {reason}", file=sys.stderr)
             return 1
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="parsetier replay", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except UsageError as exc:
-        fail(parser.prog, str(exc))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
