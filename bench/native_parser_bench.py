@@ -37,13 +37,13 @@ def record(model: Model, options: SessionOptions, ids: list[int]) -> tuple[str, 
     session = Session(model, options)
     start = session._machine._state.name
     steps: list[list[tuple[str, int]]] = []
-    feed = session._machine.feed
+    feed = session._machine.feed_piece
 
     def rec(text: str, tokens: int = 0) -> Any:
         steps[-1].append((text, tokens))
         return feed(text, tokens)
 
-    session._machine.feed = rec  # type: ignore[method-assign]
+    session._machine.feed_piece = rec  # type: ignore[method-assign]
     for tid in ids:
         steps.append([])
         session.feed([tid])
@@ -77,7 +77,7 @@ def bench(name: str, reps: int) -> tuple[float, float, float, int]:
         for step in steps:
             events = []
             for text, tokens in step:
-                events += machine.feed(text, tokens)
+                events += machine.feed_piece(text, tokens)
             if events:
                 assembler.add(events)
 

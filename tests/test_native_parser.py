@@ -58,7 +58,7 @@ class Recorder:
     def __init__(self, session: Session) -> None:
         self.ops: list[tuple] = []
         machine, assembler = session._machine, session._assembler
-        feed, finish, add = machine.feed, machine.finish, assembler.add
+        feed, finish, add = machine.feed_piece, machine.finish, assembler.add
 
         def rec_feed(text: str, tokens: int = 0) -> list:
             events = feed(text, tokens)
@@ -75,7 +75,7 @@ class Recorder:
             self.ops.append(("add", [_delta(d) for d in deltas]))
             return deltas
 
-        machine.feed, machine.finish, assembler.add = rec_feed, rec_finish, rec_add
+        machine.feed_piece, machine.finish, assembler.add = rec_feed, rec_finish, rec_add
 
 
 def run_both(

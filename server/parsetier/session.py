@@ -209,7 +209,7 @@ class Session:
             if 0 <= tid < self._vocab and (known is None or tid in known):
                 self._ids_seen = True
                 self._tokens += 1
-                events = self._machine.feed(self._scanner.piece(tid), 1)
+                events = self._machine.feed_piece(self._scanner.piece(tid), 1)
                 return _step_output(self._assembler.add(events) if events else [], events)
         if self._finished:
             self._check_open()
@@ -224,7 +224,7 @@ class Session:
         if n == 1:  # the commonest delta: fed with nothing around it
             self._ids_seen = True
             self._tokens += 1
-            events = self._machine.feed(self._scanner.piece(token_ids[0]), 1)
+            events = self._machine.feed_piece(self._scanner.piece(token_ids[0]), 1)
             return StepOutput(self._assembler.add(events) if events else [], events)
         if not n:
             return StepOutput()
@@ -235,13 +235,13 @@ class Session:
         if markers.isdisjoint(ids):
             return self._output(self._plain(ids))
         events: list[Event] = []
-        piece, feed = self._scanner.piece, self._machine.feed
+        piece, feed_piece = self._scanner.piece, self._machine.feed_piece
         start = 0
         for i, tid in enumerate(ids):
             if tid in markers:
                 if i > start:
                     events += self._plain(ids[start:i])
-                events += feed(piece(tid), 1)
+                events += feed_piece(piece(tid), 1)
                 start = i + 1
         if start < n:
             events += self._plain(ids[start:])
@@ -252,11 +252,11 @@ class Session:
         count the run exactly (``Machine.takes_runs``), else one piece per id, as markers get."""
         machine = self._machine
         if len(ids) > 1 and machine.takes_runs:
-            return machine.feed(self._scanner.run(ids), len(ids))
-        piece, feed = self._scanner.piece, machine.feed
+            return machine.feed_piece(self._scanner.run(ids), len(ids))
+        piece, feed_piece = self._scanner.piece, machine.feed_piece
         events: list[Event] = []
         for tid in ids:
-            events += feed(piece(tid), 1)
+            events += feed_piece(piece(tid), 1)
         return events
 
     def feed_text(self, text: str, tokens: int = 0) -> StepOutput:
@@ -270,7 +270,7 @@ class Session:
             if self._literals is None:
                 self._literals = LiteralMarkers(self.model.grammar)
             text = self._literals.convert(text)
-        return self._output(self._machine.feed(text, tokens))
+        return self._output(self._machine.feed_piece(text, tokens))
 
     def finish(self, reason: str = "stop", matched_stop: int | str | None = None) -> StepOutput:
         """End of output: flush what was held back; return the last deltas and the final result."""
@@ -278,16 +278,16 @@ class Session:
         if reason not in FINISH_REASONS:
             raise InvalidInput(f"finish_reason must be one of {', '.join(FINISH_REASONS)}, not {reason!r}")
         self._finished = True
-        events = self._machine.feed(self._literals.flush() if self._literals is not None else "", 0)
+        events = self._machine.feed_piece(self._literals.flush() if self._literals is not None else "", 0)
         if self._ids_seen:
-            events += self._machine.feed(self._scanner.flush(), 0)
+            events += self._machine.feed_piece(self._scanner.flush(), 0)
         if self.options.include_stop_text and matched_stop is not None and reason == "stop":
             if isinstance(matched_stop, int):
                 stop_text = self._token_text.get(matched_stop, "")
             else:
                 stop_text = matched_stop
             if stop_text:
-                events += self._machine.feed(stop_text, 0)
+                events += self._machine.feed_piece(stop_text, 0)
         events += self._machine.finish(cut=reason != "stop")
         out = self._output(events)
         finish_reason: FinishReason = reason  # type: ignore[assignment]

@@ -24,7 +24,7 @@ OPEN, COMPLETE, MALFORMED = "open", "complete", "malformed"
 
 
 class JsonValueScanner:
-    """Feed text; ``feed`` returns how far the value reaches into it. Leading whitespace is part of
+    """Feed text; ``scan_from`` returns how far the value reaches into it. Leading whitespace is part of
     the scan; ``started`` tells whether the value's first character has been seen."""
 
     __slots__ = ("_depth", "_escape", "_in_string", "_scalar", "first", "started", "status")
@@ -38,7 +38,7 @@ class JsonValueScanner:
         self.first = ""
         self.status = OPEN
 
-    def feed(self, text: str, pos: int = 0) -> int:
+    def scan_from(self, text: str, pos: int = 0) -> int:
         """Consume ``text[pos:]`` until the value completes or turns out malformed; return the
         index just past the last character that belongs to the value (or where scanning stopped)."""
         n = len(text)

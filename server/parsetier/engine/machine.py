@@ -62,7 +62,7 @@ _new_event = tuple.__new__
 
 
 class Machine:
-    """One request's parse state. ``feed`` text (sentinel form) → events; ``finish`` → last events."""
+    """One request's parse state. ``feed_piece`` text (sentinel form) → events; ``finish`` → last events."""
 
     def __init__(
         self,
@@ -87,7 +87,7 @@ class Machine:
         """The state's terminal scanner, looked up when the state changes, not per piece of text."""
         self._in_reasoning = self._state.kind == "reasoning"
         self._plain: EventKind | None = None
-        """The event kind of this state's text when the fast path applies, else None (``feed``)."""
+        """The event kind of this state's text when the fast path applies, else None (``feed_piece``)."""
         self._plain_stop: re.Pattern[str] | None = None
         """What a piece must not hold for the fast path; None: only a sentinel, and ASCII text
         has none (most states: checked without a search)."""
@@ -135,7 +135,7 @@ class Machine:
             self._plain = None  # the echo check needs the slow path until it is settled
 
     # ------------------------------------------------------------------ public
-    def feed(self, text: str, tokens: int = 0) -> list[Event]:
+    def feed_piece(self, text: str, tokens: int = 0) -> list[Event]:
         """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens.
 
         The fast path is most tokens' way: in a content or reasoning state, text that holds no
@@ -239,7 +239,7 @@ class Machine:
             state = self._state
             reader = self._reader
             if reader is not None and reader.status == OPEN:
-                pos = reader.feed(buf, pos)
+                pos = reader.read_from(buf, pos)
                 if reader.status == MALFORMED:
                     self._unread()
                 if reader.status == COMPLETE and state.done is not None:

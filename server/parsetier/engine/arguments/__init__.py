@@ -14,9 +14,10 @@
 * ``GemmaArgsReader`` — Gemma 4's ``{key:<|"|>text<|"|>,n:1}`` notation, translated to JSON.
 * ``PythonCallsReader`` — pythonic call lists (Llama 4), Python literals translated to JSON.
 
-Every reader speaks ``ArgumentReader`` (``common.py``): the machine feeds it, reads its ``status``,
-hands it the state's remaining text (``rest``) and asks once, on leaving, for text to pass through
-(``unclaimed``). One module per style; this package only gathers them.
+Every reader speaks ``ArgumentReader`` (``common.py``): the machine has it read the state's text
+(``read_from``), reads its ``status``, hands it the state's remaining text (``rest``) and asks once,
+on leaving, for text to pass through (``unclaimed``). One module per style; this package only
+gathers them.
 """
 
 from parsetier.engine.arguments.common import ArgumentReader, Emit, json_string_fragment

@@ -26,13 +26,13 @@ def json_string_fragment(text: str) -> str:
 class ArgumentReader(Protocol):
     """What the machine asks of the reader of a ``json`` or ``envelope`` state, and nothing more.
 
-    ``feed`` reads the state's text first (so a marker inside a JSON string stays string); once
+    ``read_from`` reads the state's text first (so a marker inside a JSON string stays string); once
     ``status`` is no longer ``open`` the lexer takes over and hands the state's remaining text to
     ``rest``. ``unclaimed`` is asked once, when the state is left."""
 
     status: str
 
-    def feed(self, text: str, pos: int) -> int:
+    def read_from(self, text: str, pos: int) -> int:
         """Consume ``text`` from ``pos``; return where reading stopped."""
         ...
 

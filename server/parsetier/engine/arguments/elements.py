@@ -128,7 +128,7 @@ class ElementArgsReader:
         self.status = OPEN
 
     # ------------------------------------------------------------------ reading
-    def feed(self, text: str, pos: int) -> int:
+    def read_from(self, text: str, pos: int) -> int:
         """Consume from ``pos``; stop before a stop terminal (status ``complete``), or before an
         undecided tag at the end of ``text`` (status ``open``: the machine holds it back)."""
         tag, n = self._tag, len(text)

@@ -104,7 +104,7 @@ class EnvelopeReader(CallsReader):
         self._space = ""
         self.status = OPEN
 
-    def feed(self, text: str, pos: int) -> int:
+    def read_from(self, text: str, pos: int) -> int:
         """Consume ``text`` from ``pos``; return where reading stopped."""
         n = len(text)
         while pos < n and self.status == OPEN:
@@ -187,7 +187,7 @@ class EnvelopeReader(CallsReader):
 
     def _body(self, text: str, pos: int) -> int:
         scanner = self._scanner
-        end = scanner.feed(text, pos)
+        end = scanner.scan_from(text, pos)
         chunk = text[pos:end]
         if self._phase == "tail":
             if scanner.status == COMPLETE:

@@ -41,7 +41,7 @@ class GemmaArgsReader(ValueReader):
         self.emitted = True
         self._emit(text)
 
-    def feed(self, text: str, pos: int) -> int:
+    def read_from(self, text: str, pos: int) -> int:
         n = len(text)
         quote = self._quote
         while pos < n and self.status == OPEN:

@@ -26,7 +26,7 @@ class JsonArgsReader(ValueReader):
     def status(self) -> str:
         return self._scanner.status if self._scanner else OPEN
 
-    def feed(self, text: str, pos: int) -> int:
+    def read_from(self, text: str, pos: int) -> int:
         """Consume from ``pos``; return where reading stopped (``len(text)`` if all was taken)."""
         if self._scanner is None:
             m = self._LEAD.search(text, pos)
@@ -40,7 +40,7 @@ class JsonArgsReader(ValueReader):
                 return m.start()
             pos = m.start()
             self._scanner = JsonValueScanner()
-        end = self._scanner.feed(text, pos)
+        end = self._scanner.scan_from(text, pos)
         if end > pos:
             self.emitted = True
             self._emit(text[pos:end])

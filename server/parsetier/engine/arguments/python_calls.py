@@ -60,7 +60,7 @@ class PythonCallsReader(CallsReader):
     at the first text that is not a comma). A call starts only once its name is followed by ``(`` and
     a keyword or ``)``, so ``[Note](url)`` or ``[1, 2]`` never start one: the reader turns malformed
     and the machine passes the text through as content. Same interface as ``EnvelopeReader``
-    (``feed``, ``status``, ``raw``, ``calls``).
+    (``read_from``, ``status``, ``raw``, ``calls``).
 
     Containers inside a value are a stack of small states: ``[``/``(`` wait for an item, ``[,``/``(,``
     for a comma or the close; a dict goes ``{k`` (key) → ``{:`` → ``{v`` (value) → ``{,``. Separators
@@ -96,7 +96,7 @@ class PythonCallsReader(CallsReader):
         self.status = OPEN
 
     # ------------------------------------------------------------------ driver
-    def feed(self, text: str, pos: int) -> int:
+    def read_from(self, text: str, pos: int) -> int:
         """Consume ``text`` from ``pos``; return where reading stopped (a marker outside a string,
         the end of the list, or the first character of a malformed one)."""
         start, n = pos, len(text)
