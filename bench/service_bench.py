@@ -14,7 +14,8 @@ Every figure is a ratio against a baseline of the same run, or a plain cost:
    per second of *server CPU* (``/proc``), so a shared, noisy machine changes it little; the server
    is pinned to one core and the load generator to the other.
 2. **Server CPU** per token, per message and per session item, and the per-item cost beyond the
-   session's own parsing (``Session.feed`` of the same tokens, timed in this process).
+   session's own parsing (the engine's sessions, ``native.open_session``, fed the same tokens in this
+   process).
 3. **Paced load**, one token per session per step, at a fixed rate, from the Go load program
    ``client/go/cmd/parsetier-paced`` (built with ``go build``): the server's own step-to-reply
    latency histogram (``--metrics-port``) at p50, p99 and p99.9, with the client's round trip.
@@ -25,6 +26,13 @@ Every figure is a ratio against a baseline of the same run, or a plain cost:
 
 The machine is shared with other developers: absolute numbers move with their load; the ratios
 move much less. ``--quick`` runs a smaller version of everything (for a smoke test).
+
+Sizes (environment, for a busy machine): ``BENCH_CEILING_ROUNDS`` rounds of the echo ceiling
+(default 3), ``BENCH_BATCH_STEPS`` steps of its ``ParseBatch`` 256 × 1 run (default 130; other
+session counts scale it), ``BENCH_SERVICE_STEPS`` a comma-separated list of the steps to run
+(``echo ceiling``, ``server CPU``, ``paced load``, ``memory per session``, ``worker scaling``,
+``worker memory``; default all; ``server CPU`` needs ``echo ceiling``). Each step writes its own
+block of the page; a step not run leaves its block as it was.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT)]
 
+from benchkit.docblock import env_int  # noqa: E402
 from servicebench.launcher import (  # noqa: E402
     CLIENT_CPU,
     SERVER_CPU,
@@ -66,11 +75,12 @@ from servicebench.loads import (  # noqa: E402
 )
 from servicebench.report import Results, plots, report, write_section  # noqa: E402
 
+from parsetier.native import open_session  # noqa: E402
 from parsetier_api.v1 import parsetier_pb2 as pb  # noqa: E402
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc  # noqa: E402
 from tests.testkit.servers import ProcessServer  # noqa: E402
 
-BATCH_STEPS = {False: 130, True: 30}
+BATCH_STEPS = {False: env_int("BENCH_BATCH_STEPS", 130), True: 30}
 """Steps of the ``ParseBatch`` 256 × 1 run (by ``--quick``); other session counts scale it."""
 
 
@@ -78,23 +88,34 @@ ENTRIES_256 = "256 sessions x 1 token/step, as entries"
 """The 256 × 1 load with every step a ``SessionInput`` entry instead of a packed item."""
 
 
-CEILING_ROUNDS = {False: 3, True: 1}
-"""Alternated parsetier/echo runs of each case (by ``--quick``): the figures are their medians."""
+CEILING_ROUNDS = {False: env_int("BENCH_CEILING_ROUNDS", 3), True: 1}
+"""Alternated native/reference/echo runs of each case (by ``--quick``): the figures are their
+medians."""
+
+SERVERS = ("parsetier", "reference", "echo")
+"""The echo ceiling's servers: ``parsetier`` on its default (native) engine, ``parsetier serve
+--engine reference``, and the echo server."""
 
 
 def echo_ceiling(results: Results, ids: list[int]) -> None:
-    """Each case on parsetier and on the echo server in turn, both servers up on the same core
-    (only one loaded at a time), ``CEILING_ROUNDS`` times: the ratio is the median of the rounds'
-    ratios, so the machine's load, which drifts over a run, moves both halves of a round alike."""
+    """Each case on parsetier (native engine), on parsetier's reference engine and on the echo
+    server in turn, all up on the same core (only one loaded at a time), ``CEILING_ROUNDS`` times:
+    each ratio is the median of the rounds' ratios, so the machine's load, which drifts over a
+    run, moves every part of a round alike."""
     q = results.quick
     cases = [("Parse", f"{k} tokens/message", k) for k in (1, 4, 16)]
     cases += [("ParseBatch", f"{n} sessions x 1 token/step", n) for n in (64, 256, 1024)]
     cases += [("ParseBatch", ENTRIES_256, 256)]
-    with parsetier_server() as parsetier, echo_server() as echo:
+    with (
+        parsetier_server() as parsetier,
+        parsetier_server(extra=("--engine", "reference")) as reference,
+        echo_server() as echo,
+    ):
+        servers = {"parsetier": parsetier, "reference": reference, "echo": echo}
         for rpc, label, n in cases:
-            runs: dict[str, list[tuple[int, float, float]]] = {"parsetier": [], "echo": []}
+            runs: dict[str, list[tuple[int, float, float]]] = {kind: [] for kind in SERVERS}
             for _ in range(CEILING_ROUNDS[q]):
-                for kind, server in (("parsetier", parsetier), ("echo", echo)):
+                for kind, server in servers.items():
                     if rpc == "Parse":
                         rounds = 1 if q else max(1, 8 // n) + 1
                         load = parse_load(server.target, ids, n, streams=32, rounds=rounds)
@@ -109,15 +130,21 @@ def echo_ceiling(results: Results, ids: list[int]) -> None:
                 row[kind] = statistics.median(t / c for t, c, _ in got)
                 row[kind + "_cpu_us"] = statistics.median(c / t * 1e6 for t, c, _ in got)
                 row[kind + "_wall"] = statistics.median(t / w for t, _, w in got)
-            pairs = zip(runs["parsetier"], runs["echo"], strict=True)
-            ratio = statistics.median((t / c) / (et / ec) for (t, c, _), (et, ec, _) in pairs)
-            results.ceiling.append({"rpc": rpc, "load": label, **row, "ratio": ratio})
+            for name, kind, base in (
+                ("ratio", "parsetier", "echo"),
+                ("reference_ratio", "reference", "echo"),
+                ("native_reference", "parsetier", "reference"),
+            ):
+                pairs = zip(runs[kind], runs[base], strict=True)
+                row[name] = statistics.median((t / c) / (bt / bc) for (t, c, _), (bt, bc, _) in pairs)
+            results.ceiling.append({"rpc": rpc, "load": label, **row})
 
 
 def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256) -> tuple[float, float]:
     """µs of CPU per item, in this process, of the ``ParseBatch`` 256 × 1 workload (the messages
     ``batch_load`` sends, its opening message included): (the sessions' own parsing: each
-    session's ``Session`` made, fed one token per step and finished, called directly;
+    session made (``native.open_session``: the default engine's), fed one token per step and
+    finished, called directly;
     ``BatchProtocol.receive`` of the messages with the server's session hooks, its reply
     serialized, minus the parsing). Alternated; the medians of the parsing and of the per-pair
     differences (the machine's load moves both halves of a pair alike)."""
@@ -129,7 +156,6 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
     from parsetier.service.admission import Admission
     from parsetier.service.limits import SessionGate
     from parsetier.service.servicer import _GatedSessions
-    from parsetier.session import Session
 
     model = ModelRegistry().get("qwen3")
     tools = tuple(Tool(name=n, parameters={"type": "object"}) for n in ("get_weather", "get_time"))
@@ -139,7 +165,7 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
 
     def direct() -> float:
         started = time.process_time()
-        live = [Session(model, SessionOptions(tools=tools)) for _ in range(sessions)]
+        live = [open_session(model, SessionOptions(tools=tools)) for _ in range(sessions)]
         position = [i % len(ids) for i in range(sessions)]
         tokens = 0
         for _ in range(steps):
@@ -150,7 +176,7 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
                     position[i] = -1
                     continue
                 if p == -1:
-                    live[i], p = Session(model, SessionOptions(tools=tools)), 0
+                    live[i], p = open_session(model, SessionOptions(tools=tools)), 0
                 live[i].feed([ids[p]])
                 position[i] = p + 1
                 tokens += 1
@@ -182,14 +208,13 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
 def steady_costs(ids: list[int], reps: int, steps: int = 50, sessions: int = 256) -> dict[str, float]:
     """µs of CPU per item of engine steps alone (no session opens or ends), in this process:
     ``sessions`` sessions already open, each stepped one token per message ``steps`` times, fed
-    directly (``Session.feed``), and as ``BatchProtocol.receive`` of the same steps, packed and as
-    entries (messages decoded from bytes, replies serialized). Alternated; the median of the
+    directly (the default engine's sessions), and as ``BatchProtocol.receive`` of the same steps,
+    packed and as entries (messages decoded from bytes, replies serialized). Alternated; the median of the
     direct feeds and of each form's per-round difference from them."""
     from parsetier.batch_protocol import BatchProtocol
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
     from parsetier.protocol import Limits
-    from parsetier.session import Session
 
     model = ModelRegistry().get("qwen3")
     tools = tuple(Tool(name=n, parameters={"type": "object"}) for n in ("get_weather", "get_time"))
@@ -198,7 +223,7 @@ def steady_costs(ids: list[int], reps: int, steps: int = 50, sessions: int = 256
     limits = Limits(max_sessions_per_stream=4096, max_items_per_message=4096)
 
     def direct() -> float:
-        live = [Session(model, SessionOptions(tools=tools)) for _ in range(sessions)]
+        live = [open_session(model, SessionOptions(tools=tools)) for _ in range(sessions)]
         for i in range(sessions):
             live[i].feed(ids[: start[i]])
         started = time.process_time()
@@ -522,15 +547,19 @@ def main() -> int:
         ("worker scaling", lambda: worker_scaling(results, ids)),
         ("worker memory", lambda: workers_memory(results)),
     ]
+    only = {s.strip() for s in os.environ.get("BENCH_SERVICE_STEPS", "").split(",") if s.strip()}
     for name, step in steps:
+        if only and name not in only:
+            print(f"{name}: skipped (BENCH_SERVICE_STEPS)", file=sys.stderr)
+            continue
         started = time.monotonic()
         step()
         print(f"{name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-    text = report(results)
-    print(text)
+    blocks = report(results)
+    print("\n".join(blocks.values()))
     if not args.no_write:
         plots(results)
-        write_section(text)
+        write_section(blocks)
     return 0
 
 
