@@ -558,8 +558,8 @@ def main() -> int:
     blocks = report(results)
     print("\n".join(blocks.values()))
     if not args.no_write:
-        plots(results)
         write_section(blocks)
+        plots(results)
     return 0
 
 

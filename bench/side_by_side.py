@@ -43,7 +43,25 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER = Path(os.environ.get("PARSETIER_PEER_BENCH", ROOT.parent / "shared" / "peer-bench"))
+
+
+def _peer_bench() -> Path:
+    """``../shared/peer-bench`` beside the checkout (for a git worktree: beside its main checkout),
+    or ``$PARSETIER_PEER_BENCH``."""
+    if os.environ.get("PARSETIER_PEER_BENCH"):
+        return Path(os.environ["PARSETIER_PEER_BENCH"])
+    common = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    for checkout in (ROOT, Path(common).parent if common else ROOT):
+        if (checkout.parent / "shared" / "peer-bench").is_dir():
+            return checkout.parent / "shared" / "peer-bench"
+    return ROOT.parent / "shared" / "peer-bench"
+
+
+PEER = _peer_bench()
 PEER_DIR = Path(os.environ.get("PEER_BENCH_DIR", Path(tempfile.gettempdir()) / "peer-bench"))
 SMG = ROOT / "bench" / "smg"
 SMG_TARGET = SMG / "target"

@@ -89,8 +89,8 @@ def report(results: Results) -> dict[str, str]:
             f"{c['per_message']:.1f} |",
             f"| per token, `Parse` at 16 tokens per message | {c['per_token_16']:.1f} |",
             f"| per session item, `ParseBatch` 256 × 1 token | {c['per_item']:.1f} |",
-            "| of which the sessions' own parsing (the same sessions' `Session` made, fed one token per"
-            f" step and finished, called directly in process) | {c['feed']:.1f} |",
+            "| of which the sessions' own parsing (the same sessions made on the server's default engine,"
+            f" fed one token per step and finished, called directly in process) | {c['feed']:.1f} |",
             "| of which the protocol and the items' protobuf (`BatchProtocol.receive` of the same messages"
             f" in process, reply serialized, minus the parsing) | {c['protocol']:.1f} |",
             "| of which the rest: server CPU minus that `receive` (gRPC, decoding, the event loop, and"
@@ -198,7 +198,13 @@ def plots(results: Results) -> None:
 
 def _plot_ceiling(results: Results, plt) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
-    labels = [f"{r['rpc']}\n{r['load']}" for r in results.ceiling]
+    short = {" sessions x 1 token/step": " × 1", " tokens/message": " tok/msg", ", as": "\nas"}
+    labels = []
+    for r in results.ceiling:
+        load = r["load"]
+        for long, brief in short.items():
+            load = load.replace(long, brief)
+        labels.append(f"{r['rpc']}\n{load}")
     x = range(len(labels))
     for offset, key, label in (
         (-0.27, "parsetier", "native core"),
