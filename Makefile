@@ -43,10 +43,14 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 	touch $@ $(SERVE_STAMP)
 
 ## native: (re)build the native core (server/parsetier_core) in place as parsetier/_core.abi3.so;
-## `pip install` builds it too, this is the inner loop after editing Rust (cargo is incremental)
+## `pip install` builds it too, this is the inner loop after editing Rust (cargo is incremental).
+## Same profile, feature and PyO3 environment as pip's build (setuptools-rust sets PYO3_PYTHON to the
+## interpreter and PYO3_BUILD_EXTENSION_MODULE; pyo3's build script reruns when they change), so
+## right after `pip install` this is a no-op rather than a second build.
 NATIVE_TARGET := server/parsetier_core/target
 native: $(SERVE_STAMP)
-	cargo build --release --quiet --manifest-path server/parsetier_core/Cargo.toml -p parsetier-core-python
+	PYO3_PYTHON=$(abspath $(PY)) PYO3_BUILD_EXTENSION_MODULE=1 cargo build --release --quiet \
+		--manifest-path server/parsetier_core/Cargo.toml -p parsetier-core-python --features pyo3/extension-module
 	cp $(NATIVE_TARGET)/release/lib_core.so server/parsetier/_core.abi3.so
 
 ## serve: install and run the gRPC server on the embedded Qwen3 presets (HOST, PORT, SERVE_ARGS)
