@@ -112,42 +112,60 @@ async def python_load(
     return tokens
 
 
+class BatchSlots:
+    """The batch loads' schedule, for either client: ``concurrency`` slots on one ParseBatch
+    stream, each holding one live session; every message carries each live session's next
+    ``per_message`` one-token steps, or its Finish; a finished session's slot takes the next
+    session, until ``sessions`` have run."""
+
+    def __init__(self, ids: list[int], sessions: int, concurrency: int, per_message: int) -> None:
+        self.ids, self.sessions, self.per_message = ids, sessions, per_message
+        self.slots: list[list | None] = [None] * concurrency  # [key, next position, finishing]
+        self.started = self.tokens = 0
+
+    def queue(self, batch) -> bool:
+        """Queue the next message's entries on ``batch``; False once every session has run."""
+        ids, per_message = self.ids, self.per_message
+        for i, slot in enumerate(self.slots):
+            if slot is None and self.started < self.sessions:
+                slot = self.slots[i] = [f"s{self.started}", 0, False]
+                self.started += 1
+                batch.open(slot[0], "qwen3", tools=TOOLS_JSON)
+            if slot is None:
+                continue
+            if slot[1] < len(ids):
+                batch.feed(slot[0], *([tid] for tid in ids[slot[1] : slot[1] + per_message]))
+                slot[1] += per_message
+            else:
+                batch.finish(slot[0], "stop", STOP_TOKEN)
+                slot[2] = True
+        return any(slot is not None for slot in self.slots)
+
+    def take(self, outputs: dict) -> None:
+        """One message's replies: count the finished sessions' tokens and free their slots."""
+        from parsetier_client.batch import session_error
+
+        for out in outputs.values():
+            if (error := session_error(out)) is not None:
+                raise RuntimeError(f"session {out.key}: {error}")
+        for i, slot in enumerate(self.slots):
+            if slot is not None and slot[2]:
+                self.tokens += outputs[slot[0]].final.usage.completion_tokens
+                self.slots[i] = None
+
+
 async def python_batch_load(
     server: str, ids: list[int], sessions: int, concurrency: int, per_message: int, resume: bool = True
 ) -> int:
-    """One ParseBatch stream, ``concurrency`` sessions live on it (a serving loop's batch): every
-    message carries each live session's next ``per_message`` one-token steps, or its Finish; a
-    finished session's slot takes the next session, until ``sessions`` have run."""
+    """One ParseBatch stream, ``concurrency`` sessions live on it (a serving loop's batch,
+    ``BatchSlots``)."""
     from parsetier_client import AsyncClient
-    from parsetier_client.batch import session_error
 
-    tokens = started = 0
-    slots: list[list | None] = [None] * concurrency  # [key, next position, finishing]
+    slots = BatchSlots(ids, sessions, concurrency, per_message)
     async with AsyncClient(server, timeout=120, resume=resume) as client, client.batch() as batch:
-        while True:
-            for i, slot in enumerate(slots):
-                if slot is None and started < sessions:
-                    slot = slots[i] = [f"s{started}", 0, False]
-                    started += 1
-                    batch.open(slot[0], "qwen3", tools=TOOLS_JSON)
-                if slot is None:
-                    continue
-                if slot[1] < len(ids):
-                    batch.feed(slot[0], *([tid] for tid in ids[slot[1] : slot[1] + per_message]))
-                    slot[1] += per_message
-                else:
-                    batch.finish(slot[0], "stop", STOP_TOKEN)
-                    slot[2] = True
-            if all(slot is None for slot in slots):
-                return tokens
-            outputs = await batch.step()
-            for out in outputs.values():
-                if (error := session_error(out)) is not None:
-                    raise RuntimeError(f"session {out.key}: {error}")
-            for i, slot in enumerate(slots):
-                if slot is not None and slot[2]:
-                    tokens += outputs[slot[0]].final.usage.completion_tokens
-                    slots[i] = None
+        while slots.queue(batch):
+            slots.take(await batch.step())
+    return slots.tokens
 
 
 def sync_load(
@@ -195,35 +213,12 @@ def sync_batch_load(
 ) -> int:
     """``python_batch_load`` with the blocking client's batch."""
     from parsetier_client import Client
-    from parsetier_client.batch import session_error
 
-    tokens = started = 0
-    slots: list[list | None] = [None] * concurrency
+    slots = BatchSlots(ids, sessions, concurrency, per_message)
     with Client(server, timeout=120, resume=resume) as client, client.batch() as batch:
-        while True:
-            for i, slot in enumerate(slots):
-                if slot is None and started < sessions:
-                    slot = slots[i] = [f"s{started}", 0, False]
-                    started += 1
-                    batch.open(slot[0], "qwen3", tools=TOOLS_JSON)
-                if slot is None:
-                    continue
-                if slot[1] < len(ids):
-                    batch.feed(slot[0], *([tid] for tid in ids[slot[1] : slot[1] + per_message]))
-                    slot[1] += per_message
-                else:
-                    batch.finish(slot[0], "stop", STOP_TOKEN)
-                    slot[2] = True
-            if all(slot is None for slot in slots):
-                return tokens
-            outputs = batch.step()
-            for out in outputs.values():
-                if (error := session_error(out)) is not None:
-                    raise RuntimeError(f"session {out.key}: {error}")
-            for i, slot in enumerate(slots):
-                if slot is not None and slot[2]:
-                    tokens += outputs[slot[0]].final.usage.completion_tokens
-                    slots[i] = None
+        while slots.queue(batch):
+            slots.take(batch.step())
+    return slots.tokens
 
 
 def run_python_load(args: argparse.Namespace) -> None:

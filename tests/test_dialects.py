@@ -121,14 +121,7 @@ def _family_case(family: rt.Family, registry) -> Case:
             best = (score, (msg, thinking))
     assert best is not None
     msg, thinking = best[1]
-    rendered = family.adapt(msg) if family.adapt else msg
-    if isinstance(family.renderer, rt.HarmonyEncoder):
-        prompt_ids = tok.encode("<|start|>assistant", add_special_tokens=False).ids
-        ids = family.renderer.render_ids(rendered)
-    else:
-        prompt, output = family.renderer.render(rt.HISTORY, rendered, rt.TOOLS, thinking)
-        prompt_ids = tok.encode(prompt, add_special_tokens=False).ids[-64:]
-        ids = tok.encode(output, add_special_tokens=False).ids
+    ids, prompt_ids = family.render_ids(tok, msg, thinking)
     options: dict[str, Any] = {"tools": rt.TOOLS, "prompt_token_ids": prompt_ids}
     if family.thinking_switch:
         options["thinking"] = thinking

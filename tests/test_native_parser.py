@@ -155,14 +155,7 @@ def _family_outputs(
     out = []
     for _ in range(n):
         msg, thinking = rt.message(rng, family)
-        rendered = family.adapt(msg) if family.adapt else msg
-        if isinstance(family.renderer, rt.HarmonyEncoder):
-            prompt_ids = tok.encode("<|start|>assistant", add_special_tokens=False).ids
-            ids = family.renderer.render_ids(rendered)
-        else:
-            prompt, output = family.renderer.render(rt.HISTORY, rendered, rt.TOOLS, thinking)
-            prompt_ids = tok.encode(prompt, add_special_tokens=False).ids[-64:]
-            ids = tok.encode(output, add_special_tokens=False).ids
+        ids, prompt_ids = family.render_ids(tok, msg, thinking)
         out.append((ids, prompt_ids, thinking if family.thinking_switch else None))
     return out
 

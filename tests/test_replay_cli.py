@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
-from grpc_servers import subprocess_env
 from service_samples import EXPECTED_CALLS, REASONING_AND_TWO_CALLS, WEATHER_TOOLS
+from test_cli import parsetier_client
 
 IM_END = 151645
 
 
 def _replay(target: str, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
-    command = ["parsetier_client.cli", "replay", "--server", target, "--model", "qwen3", *args]
-    return subprocess.run(
-        [sys.executable, "-m", *command],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=subprocess_env(),
-    )
+    return parsetier_client("replay", "--server", target, "--model", "qwen3", *args, stdin=stdin)
 
 
 def test_replay_prints_deltas_and_final(grpc_server, encode, tmp_path):

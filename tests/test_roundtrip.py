@@ -138,6 +138,17 @@ class Family:
     thinking_switch: bool = True
     """The request states thinking on/off (False: MiniMax-M3's adaptive mode, the model decides)."""
 
+    def render_ids(self, tok: Any, msg: Message, thinking: bool) -> tuple[list[int], list[int]]:
+        """``msg`` as this family's model writes it: (output ids, the prompt's last ids: what a
+        server is told of the prompt)."""
+        rendered = self.adapt(msg) if self.adapt else msg
+        if isinstance(self.renderer, HarmonyEncoder):
+            prompt_ids = tok.encode("<|start|>assistant", add_special_tokens=False).ids
+            return self.renderer.render_ids(rendered), prompt_ids
+        prompt, output = self.renderer.render(HISTORY, rendered, TOOLS, thinking)
+        prompt_ids = tok.encode(prompt, add_special_tokens=False).ids[-64:]
+        return tok.encode(output, add_special_tokens=False).ids, prompt_ids
+
 
 def _text(rng: random.Random, words: Sequence[str], parts: int) -> str:
     return " ".join(rng.choice(words) for _ in range(parts))
@@ -569,18 +580,11 @@ def test_round_trip(family: Family, registry) -> None:
     failures: list[str] = []
     for i in range(EXAMPLES):
         msg, thinking = message(rng, family)
-        rendered = family.adapt(msg) if family.adapt else msg
-        if isinstance(family.renderer, HarmonyEncoder):
-            prompt_ids = tok.encode("<|start|>assistant", add_special_tokens=False).ids
-            ids = family.renderer.render_ids(rendered)
-            output = tok.decode(ids, skip_special_tokens=False)
-        else:
-            prompt, output = family.renderer.render(HISTORY, rendered, TOOLS, thinking)
-            prompt_ids = tok.encode(prompt, add_special_tokens=False).ids[-64:]
-            ids = tok.encode(output, add_special_tokens=False).ids
+        ids, prompt_ids = family.render_ids(tok, msg, thinking)
         switch = thinking if family.thinking_switch else None
         got = observed(model, ids, prompt_ids, switch, random_groups(rng, ids))
         want = list(expected(msg))
         if got != want:
+            output = tok.decode(ids, skip_special_tokens=False)
             failures.append(f"#{i} output={output!r}\n  want={want!r}\n  got ={got!r}")
     assert not failures, f"{len(failures)}/{EXAMPLES} failed:\n" + "\n".join(failures[:5])
