@@ -37,9 +37,14 @@ enum M {
 }
 
 fn full(end: usize) -> M {
+    named(end, (0, 0))
+}
+
+/// A full match that read a call's name (its escaped span).
+fn named(end: usize, name: (usize, usize)) -> M {
     M::Full {
         end,
-        name: (0, 0),
+        name,
         open: false,
         sep: None,
     }
@@ -89,6 +94,28 @@ impl Cur<'_> {
         Err(if partial { M::Partial } else { M::No })
     }
 
+    /// `\s*L\s*`: a literal with optional whitespace either side.
+    fn spaced(&mut self, l: &str) -> Step {
+        self.ws();
+        self.lit(l)?;
+        self.ws();
+        Ok(())
+    }
+
+    /// One of `keys` (quoted), then `\s*:\s*`.
+    fn key(&mut self, keys: &[&str]) -> Step {
+        self.lit_any(keys)?;
+        self.spaced(":")
+    }
+
+    /// A JSON string, quotes included; its body's span (`body`).
+    fn string(&mut self) -> Result<(usize, usize), M> {
+        self.lit("\"")?;
+        let body = self.body()?;
+        self.lit("\"")?;
+        Ok(body)
+    }
+
     /// A JSON string's body up to (not including) its closing quote: `(?:[^"\\]++|\\.)*+`.
     fn body(&mut self) -> Result<(usize, usize), M> {
         let b = self.s.as_bytes();
@@ -133,27 +160,18 @@ impl Cur<'_> {
         let partial_of = |l: &str| rest.len() < l.len() && l.starts_with(rest);
         if rest.starts_with("\"type\"") {
             self.i += 6;
-            self.ws();
-            self.lit(":")?;
-            self.ws();
+            self.spaced(":")?;
             self.lit("\"function\"")?;
         } else if rest.starts_with("\"id\"") || rest.starts_with("\"tool_call_id\"") {
             self.i += if rest.starts_with("\"id\"") { 4 } else { 14 };
-            self.ws();
-            self.lit(":")?;
-            self.ws();
-            self.lit("\"")?;
-            self.body()?;
-            self.lit("\"")?;
+            self.spaced(":")?;
+            self.string()?;
         } else if partial_of("\"type\"") || partial_of("\"id\"") || partial_of("\"tool_call_id\"") {
             return Err(M::Partial);
         } else {
             return Err(M::No);
         }
-        self.ws();
-        self.lit(",")?;
-        self.ws();
-        Ok(())
+        self.spaced(",")
     }
 
     /// `(?=[{"])`: arguments begin as a JSON object or a JSON string holding one.
@@ -188,32 +206,15 @@ fn run(f: impl FnOnce(&mut Cur) -> Result<M, M>, s: &str) -> M {
 fn head(s: &str) -> M {
     run(
         |c| {
-            c.ws();
-            c.lit("{")?;
-            c.ws();
+            c.spaced("{")?;
             c.skipped()?;
-            c.lit_any(&NAME_KEYS)?;
-            c.ws();
-            c.lit(":")?;
-            c.ws();
-            c.lit("\"")?;
-            let name = c.body()?;
-            c.lit("\"")?;
-            c.ws();
-            c.lit(",")?;
-            c.ws();
+            c.key(&NAME_KEYS)?;
+            let name = c.string()?;
+            c.spaced(",")?;
             c.skipped()?;
-            c.lit_any(&ARG_KEYS)?;
-            c.ws();
-            c.lit(":")?;
-            c.ws();
+            c.key(&ARG_KEYS)?;
             c.arguments_start()?;
-            Ok(M::Full {
-                end: c.i,
-                name,
-                open: false,
-                sep: None,
-            })
+            Ok(named(c.i, name))
         },
         s,
     )
@@ -222,14 +223,9 @@ fn head(s: &str) -> M {
 fn head_args_first(s: &str) -> M {
     run(
         |c| {
-            c.ws();
-            c.lit("{")?;
-            c.ws();
+            c.spaced("{")?;
             c.skipped()?;
-            c.lit_any(&ARG_KEYS)?;
-            c.ws();
-            c.lit(":")?;
-            c.ws();
+            c.key(&ARG_KEYS)?;
             c.arguments_start()?;
             Ok(full(c.i))
         },
@@ -240,22 +236,10 @@ fn head_args_first(s: &str) -> M {
 fn name_after(s: &str) -> M {
     run(
         |c| {
-            c.ws();
-            c.lit(",")?;
-            c.ws();
-            c.lit_any(&NAME_KEYS)?;
-            c.ws();
-            c.lit(":")?;
-            c.ws();
-            c.lit("\"")?;
-            let name = c.body()?;
-            c.lit("\"")?;
-            Ok(M::Full {
-                end: c.i,
-                name,
-                open: false,
-                sep: None,
-            })
+            c.spaced(",")?;
+            c.key(&NAME_KEYS)?;
+            let name = c.string()?;
+            Ok(named(c.i, name))
         },
         s,
     )
@@ -304,23 +288,12 @@ fn list_next(s: &str) -> M {
 fn head_keyed(s: &str) -> M {
     run(
         |c| {
-            c.ws();
-            c.lit("{")?;
-            c.ws();
-            c.lit("\"")?;
-            let name = c.body()?;
-            c.lit("\"")?;
-            c.ws();
-            c.lit(":")?;
-            c.ws();
+            c.spaced("{")?;
+            let name = c.string()?;
+            c.spaced(":")?;
             c.some_char()?;
             if s.as_bytes()[c.i] == b'{' {
-                Ok(M::Full {
-                    end: c.i,
-                    name,
-                    open: false,
-                    sep: None,
-                })
+                Ok(named(c.i, name))
             } else {
                 Err(M::No)
             }
