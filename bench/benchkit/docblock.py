@@ -34,7 +34,7 @@ def provenance() -> str:
             ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
             capture_output=True,
             text=True,
         ).stdout.strip()
