@@ -20,6 +20,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from parsetier import native
+from parsetier.messages import Delta
 from parsetier.models import Model
 from parsetier.protocol import Limits, NeedModel, SessionCounts, SessionProtocol, State
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
@@ -246,55 +248,71 @@ class BatchProtocol:
     def _apply_packed(self, response: pb.ParseBatchResponse, packed: Packed, done: int) -> Slices[None]:
         """The packed items of a message whose keys are all distinct (after ``done`` entries):
         each exactly as the entry it stands for, with replies that are one plain text delta
-        written packed."""
-        outputs = response.sessions
-        sessions, streaming = self.sessions, State.STREAMING
-        keys: list[str] = []
-        sequences: list[int] = []
-        messages: list[int] = []
-        texts: list[str] = []
-        reasoning: list[bool] = []
-        digests: list[int] = []
-        for key, ids in zip(packed.keys, packed.steps(), strict=True):
-            done += 1
-            if not done % SLICE_ITEMS:
+        written packed. Sessions on the native core are stepped by it, a slice's items in one
+        call (``_core.PackedSteps``: no Python per item); the items it leaves (any other
+        session, an unknown key, a bad id, a limit...) take ``_packed_item`` in their turn."""
+        stepper = packed.native() if native.engine() == "native" else None
+        plain = _PlainOutputs()
+        n = len(packed.keys)
+        for lo in range(0, n, SLICE_ITEMS):
+            hi = min(n, lo + SLICE_ITEMS)
+            if stepper is None:
+                for at in range(lo, hi):
+                    self._packed_item(response, plain, packed.keys[at], packed.ids_of(at))
+            else:
+                self._packed_native(response, plain, packed, stepper, lo, hi)
+            if hi < n:
                 yield
-            protocol = sessions.get(key)
-            if protocol is None or protocol.state is not streaming or not ids:
-                self._entry(outputs, key, _entry_of(key, ids))  # the rules' other cases
-                continue
-            try:
-                taken = protocol.take_ids(ids)
-            except Exception as exc:
-                self._end_with(outputs, key, protocol, _session_error(exc))
-                continue
-            if taken is None:
-                continue
-            deltas, events, wire = taken
-            if not events and not wire and len(deltas) == 1:
-                delta = deltas[0]
-                if not (
-                    delta.tool_calls
-                    or delta.logprobs
-                    or delta.token_ids
-                    or (delta.reasoning and delta.content)
-                ):
-                    keys.append(key)
-                    sequences.append(protocol.sequence)
-                    messages.append(protocol.counts.client_messages)
-                    texts.append(delta.reasoning or delta.content)
-                    reasoning.append(bool(delta.reasoning))
-                    digests.append(protocol.digest.value)
-                    continue
-            protocol.write(outputs.add(key=key), deltas, events, wire)
-        if keys:
-            out = response.packed
-            out.keys.extend(keys)
-            out.sequences.extend(sequences)
-            out.client_messages.extend(messages)
-            out.texts.extend(texts)
-            out.reasoning.extend(reasoning)
-            out.output_digests.extend(digests)
+        plain.flush(response)
+
+    def _packed_native(
+        self, response: pb.ParseBatchResponse, plain: _PlainOutputs, packed: Packed, stepper, lo: int, hi: int
+    ) -> None:
+        """Items ``lo..hi``: runs stepped natively, each item the core leaves applied in Python."""
+        sessions, streaming, max_tokens = self.sessions, State.STREAMING, self.limits.max_tokens_per_session
+        at = lo
+        while at < hi:
+            at, why, replies = stepper.step(sessions, at, hi, streaming, max_tokens)
+            if replies:
+                plain.flush(response)  # the Python path's packed outputs came first
+                response.MergeFromString(replies)
+            if at == hi:
+                return
+            key = packed.keys[at]
+            if why == _CORE_FAILED:
+                error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
+                self._end_with(response.sessions, key, sessions.get(key), error)
+            else:
+                self._packed_item(response, plain, key, packed.ids_of(at))
+            at += 1
+
+    def _packed_item(
+        self, response: pb.ParseBatchResponse, plain: _PlainOutputs, key: str, ids: list[int]
+    ) -> None:
+        """One packed item by the Python path: exactly the entry it stands for, its reply packed
+        into ``plain`` when it is one plain text delta."""
+        outputs = response.sessions
+        protocol = self.sessions.get(key)
+        if protocol is None or protocol.state is not State.STREAMING or not ids:
+            self._entry(outputs, key, _entry_of(key, ids))  # the rules' other cases
+            return
+        try:
+            taken = protocol.take_ids(ids)
+        except Exception as exc:
+            self._end_with(outputs, key, protocol, _session_error(exc))
+            return
+        if taken is None:
+            return
+        deltas, events, wire = taken
+        if not events and not wire and len(deltas) == 1:
+            delta = deltas[0]
+            if not (
+                delta.tool_calls or delta.logprobs or delta.token_ids or (delta.reasoning and delta.content)
+            ):
+                ledger = protocol.ledger
+                plain.add(key, ledger.sequence, ledger.client_messages, delta, ledger.digest)
+                return
+        protocol.write(outputs.add(key=key), deltas, events, wire)
 
     def _open(self, outputs, key: str, entry: pb.SessionInput) -> SessionProtocol | None:
         """A new session for ``key``, or None when its first entry is refused (answered in
@@ -343,10 +361,12 @@ class Packed:
     """A message's packed items (``PackedSteps``), checked as framing: their keys and, per key,
     its token ids."""
 
-    __slots__ = ("counts", "ids", "keys")
+    __slots__ = ("counts", "ids", "keys", "offsets")
 
     def __init__(self, keys: list[str], counts: list[int], ids: list[int]) -> None:
         self.keys, self.counts, self.ids = keys, counts, ids
+        self.offsets: list[int] | None = None
+        """Item ``i``'s ids are ``ids[offsets[i]:offsets[i + 1]]`` (made when first needed)."""
 
     @classmethod
     def of(cls, packed: pb.PackedSteps) -> Packed:
@@ -358,16 +378,62 @@ class Packed:
             raise invalid(f"packed: the items take {expected} token_ids, and {len(ids)} came")
         return cls(keys, counts, ids)
 
+    def ids_of(self, item: int) -> list[int]:
+        """Item ``item``'s token ids."""
+        if not self.counts:
+            return self.ids[item : item + 1]
+        if self.offsets is None:
+            self.offsets = list(itertools.accumulate(self.counts, initial=0))
+        return self.ids[self.offsets[item] : self.offsets[item + 1]]
+
     def steps(self) -> list[list[int]]:
         """Each item's token ids."""
-        ids = self.ids
-        if not self.counts:
-            return [ids[i : i + 1] for i in range(len(ids))]
-        steps, at = [], 0
-        for n in self.counts:
-            steps.append(ids[at : at + n])
-            at += n
-        return steps
+        return [self.ids_of(i) for i in range(len(self.keys))]
+
+    def native(self):
+        """The items as the native core steps them (``_core.PackedSteps``); None without a core."""
+        core = native._core
+        return None if core is None else core.PackedSteps(self.keys, self.ids, self.counts)
+
+
+class _PlainOutputs:
+    """Packed outputs the Python path made (``PackedOutputs``' arrays), written in order with the
+    core's: ``flush`` before the core's replies are merged, and at the end."""
+
+    __slots__ = ("digests", "keys", "messages", "reasoning", "sequences", "texts")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.sequences: list[int] = []
+        self.messages: list[int] = []
+        self.texts: list[str] = []
+        self.reasoning: list[bool] = []
+        self.digests: list[int] = []
+
+    def add(self, key: str, sequence: int, client_messages: int, delta: Delta, digest: int) -> None:
+        self.keys.append(key)
+        self.sequences.append(sequence)
+        self.messages.append(client_messages)
+        self.texts.append(delta.reasoning or delta.content)
+        self.reasoning.append(bool(delta.reasoning))
+        self.digests.append(digest)
+
+    def flush(self, response: pb.ParseBatchResponse) -> None:
+        if not self.keys:
+            return
+        out = response.packed
+        out.keys.extend(self.keys)
+        out.sequences.extend(self.sequences)
+        out.client_messages.extend(self.messages)
+        out.texts.extend(self.texts)
+        out.reasoning.extend(self.reasoning)
+        out.output_digests.extend(self.digests)
+        for items in (self.keys, self.sequences, self.messages, self.texts, self.reasoning, self.digests):
+            items.clear()
+
+
+_CORE_FAILED = 1
+"""``PackedSteps.step``: the item's session failed in the core (a server bug)."""
 
 
 def _entry_of(key: str, ids: list[int]) -> pb.SessionInput:

@@ -21,14 +21,19 @@ split-invariant. Only the server computes it, over every delta the session produ
 
 Cost: one ``zlib.crc32`` call per reply over the reply's text (the usual reply, one content or
 reasoning delta, takes a short path with no join).
+
+The state lives in the session's ledger (``parsetier.ledger``): ``add`` and ``finish`` here are
+the definition and the reference engine's; the native ledger computes the same in Rust
+(``parsetier_core/engine/src/digest.rs``), for the packed ``ParseBatch`` path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 from zlib import crc32
 
-from parsetier.messages import Delta, Final
+from parsetier.messages import Delta
 
 REASONING = "\x01"
 CONTENT = "\x02"
@@ -38,72 +43,62 @@ CALL_ARGUMENTS = "\x05"
 FINISH = "\x06"
 
 
-class OutputDigest:
-    """The running digest of one session's output (``value``, what replies carry)."""
+class DigestState(Protocol):
+    """Where a session keeps its digest (a ``parsetier.ledger.Ledger``)."""
 
-    __slots__ = ("_kind", "value")
+    digest: int
+    """The value (what replies carry)."""
+    digest_kind: str
+    """The tag of the last piece (with its call index for tool-call pieces)."""
 
-    def __init__(self) -> None:
-        self.value = 0
-        self._kind = ""
-        """The tag of the last piece (with its call index for tool-call pieces)."""
 
-    def add(self, deltas: Sequence[Delta]) -> int:
-        """Account for ``deltas`` (in order); the new value."""
-        if len(deltas) == 1:  # the usual reply: one delta of plain text, inline
-            delta = deltas[0]
-            content, reasoning = delta.content, delta.reasoning
-            if not delta.tool_calls and not (content and reasoning):
-                tag, text = (CONTENT, content) if content else (REASONING, reasoning)
-                if not text:
-                    return self.value
-                if self._kind != tag:
-                    self._kind = tag
-                    text = tag + text
-                self.value = crc32(text.encode("utf-8"), self.value)
-                return self.value
-        kind = self._kind
-        pieces: list[str] = []
-        for delta in deltas:
-            if delta.reasoning:
-                if kind != REASONING:
-                    kind = REASONING
-                    pieces.append(REASONING)
-                pieces.append(delta.reasoning)
-            if delta.content:
-                if kind != CONTENT:
-                    kind = CONTENT
-                    pieces.append(CONTENT)
-                pieces.append(delta.content)
-            for call in delta.tool_calls:
-                index = f"{call.index}\x00"
-                for tag, text in (
-                    (CALL_ID, call.id),
-                    (CALL_NAME, call.name),
-                    (CALL_ARGUMENTS, call.arguments),
-                ):
-                    if text:
-                        if kind != tag + index:
-                            kind = tag + index
-                            pieces.append(kind)
-                        pieces.append(text)
-        self._kind = kind
-        if pieces:
-            self.value = crc32("".join(pieces).encode("utf-8"), self.value)
-        return self.value
+def add(state: DigestState, deltas: Sequence[Delta]) -> int:
+    """Account for ``deltas`` (in order); the new value."""
+    if len(deltas) == 1:  # the usual reply: one delta of plain text, inline
+        delta = deltas[0]
+        content, reasoning = delta.content, delta.reasoning
+        if not delta.tool_calls and not (content and reasoning):
+            tag, text = (CONTENT, content) if content else (REASONING, reasoning)
+            if not text:
+                return state.digest
+            if state.digest_kind != tag:
+                state.digest_kind = tag
+                text = tag + text
+            state.digest = crc32(text.encode("utf-8"), state.digest)
+            return state.digest
+    kind = state.digest_kind
+    pieces: list[str] = []
+    for delta in deltas:
+        if delta.reasoning:
+            if kind != REASONING:
+                kind = REASONING
+                pieces.append(REASONING)
+            pieces.append(delta.reasoning)
+        if delta.content:
+            if kind != CONTENT:
+                kind = CONTENT
+                pieces.append(CONTENT)
+            pieces.append(delta.content)
+        for call in delta.tool_calls:
+            index = f"{call.index}\x00"
+            for tag, text in (
+                (CALL_ID, call.id),
+                (CALL_NAME, call.name),
+                (CALL_ARGUMENTS, call.arguments),
+            ):
+                if text:
+                    if kind != tag + index:
+                        kind = tag + index
+                        pieces.append(kind)
+                    pieces.append(text)
+    state.digest_kind = kind
+    if pieces:
+        state.digest = crc32("".join(pieces).encode("utf-8"), state.digest)
+    return state.digest
 
-    def add_text(self, tag: str, text: str) -> int:
-        """One reasoning (``REASONING``) or content (``CONTENT``) piece: the hot path's usual reply."""
-        if self._kind == tag:
-            data = text.encode("utf-8")
-        else:
-            self._kind = tag
-            data = (tag + text).encode("utf-8")
-        self.value = crc32(data, self.value)
-        return self.value
 
-    def finish(self, final: Final) -> int:
-        """The session's end: its finish reason, after its last deltas."""
-        self._kind = FINISH
-        self.value = crc32((FINISH + final.finish_reason).encode("utf-8"), self.value)
-        return self.value
+def finish(state: DigestState, reason: str) -> int:
+    """The session's end: its finish reason, after its last deltas."""
+    state.digest_kind = FINISH
+    state.digest = crc32((FINISH + reason).encode("utf-8"), state.digest)
+    return state.digest

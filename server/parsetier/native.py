@@ -336,3 +336,18 @@ class NativeSession:
             *self._annotator.collected(),
         )
         return out
+
+
+def bind_ledger(ledger: Any, session: Any, renderer: Any, want_deltas: bool, want_events: bool) -> None:
+    """Let the packed ``ParseBatch`` path step ``session`` natively for the protocol that keeps
+    ``ledger`` (``_core.PackedSteps``): when it is a native session that returns no token ids,
+    with no wire dialect (``renderer`` None), and the ledger is native. Any other session's
+    items stay on the Python path."""
+    if (
+        _core is not None
+        and isinstance(ledger, _core.Ledger)
+        and isinstance(session, NativeSession)
+        and session._parse_only
+        and renderer is None
+    ):
+        ledger.bind(session._core, want_deltas, want_events)

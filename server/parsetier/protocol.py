@@ -53,6 +53,10 @@ they are this session's tokens), outputs dropped but digested; the digest must e
 Digest: every reply carries ``output_digest``, the session's running digest of all the output it
 produced (``parsetier.digest``), updated wherever output is made, sent or not.
 
+Ledger: the counters above, ``sequence`` and the digest live in the session's ledger
+(``parsetier.ledger``), native for a session on the native core, so the packed ``ParseBatch``
+path (``parsetier.batch_protocol``) can step such a session and count it with no Python.
+
 The servicers need no change: they only see ``NeedModel`` and ``Reply`` as today.
 """
 
@@ -60,17 +64,17 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from parsetier import convert, resume
 from parsetier import session as core
 from parsetier.completion import CompletionSession
 from parsetier.dialects import Renderer, renderer
-from parsetier.digest import OutputDigest
 from parsetier.engine.events import Event
+from parsetier.ledger import Ledger, new_ledger
 from parsetier.messages import Delta
 from parsetier.models import Model
-from parsetier.native import open_session
+from parsetier.native import bind_ledger, open_session
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -154,25 +158,39 @@ class Limits:
             raise exhausted(f"session exceeds {self.max_text_bytes_per_session} bytes of text")
 
 
+def _ledger_counter(name: str, doc: str) -> property:
+    def get(self: SessionCounts) -> int:
+        return getattr(self.ledger, name)
+
+    def put(self: SessionCounts, value: int) -> None:
+        setattr(self.ledger, name, value)
+
+    return property(get, put, doc=doc)
+
+
 @dataclass(slots=True)
 class SessionCounts:
-    """What a session has received and sent so far (its log line reports these)."""
+    """What a session has received and sent so far (its log line reports these). The counters
+    the streaming path updates (tokens, messages, deltas, events) are its ``ledger``'s, shown
+    here as attributes."""
 
     model: str = ""
     request_id: str = ""
     choice_index: int = 0
     """Which of the request's choices the session was (``Open.choice_index``)."""
-    tokens: int = 0
-    """Output token ids received (plus the ``text_tokens`` of text steps)."""
     text_bytes: int = 0
     """Bytes of already-detokenized text received."""
-    deltas: int = 0
-    events: int = 0
-    client_messages: int = 0
-    server_messages: int = 0
     finish_reason: str = ""
     replayed: int = 0
     """A resumed session: the history token ids it fed silently (``Open.resume``)."""
+    ledger: Ledger = field(default_factory=new_ledger, repr=False, compare=False)
+    """The session's counters (``parsetier.ledger``)."""
+
+    tokens = _ledger_counter("tokens", "Output token ids received (plus the ``text_tokens`` of text steps).")
+    deltas = _ledger_counter("deltas", "Deltas sent.")
+    events = _ledger_counter("events", "Events sent.")
+    client_messages = _ledger_counter("client_messages", "Messages received (empty keep-alives too).")
+    server_messages = _ledger_counter("server_messages", "Replies sent.")
 
 
 class State(enum.Enum):
@@ -269,16 +287,14 @@ class SessionProtocol:
         self.unary = unary
         """ParseOnce: ``Open.output`` unset means FINAL_ONLY instead of DELTAS."""
         self.state = State.AWAIT_OPEN
-        self.sequence = 0
-        """Number of the last reply that carried something."""
+        self.ledger = self.counts.ledger
+        """The session's counters, sequence and output digest (``parsetier.ledger``)."""
         self.session: core.Session | CompletionSession | None = None
         self.want_deltas = True
         self.want_events = False
         self._pending: pb.ParseRequest | None = None
         self.resumable = False
         """The client can resume elsewhere: a draining server hands the session off."""
-        self.digest = OutputDigest()
-        """The running digest of the output produced (``output_digest`` of the replies)."""
         self.renderer: Renderer | None = None
         """The session's wire dialect (``Open.wire``), fed every delta; None when not asked for."""
 
@@ -286,13 +302,18 @@ class SessionProtocol:
     def finished(self) -> bool:
         return self.state is State.FINISHED
 
+    @property
+    def sequence(self) -> int:
+        """Number of the last reply that carried something."""
+        return self.ledger.sequence
+
     # ------------------------------------------------------------------ input
     def receive(self, message: Input, into: Output | None = None) -> NeedModel | Reply:
         """One client message: its reply, or ``NeedModel`` when it opens the session.
 
         ``into`` is the message the reply is written into (a new ``ParseResponse`` when None);
         when nothing came out it is left untouched and ``Reply.response`` is None."""
-        self.counts.client_messages += 1
+        self.ledger.client_messages += 1
         if self.state is State.STREAMING and len(message.steps) == 1:
             fast = self._receive_one_step(message, into)
             if fast is not None:
@@ -315,7 +336,7 @@ class SessionProtocol:
         ids = step.token_ids
         if not ids or message.HasField("finish") or message.HasField("open") or step.HasField("logprobs"):
             return None
-        self.counts.client_messages -= 1  # feed_ids counts it
+        self.ledger.client_messages -= 1  # feed_ids counts it
         reply = pb.ParseResponse() if into is None else into
         return Reply(reply) if self.feed_ids(ids, reply) else _NOTHING
 
@@ -334,12 +355,11 @@ class SessionProtocol:
         reply carries (the deltas and events the session asked for, its wire bytes) is returned,
         its ``sequence`` taken; None when the message produced nothing to send. The caller writes
         the reply (with ``write``, or packed: ``BatchProtocol``)."""
-        counts = self.counts
-        counts.client_messages += 1
+        ledger = self.ledger
+        tokens = ledger.count_message(len(ids))
         try:
-            counts.tokens += len(ids)
-            if counts.tokens > self.limits.max_tokens_per_session:
-                self.limits.check_tokens(counts.tokens)
+            if tokens > self.limits.max_tokens_per_session:
+                self.limits.check_tokens(tokens)
             if len(ids) <= FEED_PIECE:
                 out = self.session.feed(ids)  # type: ignore[union-attr]
             else:  # a large message: in pieces, so its thread hands the GIL back between them
@@ -350,25 +370,23 @@ class SessionProtocol:
                 raise
             raise error from None
         if out.deltas:
-            self.digest.add(out.deltas)
+            ledger.digest_deltas(out.deltas)
         deltas = out.deltas if self.want_deltas else ()
         events = out.events if self.want_events else ()
         wire = self.renderer.step(out.deltas) if self.renderer is not None and out.deltas else b""
         if not deltas and not events and not wire:
             return None
-        self.sequence += 1
-        counts.deltas += len(deltas)
-        counts.events += len(events)
-        counts.server_messages += 1
+        ledger.count_reply(len(deltas), len(events))
         return deltas, events, wire
 
     def write(
         self, into: Output, deltas: Sequence[Delta], events: Sequence[Event], wire: bytes = b""
     ) -> None:
         """Write the reply ``take_ids`` returned into ``into``."""
-        into.sequence = self.sequence
-        into.client_messages = self.counts.client_messages
-        into.output_digest = self.digest.value
+        ledger = self.ledger
+        into.sequence = ledger.sequence
+        into.client_messages = ledger.client_messages
+        into.output_digest = ledger.digest
         if deltas:
             convert.add_deltas(into.deltas, deltas)
         if events:
@@ -440,9 +458,10 @@ class SessionProtocol:
             history = self._feed(point.history)  # silent: the client has this output
             self._digest(history)
             self._render(history, None)
-            resume.check(point, self.digest.value)
-            self.sequence = point.sequence
+            resume.check(point, self.ledger.digest)
+            self.ledger.sequence = point.sequence
             self.counts.replayed = resume.history_tokens(point)
+        bind_ledger(self.ledger, self.session, self.renderer, self.want_deltas, self.want_events)
 
     def _apply(self, message: Input, into: Output | None) -> Output | None:
         finish = message.HasField("finish")
@@ -477,33 +496,33 @@ class SessionProtocol:
 
     def _digest(self, outputs: list[core.StepOutput]) -> None:
         """Account for produced output in the digest, whether it is sent or not."""
-        digest = self.digest
+        ledger = self.ledger
         for out in outputs:
             if out.deltas:
-                digest.add(out.deltas)
+                ledger.digest_deltas(out.deltas)
             if out.final is not None:
-                digest.finish(out.final)
+                ledger.digest_finish(out.final.finish_reason)
 
     def _feed(self, steps: Sequence[pb.Step]) -> list[core.StepOutput]:
-        session, counts, limits = self.session, self.counts, self.limits
+        session, counts, ledger, limits = self.session, self.counts, self.ledger, self.limits
         assert session is not None
         outputs: list[core.StepOutput] = []
         for run in step_runs(steps, session.options.return_token_ids):
             if isinstance(run, pb.Step) and run.token_ids:
-                counts.tokens += len(run.token_ids)
-                limits.check_tokens(counts.tokens)
+                ledger.tokens += len(run.token_ids)
+                limits.check_tokens(ledger.tokens)
                 outputs.append(_feed_step(session, run, steps))
             elif isinstance(run, pb.Step):
                 if run.HasField("logprobs"):
                     raise invalid(f"steps[{_index(steps, run)}].logprobs: a text step has no logprobs")
                 counts.text_bytes += len(run.text.encode("utf-8"))
                 limits.check_text(counts.text_bytes)
-                counts.tokens += run.text_tokens
-                limits.check_tokens(counts.tokens)
+                ledger.tokens += run.text_tokens
+                limits.check_tokens(ledger.tokens)
                 outputs.append(session.feed_text(run.text, run.text_tokens))
             else:
-                counts.tokens += len(run)
-                limits.check_tokens(counts.tokens)
+                ledger.tokens += len(run)
+                limits.check_tokens(ledger.tokens)
                 outputs += feed_in_pieces(session, run)
         return outputs
 
@@ -517,12 +536,11 @@ class SessionProtocol:
         final = outputs[-1].final if outputs else None
         if not deltas and not events and final is None and not wire[0]:
             return None
-        counts = self.counts
+        counts, ledger = self.counts, self.ledger
         reply = pb.ParseResponse() if into is None else into
-        self.sequence += 1
-        reply.sequence = self.sequence
-        reply.client_messages = counts.client_messages
-        reply.output_digest = self.digest.value
+        reply.sequence = ledger.count_reply(len(deltas), len(events))
+        reply.client_messages = ledger.client_messages
+        reply.output_digest = ledger.digest
         if deltas:
             convert.add_deltas(reply.deltas, deltas)
         if events:
@@ -534,9 +552,6 @@ class SessionProtocol:
             if wire[1]:
                 reply.final.wire = wire[1]
             counts.finish_reason = final.finish_reason
-        counts.deltas += len(deltas)
-        counts.events += len(events)
-        counts.server_messages += 1
         return reply
 
     def _failing(self) -> _FailOnError:

@@ -95,5 +95,20 @@ class SessionRecord(SessionCounts):
         SESSION_LOG.log(level, "session_end", extra={"fields": line})
 
 
-_LOGGED = tuple(f.name for f in fields(SessionRecord) if f.name != "started")
-"""The ``session_end`` line's fields, in declaration order (``error`` only when there is one)."""
+_COUNTS_FIELDS = {f.name for f in fields(SessionCounts)} | {"started"}
+_LOGGED = (
+    "model",
+    "request_id",
+    "choice_index",
+    "tokens",
+    "text_bytes",
+    "deltas",
+    "events",
+    "client_messages",
+    "server_messages",
+    "finish_reason",
+    "replayed",
+    *(f.name for f in fields(SessionRecord) if f.name not in _COUNTS_FIELDS),
+)
+"""The ``session_end`` line's fields (the counts' own, then the record's; ``error`` only when
+there is one). The counters are the ledger's (``SessionCounts``' properties)."""

@@ -6,6 +6,7 @@
 pub mod assembler;
 pub mod call_ids;
 pub mod detok;
+pub mod digest;
 pub mod events;
 pub mod grammar;
 pub mod json_scan;

@@ -3,7 +3,9 @@
 
 use pyo3::prelude::*;
 
+mod batch;
 mod detok;
+mod ledger;
 mod parser;
 mod session;
 
@@ -14,6 +16,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::Detokenizer>()?;
     m.add_class::<detok::Scanner>()?;
     m.add_class::<session::PySession>()?;
+    m.add_class::<ledger::Ledger>()?;
+    m.add_class::<batch::PackedSteps>()?;
     m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
     m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;
     parser::register(m)?;

@@ -417,3 +417,20 @@ impl PySession {
         self.core.reasoning_tokens()
     }
 }
+
+/// The packed `ParseBatch` path (`batch.rs`): a step with no Python values built.
+impl PySession {
+    /// `step` would feed these ids: the session is open and they are all valid (and there are some).
+    pub(crate) fn accepts(&self, ids: &[u32]) -> bool {
+        !self.finished && !ids.is_empty() && ids.iter().all(|&id| self.valid.contains(id))
+    }
+
+    /// Feed ids `accepts` took and hand the step's output to `reply` (then drop it).
+    pub(crate) fn step_raw<R>(&mut self, ids: &[u32], reply: impl FnOnce(&StepOut) -> R) -> R {
+        self.ids_seen = true;
+        self.core.feed(ids, &mut self.out);
+        let result = reply(&self.out);
+        self.out.clear();
+        result
+    }
+}

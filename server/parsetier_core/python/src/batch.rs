@@ -1,0 +1,302 @@
+//! `_core.PackedSteps`: a `ParseBatch` message's packed items stepped natively, many per call,
+//! with no Python per item (`BatchProtocol._apply_packed`).
+//!
+//! An item is stepped here when its session is STREAMING and bound to a native session
+//! (`Ledger.bind`), its ids are valid and within the session's token limit. Everything else the
+//! item needs (counting, the digest, the reply's sequence) is the ledger's, and its reply is
+//! written as protobuf bytes: a packed output (`PackedOutputs`) when it is one plain text delta,
+//! else a `SessionOutput` (tool-call deltas, events). `step` stops at the first item it leaves to
+//! Python, having done nothing for it; Python merges the bytes (`MergeFromString`: outputs keep
+//! the items' order), applies that item by its own rules, and calls `step` again after it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use parsetier_engine::events::{DeltaKind, StepOut};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::{intern, Py};
+
+use crate::ledger::Ledger;
+
+/// `protocol.FEED_PIECE`: a longer item is fed in pieces by Python (its thread hands the GIL back
+/// between them).
+const FEED_PIECE: usize = 8192;
+
+#[pyclass(name = "PackedSteps", module = "parsetier._core")]
+pub struct PackedSteps {
+    keys: Py<PyList>,
+    ids: Vec<u32>,
+    /// Item `i`'s ids are `ids[offsets[i]..offsets[i + 1]]`.
+    offsets: Vec<usize>,
+}
+
+/// What `step` tells Python about the item it stopped at.
+const TO_PYTHON: u8 = 0;
+/// The item's session failed in the core (a server bug): Python ends that session with INTERNAL.
+const FAILED: u8 = 1;
+
+#[pymethods]
+impl PackedSteps {
+    /// `keys`: the items' keys (a list of str); `ids` and `counts` as in `PackedSteps` (the
+    /// framing already checked: `counts` empty or one per key, adding up to `len(ids)`).
+    #[new]
+    fn new(keys: Bound<'_, PyList>, ids: Vec<u32>, counts: Vec<u32>) -> PyResult<Self> {
+        let n = keys.len();
+        let mut offsets = Vec::with_capacity(n + 1);
+        if counts.is_empty() {
+            offsets.extend(0..=n.min(ids.len()));
+        } else {
+            let mut at = 0usize;
+            offsets.push(0);
+            for c in counts {
+                at += c as usize;
+                offsets.push(at);
+            }
+        }
+        if offsets.len() != n + 1 || offsets[n] != ids.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "packed: the counts do not frame the ids",
+            ));
+        }
+        Ok(PackedSteps {
+            keys: keys.unbind(),
+            ids,
+            offsets,
+        })
+    }
+
+    /// Step items `start..stop` of `sessions` (key → `SessionProtocol`) whose state is
+    /// `streaming`, each held to `max_tokens` tokens: (the index of the first item left to
+    /// Python, or `stop`; why it was left: 0 its rules are Python's, 1 its session failed in the
+    /// core; the replies of the items before it, as `ParseBatchResponse` bytes to merge).
+    fn step<'py>(
+        &self,
+        py: Python<'py>,
+        sessions: &Bound<'py, PyDict>,
+        start: usize,
+        stop: usize,
+        streaming: &Bound<'py, PyAny>,
+        max_tokens: u64,
+    ) -> PyResult<(usize, u8, Bound<'py, PyBytes>)> {
+        let keys = self.keys.bind(py);
+        let stop = stop.min(keys.len());
+        let mut w = Replies::default();
+        let mut at = start;
+        let mut why = TO_PYTHON;
+        while at < stop {
+            let ids = &self.ids[self.offsets[at]..self.offsets[at + 1]];
+            let key = keys.get_item(at)?;
+            match self.item(py, sessions, &key, ids, streaming, max_tokens, &mut w)? {
+                Stepped::Yes => at += 1,
+                Stepped::No => break,
+                Stepped::Failed => {
+                    why = FAILED;
+                    break;
+                }
+            }
+        }
+        Ok((at, why, PyBytes::new(py, &w.finish())))
+    }
+
+    fn __len__(&self) -> usize {
+        self.offsets.len() - 1
+    }
+}
+
+enum Stepped {
+    Yes,
+    No,
+    Failed,
+}
+
+impl PackedSteps {
+    #[allow(clippy::too_many_arguments)]
+    fn item<'py>(
+        &self,
+        py: Python<'py>,
+        sessions: &Bound<'py, PyDict>,
+        key: &Bound<'py, PyAny>,
+        ids: &[u32],
+        streaming: &Bound<'py, PyAny>,
+        max_tokens: u64,
+        w: &mut Replies,
+    ) -> PyResult<Stepped> {
+        if ids.is_empty() || ids.len() > FEED_PIECE {
+            return Ok(Stepped::No);
+        }
+        let Some(protocol) = sessions.get_item(key)? else {
+            return Ok(Stepped::No);
+        };
+        if !protocol.getattr(intern!(py, "state"))?.is(streaming) {
+            return Ok(Stepped::No);
+        }
+        let ledger = protocol.getattr(intern!(py, "ledger"))?;
+        let Ok(ledger) = ledger.cast::<Ledger>() else {
+            return Ok(Stepped::No);
+        };
+        let mut ledger = ledger.try_borrow_mut()?;
+        let Some(session) = ledger.session.as_ref().map(|s| s.bind(py).clone()) else {
+            return Ok(Stepped::No);
+        };
+        let mut session = session.try_borrow_mut()?;
+        if !session.accepts(ids) || ledger.tokens + ids.len() as u64 > max_tokens {
+            return Ok(Stepped::No);
+        }
+        ledger.client_messages += 1;
+        ledger.tokens += ids.len() as u64;
+        let key = key.cast::<PyString>()?.to_str()?;
+        let ledger = &mut *ledger;
+        let stepped = catch_unwind(AssertUnwindSafe(|| {
+            session.step_raw(ids, |out| w.reply(key, ledger, out))
+        }));
+        Ok(if stepped.is_ok() {
+            Stepped::Yes
+        } else {
+            Stepped::Failed
+        })
+    }
+}
+
+/// The replies of a run of items, as the fields of a `ParseBatchResponse`: `sessions` entries
+/// (field 2) written whole, the packed outputs' arrays (field 4's fields) kept apart until the end.
+#[derive(Default)]
+struct Replies {
+    sessions: Vec<u8>,
+    keys: Vec<u8>,
+    sequences: Vec<u8>,
+    messages: Vec<u8>,
+    texts: Vec<u8>,
+    reasoning: Vec<u8>,
+    digests: Vec<u8>,
+    scratch: Vec<u8>,
+    delta: Vec<u8>,
+}
+
+impl Replies {
+    /// What a stepped item answers (as `SessionProtocol.take_ids` and `BatchProtocol` would).
+    fn reply(&mut self, key: &str, ledger: &mut Ledger, out: &StepOut) {
+        if !out.deltas.is_empty() {
+            ledger.digest.step(out);
+        }
+        let deltas = if ledger.want_deltas {
+            out.deltas.len()
+        } else {
+            0
+        };
+        let events = if ledger.want_events {
+            out.events.len()
+        } else {
+            0
+        };
+        if deltas == 0 && events == 0 {
+            return;
+        }
+        let sequence = ledger.reply(deltas, events);
+        let digest = ledger.digest.value;
+        if events == 0 && deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
+            let d = &out.deltas[0];
+            let text = out.delta_text(d.text);
+            string_field(&mut self.keys, 1, key);
+            varint(&mut self.sequences, sequence);
+            varint(&mut self.messages, ledger.client_messages);
+            string_field(&mut self.texts, 4, text);
+            let reasoning = d.kind == DeltaKind::Reasoning && !text.is_empty();
+            varint(&mut self.reasoning, reasoning as u64);
+            self.digests.extend_from_slice(&digest.to_le_bytes());
+            return;
+        }
+        // A SessionOutput: key 1, sequence 2, client_messages 3, deltas 4, events 5, digest 8.
+        let s = &mut self.scratch;
+        s.clear();
+        string_field(s, 1, key);
+        varint_field(s, 2, sequence);
+        varint_field(s, 3, ledger.client_messages);
+        if deltas > 0 {
+            for d in &out.deltas {
+                let m = &mut self.delta;
+                m.clear();
+                let text = out.delta_text(d.text);
+                match d.kind {
+                    DeltaKind::Reasoning => string_field(m, 1, text),
+                    DeltaKind::Content => string_field(m, 2, text),
+                    DeltaKind::Call => {
+                        let mut call = Vec::new();
+                        varint_field(&mut call, 1, d.index as u64);
+                        if let Some((id, name)) = d.head {
+                            string_field(&mut call, 2, out.delta_text(id));
+                            string_field(&mut call, 3, out.delta_text(name));
+                        }
+                        string_field(&mut call, 4, text);
+                        bytes_field(m, 3, &call);
+                    }
+                }
+                bytes_field(s, 4, m);
+            }
+        }
+        if events > 0 {
+            for e in &out.events {
+                let m = &mut self.delta;
+                m.clear();
+                varint_field(m, 1, e.kind as u64 + 1);
+                string_field(m, 2, out.event_text(e.text));
+                // int32: a negative value is its 64-bit two's complement, as protobuf writes it.
+                varint_field(m, 3, e.tool_index as i64 as u64);
+                varint_field(m, 4, e.tokens as u64);
+                string_field(m, 5, out.event_text(e.call_id));
+                bytes_field(s, 5, m);
+            }
+        }
+        if digest != 0 {
+            tag(s, 8, 5);
+            s.extend_from_slice(&digest.to_le_bytes());
+        }
+        bytes_field(&mut self.sessions, 2, s);
+    }
+
+    /// The `ParseBatchResponse` bytes: the session entries, then one `packed` with the arrays.
+    fn finish(mut self) -> Vec<u8> {
+        if self.keys.is_empty() {
+            return self.sessions;
+        }
+        let mut packed = std::mem::take(&mut self.keys);
+        bytes_field(&mut packed, 2, &self.sequences);
+        bytes_field(&mut packed, 3, &self.messages);
+        packed.extend_from_slice(&self.texts);
+        bytes_field(&mut packed, 5, &self.reasoning);
+        bytes_field(&mut packed, 6, &self.digests);
+        bytes_field(&mut self.sessions, 4, &packed);
+        self.sessions
+    }
+}
+
+fn varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+fn tag(buf: &mut Vec<u8>, field: u32, wire: u32) {
+    varint(buf, ((field << 3) | wire) as u64);
+}
+
+/// A varint field, omitted when 0 (proto3).
+fn varint_field(buf: &mut Vec<u8>, field: u32, v: u64) {
+    if v != 0 {
+        tag(buf, field, 0);
+        varint(buf, v);
+    }
+}
+
+/// A length-delimited field, written even when empty (a repeated element, a message).
+fn bytes_field(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
+    tag(buf, field, 2);
+    varint(buf, data.len() as u64);
+    buf.extend_from_slice(data);
+}
+
+/// A string field, omitted when empty except as a repeated element (`field` of the arrays).
+fn string_field(buf: &mut Vec<u8>, field: u32, text: &str) {
+    bytes_field(buf, field, text.as_bytes());
+}

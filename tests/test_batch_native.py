@@ -1,0 +1,264 @@
+"""The packed ``ParseBatch`` path on the native core (``_core.PackedSteps``, the session's native
+ledger) against the reference engine's Python path: random streams of engine steps, replies
+byte-identical (digests, sequences, counts and statuses included), and the sessions' end counts
+equal — including the items the core leaves to Python in the middle of a slice (unknown keys,
+finished and failed sessions, bad ids, a token limit hit, keep-alives, sessions with events, a
+wire dialect or token ids), and long messages of several slices.
+
+The protocol is driven sans-IO (``BatchProtocol``) in this process, once per engine; one test
+also runs the same stream through two real servers (``serve --engine native`` and ``--engine
+reference``) on loopback."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from grpc_servers import ProcessServer
+from parsetier import native
+from parsetier.batch_protocol import SLICE_ITEMS, BatchHooks, BatchProtocol, NeedModels
+from parsetier.ledger import PyLedger
+from parsetier.protocol import Limits, SessionCounts
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from service_samples import WEATHER_TOOLS
+
+pytestmark = pytest.mark.skipif(native._core is None, reason="the native core is not built (make native)")
+
+OUTPUTS = [
+    "<think>\nThe user wants weather. Let me check {i}.\n</think>\n\nSure, checking city {i} now.",
+    '<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "C{i}", "n": {i}}}}}\n</tool_call>',
+    "Plain answer {i} with ünïcödé ✓ and 日本語 text, then more words to stream along.",
+    "<think>\nshort {i}\n</think>\n\n"
+    '<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "X"}}}}\n</tool_call>',
+]
+OUTPUT_KINDS = [
+    pb.OUTPUT_KIND_DELTAS,
+    pb.OUTPUT_KIND_DELTAS,
+    pb.OUTPUT_KIND_DELTAS,
+    pb.OUTPUT_KIND_DELTAS_AND_EVENTS,
+    pb.OUTPUT_KIND_EVENTS,
+    pb.OUTPUT_KIND_FINAL_ONLY,
+]
+LIMITS = Limits(max_tokens_per_session=25, max_sessions_per_stream=64, max_items_per_message=400)
+BAD_ID = 10**7
+
+
+def _open(rng: random.Random, key: str) -> pb.Open:
+    open_ = pb.Open(model="qwen3", tools_json=json.dumps(WEATHER_TOOLS), request_id=f"req-{key}")
+    open_.output = rng.choice(OUTPUT_KINDS)
+    special = rng.random()
+    if special < 0.08:
+        open_.wire.dialect = pb.WIRE_DIALECT_OPENAI_CHAT
+        open_.wire.response_id, open_.wire.model, open_.wire.created = "chatcmpl-1", "m", 1
+    elif special < 0.14:
+        open_.return_token_ids = True
+    return open_
+
+
+def random_stream(encode, seed: int, messages: int = 40) -> list[pb.ParseBatchRequest]:
+    """Engine steps of a random schedule: sessions open (with random output options), step by
+    packed items of 0 to 3 ids (mostly 1), finish, get cancelled, and are stepped again after
+    they ended; unknown keys, bad ids and over-long sessions appear among the items."""
+    rng = random.Random(seed)
+    pending: dict[str, list[int]] = {}
+    ended: list[str] = []
+    serial = 0
+    stream: list[pb.ParseBatchRequest] = []
+    for step in range(messages):
+        message = pb.ParseBatchRequest()
+        used: set[str] = set()
+        for _ in range(rng.randrange(0, 6) if step else 20):
+            serial += 1
+            key = f"s{serial}"
+            message.sessions.add(key=key, open=_open(rng, key))
+            pending[key] = encode(rng.choice(OUTPUTS).format(i=serial) * rng.choice((1, 1, 2)))
+            used.add(key)
+        keys, counts, ids = [], [], []
+        live = [k for k in pending if k not in used]
+        rng.shuffle(live)
+        for key in live:
+            roll = rng.random()
+            if roll < 0.05 or not pending[key]:
+                message.sessions.add(key=key).finish.reason = pb.FINISH_REASON_STOP
+                del pending[key]
+                ended.append(key)
+            elif roll < 0.07:
+                message.sessions.add(key=key, cancel=True)
+                del pending[key]
+                ended.append(key)
+            else:
+                n = rng.choice((1, 1, 1, 1, 1, 2, 3, 0))
+                take, pending[key] = pending[key][:n], pending[key][n:]
+                if rng.random() < 0.02:
+                    take = [*take, BAD_ID]
+                keys.append(key)
+                counts.append(len(take))
+                ids += take
+        for _ in range(rng.randrange(0, 3)):  # ended and never-opened keys, stepped
+            key = rng.choice(ended) if ended and rng.random() < 0.7 else f"nobody{rng.randrange(99)}"
+            if key not in keys and key not in used:
+                keys.append(key)
+                counts.append(1)
+                ids.append(9707)
+        order = list(range(len(keys)))
+        rng.shuffle(order)
+        message.packed.keys.extend(keys[i] for i in order)
+        message.packed.token_counts.extend(counts[i] for i in order)
+        for i in order:
+            message.packed.token_ids.extend(ids[sum(counts[:i]) : sum(counts[:i]) + counts[i]])
+        stream.append(message)
+    return stream
+
+
+class Recorder(BatchHooks):
+    """Each session's end: its counts and how it ended."""
+
+    def __init__(self) -> None:
+        self.ends: list[tuple] = []
+
+    def ended(self, counts: SessionCounts, error, admitted: bool) -> None:
+        self.ends.append(
+            (
+                counts.request_id,
+                error.code if error else None,
+                counts.tokens,
+                counts.client_messages,
+                counts.server_messages,
+                counts.deltas,
+                counts.events,
+            )
+        )
+
+
+def run(engine: str, model, stream: list[pb.ParseBatchRequest]) -> tuple[list[bytes], list[tuple]]:
+    """The replies (serialized) and session ends of ``stream`` on ``engine``."""
+    before = native.engine()
+    native.set_engine(engine)
+    try:
+        hooks = Recorder()
+        batch = BatchProtocol(LIMITS, hooks)
+        replies = []
+        for message in stream:
+            reply = batch.receive(message)
+            if isinstance(reply, NeedModels):
+                reply = batch.supply_models({name: model for name in reply.names})
+            replies.append(reply.SerializeToString(deterministic=True))
+        batch.close(batch_closed())
+        return replies, sorted(hooks.ends, key=repr)
+    finally:
+        native.set_engine(before)
+
+
+def batch_closed():
+    from parsetier.status import Code, ProtocolError
+
+    return ProtocolError(Code.CANCELLED, "end of test")
+
+
+def _shown(reply: bytes) -> pb.ParseBatchResponse:
+    return pb.ParseBatchResponse.FromString(reply)
+
+
+def _code(code: grpc.StatusCode) -> int:
+    return code.value[0]
+
+
+@pytest.fixture(scope="module")
+def qwen3(registry):
+    model = registry.get("qwen3")
+    assert native.native_parts(model) is not None
+    return model
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_packed_replies_equal_on_both_engines(encode, qwen3, seed):
+    stream = random_stream(encode, seed)
+    native_replies, native_ends = run("native", qwen3, stream)
+    reference_replies, reference_ends = run("reference", qwen3, stream)
+    for i, (got, want) in enumerate(zip(native_replies, reference_replies, strict=True)):
+        assert got == want, (seed, i, _shown(got), _shown(want))
+    assert native_ends == reference_ends
+    replies = [pb.ParseBatchResponse.FromString(r) for r in native_replies]
+    statuses = {o.status.code for r in replies for o in r.sessions if o.HasField("status")}
+    # The stream reached the cases the core leaves to Python.
+    assert {_code(grpc.StatusCode.RESOURCE_EXHAUSTED), _code(grpc.StatusCode.FAILED_PRECONDITION)} <= statuses
+    assert sum(len(r.packed.keys) for r in replies) > 100
+
+
+def test_the_core_steps_the_common_items(encode, qwen3, monkeypatch):
+    """The items of native sessions are stepped by the core (not by ``take_ids``), and a session
+    on the reference engine is left to Python whole."""
+    from parsetier.protocol import SessionProtocol
+
+    taken: list[int] = []
+    original = SessionProtocol.take_ids
+
+    def counting(self, ids):
+        taken.append(len(ids))
+        return original(self, ids)
+
+    monkeypatch.setattr(SessionProtocol, "take_ids", counting)
+    stream = random_stream(encode, 99, messages=20)
+    run("native", qwen3, stream)
+    packed_items = sum(len(m.packed.keys) for m in stream)
+    assert 0 < len(taken) < packed_items // 3  # keep-alives, unknown keys, wire, token ids...
+    taken.clear()
+    run("reference", qwen3, stream)
+    assert len(taken) > packed_items // 2
+
+
+def test_a_message_of_many_slices_with_fallbacks_between(encode, qwen3):
+    """Several hundred packed items in one message (several slices), with items the core leaves
+    to Python scattered through each slice: the outputs keep the items' order."""
+    sessions = 3 * SLICE_ITEMS + 17
+    ids = encode(OUTPUTS[0].format(i=7) + OUTPUTS[2].format(i=3))
+    opening = pb.ParseBatchRequest()
+    for i in range(sessions):
+        open_ = opening.sessions.add(key=f"k{i}", open=pb.Open(model="qwen3", request_id=f"r{i}")).open
+        if i % 29 == 5:
+            open_.output = pb.OUTPUT_KIND_DELTAS_AND_EVENTS
+        if i % 31 == 7:
+            open_.return_token_ids = True
+    stream = [opening]
+    for step in range(12):
+        message = pb.ParseBatchRequest()
+        for i in range(sessions):
+            message.packed.keys.append(f"k{i}" if (i + step) % 41 else f"ghost{i}")
+            message.packed.token_ids.append(ids[(i + step) % len(ids)] if (i * step) % 97 != 3 else BAD_ID)
+        stream.append(message)
+    native_replies, native_ends = run("native", qwen3, stream)
+    reference_replies, reference_ends = run("reference", qwen3, stream)
+    assert native_replies == reference_replies
+    assert native_ends == reference_ends
+
+
+def test_python_ledger_is_the_reference_engines():
+    before = native.engine()
+    native.set_engine("reference")
+    try:
+        assert isinstance(SessionCounts().ledger, PyLedger)
+    finally:
+        native.set_engine(before)
+    assert isinstance(SessionCounts().ledger, native._core.Ledger)
+
+
+def _stream_replies(target: str, stream: list[pb.ParseBatchRequest]) -> Iterator[bytes]:
+    with grpc.insecure_channel(target) as channel:
+        for reply in pb_grpc.ParserServiceStub(channel).ParseBatch(iter(stream), timeout=120):
+            yield reply.SerializeToString(deterministic=True)
+
+
+def test_servers_of_both_engines_answer_alike(encode):
+    stream = random_stream(encode, 7, messages=25)
+    limits = ("--max-tokens-per-session", "25", "--max-sessions-per-stream", "64")
+    replies = {}
+    for engine in ("native", "reference"):
+        with ProcessServer("--preload", "qwen3", "--engine", engine, *limits) as server:
+            replies[engine] = list(_stream_replies(server.target, stream))
+    assert replies["native"] == replies["reference"]
+    assert len(replies["native"]) == len(stream)
