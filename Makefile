@@ -113,8 +113,9 @@ $(BENCH_STAMP): pyproject.toml $(TEST_STAMP)
 	$(PY) -m pip install --quiet -e '.[tokenizers,test,bench]'
 	touch $@
 
-## bench: run every bench/*.py (bench/engine_bench.py and bench/service_bench.py rewrite
-## docs/performance.md's "Engine" and "Service" sections and their plots)
+## bench: run every bench/*.py; engine_bench.py, side_by_side.py (the native core beside the reference
+## engine, vLLM and SMG; builds bench/smg with cargo) and service_bench.py rewrite their generated blocks
+## of docs/performance.md and their plots. Sizes: BENCH_* environment variables (docs/performance.md)
 bench: $(BENCH_STAMP)
 	@set -e; found=0; for script in bench/*.py; do \
 		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(PY) "$$script"; \

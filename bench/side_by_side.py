@@ -363,7 +363,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         side = run_worker(args.runs, sizes, args.flat_runs, Path(tmp))
         binary, smg_error = build_smg()
-        smg = run_smg(binary, side, args.runs, Path(tmp)) if binary else []
+        smg: list[dict] = []
+        if binary:
+            try:
+                smg = run_smg(binary, side, args.runs, Path(tmp))
+            except subprocess.CalledProcessError as failed:  # e.g. an SMG parser error: say so
+                smg_error = "bench/smg failed: " + " ".join(failed.stderr.strip().splitlines()[-4:])
     for r in smg:
         print(
             f"  SMG {r['workload']} @{r['size']}: {r['detok_parse']:.2f} µs/token ({r['calls']})",
