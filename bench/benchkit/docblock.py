@@ -49,7 +49,10 @@ def replace_block(name: str, script: str, body: str, section: str, doc: Path = D
     """Write ``body`` as block ``name`` of ``doc``: in place of the old block if there is one,
     else at the end of ``section`` (a ``## `` heading, added at the end when missing)."""
     text = doc.read_text(encoding="utf-8") if doc.exists() else "# Performance\n"
-    block = f"{begin_marker(name, script)}\n\n{provenance()}\n\n{body.strip()}\n\n{end_marker(name)}"
+    body = body.strip()
+    heading, rest = body.split("\n", 1) if body.startswith("#") and "\n" in body else ("", body)
+    stamped = (heading + "\n\n" if heading else "") + provenance() + "\n\n" + rest.strip()
+    block = f"{begin_marker(name, script)}\n\n{stamped}\n\n{end_marker(name)}"
     head = f"<!-- generated: {name} "
     start = text.find(head)
     end = text.find(end_marker(name), start)
