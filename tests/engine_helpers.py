@@ -22,11 +22,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import marker_tokenizers
 from parsetier.messages import Delta, Final, Message, SessionOptions, Tool, ToolCall
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 from parsetier.session import Session, parse
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 QWEN3: Model = _REGISTRY.get("qwen3")
 QWEN3_CODER: Model = _REGISTRY.get("qwen3-coder")
 TOKENIZER = QWEN3.tokenizer

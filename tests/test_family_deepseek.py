@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import accumulate, check_consistent, parse_shape, parsed, run, run_text, shape, tools
 from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions, Tool
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 from testkit.format_renderers import deepseek_v3_call, deepseek_v3_calls, deepseek_v31_calls
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 PRESETS = ("deepseek-v3", "deepseek-r1", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1")
 V3, R1, V31, V32, V4, V41 = (_REGISTRY.get(name) for name in PRESETS)
 EOS = 1  # <｜end▁of▁sentence｜>, a special token no DeepSeek format uses: never shown

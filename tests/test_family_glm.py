@@ -13,12 +13,12 @@ import json
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import run, shape, tools
 from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import ModelRegistry
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 GLM45 = _REGISTRY.get("glm-4.5")
 GLM47 = _REGISTRY.get("glm-4.7")
 GLM5 = _REGISTRY.get("glm-5")

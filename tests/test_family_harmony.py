@@ -11,12 +11,13 @@ import json
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import Shape, check_consistent, chunks, parsed, run, run_text, shape, tools
 from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 
-GPT_OSS: Model = ModelRegistry().get("gpt-oss")
+GPT_OSS: Model = marker_tokenizers.registry().get("gpt-oss")
 CALL, RETURN, END, START, CHANNEL, MESSAGE = 200012, 200002, 200007, 200006, 200005, 200008
 
 

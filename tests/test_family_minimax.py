@@ -14,12 +14,12 @@ import json
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import tools
 from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import ModelRegistry
 
-M2 = ModelRegistry().get("minimax-m2")
+M2 = marker_tokenizers.registry().get("minimax-m2")
 EOS = 200020  # [e~[ — a special token the format does not use: never shown
 THINK_CLOSE, CALLS_OPEN, CALLS_CLOSE = 200051, 200052, 200053
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import marker_tokenizers
 from chat_rendering import JinjaTemplate
 from engine_helpers import parse_shape, tools
 from family_support import arguments_before, enc, plain, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import ModelRegistry, TokenizerState
+from parsetier.models import TokenizerState
 
-REGISTRY = ModelRegistry()
+REGISTRY = marker_tokenizers.registry()
 M3 = REGISTRY.get("minimax-m3")
 P = "]<]minimax[>["
 NS, THINK_OPEN, THINK_CLOSE, CALLS_OPEN, CALLS_CLOSE, EOS = 200058, 200059, 200060, 200052, 200053, 200020

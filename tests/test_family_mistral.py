@@ -10,12 +10,13 @@ import json
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import Shape, check_consistent, parse_shape, parsed, run, shape, tools
 from family_support import enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 V3: Model = _REGISTRY.get("mistral-7b-v0.3")
 V11: Model = _REGISTRY.get("mistral-small-3.2")
 V13: Model = _REGISTRY.get("magistral-small")

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import tools
 from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.engine.arguments import ParamWriter
 from parsetier.engine.grammar import GrammarError, grammar_from_dict
 from parsetier.messages import SessionOptions
-from parsetier.models import ModelRegistry
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 CODER = _REGISTRY.get("qwen3-coder")
 Q35 = _REGISTRY.get("qwen3.5")
 IM_END_35 = 248046

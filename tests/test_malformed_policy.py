@@ -10,13 +10,14 @@ import dataclasses
 
 import pytest
 
+import marker_tokenizers
 from engine_helpers import CALL_ID, tools
 from family_support import enc, prompted, split_check
 from parsetier.messages import SessionOptions
-from parsetier.models import Model, ModelRegistry
+from parsetier.models import Model
 from parsetier.session import parse
 
-_REGISTRY = ModelRegistry()
+_REGISTRY = marker_tokenizers.registry()
 
 
 def model(name: str) -> Model:

@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+import marker_tokenizers
 from engine_helpers import QWEN3, enc, run, tools
 from parsetier.messages import SessionOptions
-from parsetier.models import ModelRegistry
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 SERVICE = "/parsetier.v1.ParserService/"
@@ -67,7 +67,7 @@ def test_a_run_ending_in_half_a_character_loses_nothing_at_the_end():
     with nothing at all, holding the whole characters before it too; the end of the output now
     settles what it holds (the incomplete bytes as U+FFFD) instead of dropping it, so one run and
     one id at a time give the same message (the GLM-4.5 case: ``word.`` streamed, ``word`` whole)."""
-    glm = ModelRegistry().get("glm-4.5")
+    glm = marker_tokenizers.registry().get("glm-4.5")
     ids = glm.tokenizer.encode("Plain text. 致死", add_special_tokens=False).ids
     half = glm.tokenizer.encode("🦜", add_special_tokens=False).ids[:-1]  # its first bytes
     assert len(half) == 2 and glm.tokenizer.decode(half) == "\ufffd"
