@@ -392,8 +392,8 @@ class Packed:
 
     def native(self):
         """The items as the native core steps them (``_core.PackedSteps``); None without a core."""
-        core = native._core
-        return None if core is None else core.PackedSteps(self.keys, self.ids, self.counts)
+        stepper = getattr(native._core, "PackedSteps", None)  # None: no core, or one built before it
+        return None if stepper is None else stepper(self.keys, self.ids, self.counts)
 
 
 class _PlainOutputs:

@@ -343,9 +343,10 @@ def bind_ledger(ledger: Any, session: Any, renderer: Any, want_deltas: bool, wan
     ``ledger`` (``_core.PackedSteps``): when it is a native session that returns no token ids,
     with no wire dialect (``renderer`` None), and the ledger is native. Any other session's
     items stay on the Python path."""
+    native_ledger = getattr(_core, "Ledger", None)
     if (
-        _core is not None
-        and isinstance(ledger, _core.Ledger)
+        native_ledger is not None
+        and isinstance(ledger, native_ledger)
         and isinstance(session, NativeSession)
         and session._parse_only
         and renderer is None
