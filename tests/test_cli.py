@@ -39,41 +39,71 @@ def _run(module: str, args: tuple[str, ...], stdin: str) -> subprocess.Completed
 REPLAY = ["replay", "--server", "127.0.0.1:1", "--model", "qwen3"]
 
 
-@pytest.mark.parametrize(
-    ("args", "flag"),
-    [
-        (["serve", "--port", "http"], "--port"),
-        (["serve", "--config", "/nonexistent/models.toml"], "--config"),
-        (["serve", "--preload", "no-such-model"], "--preload"),
-        (["serve", "--reflection", "maybe"], "--reflection"),
-        (["serve", "--log-level", "loud"], "--log-level"),
-        (["serve", "--max-reply-bytes", "100"], "--max-reply-bytes"),
-        (["serve", "--host", "203.0.113.1", "--port", "0", "--preload", "none"], "--host/--port"),
-        (["serve", "--port", "99999"], "--port"),
-        (["serve", "--metrics-port", "70000"], "--metrics-port"),
-        (["serve", "--workers", "0"], "--workers"),
-        (["serve", "--grace", "-1"], "--grace"),
-        (["serve", "--idle-timeout", "0"], "--idle-timeout"),
-        (["serve", "--max-sessions", "0"], "--max-sessions"),
-        (["serve", "--max-message-bytes", "-5"], "--max-message-bytes"),
-        (["serve", "--max-tokens-per-session", "many"], "--max-tokens-per-session"),
-        (["serve", "--max-loop-lag-ms", "-1"], "--max-loop-lag-ms"),
-        (["serve", "--max-loop-lag-ms", "nan"], "--max-loop-lag-ms"),
-        ([*REPLAY, "--tools", "[{"], "--tools"),
-        ([*REPLAY, "--tools", "missing.json"], "--tools"),
-        ([*REPLAY, "--tools", '{"a": 1}'], "--tools"),
-        ([*REPLAY, "--prompt-ids", "[1, -2]"], "--prompt-ids"),
-        ([*REPLAY, "--timeout", "0"], "--timeout"),
-    ],
-)
-def test_errors_are_one_line_naming_the_flag(args, flag):
-    prog, run = ("parsetier-client", parsetier_client) if args[0] == "replay" else ("parsetier", parsetier)
-    done = run(*args)
-    assert done.returncode == 2, done
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
+FLAG_ERRORS = [
+    (["serve", "--port", "http"], "--port"),
+    (["serve", "--reflection", "maybe"], "--reflection"),
+    (["serve", "--log-level", "loud"], "--log-level"),
+    (["serve", "--port", "99999"], "--port"),
+    (["serve", "--metrics-port", "70000"], "--metrics-port"),
+    (["serve", "--workers", "0"], "--workers"),
+    (["serve", "--grace", "-1"], "--grace"),
+    (["serve", "--idle-timeout", "0"], "--idle-timeout"),
+    (["serve", "--max-sessions", "0"], "--max-sessions"),
+    (["serve", "--max-message-bytes", "-5"], "--max-message-bytes"),
+    (["serve", "--max-tokens-per-session", "many"], "--max-tokens-per-session"),
+    (["serve", "--max-loop-lag-ms", "-1"], "--max-loop-lag-ms"),
+    (["serve", "--max-loop-lag-ms", "nan"], "--max-loop-lag-ms"),
+    ([*REPLAY, "--tools", "[{"], "--tools"),
+    ([*REPLAY, "--tools", "missing.json"], "--tools"),
+    ([*REPLAY, "--tools", '{"a": 1}'], "--tools"),
+    ([*REPLAY, "--prompt-ids", "[1, -2]"], "--prompt-ids"),
+    ([*REPLAY, "--timeout", "0"], "--timeout"),
+]
+"""Values the argument types refuse while parsing: nothing has started yet."""
+
+SERVE_ERRORS = [
+    (["serve", "--config", "/nonexistent/models.toml"], "--config"),
+    (["serve", "--preload", "no-such-model"], "--preload"),
+    (["serve", "--max-reply-bytes", "100"], "--max-reply-bytes"),
+    (["serve", "--host", "203.0.113.1", "--port", "0", "--preload", "none"], "--host/--port"),
+]
+"""Values found wrong only once ``serve`` runs (a file, a model, an address)."""
+
+
+def _assert_one_line(stderr: str, args: list[str], flag: str) -> None:
+    prog = "parsetier-client" if args[0] == "replay" else "parsetier"
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
     assert lines[0].startswith(f"{prog} {args[0]}: {flag}: "), lines[0]
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(("args", "flag"), FLAG_ERRORS)
+def test_flag_errors_are_one_line_naming_the_flag(args, flag, capsys, monkeypatch):
+    """In process (a command's parser is all that runs): exit status 2 and one line on stderr,
+    before anything is served or sent."""
+    from parsetier import cli
+    from parsetier_client import cli as client_cli
+    from parsetier_client import replay
+
+    def started(*_args, **_kwargs):
+        raise AssertionError(f"{args[0]} started despite a bad {flag}")
+
+    monkeypatch.setattr(cli, "_serve", started)
+    monkeypatch.setattr(replay, "run", started)
+    main = client_cli.main if args[0] == "replay" else cli.main
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    assert exit_.value.code == 2
+    _assert_one_line(capsys.readouterr().err, args, flag)
+
+
+@pytest.mark.parametrize(("args", "flag"), SERVE_ERRORS)
+def test_serve_errors_are_one_line_naming_the_flag(args, flag):
+    """As an operator meets them: the ``parsetier`` process exits 2 with one line."""
+    done = parsetier(*args)
+    assert done.returncode == 2, done
+    _assert_one_line(done.stderr, args, flag)
 
 
 def test_bad_toml_names_the_config(tmp_path):
