@@ -22,7 +22,8 @@ tokens per delta, in thread CPU time:
    a ratio of medians of the same bench run, not of one process.
 
 Sizes (environment): ``BENCH_SIDE_RUNS`` rounds per figure (default 9), ``BENCH_SIDE_SIZES``
-tokens per delta (default ``1,8``), ``BENCH_FLAT_RUNS`` flat-cost runs (default 5),
+tokens per delta (default ``1,8``), ``BENCH_FLAT_RUNS`` flat-cost runs (default 21: cheap, and 5
+moved the ratio by ±0.3 on a busy machine),
 ``CARGO_BUILD_JOBS`` cargo jobs (default 2). ``PEER_BENCH_DIR`` is peer-bench's venv (default
 ``$TMPDIR/peer-bench``, made by its ``setup.sh`` when missing).
 
@@ -353,7 +354,7 @@ def main() -> int:
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=_env_int("BENCH_SIDE_RUNS", 9))
     parser.add_argument("--sizes", default=os.environ.get("BENCH_SIDE_SIZES", "1,8"))
-    parser.add_argument("--flat-runs", type=int, default=_env_int("BENCH_FLAT_RUNS", 5))
+    parser.add_argument("--flat-runs", type=int, default=_env_int("BENCH_FLAT_RUNS", 21))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.worker:
