@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
-import subprocess
+from dataclasses import dataclass
 
+from parsetier_client import replay
 from service_samples import EXPECTED_CALLS, REASONING_AND_TWO_CALLS, WEATHER_TOOLS
-from test_cli import parsetier_client
 
 IM_END = 151645
 
 
-def _replay(target: str, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return parsetier_client("replay", "--server", target, "--model", "qwen3", *args, stdin=stdin)
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _replay(target: str, stdin: str, *args: str) -> Done:
+    """``parsetier-client replay`` in process, its streams given (the command as a process, exit
+    status and all, is tests/test_cli.py's and tests/test_security.py's)."""
+    parser = argparse.ArgumentParser()
+    replay.add_arguments(parser)
+    options = parser.parse_args(["--server", target, "--model", "qwen3", *args])
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = replay.run(options, stdin=io.StringIO(stdin), stdout=stdout)
+    return Done(code, stdout.getvalue(), stderr.getvalue())
 
 
 def test_replay_prints_deltas_and_final(grpc_server, encode, tmp_path):
