@@ -17,7 +17,7 @@ import json
 import queue
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -192,22 +192,29 @@ def run_parse(client, case: Case, dialect: str, stream: bool, **extra: Any) -> t
     return result.wire, result.final
 
 
-def run_batch(client, sessions: dict[str, tuple[Case, dict[str, Any]]]) -> tuple[bytes, dict[str, pb.Final]]:
+def run_batch(
+    client, sessions: dict[str, tuple[Case, dict[str, Any]]], last: str | None = None
+) -> tuple[bytes, dict[str, pb.Final]]:
     """Sessions over one ParseBatch stream, one step each per message: the outputs' ``wire`` in
     the order the replies carry them (what a gateway forwards as it goes), and each session's
-    final result (whose ``wire`` holds the closing bytes)."""
+    final result (whose ``wire`` holds the closing bytes). ``last``: a session finished after all
+    the others, with their usage (``n`` > 1: the choice whose closing bytes are forwarded)."""
     replies: list[bytes] = []
     finals: dict[str, pb.Final] = {}
     with client.batch() as batch:
         for key, (case, open_options) in sessions.items():
             batch.open(key, case.model, output="final", **case.options, **open_options)
-        longest = max(len(case.groups) for case, _ in sessions.values())
-        for n in range(longest + 1):
+        n = 0
+        while len(finals) < len(sessions):
             for key, (case, _) in sessions.items():
                 if n < len(case.groups):
                     batch.feed(key, case.groups[n])
-                elif n == len(case.groups):
+                elif key == last and key not in finals and len(finals) == len(sessions) - 1:
+                    others = other_usage(finals.values())
+                    batch.finish(key, case.finish, case.matched_stop, other_choices_usage=others)
+                elif n == len(case.groups) and key != last:
                     batch.finish(key, case.finish, case.matched_stop)
+            n += 1
             outputs = batch.step()
             assert not any(out.HasField("status") for out in outputs.values()), outputs
             replies += [out.wire for out in outputs.values()]
@@ -228,15 +235,18 @@ def run_choices(
     extra = [
         {"request_id": "req-n", "choice_index": i, "wire": wire(dialect, stream)} for i in range(len(cases))
     ]
+    last = f"c{len(cases) - 1}"
     if rpc == "ParseBatch":
-        body, finals = run_batch(client, {f"c{i}": (case, extra[i]) for i, case in enumerate(cases)})
+        sessions = {f"c{i}": (case, extra[i]) for i, case in enumerate(cases)}
+        body, finals = run_batch(client, sessions, last)
         ordered = [finals[f"c{i}"] for i in range(len(cases))]
-        return body + ordered[-1].wire, ordered
+        return body + finals[last].wire, ordered
     parts, ordered = [], []
     for i, case in enumerate(cases):
+        others = other_usage(ordered) if i == len(cases) - 1 else None
         result = client.parse_stream(
             case.model, case.groups, case.finish, matched_stop=case.matched_stop, output="final",
-            **case.options, **extra[i],
+            other_choices_usage=others, **case.options, **extra[i],
         )  # fmt: skip
         parts += [m.wire for m in result.messages]
         ordered.append(result.final)
@@ -244,6 +254,12 @@ def run_choices(
 
 
 RUNS = {"Parse": run_parse, "ParseBatch": run_one_batch}
+
+
+def other_usage(finals: Iterable[pb.Final]) -> tuple[int, int]:
+    """``Finish.other_choices_usage`` of the last choice: the other choices' usage, summed."""
+    finals = list(finals)
+    return sum(f.usage.completion_tokens for f in finals), sum(f.usage.reasoning_tokens for f in finals)
 
 
 # --------------------------------------------------------------------------------- the SDKs' view
@@ -300,10 +316,12 @@ def check_chat(
             ]
         else:
             assert choice.logprobs is None
-    usage = completion.usage
+    usage = completion.usage  # with n > 1, every choice's (as OpenAI reports it)
     assert usage is not None
-    assert (usage.prompt_tokens, usage.completion_tokens) == (11, final.usage.completion_tokens)
-    assert usage.completion_tokens_details.reasoning_tokens == final.usage.reasoning_tokens
+    completion_tokens, reasoning_tokens = other_usage(finals)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (11, completion_tokens)
+    assert usage.total_tokens == 11 + completion_tokens
+    assert usage.completion_tokens_details.reasoning_tokens == reasoning_tokens
     return completion
 
 
@@ -339,14 +357,12 @@ def check_anthropic(
 
 
 def _input(arguments: str, final: pb.Final, stream: bool) -> Any:
-    """What a call's ``input`` is: its JSON object; a call cut off by the length limit is, streamed,
-    what the SDK's partial JSON parser makes of its text, and ``{}`` in a body."""
+    """What a call's ``input`` is: its JSON object; a call cut off by the length limit is, streamed
+    or in a body alike, what the SDK's partial JSON parser makes of its text."""
     try:
         return json.loads(arguments)
     except ValueError:
         assert final.finish_reason == pb.FINISH_REASON_LENGTH
-        if not stream:
-            return {}
         import jiter
 
         return jiter.from_json(arguments.encode(), partial_mode=True)
@@ -499,7 +515,7 @@ def test_completions_through_sdk(stream, rpc, registry, client, loopback, oai) -
                     into["offset"] += choice.logprobs.text_offset
                 if choice.finish_reason:
                     reasons[choice.index] = choice.finish_reason
-        assert usage is not None and usage.completion_tokens == finals[-1].usage.completion_tokens
+        assert usage is not None and usage.completion_tokens == other_usage(finals)[0]  # every choice's
         got = [(texts[i], reasons[i], logprobs[i]) for i in range(len(cases))]
     else:
         got, finals = [], []
@@ -621,3 +637,39 @@ def test_minus_infinity_logprobs_are_strict_json(dialect, client, registry) -> N
         events = [line.removeprefix("data: ") for line in text.splitlines() if line.startswith("data: {")]
         for payload in events if stream else [text]:
             _strict(payload)
+
+
+_PARTIAL_TEXTS = [
+    '{"city": "Paris", "unit": "celsius", "n": -12.5e-3, "ok": true, "x": null, "deep": {"l": [1, 2.0,'
+    ' {"a": [false]}, "s\\u00e9\\n\\"q"]}, "e": {}, "f": []}',
+    '{ "東京" : [ 1 , -0 , 3E+10 , "天気 🌧️" ] , "k" : { } }',
+    '[1, {"a": "b"}]',
+    '{"a": 1} trailing',
+    '{"a": x}',
+]
+
+
+@pytest.mark.parametrize("text", _PARTIAL_TEXTS)
+def test_cut_call_input_is_what_the_sdk_rebuilds(text: str) -> None:
+    """A cut call's ``input`` in an Anthropic body (``tool_input``) is, for every prefix of its
+    arguments, what the ``anthropic`` SDK's accumulator makes of the same text streamed
+    (``jiter``'s partial mode): stream and body agree; an object always."""
+    import jiter
+
+    from parsetier.dialects.anthropic_messages import tool_input
+
+    for end in range(1, len(text) + 1):
+        prefix = text[:end]
+        try:
+            want = jiter.from_json(prefix.encode(), partial_mode=True)
+        except ValueError:
+            want = {}
+        if not isinstance(want, dict):
+            want = {}
+        try:
+            json.loads(prefix)
+        except ValueError:
+            pass
+        else:  # complete JSON: json.loads's value (jiter ignores what follows a value)
+            want = json.loads(prefix) if isinstance(json.loads(prefix), dict) else {}
+        assert tool_input(prefix) == want, prefix

@@ -43,10 +43,13 @@ func StopString(s string) MatchedStop { return MatchedStop{kind: stopString, tex
 type Finish struct {
 	Reason  pb.FinishReason
 	Matched MatchedStop
+	// OtherChoicesUsage: with Open.wire and n > 1, the sum of the other choices' Final.Usage,
+	// for the last choice to finish, whose closing bytes then show the whole request's usage.
+	OtherChoicesUsage *pb.Usage
 }
 
 func (f Finish) message() *pb.Finish {
-	m := &pb.Finish{Reason: f.Reason}
+	m := &pb.Finish{Reason: f.Reason, OtherChoicesUsage: f.OtherChoicesUsage}
 	switch f.Matched.kind {
 	case stopToken:
 		m.MatchedStop = &pb.Finish_StopTokenId{StopTokenId: f.Matched.token}

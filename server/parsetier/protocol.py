@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from parsetier import convert, resume
 from parsetier import session as core
@@ -72,7 +72,7 @@ from parsetier.completion import CompletionSession
 from parsetier.dialects import Renderer, renderer
 from parsetier.engine.events import Event
 from parsetier.ledger import Ledger, new_ledger
-from parsetier.messages import Delta
+from parsetier.messages import Delta, Usage
 from parsetier.models import Model
 from parsetier.native import bind_ledger, open_session
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
@@ -475,13 +475,17 @@ class SessionProtocol:
             outputs.append(self.session.finish(reason, matched_stop=matched))
             self.state = State.FINISHED
         self._digest(outputs)
-        wire = self._render(outputs, matched if isinstance(matched, str) else None)
+        others = message.finish.other_choices_usage if finish else None
+        wire = self._render(outputs, matched if isinstance(matched, str) else None, others)
         return self._reply(outputs, into, wire)
 
-    def _render(self, outputs: list[core.StepOutput], stop_string: str | None) -> tuple[bytes, bytes]:
+    def _render(
+        self, outputs: list[core.StepOutput], stop_string: str | None, others: pb.Usage | None = None
+    ) -> tuple[bytes, bytes]:
         """The wire bytes of these outputs (``Open.wire``): the reply's, and ``Final.wire``. A
         resumed session's silent history renders too (the bytes dropped), so the renderer's state
-        goes on as it did on the broken stream."""
+        goes on as it did on the broken stream. ``others``: ``Finish.other_choices_usage``, added
+        to the usage the bytes show (``n`` > 1: the APIs report the usage of every choice)."""
         renderer = self.renderer
         if renderer is None or not outputs:
             return b"", b""
@@ -489,8 +493,15 @@ class SessionProtocol:
         parts = [renderer.step(out.deltas) for out in outputs if out is not last and out.deltas]
         closing = b""
         if last is not None:
-            assert last.final is not None
-            tail, closing = renderer.finish(last.deltas, last.final, stop_string)
+            final = last.final
+            assert final is not None
+            if others is not None and (others.completion_tokens or others.reasoning_tokens):
+                usage = Usage(
+                    final.usage.completion_tokens + others.completion_tokens,
+                    final.usage.reasoning_tokens + others.reasoning_tokens,
+                )
+                final = replace(final, usage=usage)
+            tail, closing = renderer.finish(last.deltas, final, stop_string)
             parts.append(tail)
         return b"".join(parts), closing
 

@@ -1372,9 +1372,14 @@ type Finish struct {
 	//
 	//	*Finish_StopTokenId
 	//	*Finish_StopString
-	MatchedStop   isFinish_MatchedStop `protobuf_oneof:"matched_stop"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MatchedStop isFinish_MatchedStop `protobuf_oneof:"matched_stop"`
+	// With `Open.wire` and a request of `n` > 1 choices: the sum of the other choices' `Final.usage`,
+	// sent with the `Finish` of the last choice to finish (the one whose `Final.wire` the gateway
+	// forwards). The usage that session's bytes show (the usage chunk, a body's `usage`) then counts
+	// every choice, as the APIs report it; `Final.usage` stays the session's own.
+	OtherChoicesUsage *Usage `protobuf:"bytes,4,opt,name=other_choices_usage,json=otherChoicesUsage,proto3" json:"other_choices_usage,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Finish) Reset() {
@@ -1437,6 +1442,13 @@ func (x *Finish) GetStopString() string {
 		}
 	}
 	return ""
+}
+
+func (x *Finish) GetOtherChoicesUsage() *Usage {
+	if x != nil {
+		return x.OtherChoicesUsage
+	}
+	return nil
 }
 
 type isFinish_MatchedStop interface {
@@ -3571,12 +3583,13 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\fStepLogprobs\x12)\n" +
 	"\x0etoken_logprobs\x18\x01 \x03(\x02B\x02\x10\x01R\rtokenLogprobs\x12&\n" +
 	"\rtop_token_ids\x18\x02 \x03(\rB\x02\x10\x01R\vtopTokenIds\x12%\n" +
-	"\ftop_logprobs\x18\x03 \x03(\x02B\x02\x10\x01R\vtopLogprobs\"\x95\x01\n" +
+	"\ftop_logprobs\x18\x03 \x03(\x02B\x02\x10\x01R\vtopLogprobs\"\xda\x01\n" +
 	"\x06Finish\x122\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1a.parsetier.v1.FinishReasonR\x06reason\x12$\n" +
 	"\rstop_token_id\x18\x02 \x01(\rH\x00R\vstopTokenId\x12!\n" +
 	"\vstop_string\x18\x03 \x01(\tH\x00R\n" +
-	"stopStringB\x0e\n" +
+	"stopString\x12C\n" +
+	"\x13other_choices_usage\x18\x04 \x01(\v2\x13.parsetier.v1.UsageR\x11otherChoicesUsageB\x0e\n" +
 	"\fmatched_stop\"\xbf\x02\n" +
 	"\rParseResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12'\n" +
@@ -3852,58 +3865,59 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	1,  // 12: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
 	15, // 13: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
 	3,  // 14: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	19, // 15: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	23, // 16: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	24, // 17: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	18, // 18: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
-	22, // 19: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	20, // 20: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
-	21, // 21: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
-	4,  // 22: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
-	3,  // 23: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	25, // 24: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	26, // 25: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	20, // 26: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
-	27, // 27: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	8,  // 28: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	16, // 29: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	15, // 30: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
-	24, // 31: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	19, // 32: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	23, // 33: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	32, // 34: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	33, // 35: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	5,  // 36: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
-	8,  // 37: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
-	6,  // 38: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
-	36, // 39: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	39, // 40: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
-	38, // 41: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
-	8,  // 42: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
-	14, // 43: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
-	16, // 44: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
-	42, // 45: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
-	18, // 46: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
-	41, // 47: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
-	19, // 48: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
-	23, // 49: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
-	24, // 50: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
-	43, // 51: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
-	7,  // 52: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	28, // 53: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	30, // 54: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	34, // 55: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	37, // 56: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
-	17, // 57: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	29, // 58: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	31, // 59: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	35, // 60: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	40, // 61: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
-	57, // [57:62] is the sub-list for method output_type
-	52, // [52:57] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	25, // 15: parsetier.v1.Finish.other_choices_usage:type_name -> parsetier.v1.Usage
+	19, // 16: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	23, // 17: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	24, // 18: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	18, // 19: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
+	22, // 20: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	20, // 21: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
+	21, // 22: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
+	4,  // 23: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
+	3,  // 24: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
+	25, // 25: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	26, // 26: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	20, // 27: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
+	27, // 28: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	8,  // 29: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	16, // 30: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	15, // 31: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
+	24, // 32: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	19, // 33: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	23, // 34: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	32, // 35: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	33, // 36: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	5,  // 37: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
+	8,  // 38: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	6,  // 39: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	36, // 40: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	39, // 41: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
+	38, // 42: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
+	8,  // 43: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
+	14, // 44: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
+	16, // 45: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
+	42, // 46: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
+	18, // 47: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
+	41, // 48: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
+	19, // 49: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
+	23, // 50: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
+	24, // 51: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
+	43, // 52: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
+	7,  // 53: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	28, // 54: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	30, // 55: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	34, // 56: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	37, // 57: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	17, // 58: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	29, // 59: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	31, // 60: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	35, // 61: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	40, // 62: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	58, // [58:63] is the sub-list for method output_type
+	53, // [53:58] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }

@@ -201,12 +201,18 @@ class AsyncParseStream:
         await self._pump()
 
     async def finish(
-        self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
+        self,
+        reason: str = "stop",
+        matched_stop: int | str | None = None,
+        steps: Iterable[StepLike] = (),
+        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
     ) -> None:
-        """End the output (optionally with last steps in the same message) and close the send side."""
+        """End the output (optionally with last steps in the same message) and close the send side
+        (``other_choices_usage``: see ``finish_message``)."""
         self._queue(
             pb.ParseRequest(
-                steps=[step_message(s) for s in steps], finish=finish_message(reason, matched_stop)
+                steps=[step_message(s) for s in steps],
+                finish=finish_message(reason, matched_stop, other_choices_usage),
             )
         )
         self._finished = True
@@ -303,12 +309,13 @@ class AsyncClient:
         matched_stop: int | str | None = None,
         tools: Iterable[Mapping[str, Any]] | str | None = None,
         steps_per_message: int = 1,
+        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
         **options: Any,
     ) -> ParseResult:
         """One call: stream ``steps`` through a session; ``(message, deltas)`` as a ``ParseResult``."""
         if self.resume is None:
             open_ = open_message(model, tools=tools, **options)
-            finish = finish_message(finish_reason, matched_stop)
+            finish = finish_message(finish_reason, matched_stop, other_choices_usage)
             messages = session_messages(open_, steps, finish, steps_per_message)
             return collect([message async for message in self.parse(messages)])
         stream = await self.open(model, tools=tools, **options)
@@ -320,7 +327,9 @@ class AsyncClient:
                 if len(batch) >= steps_per_message:
                     await stream.send(*batch)
                     batch = []
-            await stream.finish(finish_reason, matched_stop, steps=batch)
+            await stream.finish(
+                finish_reason, matched_stop, steps=batch, other_choices_usage=other_choices_usage
+            )
 
         writer = asyncio.create_task(write())
         try:

@@ -102,9 +102,16 @@ class StepBuilder:
             else:
                 entry.steps.append(step_message(step))
 
-    def finish(self, key: str, reason: str = "stop", matched_stop: int | str | None = None) -> None:
-        """End session ``key``'s output; its output in the reply carries ``final``."""
-        self._entry(key).finish.CopyFrom(finish_message(reason, matched_stop))
+    def finish(
+        self,
+        key: str,
+        reason: str = "stop",
+        matched_stop: int | str | None = None,
+        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
+    ) -> None:
+        """End session ``key``'s output; its output in the reply carries ``final``
+        (``other_choices_usage``: see ``finish_message``)."""
+        self._entry(key).finish.CopyFrom(finish_message(reason, matched_stop, other_choices_usage))
 
     def cancel(self, key: str) -> None:
         """Drop session ``key`` (its output in the reply carries the status CANCELLED)."""

@@ -176,8 +176,20 @@ def logprob_step(
     return pb.Step(token_ids=token_ids, logprobs=step_logprobs(token_logprobs, top))
 
 
-def finish_message(reason: str = "stop", matched_stop: int | str | None = None) -> pb.Finish:
+def finish_message(
+    reason: str = "stop",
+    matched_stop: int | str | None = None,
+    other_choices_usage: pb.Usage | tuple[int, int] | None = None,
+) -> pb.Finish:
+    """A ``Finish``. ``other_choices_usage``: with ``Open.wire`` and ``n`` > 1, the sum of the
+    other choices' ``Final.usage`` (a ``Usage`` or ``(completion_tokens, reasoning_tokens)``), sent
+    with the last choice to finish, whose closing bytes then show the whole request's usage."""
     message = pb.Finish(reason=FINISH_REASONS[reason])
+    if isinstance(other_choices_usage, tuple):
+        completion, reasoning = other_choices_usage
+        other_choices_usage = pb.Usage(completion_tokens=completion, reasoning_tokens=reasoning)
+    if other_choices_usage is not None:
+        message.other_choices_usage.CopyFrom(other_choices_usage)
     if isinstance(matched_stop, str):
         message.stop_string = matched_stop
     elif matched_stop is not None:

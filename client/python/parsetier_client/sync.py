@@ -120,11 +120,19 @@ class ParseStream:
         self._put(pb.ParseRequest(steps=[step_message(s) for s in steps]))
 
     def finish(
-        self, reason: str = "stop", matched_stop: int | str | None = None, steps: Iterable[StepLike] = ()
+        self,
+        reason: str = "stop",
+        matched_stop: int | str | None = None,
+        steps: Iterable[StepLike] = (),
+        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
     ) -> None:
-        """End the output (optionally with last steps in the same message) and close the send side."""
+        """End the output (optionally with last steps in the same message) and close the send side
+        (``other_choices_usage``: see ``finish_message``)."""
         steps_ = [step_message(s) for s in steps]
-        self._put(pb.ParseRequest(steps=steps_, finish=finish_message(reason, matched_stop)), last=True)
+        self._put(
+            pb.ParseRequest(steps=steps_, finish=finish_message(reason, matched_stop, other_choices_usage)),
+            last=True,
+        )
 
     def cancel(self) -> None:
         self._policy = None  # the caller's own cancel is never resumed
@@ -221,6 +229,7 @@ class Client:
         matched_stop: int | str | None = None,
         tools: Iterable[Mapping[str, Any]] | str | None = None,
         steps_per_message: int = 1,
+        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
         **options: Any,
     ) -> ParseResult:
         """One call: stream ``steps`` through a session and return ``(message, deltas)``
@@ -228,7 +237,10 @@ class Client:
         if self.resume is None:
             open_ = open_message(model, tools=tools, **options)
             messages = session_messages(
-                open_, steps, finish_message(finish_reason, matched_stop), steps_per_message
+                open_,
+                steps,
+                finish_message(finish_reason, matched_stop, other_choices_usage),
+                steps_per_message,
             )
             return collect(list(self.parse(messages)))
         stream = self.open(model, tools=tools, **options)
@@ -238,7 +250,7 @@ class Client:
             if len(batch) >= steps_per_message:
                 stream.send(*batch)
                 batch = []
-        stream.finish(finish_reason, matched_stop, steps=batch)
+        stream.finish(finish_reason, matched_stop, steps=batch, other_choices_usage=other_choices_usage)
         return collect(list(stream))
 
     def parse_once(

@@ -12,6 +12,7 @@ reason maps to ``stop_reason``: ``tool_use`` when calls were made, ``max_tokens`
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,14 +45,115 @@ class _Block:
 
 
 def tool_input(arguments: str) -> Any:
-    """A call's ``input``: its arguments as the JSON object they are. Arguments that are not one
-    (a call cut off by the length limit) are ``{}`` in a body; streamed, their text went out as it
-    was, in ``input_json_delta`` events."""
+    """A call's ``input``: its arguments as the JSON object they are. A call cut off by the length
+    limit streamed its text as it was (``input_json_delta``); its ``input`` in a body is what a
+    client rebuilds from those events (the SDK's accumulator parses the partial JSON): the
+    complete members, a last string that is not finished left out (``partial_input``). Arguments
+    that are no object even so (not JSON, an array) are ``{}``: ``input`` is always an object."""
     try:
         value = json.loads(arguments) if arguments else {}
     except ValueError:
-        return {}
+        value = partial_input(arguments)
     return value if isinstance(value, dict) else {}
+
+
+_WS = " \t\n\r"
+_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+_STRING_START = re.compile(_STRING.pattern[:-1] + r"(?:\\(?:u[0-9a-fA-F]{0,3})?)?")
+"""The start of a string the text ends in."""
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_NUMBER_CUT = re.compile(r"\.|[eE][-+]?")
+_LITERALS = {"true": True, "false": False, "null": None}
+
+
+class _Cut(Exception):
+    """The text ended inside the value being read: it is left out."""
+
+
+def partial_input(text: str) -> Any:
+    """The value of a JSON text cut short, as Anthropic's SDK accumulates a streamed ``tool_use``
+    input (a partial-mode parse): open arrays and objects are closed, a member or element whose
+    value is unfinished (a string, a literal, a number without its digits) is left out, a number
+    cut after a digit is kept. None when the text is not the start of a JSON value."""
+    try:
+        value, _ = _partial_value(text, _skip(text, 0))
+    except (_Cut, ValueError):
+        return None
+    return value
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _WS:
+        at += 1
+    return at
+
+
+def _partial_value(text: str, at: int) -> tuple[Any, int]:
+    """The value at ``at`` and where it ends; ``_Cut`` when the text ends inside an unfinished
+    scalar, ``ValueError`` when it is not JSON."""
+    if at >= len(text):
+        raise _Cut
+    char = text[at]
+    if char == "{":
+        return _partial_container(text, at + 1, "}")
+    if char == "[":
+        return _partial_container(text, at + 1, "]")
+    if char == '"':
+        found = _STRING.match(text, at)
+        if found is None:
+            if _STRING_START.fullmatch(text, at) is None:
+                raise ValueError("bad string")
+            raise _Cut
+        return json.loads(found.group()), found.end()
+    for word, value in _LITERALS.items():
+        if text.startswith(word, at):
+            return value, at + len(word)
+        if word.startswith(text[at:]):
+            raise _Cut
+    found = _NUMBER.match(text, at)
+    if found is None:
+        raise _Cut if text[at:] == "-" else ValueError("not JSON")
+    end = found.end()
+    if end < len(text) and _NUMBER_CUT.fullmatch(text, end) is not None:
+        raise _Cut  # "1." or "1e-": no number yet
+    return json.loads(found.group()), end
+
+
+def _partial_container(text: str, at: int, close: str) -> tuple[Any, int]:
+    """An array's or object's members from ``at`` (past its bracket) to its end or the text's."""
+    is_object = close == "}"
+    members: dict[str, Any] | list[Any] = {} if is_object else []
+    at = _skip(text, at)
+    if at < len(text) and text[at] == close:
+        return members, at + 1
+    while True:
+        if at >= len(text):
+            return members, at
+        try:
+            if is_object:
+                key, at = _partial_value(text, at)
+                if not isinstance(key, str):
+                    raise ValueError("object keys are strings")
+                at = _skip(text, at)
+                if at >= len(text):
+                    return members, at
+                if text[at] != ":":
+                    raise ValueError("expected ':'")
+                value, at = _partial_value(text, _skip(text, at + 1))
+                members[key] = value  # type: ignore[index]
+            else:
+                value, at = _partial_value(text, at)
+                members.append(value)  # type: ignore[union-attr]
+        except _Cut:
+            return members, len(text)
+        at = _skip(text, at)
+        if at >= len(text):
+            return members, at
+        if text[at] == close:
+            return members, at + 1
+        if text[at] != ",":
+            raise ValueError("expected ',' or a closing bracket")
+        at = _skip(text, at + 1)
 
 
 _DELTA_KEYS = {

@@ -244,14 +244,16 @@ class StepLogprobs(_message.Message):
     def __init__(self, token_logprobs: _Optional[_Iterable[float]] = ..., top_token_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Finish(_message.Message):
-    __slots__ = ("reason", "stop_token_id", "stop_string")
+    __slots__ = ("reason", "stop_token_id", "stop_string", "other_choices_usage")
     REASON_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     STOP_STRING_FIELD_NUMBER: _ClassVar[int]
+    OTHER_CHOICES_USAGE_FIELD_NUMBER: _ClassVar[int]
     reason: FinishReason
     stop_token_id: int
     stop_string: str
-    def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ...) -> None: ...
+    other_choices_usage: Usage
+    def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_token_id: _Optional[int] = ..., stop_string: _Optional[str] = ..., other_choices_usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class ParseResponse(_message.Message):
     __slots__ = ("sequence", "client_messages", "deltas", "events", "final", "part", "output_digest", "wire")
