@@ -282,6 +282,10 @@ class NativeSession:
     def finished(self) -> bool:
         return self._finished
 
+    def wire_core(self) -> Any:
+        """The core session, for a native wire renderer (``dialects.renderer``) to read its steps."""
+        return self._core
+
     def feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
         if logprobs is None:
             # The commonest call: the core checks the ids and builds the StepOutput, or leaves

@@ -451,7 +451,7 @@ class SessionProtocol:
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options)
         if open_.HasField("wire"):
-            self.renderer = renderer(convert.wire_request_of(open_))
+            self.renderer = renderer(convert.wire_request_of(open_), self.session)
         self.resumable = open_.resumable
         if open_.HasField("resume") and not self.unary:  # ParseOnce ignores a resume point
             point = open_.resume

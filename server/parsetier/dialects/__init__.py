@@ -58,8 +58,34 @@ class Renderer(Protocol):
         ...
 
 
-def renderer(request: WireRequest) -> Renderer:
-    """A new renderer for one session."""
+NATIVE_DIALECTS: tuple[Dialect, ...] = ("openai_chat", "anthropic_messages", "openai_responses")
+"""The dialects the native core renders, streamed (``_core.WireRenderer``)."""
+
+
+def renderer(request: WireRequest, session: object = None) -> Renderer:
+    """A new renderer for one session. A streamed session on the native core (``session``, a
+    ``NativeSession``) gets the native renderer of its dialect, which renders the per-token
+    steps from the core's own output; the others, and the Python reference, the classes below."""
+    core = getattr(session, "wire_core", None)
+    if core is not None and request.stream and request.dialect in NATIVE_DIALECTS:
+        return native_renderer(request, core())
+    return python_renderer(request)
+
+
+def native_renderer(request: WireRequest, core: object = None) -> Renderer:
+    """The native renderer (``_core.WireRenderer``); ``core``: the ``_core.Session`` whose steps
+    it reads directly."""
+    from parsetier import _core
+
+    r = request
+    native = _core.WireRenderer(
+        r.dialect, r.response_id, r.model, r.created, r.include_usage, r.prompt_tokens, r.choice_index, core
+    )
+    return native  # type: ignore[no-any-return]
+
+
+def python_renderer(request: WireRequest) -> Renderer:
+    """The Python renderer (the reference)."""
     if request.dialect == "openai_chat":
         from parsetier.dialects.openai_chat import ChatRenderer
 

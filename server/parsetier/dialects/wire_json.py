@@ -93,6 +93,15 @@ def chat_logprob(entry: TokenLogprob) -> dict[str, Any]:
     }
 
 
+def logprob_json(entry: TokenLogprob) -> tuple[str, str]:
+    """One logprob entry as the JSON the native renderers insert (``_core.WireRenderer``, fed
+    Python deltas on the annotated path): as a chat chunk's ``logprobs.content[]`` entry and as a
+    Responses delta event's (``openai_responses.delta_logprob``)."""
+    tops = [{"token": top.token, "logprob": logprob(top.logprob)} for top in entry.top_logprobs]
+    delta = {"token": entry.token, "logprob": logprob(entry.logprob), "top_logprobs": tops}
+    return dumps(chat_logprob(entry)), dumps(delta)
+
+
 def usage_openai(prompt: int, completion: int, reasoning: int) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt,

@@ -17,6 +17,7 @@ pub mod pyjson;
 pub mod readers;
 pub mod session;
 pub mod text;
+pub mod wire;
 
 /// The crate's version, so Python can tell which core it loaded.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

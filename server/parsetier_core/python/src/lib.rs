@@ -8,6 +8,7 @@ mod detok;
 mod ledger;
 mod parser;
 mod session;
+mod wire;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -18,6 +19,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PySession>()?;
     m.add_class::<ledger::Ledger>()?;
     m.add_class::<batch::PackedSteps>()?;
+    m.add_class::<wire::WireRenderer>()?;
     m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
     m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;
     parser::register(m)?;

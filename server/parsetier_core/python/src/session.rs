@@ -261,12 +261,17 @@ fn event_list<'py>(py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyList
 #[pyclass(name = "Session", module = "parsetier._core")]
 pub struct PySession {
     core: CoreSession,
-    out: StepOut,
+    pub(crate) out: StepOut,
     valid: Arc<ValidIds>,
     /// `finish` ran: `step` leaves every call to Python's checks.
     finished: bool,
     /// Ids were fed (`Session._ids_seen`).
     ids_seen: bool,
+    /// A native wire renderer reads this session's steps (`wire.rs`): `step` keeps its output.
+    pub(crate) keep_steps: bool,
+    /// The last `step`'s output and its `deltas` list, while `keep_steps`.
+    pub(crate) kept: StepOut,
+    pub(crate) kept_deltas: Option<Py<PyAny>>,
 }
 
 /// Ids per call from which the parse runs with the GIL released: a large message's worker thread
@@ -286,9 +291,14 @@ impl PySession {
     }
 
     fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let step = ValueTypes::get(py)?.step(py, &self.out);
+        let step = self.step_value(py);
         self.out.clear();
         step
+    }
+
+    /// The pending output as a `StepOutput`.
+    pub(crate) fn step_value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        ValueTypes::get(py)?.step(py, &self.out)
     }
 
     /// The ids of a list or tuple of ints, all valid; None for anything else.
@@ -333,6 +343,9 @@ impl PySession {
             valid: detokenizer.valid.clone(),
             finished: false,
             ids_seen: false,
+            keep_steps: false,
+            kept: StepOut::default(),
+            kept_deltas: None,
         })
     }
 
@@ -355,6 +368,9 @@ impl PySession {
         }
         self.ids_seen = true;
         self.feed_ids(py, &ids);
+        if self.keep_steps {
+            return self.take_keeping(py).map(Some);
+        }
         self.take(py).map(Some)
     }
 
