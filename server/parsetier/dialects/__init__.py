@@ -67,9 +67,16 @@ def renderer(request: WireRequest, session: object = None) -> Renderer:
     ``NativeSession``) gets the native renderer of its dialect, which renders the per-token
     steps from the core's own output; the others, and the Python reference, the classes below."""
     core = getattr(session, "wire_core", None)
-    if core is not None and request.stream and request.dialect in NATIVE_DIALECTS:
+    if core is not None and request.stream and request.dialect in NATIVE_DIALECTS and _native_built():
         return native_renderer(request, core())
     return python_renderer(request)
+
+
+def _native_built() -> bool:
+    """The loaded core has the renderers (a core built before them still serves, in Python)."""
+    from parsetier import _core
+
+    return hasattr(_core, "WireRenderer")
 
 
 def native_renderer(request: WireRequest, core: object = None) -> Renderer:
