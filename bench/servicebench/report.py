@@ -72,9 +72,12 @@ def report(results: Results) -> dict[str, str]:
 
     mib = 1024 * 1024
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    sizes = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("BENCH_") and v]
     run = (" in `--quick` mode (small runs: indicative only)" if results.quick else "") + (
         f"; load average {load} at the end of the run"
     )
+    if sizes:
+        run += "; sizes from the environment: " + ", ".join(f"`{s}`" for s in sizes)
     blocks: dict[str, list[str]] = {}
     if results.ceiling:
         blocks["service-ceiling"] = _ceiling(results, run)
