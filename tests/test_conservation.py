@@ -13,7 +13,10 @@ the format data says text is markup: terminals, whitespace between markers, the 
 marked ``markup``, a capture a rule read or a call came of, a JSON value's lead-in, a marker cut
 short at the end). Words the documented exceptions take are allowed out of the message only for
 those reasons: ``cut`` only when the output was cut, and in ``complete_tool_calls`` mode the words of
-a call that is not delivered because its arguments are no JSON object.
+the last call when the output was cut (a call the output cut off is not delivered). A call that
+``complete_tool_calls`` does not deliver because its arguments are no JSON object is content, as the
+model wrote it (its ``TOOL_CALL_END`` carries its text): no exception. Both modes are also checked
+split-invariant: one feed of the whole output gives the same message as the random groups.
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ _TEMPLATES = (
     '{"name": W}',
     '{"W": "W"}',
     '{"W": [1, "W", {"W": null}]}',
+    '{"name": "W", "arguments": {"W": 1 W}}',  # breaks after the call started
+    '{"W": W W}',
+    '{"name": "W", "arguments": "{W"}',
+    "W(W=@W)",
     "W(W='W', W=2)",
     "[W(W=1), W()]",
     '"W"',
@@ -135,18 +142,22 @@ def _lost(model: Model, text: str, options: SessionOptions, reason: str, rng: ra
     text = model.tokenizer.decode(ids, skip_special_tokens=False)  # (a SentencePiece space may go)
     groups = _groups(rng, ids)
     streaming = _run(model, groups, options, reason)
-    complete = _run(model, groups, dataclasses.replace(options, complete_tool_calls=True), reason)
+    complete_options = dataclasses.replace(options, complete_tool_calls=True)
+    complete = _run(model, groups, complete_options, reason)
     lost = []
-    for (final, markup), is_complete in ((streaming, False), (complete, True)):
+    for (final, markup), opts in ((streaming, options), (complete, complete_options)):
+        is_complete = opts.complete_tool_calls
+        whole = _run(model, [ids], opts, reason)[0]
+        if whole.message != final.message:
+            mode = "complete" if is_complete else "streaming"
+            lost.append(f"{mode}: split-variant {final.message} {whole.message}")
         seen = _delivered(final.message) + "\n" + "\n".join(t for _, t in markup)
-        undelivered = ""
-        if is_complete:  # calls complete mode does not deliver: arguments that are no JSON object
-            kept = [c.name + c.arguments for c in final.message.tool_calls]
-            streamed = [c.name + c.arguments for c in streaming[0].message.tool_calls]
-            undelivered = "\n".join(c for c in streamed if c not in kept)
+        if is_complete and reason == "length" and streaming[0].message.tool_calls:
+            cut_off = streaming[0].message.tool_calls[-1]  # the call the output cut off, if it was
+            seen += "\n" + cut_off.name + cut_off.arguments
         cuts = "\n".join(t for why, t in markup if why == "cut")
         for word in _WORD.findall(text):
-            if word not in seen and word not in undelivered:
+            if word not in seen:
                 lost.append(f"{'complete' if is_complete else 'streaming'}: {word}")
             elif reason == "stop" and word in cuts and word not in _delivered(final.message):
                 lost.append(f"{'complete' if is_complete else 'streaming'}: {word} cut at a stop")

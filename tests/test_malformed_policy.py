@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 
 import marker_tokenizers
+import native_diff
 from engine_helpers import CALL_ID, tools
 from family_support import enc, prompted, split_check
 from parsetier.messages import SessionOptions
@@ -173,3 +174,105 @@ def test_tool_call_ids_never_repeat_across_requests_without_a_seed() -> None:
     seeded = {parse(m, SessionOptions(request_id="req-1"), ids)[0].tool_calls[0].id for _ in range(3)}
     prompted_ids = {parse(m, prompted(m, "Hi"), ids)[0].tool_calls[0].id for _ in range(3)}
     assert len(seeded) == 1 and len(prompted_ids) == 1
+
+
+# ------------------------------------------------------------------ a call that breaks: complete mode
+_BROKEN_CALLS = [
+    pytest.param(
+        "qwen3",
+        'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris" <oops> }}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris" <oops> }}',
+        id="hermes-break",
+    ),
+    pytest.param(
+        "qwen3",
+        'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": Paris}}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": Paris}}',
+        id="hermes-not-json",
+    ),
+    pytest.param(
+        "qwen3",
+        'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+        id="hermes-stopped-inside",
+    ),
+    pytest.param(
+        "mistral-small-3.2",
+        'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": Paris}',
+        '[TOOL_CALLS]get_weather[ARGS]{"city": Paris}',
+        id="mistral-not-json",
+    ),
+    pytest.param(
+        "deepseek-v3",
+        "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        '```json\n{"city": Paris}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        '```json\n{"city": Paris}```<｜tool▁call▁end｜>',  # whitespace between markers is not kept
+        id="deepseek-not-json",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "call_text"), _BROKEN_CALLS)
+def test_a_call_that_breaks_is_content_with_complete_tool_calls(name: str, text: str, call_text: str) -> None:
+    """``complete_tool_calls`` delivers a call only whole and valid; one whose arguments break (not
+    JSON, a break inside, the model stopping inside) was dropped, and its text with it. Now the
+    call ends where its arguments break and its text, as the model wrote it (``TOOL_CALL_END``
+    carries it), is content, under every split. Streaming still streams what it can."""
+    m = model(name)
+    content, reasoning, calls = check_both_engines(m, text, SessionOptions(complete_tool_calls=True))
+    assert (content, reasoning, calls) == ("Sure." + ("\n" if name == "qwen3" else "") + call_text, "", ())
+    streamed = check_both_engines(m, text, SessionOptions())
+    assert [c[0] for c in streamed[2]] == ["get_weather"]
+
+
+@pytest.mark.parametrize("complete", MODES)
+@pytest.mark.parametrize(
+    ("name", "text", "want"),
+    [
+        pytest.param(
+            "mistral-small-3.2",
+            'Sure.[TOOL_CALLS]get_weather[ARGS]🚀 garbage {"city": "Paris"}',
+            ("Sure.🚀 garbage", "", (("get_weather", '{"city": "Paris"}'),)),
+            id="mistral",
+        ),
+        pytest.param(
+            "deepseek-v3",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            'note: {"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+            ("note:", "", (("get_weather", '{"city": "Paris"}'),)),
+            id="deepseek-text",
+        ),
+        pytest.param(
+            "deepseek-v3",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+            ("", "", (("get_weather", '{"city": "Paris"}'),)),
+            id="deepseek-fence-is-markup",
+        ),
+        pytest.param(
+            "deepseek-v3",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            "no json at all<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+            ("no json at all", "", (("get_weather", "{}"),)),
+            id="deepseek-no-value",
+        ),
+    ],
+)
+def test_text_before_a_json_value_is_content(name: str, text: str, want: tuple, complete: bool) -> None:
+    """A ``json`` state's lead-in is markup only when it is whitespace and a code fence
+    (```` ```json ````); other text there (``[ARGS]🚀 garbage {…}``) is the model's: content, in
+    both engines (it was taken as a lead-in and dropped)."""
+    got = check_both_engines(model(name), text, SessionOptions(complete_tool_calls=complete))
+    assert got == want
+
+
+def check_both_engines(m: Model, text: str, options: SessionOptions) -> tuple:
+    """The reference's parse under every split (``split_check``), and the native engine's steps,
+    deltas, events and final equal to it (tests/native_diff.py)."""
+    options = dataclasses.replace(options, request_id=options.request_id or "malformed")
+    ids = enc(m, text)
+    want = split_check(m, ids, options)
+    assert native_diff.compare(m, options, [[i] for i in ids]) > 0
+    assert native_diff.compare(m, options, [list(ids)]) > 0
+    return want

@@ -463,16 +463,21 @@ def test_malformed_arguments_after_the_call_started_keep_what_was_streamed() -> 
     assert shape_ == ("<oops> }}", "", (("f", '{"a": 1 '), ("get_time", "{}")))
     assert final.finish_reason == "tool_calls"
     split_check(QWEN3, ids)
-    # complete_tool_calls validates: the broken call is dropped, the next one keeps index 0.
+    # complete_tool_calls validates: the broken call is not delivered, its text as the model wrote
+    # it is content (the call ends where its arguments break); the next call keeps index 0.
     opts = SessionOptions(complete_tool_calls=True)
-    assert parse_shape(QWEN3, ids, opts)[0] == ("<oops> }}", "", (("get_time", "{}"),))
+    broken = '<tool_call>\n{"name": "f", "arguments": {"a": 1 <oops> }}'
+    assert split_check(QWEN3, ids, opts) == (broken, "", (("get_time", "{}"),))
 
 
 def test_unquoted_literal_streams_verbatim_and_complete_mode_rejects_it() -> None:
     """The scanner tracks structure, not literals: ``tru`` streams as written."""
     ids = enc('<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call>')
     assert parse_shape(QWEN3, ids)[0] == ("", "", (("f", '{"a": tru}'),))
-    assert parse_shape(QWEN3, ids, SessionOptions(complete_tool_calls=True))[0] == ("", "", ())
+    # Not delivered: the call's text is content (the block's closer after it stays markup).
+    complete = SessionOptions(complete_tool_calls=True)
+    want = '<tool_call>\n{"name": "f", "arguments": {"a": tru}}'
+    assert split_check(QWEN3, ids, complete) == (want, "", ())
 
 
 def test_close_marker_inside_an_unterminated_string_leaves_the_call_open() -> None:
@@ -561,7 +566,7 @@ def test_parallel_tool_calls_false_keeps_only_the_first() -> None:
     # With complete_tool_calls the first *valid* call is the one kept.
     bad = '<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call>\n'
     opts = SessionOptions(parallel_tool_calls=False, complete_tool_calls=True)
-    assert parse_shape(QWEN3, enc(bad + TIME), opts)[0] == ("", "", (("get_time", "{}"),))
+    assert parse_shape(QWEN3, enc(bad + TIME), opts)[0] == (bad.split("\n</")[0], "", (("get_time", "{}"),))
 
 
 def test_complete_tool_calls_delivers_each_call_whole_at_its_close() -> None:

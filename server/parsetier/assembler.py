@@ -4,7 +4,8 @@ The assembler applies the request's choices that are about *delivery*, not parsi
 reasoning is shown, ``tool_choice`` none (calls are dropped) and ``parallel_tool_calls`` false
 (only the first call is kept), tool call ids (derived from the request, see ``call_ids``) and
 indices (0, 1, 2… over the calls delivered), and ``complete_tool_calls`` (a call is delivered in
-one delta when it ends, only if its arguments are a JSON object), and the whitespace policy
+one delta when it ends, only if its arguments are a JSON object; otherwise its text as the model
+wrote it, which ``TOOL_CALL_END`` carries, is content), and the whitespace policy
 (``EdgeTrim``: events carry text untrimmed). The final message is exactly the concatenation of the
 deltas.
 """
@@ -142,7 +143,11 @@ class Assembler:
             valid = isinstance(json_bounds.loads(arguments, json_bounds.MAX_DEPTH + 1), dict)
         except ValueError:
             valid = False
-        if not valid:
+        if not valid:  # not delivered: the call's text as the model wrote it is content
+            text = self._content_edges.push(ev.text)
+            if text:
+                self._content.append(text)
+                out.text("content", text)
             return
         call.delivered_index = len(self._delivered)
         self._delivered.append(call)

@@ -252,9 +252,11 @@ def fill_delta(message: pb.Delta, delta: Delta) -> None:
 
 
 def event_to_pb(event: Event) -> pb.Event:
+    """A ``TOOL_CALL_END``'s text (the call as the model wrote it, for ``complete_tool_calls``'
+    recovery) stays in the engine: the wire contract says that event carries none."""
     return pb.Event(
         kind=_EVENT_KINDS[event.kind],
-        text=event.text,
+        text=event.text if event.kind is not EventKind.TOOL_CALL_END else "",
         tool_index=event.tool_index,
         tokens=event.tokens,
         call_id=event.call_id,

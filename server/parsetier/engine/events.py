@@ -22,6 +22,8 @@ class EventKind(Enum):
     TOOL_ARGUMENTS = "tool_arguments"
     """A fragment of the call's arguments as JSON text (``text``)."""
     TOOL_CALL_END = "tool_call_end"
+    """The call ended; ``text`` is the call's text as the model wrote it (its markup and arguments,
+    from its block's opener or the previous call's end): content when the call is not delivered."""
     END = "end"
     """The output ended (always the last event); ``tokens`` carries any not yet attributed."""
 

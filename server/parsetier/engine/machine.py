@@ -128,6 +128,13 @@ class Machine:
         """Loose text inside a call since its last marker (shown at once, ``_skip_text``)."""
         self._block_called = False
         """A call began in the current block: its markers are markup, only its loose text is shown."""
+        self._raw: list[str] = []
+        """The call ledger: the text of the current block (sentinel form) since it began or its last
+        call ended that was not shown: its markup and a call's arguments as the model wrote them.
+        A call's ``TOOL_CALL_END`` carries it (``_call_end``): the call's text, which the assembler
+        shows as content when ``complete_tool_calls`` finds the call invalid."""
+        self._span: tuple[str, int] = ("", 0)
+        """While a reader feeds: the text it reads and where its part not yet in the ledger starts."""
         if self._state.kind not in _TEXT_KINDS:
             self._stretch = _Stretch()
         self._kind.enter(self, self._state, "", None)
@@ -198,6 +205,7 @@ class Machine:
         stretch = self._stretch
         if stretch is None and self._state.kind == "capture":  # a key cut inside an open call
             self._mark("cut" if cut else "key", "".join(self._capture))
+            self._raw.append("".join(self._capture))
         if stretch is not None and self._state.kind not in _TEXT_KINDS:
             # The output ends inside a block no call is open in. When the model stopped by itself,
             # markup it never finished (a name no [ARGS] follows) is its text: shown, with the
@@ -211,15 +219,14 @@ class Machine:
                 whole = not cut and not self._block_called
                 self._emit_text(CONTENT, (stretch.text() if whole else stretch.loose_text()) + captured)
             self._stretch = _Stretch()
-        if self._call_open and self._args_closed:
-            if not cut:
+        if self._call_open:
+            if not cut:  # the model stopped: its call ends there, whole or broken
                 self._call_end()
-        elif self._call_open and (self._params is not None or not self._args_emitted):
-            if not cut:
-                self._call_end()
+            elif self._args_closed:
+                pass
             elif self._params is not None:
                 self._params.close()
-            else:
+            elif not self._args_emitted:
                 self._args("{}")
         self._emit(END, index=self._index)
         return self._take()
@@ -239,9 +246,13 @@ class Machine:
             state = self._state
             reader = self._reader
             if reader is not None and reader.status == OPEN:
+                self._span = (buf, pos)
                 pos = reader.read_from(buf, pos)
+                self._span_to(pos)
                 if reader.status == MALFORMED:
                     self._unread()
+                    if self._call_open and not isinstance(reader, ElementArgsReader):
+                        self._call_end()  # the call ends where its arguments break
                 if reader.status == COMPLETE and state.done is not None:
                     self._fire(state.done, "", self._state)
                     continue
@@ -375,6 +386,15 @@ class Machine:
                     matched = True
                     break
         target = self._states[nxt]
+        if state.kind in _TEXT_KINDS:
+            if target.kind not in _TEXT_KINDS:  # a block begins: a new ledger
+                self._raw = [pattern]
+        else:  # the capture, unless it is shown (below), and the terminal are the call's text
+            if captured and (
+                matched or self._stretch is None or captured.isspace() or "call_begin" in actions
+            ):
+                self._raw.append(captured)
+            self._raw.append(pattern)
         # A terminal that leads a state back to itself starts it afresh (a second envelope after
         # Llama's repeated <|python_tag|> gets a reader of its own); a capture appends it instead.
         moves = target is not state or bool(pattern)
@@ -400,6 +420,7 @@ class Machine:
                 text = stretch.loose_text() if self._block_called else stretch.text() + pattern
                 self._emit_text(CONTENT, text)
             self._stretch = None
+            self._raw = []
         elif "call_end" in actions:
             self._stretch = _Stretch()
         elif self._stretch is not None:
@@ -490,8 +511,27 @@ class Machine:
         elif not self._args_emitted:
             self._args("{}")
         self._params = None
-        self._emit(TOOL_CALL_END, index=self._index)
+        raw, self._raw = self._restore("".join(self._raw)), []
+        self._emit(TOOL_CALL_END, raw, self._index)
         self._call_open = False
+
+    def _reader_end(self, text: str, at: int) -> None:
+        """A reader's call ends at ``text[at]``: the ledger takes the call's text up to there."""
+        self._span_to(at)
+        self._call_end()
+
+    def _span_to(self, at: int) -> None:
+        """The text a reader read since the last span, up to ``at``: the call's text."""
+        text, start = self._span
+        if at > start:
+            self._raw.append(text[start:at])
+        self._span = (text, at)
+
+    def _shown(self, text: str, start: int, end: int) -> None:
+        """A reader's ``text[start:end]`` is the model's own text: content, not in the ledger."""
+        self._span_to(start)
+        self._span = (text, end)
+        self._loose(self._restore(text[start:end]))
 
     def _passthrough_if_no_call(self, closing: str) -> None:
         """A reader that never produced a call: its text was the model's, show it as content."""
@@ -501,6 +541,7 @@ class Machine:
             stretch = self._stretch
             opening = stretch.text() if stretch is not None else self._opening
             self._emit_text(CONTENT, opening + raw + closing)
+            self._raw = []  # shown
             if stretch is not None:
                 self._stretch = _Stretch()
 
@@ -580,6 +621,7 @@ def _capture_enter(m: Machine, state: State, pattern: str, previous: str | None)
 
 
 def _value_text(m: Machine, text: str) -> None:
+    m._raw.append(text)
     if m._params is not None:
         m._params.value(text)
 
@@ -601,7 +643,7 @@ def _json_enter(m: Machine, state: State, pattern: str, previous: str | None) ->
     if state.dialect == "gemma":
         m._reader = GemmaArgsReader(m._args, m._bound.patterns.get("quote", ""), m._loose_restored)
     else:
-        m._reader = JsonArgsReader(m._args, m._lead)
+        m._reader = JsonArgsReader(m._args, m._lead, m._shown)
 
 
 def _skip_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
@@ -613,11 +655,11 @@ def _envelope_enter(m: Machine, state: State, pattern: str, previous: str | None
         m._opening = pattern
     if state.dialect in ("python", "python_json"):
         m._reader = PythonCallsReader(
-            m._envelope_begin, m._args, m._call_end, json_literals=state.dialect == "python_json"
+            m._envelope_begin, m._args, m._reader_end, json_literals=state.dialect == "python_json"
         )
     else:
         m._reader = EnvelopeReader(
-            state.allow_list, m._envelope_begin, m._args, m._call_end, keyed=state.dialect == "keyed"
+            state.allow_list, m._envelope_begin, m._args, m._reader_end, keyed=state.dialect == "keyed"
         )
 
 
@@ -657,6 +699,8 @@ def _free_text(m: Machine, text: str, markup: bool = False) -> None:
     loose = not (markup or text.isspace())
     if not loose:
         m._mark("skip" if markup else "space", text)
+    if markup:  # (whitespace is not the call's text: whether it is shown depends on what follows)
+        m._raw.append(text)
     stretch = m._stretch
     if stretch is not None:
         stretch.add(text, loose)

@@ -62,8 +62,8 @@ class EnvelopeReader(CallsReader):
     the first text that is not a separator.
 
     Callbacks: ``begin(name)`` once the name and the first character of the arguments are seen,
-    ``args(fragment)``, ``end()`` when the object closes. ``raw`` keeps the text consumed before
-    the first call began, for passthrough when the envelope turns out malformed.
+    ``args(fragment)``, ``end(text, at)`` when the object closes at ``text[at]``. ``raw`` keeps the
+    text consumed before the first call began, for passthrough when the envelope turns out malformed.
 
     The short structural parts (the head up to the arguments, the separators of a list) are
     matched with partial regexes on a small bounded buffer; the arguments value itself streams
@@ -88,7 +88,7 @@ class EnvelopeReader(CallsReader):
     )
 
     def __init__(
-        self, allow_list: bool, begin: Emit, args: Emit, end: Callable[[], None], keyed: bool = False
+        self, allow_list: bool, begin: Emit, args: Emit, end: Callable[[str, int], None], keyed: bool = False
     ) -> None:
         """``keyed``: call objects are ``{"NAME": ARGUMENTS}`` (dialect ``keyed``, Apertus)."""
         self._begin, self._args, self._end = begin, args, end
@@ -191,7 +191,7 @@ class EnvelopeReader(CallsReader):
         chunk = text[pos:end]
         if self._phase == "tail":
             if scanner.status == COMPLETE:
-                self._end()
+                self._end(text, end)
                 if self._list:
                     self._phase = "next"
                 else:

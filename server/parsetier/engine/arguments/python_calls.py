@@ -68,15 +68,18 @@ class PythonCallsReader(CallsReader):
     """
 
     __slots__ = (
-        "_args", "_begin", "_bracketed", "_end", "_esc", "_json_literals", "_kwargs", "_name", "_out",
-        "_phase", "_quote", "_quotes", "_sep", "_space", "_stack", "_token", "_triple", "calls", "raw",
-        "status",
+        "_args", "_begin", "_bracketed", "_end", "_ended", "_esc", "_json_literals", "_kwargs", "_name",
+        "_out", "_phase", "_quote", "_quotes", "_sep", "_space", "_stack", "_token", "_triple", "calls",
+        "raw", "status",
     )  # fmt: skip
 
-    def __init__(self, begin: Emit, args: Emit, end: Callable[[], None], json_literals: bool = False) -> None:
+    def __init__(
+        self, begin: Emit, args: Emit, end: Callable[[str, int], None], json_literals: bool = False
+    ) -> None:
         """``json_literals``: JSON's ``true``/``false``/``null`` are literals too (dialect
         ``python_json``: templates that render dict values with ``tojson``, LFM2)."""
         self._begin, self._args, self._end = begin, args, end
+        self._ended = False  # a call closed at the character just read: ``end`` is told where
         self._json_literals = json_literals
         self._phase = "open"
         self._bracketed = False
@@ -110,6 +113,9 @@ class PythonCallsReader(CallsReader):
                 break
             if self._step(c):
                 pos += 1
+            if self._ended:
+                self._ended = False
+                self._end(text, pos)
         self._flush()
         if self.calls == 0:
             self.raw.append(text[start:pos])
@@ -207,7 +213,7 @@ class PythonCallsReader(CallsReader):
         else:
             self._out.append("}")
         self._flush()
-        self._end()
+        self._ended = True
         self._phase = "after_call"
 
     # ------------------------------------------------------------------ values

@@ -155,7 +155,7 @@ impl Assembler {
                         }
                     }
                 }
-                EventKind::ToolCallEnd => self.end(ev.tool_index, deltas, delta_text),
+                EventKind::ToolCallEnd => self.end(ev.tool_index, text, deltas, delta_text),
                 EventKind::End | EventKind::ReasoningEnd => {}
             }
         }
@@ -278,7 +278,14 @@ impl Assembler {
         }
     }
 
-    fn end(&mut self, tool_index: i32, deltas: &mut Vec<Delta>, delta_text: &mut String) {
+    /// A call ends; `raw` is its text as the model wrote it, content when it is not delivered.
+    fn end(
+        &mut self,
+        tool_index: i32,
+        raw: &str,
+        deltas: &mut Vec<Delta>,
+        delta_text: &mut String,
+    ) {
         let Some(k) = self.open.iter().position(|(i, _)| *i == tool_index) else {
             return;
         };
@@ -291,6 +298,15 @@ impl Assembler {
             Some(Value::Dict(_))
         );
         if !valid {
+            // not delivered: the call's text as the model wrote it is content
+            let mut piece = std::mem::take(&mut self.scratch);
+            piece.clear();
+            self.content_edges.push(raw, &mut piece);
+            if !piece.is_empty() {
+                self.content.push_str(&piece);
+                self.text_run(Run::Content, &piece, deltas, delta_text);
+            }
+            self.scratch = piece;
             return;
         }
         self.calls[at].delivered_index = self.delivered.len();

@@ -136,9 +136,22 @@ pub struct Calls {
     inner: Option<Stretch>,
     block_called: bool,
     ending: bool,
+    /// The call ledger (`Machine._raw`): the block's text (sentinel form) since it began or its
+    /// last call ended that was not shown; a call's `TOOL_CALL_END` carries it.
+    raw: String,
+    /// While a reader feeds: where its text not yet in the ledger starts.
+    span_from: usize,
 }
 
 impl Calls {
+    /// The text a reader read since the last span, up to `at`: the call's text.
+    fn span_to(&mut self, text: &str, at: usize) {
+        if at > self.span_from {
+            self.raw.push_str(&text[self.span_from..at]);
+        }
+        self.span_from = at;
+    }
+
     /// Text that is no markup and belongs to no call: content, through the block's stretch.
     fn loose(&mut self, text: &str) {
         if let Some(s) = self.stretch.as_mut() {
@@ -152,6 +165,10 @@ impl Calls {
     /// whitespace, else the model's loose text.
     fn free_text(&mut self, text: &str, markup: bool) {
         let loose = !(markup || is_space(text));
+        if markup {
+            // whitespace is not the call's text: whether it is shown depends on what follows
+            self.raw.push_str(text);
+        }
         if let Some(s) = self.stretch.as_mut() {
             s.add(text, loose);
             return;
@@ -301,7 +318,11 @@ impl Calls {
             self.args("{}");
         }
         self.params = None;
-        self.emit(EventKind::ToolCallEnd, "", self.index, "");
+        let raw = std::mem::take(&mut self.raw);
+        let text = self.restore(&raw);
+        self.raw = raw;
+        self.raw.clear();
+        self.emit(EventKind::ToolCallEnd, &text, self.index, "");
         self.call_open = false;
     }
 }
@@ -372,8 +393,16 @@ impl Sink for Calls {
         self.loose(&t);
     }
 
-    fn end(&mut self) {
+    fn end(&mut self, text: &str, at: usize) {
+        self.span_to(text, at);
         self.call_end();
+    }
+
+    fn shown(&mut self, text: &str, start: usize, end: usize) {
+        self.span_to(text, start);
+        self.span_from = end;
+        let t = self.restore(&text[start..end]);
+        self.loose(&t);
     }
 }
 
@@ -428,6 +457,8 @@ impl Machine {
                 inner: None,
                 block_called: false,
                 ending: false,
+                raw: String::new(),
+                span_from: 0,
                 g,
                 tools,
             },
@@ -506,6 +537,9 @@ impl Machine {
         }
         self.leave(None, "");
         let kind = g.states[self.state].kind;
+        if self.c.stretch.is_none() && kind == Kind::Capture {
+            self.c.raw.push_str(&self.capture); // a key the model stopped in
+        }
         if self.c.stretch.is_some() && !is_text_kind(kind) {
             let mut captured = if kind == Kind::Capture {
                 self.c.restore(&self.capture)
@@ -525,17 +559,14 @@ impl Machine {
             self.c.stretch = Some(Stretch::default());
         }
         let c = &mut self.c;
-        if c.call_open && c.args_closed {
+        if c.call_open {
             if !cut {
-                c.call_end();
-            }
-        } else if c.call_open && (c.params.is_some() || !c.args_emitted) {
-            if !cut {
-                c.call_end();
+                c.call_end(); // the model stopped: its call ends there, whole or broken
+            } else if c.args_closed {
             } else if let Some(mut p) = c.params.take() {
                 p.close(c);
                 c.params = Some(p);
-            } else {
+            } else if !c.args_emitted {
                 c.args("{}");
             }
         }
@@ -602,10 +633,16 @@ impl Machine {
             let st = &g.states[state];
             if let Some(reader) = self.reader.as_mut() {
                 if reader.status() == Status::Open {
+                    self.c.span_from = pos;
                     pos = reader.feed(buf, pos, &mut self.c);
+                    self.c.span_to(buf, pos);
                     let status = reader.status();
+                    let elements = matches!(reader, Reader::Elements(_));
                     if status == Status::Malformed {
                         self.unread();
+                        if self.c.call_open && !elements {
+                            self.c.call_end(); // the call ends where its arguments break
+                        }
                     }
                     if status == Status::Complete {
                         if let Some(done) = &st.done {
@@ -699,7 +736,10 @@ impl Machine {
                     self.capture_len += piece.chars().count();
                 }
             }
-            Kind::Value => self.c.param_value(text),
+            Kind::Value => {
+                self.c.raw.push_str(text);
+                self.c.param_value(text);
+            }
             Kind::Json | Kind::Envelope | Kind::Elements => match self.reader.as_mut() {
                 Some(Reader::Json(_) | Reader::Gemma(_)) => self.c.free_text(text, false),
                 Some(r) => {
@@ -794,6 +834,7 @@ impl Machine {
                     text.push_str(&raw);
                     text.push_str(pattern);
                     self.c.emit_text(EventKind::Content, &text);
+                    self.c.raw.clear(); // shown
                     if self.c.stretch.is_some() {
                         self.c.stretch = Some(Stretch::default());
                     }
@@ -847,6 +888,24 @@ impl Machine {
             }
         }
         let Some(target) = nxt else { return };
+        if is_text_kind(st.kind) {
+            if !is_text_kind(g.states[target].kind) {
+                // a block begins: a new ledger
+                self.c.raw.clear();
+                self.c.raw.push_str(pattern);
+            }
+        } else {
+            // the capture, unless it is shown (below), and the terminal are the call's text
+            if !captured.is_empty()
+                && (matched
+                    || self.c.stretch.is_none()
+                    || is_space(&captured)
+                    || actions.contains(&Action::CallBegin))
+            {
+                self.c.raw.push_str(&captured);
+            }
+            self.c.raw.push_str(pattern);
+        }
         // A terminal that leads a state back to itself starts it afresh.
         let moves = target != from || !pattern.is_empty();
         if moves {
@@ -918,6 +977,7 @@ impl Machine {
                     self.c.emit_text(EventKind::Content, &text);
                 }
             }
+            self.c.raw.clear();
         } else if actions.contains(&Action::CallEnd) {
             self.c.stretch = Some(Stretch::default());
         } else if let Some(s) = self.c.stretch.as_mut() {

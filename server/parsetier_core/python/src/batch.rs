@@ -11,7 +11,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use parsetier_engine::events::{DeltaKind, StepOut};
+use parsetier_engine::events::{DeltaKind, EventKind, StepOut};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyo3::{intern, Py};
@@ -238,7 +238,10 @@ impl Replies {
                 let m = &mut self.delta;
                 m.clear();
                 varint_field(m, 1, e.kind as u64 + 1);
-                string_field(m, 2, out.event_text(e.text));
+                // A TOOL_CALL_END's text (the call as written) stays in the engine (convert.py).
+                if e.kind != EventKind::ToolCallEnd {
+                    string_field(m, 2, out.event_text(e.text));
+                }
                 // int32: a negative value is its 64-bit two's complement, as protobuf writes it.
                 varint_field(m, 3, e.tool_index as i64 as u64);
                 varint_field(m, 4, e.tokens as u64);

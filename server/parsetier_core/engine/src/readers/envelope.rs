@@ -450,7 +450,7 @@ impl EnvelopeReader {
         let status = self.scanner.status;
         if self.phase == Phase::Tail {
             if status == Status::Complete {
-                sink.end();
+                sink.end(text, end);
                 if self.list {
                     self.phase = Phase::Next;
                 } else {

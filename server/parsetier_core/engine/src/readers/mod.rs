@@ -22,7 +22,10 @@ pub trait Sink {
     fn begin(&mut self, name: &str);
     /// Text the reader has no place for (restored from sentinel form): the model's loose text.
     fn loose_restored(&mut self, text: &str);
-    fn end(&mut self);
+    /// The call ends at `text[at]` (the machine's ledger takes the call's text up to there).
+    fn end(&mut self, text: &str, at: usize);
+    /// `text[start..end]` is the model's own text (a value's lead-in that is no fence): content.
+    fn shown(&mut self, text: &str, start: usize, end: usize);
 }
 
 pub enum Reader {

@@ -266,6 +266,8 @@ pub struct PythonCallsReader {
     chunk: String,
     pub calls: CallsState,
     pub status: Status,
+    /// A call closed at the character just read: `end` is told where.
+    ended: bool,
 }
 
 impl PythonCallsReader {
@@ -287,6 +289,7 @@ impl PythonCallsReader {
             chunk: String::new(),
             calls: CallsState::default(),
             status: Status::Open,
+            ended: false,
         }
     }
 
@@ -305,6 +308,10 @@ impl PythonCallsReader {
             }
             if self.step(c, sink) {
                 pos += c.len_utf8();
+            }
+            if self.ended {
+                self.ended = false;
+                sink.end(text, pos);
             }
         }
         self.flush(sink);
@@ -447,7 +454,7 @@ impl PythonCallsReader {
             self.out.push('}');
         }
         self.flush(sink);
-        sink.end();
+        self.ended = true;
         self.phase = Phase::AfterCall;
     }
 
