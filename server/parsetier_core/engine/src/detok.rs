@@ -269,21 +269,47 @@ impl Vocab {
         self.entry(id).map(|b| std::str::from_utf8(b).unwrap_or(""))
     }
 
+    /// A `Bytes` plan's window: the entries' bytes as lossy UTF-8, replacing `out` (in its own
+    /// buffer: no allocation per call). True when the bytes were valid UTF-8, i.e. `out` is
+    /// exactly their concatenation.
+    fn bytes_into(&self, ids: &[u32], out: &mut String) -> bool {
+        let mut bytes = std::mem::take(out).into_bytes();
+        bytes.clear();
+        for &id in ids {
+            if let Some(e) = self.entry(id) {
+                bytes.extend_from_slice(e);
+            }
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) => {
+                *out = text;
+                true
+            }
+            Err(e) => {
+                *out = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                false
+            }
+        }
+    }
+
+    /// `decode`, and whether `out` is exactly the entries' bytes (a `Bytes` plan's valid window;
+    /// false for every other plan).
+    fn decode_exact(&self, ids: &[u32], out: &mut String) -> bool {
+        match &self.plan {
+            Plan::Bytes => self.bytes_into(ids, out),
+            _ => {
+                self.decode(ids, out);
+                false
+            }
+        }
+    }
+
     /// `Tokenizer.decode(ids, skip_special_tokens=False)`, replacing `out`.
     pub fn decode(&self, ids: &[u32], out: &mut String) {
         out.clear();
         match &self.plan {
             Plan::Bytes => {
-                let mut bytes = Vec::with_capacity(ids.len() * 8);
-                for &id in ids {
-                    if let Some(e) = self.entry(id) {
-                        bytes.extend_from_slice(e);
-                    }
-                }
-                match std::str::from_utf8(&bytes) {
-                    Ok(s) => out.push_str(s),
-                    Err(_) => out.push_str(&String::from_utf8_lossy(&bytes)),
-                }
+                self.bytes_into(ids, out);
             }
             Plan::Spaced => {
                 let mut first = true;
@@ -382,6 +408,9 @@ pub struct DecodeStream {
     prefix: String,
     prefix_index: usize,
     scratch: String,
+    /// `prefix` is exactly the bytes of `ids[..prefix_index]` (a `Bytes` plan's window that was
+    /// valid UTF-8): `step` then decodes only the ids after it (see `step`).
+    exact_prefix: bool,
 }
 
 impl DecodeStream {
@@ -402,11 +431,29 @@ impl DecodeStream {
         out: &mut String,
     ) -> Result<(), InvalidPrefix> {
         if self.prefix.is_empty() && !self.ids.is_empty() {
-            vocab.decode(&self.ids, &mut self.scratch);
+            let exact = vocab.decode_exact(&self.ids, &mut self.scratch);
             if !self.scratch.ends_with(REPLACEMENT) {
                 std::mem::swap(&mut self.prefix, &mut self.scratch);
                 self.prefix_index = self.ids.len();
+                self.exact_prefix = exact;
             }
+        }
+        if self.exact_prefix && !self.prefix.is_empty() {
+            // The window's bytes start with the prefix's, valid UTF-8 that ends a character:
+            // their lossy decoding is the prefix followed by the lossy decoding of the rest. So
+            // the window need not be decoded whole, nor the new prefix again: the same text,
+            // the same decisions, a `Bytes` vocabulary's steady state.
+            self.ids.extend_from_slice(new);
+            let exact = vocab.bytes_into(&self.ids[self.prefix_index..], &mut self.scratch);
+            let rest = &self.scratch;
+            if !rest.is_empty() && !rest.ends_with(REPLACEMENT) {
+                out.push_str(rest);
+                self.ids.drain(..self.prefix_index);
+                self.prefix_index = self.ids.len();
+                std::mem::swap(&mut self.prefix, &mut self.scratch);
+                self.exact_prefix = exact;
+            }
+            return Ok(());
         }
         self.ids.extend_from_slice(new);
         vocab.decode(&self.ids, &mut self.scratch);
@@ -418,7 +465,7 @@ impl DecodeStream {
             out.push_str(&text[self.prefix.len()..]);
             let new_prefix_index = self.ids.len() - self.prefix_index;
             self.ids.drain(..self.prefix_index);
-            vocab.decode(&self.ids, &mut self.prefix);
+            self.exact_prefix = vocab.decode_exact(&self.ids, &mut self.prefix);
             self.prefix_index = new_prefix_index;
         }
         Ok(())
