@@ -157,3 +157,26 @@ def test_text_steps_logprobs_and_stop_text(preset: str) -> None:
         compare(model, options, [(p, 1) for p in pieces])
     compare(model, SessionOptions(), [[0], [model.vocab_size], [-1, 5]])
     compare(model, SessionOptions(tools=sample.options.tools, tool_choice="nope"), [[0]])
+
+
+def test_feed_is_one_core_call_and_events_are_optional() -> None:
+    """A session that returns no token ids has the core's ``step`` as its ``feed``: whatever the
+    core does not take (an empty step, a bad id, logprobs, a finished session) reaches the checked
+    feed, with the reference's errors. ``SessionOptions.events`` off: the same deltas and final,
+    no events."""
+    sample = hostile_outputs.samples()["qwen3"]
+    model = sample.model
+    ids = hostile_outputs.ids(sample, '"x"')
+    options = dataclasses.replace(sample.options, request_id="events")
+    steps = [ids[i : i + 3] for i in range(0, len(ids), 3)]
+    compare(model, options, [[], *[tuple(s) for s in steps], [model.vocab_size]])
+    ref = Session(model, options)
+    quiet = native.NativeSession(model, dataclasses.replace(options, events=False), native.native_parts(model))
+    assert quiet.feed == quiet._core.step
+    for step in steps:
+        want, got = ref.feed(step), quiet.feed(step)
+        assert got.deltas == want.deltas and got.events == []
+    assert quiet.finish("stop").final == ref.finish("stop").final
+    for session in (ref, quiet):
+        with pytest.raises(native.WrongState):
+            session.feed(ids[:1])

@@ -147,9 +147,10 @@ def tool_choice_of(choice: pb.ToolChoice, tools: tuple[Tool, ...]) -> str:
 _OUTPUT_KINDS = frozenset(pb.OutputKind.values())
 
 
-def options_of(open_: pb.Open, *, collect_in_final: bool = False) -> SessionOptions:
+def options_of(open_: pb.Open, *, collect_in_final: bool = False, events: bool = True) -> SessionOptions:
     """Request options; token ids are validated by the session against its model's vocabulary.
-    ``collect_in_final``: see ``SessionOptions`` (the caller knows whether deltas are sent)."""
+    ``collect_in_final``, ``events``: see ``SessionOptions`` (the caller knows whether deltas and
+    events are sent)."""
     if open_.output not in _OUTPUT_KINDS:
         raise invalid(f"unknown output kind {open_.output}")
     tools = tools_of(open_)
@@ -170,6 +171,7 @@ def options_of(open_: pb.Open, *, collect_in_final: bool = False) -> SessionOpti
         stop_token_ids=tuple(open_.stop_token_ids),
         choice_index=open_.choice_index,
         collect_in_final=collect_in_final,
+        events=events,
     )
 
 

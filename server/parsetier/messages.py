@@ -71,6 +71,10 @@ class SessionOptions:
     collect_in_final: bool = False
     """Also gather every logprob (and, with ``return_token_ids``, every id) into ``Final``: for
     callers that read only the final result. Off, they are delivered on the deltas only."""
+    events: bool = True
+    """Whether the caller reads ``StepOutput.events``. Off (the protocol's choice when the client
+    asked for no events), a session may leave them out: the native one does, which saves a third
+    of its per-token cost; the reference one builds them anyway."""
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -227,11 +228,6 @@ if _core is not None:
     )
 
 
-def _no_step(token_ids: Sequence[int]) -> None:
-    """``NativeSession._step`` of a session that returns token ids: every step takes the checks."""
-    return None
-
-
 class NativeSession:
     """``Session`` on the native core: the same contract (``feed`` / ``feed_text`` / ``finish`` →
     ``StepOutput``; ``InvalidInput`` / ``WrongState``), byte-identical output. Python keeps the
@@ -261,7 +257,9 @@ class NativeSession:
             echo=echo,
         )
         detok, grammar = parts
-        self._core = _core.Session(detok, grammar, config, list(options.prompt_token_ids[-PROMPT_CONTEXT:]))
+        self._core = _core.Session(
+            detok, grammar, config, list(options.prompt_token_ids[-PROMPT_CONTEXT:]), options.events
+        )
         if len(options.prompt_token_ids) > PROMPT_TAIL:
             self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])
         self._annotator = StepAnnotator(
@@ -274,7 +272,12 @@ class NativeSession:
         self._literals: LiteralMarkers | None = None
         self._finished = False
         self._parse_only = not options.return_token_ids
-        self._step = self._core.step if self._parse_only else _no_step
+        if self._parse_only:
+            # The per-token path is one native call with no Python frame: ``feed`` is the core's
+            # ``step``, which hands whatever it does not take (logprobs, a bad id, an empty step,
+            # a finished session) to the checked feed below. A weak reference: no cycle.
+            self._core.fallback = weakref.WeakMethod(self._checked_feed)
+            self.feed = self._core.step  # type: ignore[method-assign]
 
     _check_ids = Session._check_ids
 
@@ -286,21 +289,16 @@ class NativeSession:
         """The core session, for a native wire renderer (``dialects.renderer``) to read its steps."""
         return self._core
 
-    def feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
-        if logprobs is None:
-            # The commonest call: the core checks the ids and builds the StepOutput, or leaves
-            # the call (a bad id, a finished session, an empty step...) to the checks below.
-            out = self._step(token_ids)
-            if out is not None:
-                return out
+    def _checked_feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
         if self._finished:
             raise WrongState("the session has finished; no more input is accepted")
         self._check_ids(token_ids, "token_ids")
         if logprobs is None and self._parse_only:
-            if not token_ids:
-                return StepOutput()
-            return self._core.feed(list(token_ids))
+            return self._feed(token_ids)
         return annotated_feed(self, self._core, token_ids, logprobs)
+
+    feed = _checked_feed
+    """``Session.feed``; a session that returns no token ids has the core's ``step`` instead."""
 
     def _feed(self, token_ids: Sequence[int]) -> StepOutput:
         if not token_ids:

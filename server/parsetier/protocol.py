@@ -446,7 +446,7 @@ class SessionProtocol:
     def _start(self, model: Model, open_: pb.Open) -> None:
         """Create the session for an accepted Open; a resumed one feeds its history silently here."""
         self.want_deltas, self.want_events = convert.wants(open_.output, unary=self.unary)
-        options = convert.options_of(open_, collect_in_final=not self.want_deltas)
+        options = convert.options_of(open_, collect_in_final=not self.want_deltas, events=self.want_events)
         self.counts.choice_index = options.choice_index
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options)

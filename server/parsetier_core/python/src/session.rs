@@ -148,10 +148,18 @@ impl ValueTypes {
         }
     }
 
-    fn delta<'py>(&self, py: Python<'py>, out: &StepOut, d: &Delta) -> PyResult<Bound<'py, PyAny>> {
+    fn delta<'a, 'py>(
+        &self,
+        py: Python<'py>,
+        out: &'a StepOut,
+        d: &Delta,
+        shared: &mut Texts<'a, 'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let empty = || self.empty.bind(py).clone().into_any();
         let none_tuple = || PyTuple::empty(py).into_any();
-        let text = self.text(py, out.delta_text(d.text));
+        let raw = out.delta_text(d.text);
+        let text = self.text(py, raw);
+        shared.keep(raw, &text);
         let (reasoning, content, calls) = match d.kind {
             DeltaKind::Reasoning => (text, empty(), none_tuple()),
             DeltaKind::Content => (empty(), text, none_tuple()),
@@ -185,25 +193,62 @@ impl ValueTypes {
         )
     }
 
-    fn deltas<'py>(&self, py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyList>> {
-        let list = PyList::empty(py);
+    /// The step as a `StepOutput` (its `final` None). `events`: the session builds `Event`
+    /// values (else the step's `events` is a new empty list). An event whose text is a delta's
+    /// (a content or argument fragment: nearly every event) shares that delta's `str`.
+    fn step<'py>(
+        &self,
+        py: Python<'py>,
+        out: &StepOut,
+        events: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut shared = Texts::default();
+        let deltas = PyList::empty(py);
         for d in &out.deltas {
-            list.append(self.delta(py, out, d)?)?;
+            deltas.append(self.delta(py, out, d, &mut shared)?)?;
         }
-        Ok(list)
-    }
-
-    /// The step as a `StepOutput` (its `final` None).
-    fn step<'py>(&self, py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyAny>> {
-        let deltas = self.deltas(py, out)?.into_any();
-        let events = event_list(py, out)?.into_any();
+        let events = if events {
+            event_list(py, out, &shared)?
+        } else {
+            PyList::empty(py)
+        };
         self.make(
             py,
             &self.step_output,
             &self.step_fields,
-            [deltas, events, py.None().into_bound(py)],
+            [
+                deltas.into_any(),
+                events.into_any(),
+                py.None().into_bound(py),
+            ],
             false,
         )
+    }
+}
+
+/// The `str` values a step's deltas were given, by their text, for its events to reuse (a step
+/// has one or two deltas; the few first are kept).
+#[derive(Default)]
+struct Texts<'a, 'py> {
+    seen: [Option<(&'a str, Bound<'py, PyAny>)>; 4],
+    len: usize,
+}
+
+impl<'a, 'py> Texts<'a, 'py> {
+    fn keep(&mut self, text: &'a str, value: &Bound<'py, PyAny>) {
+        if self.len < self.seen.len() && !text.is_empty() {
+            self.seen[self.len] = Some((text, value.clone()));
+            self.len += 1;
+        }
+    }
+
+    fn get(&self, py: Python<'py>, text: &str) -> Bound<'py, PyAny> {
+        for (seen, value) in self.seen[..self.len].iter().flatten() {
+            if *seen == text {
+                return value.clone();
+            }
+        }
+        PyString::new(py, text).into_any()
     }
 }
 
@@ -226,7 +271,11 @@ pub fn bind_events(
 
 /// The step's events as `Event` values: tuples of the named tuple's type, filled in place (what
 /// `tuple.__new__(Event, fields)` does, without a call into Python per event).
-fn event_list<'py>(py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyList>> {
+fn event_list<'py>(
+    py: Python<'py>,
+    out: &StepOut,
+    shared: &Texts<'_, 'py>,
+) -> PyResult<Bound<'py, PyList>> {
     let (event_type, kinds) = EVENT_TYPES
         .get(py)
         .ok_or_else(|| PyRuntimeError::new_err("parsetier._core.bind_events was not called"))?;
@@ -234,7 +283,7 @@ fn event_list<'py>(py: Python<'py>, out: &StepOut) -> PyResult<Bound<'py, PyList
     for e in &out.events {
         let fields: [Bound<'py, PyAny>; 5] = [
             kinds[e.kind as usize].bind(py).clone(),
-            PyString::new(py, out.event_text(e.text)).into_any(),
+            shared.get(py, out.event_text(e.text)),
             e.tool_index.into_pyobject(py)?.into_any(),
             e.tokens.into_pyobject(py)?.into_any(),
             PyString::new(py, out.event_text(e.call_id)).into_any(),
@@ -263,7 +312,15 @@ pub struct PySession {
     core: CoreSession,
     pub(crate) out: StepOut,
     valid: Arc<ValidIds>,
-    /// `finish` ran: `step` leaves every call to Python's checks.
+    /// The step's ids (`step`), a buffer kept between steps.
+    ids: Vec<u32>,
+    /// Steps build `Event` values (`SessionOptions.events`).
+    events: bool,
+    /// What `step` hands every call it does not take to (set by `NativeSession`: a
+    /// `weakref.WeakMethod` of its checked feed, so the session and its core hold no cycle).
+    #[pyo3(get, set)]
+    fallback: Option<Py<PyAny>>,
+    /// `finish` ran: `step` leaves every call to the fallback's checks.
     finished: bool,
     /// Ids were fed (`Session._ids_seen`).
     ids_seen: bool,
@@ -298,23 +355,30 @@ impl PySession {
 
     /// The pending output as a `StepOutput`.
     pub(crate) fn step_value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        ValueTypes::get(py)?.step(py, &self.out)
+        ValueTypes::get(py)?.step(py, &self.out, self.events)
     }
 
-    /// The ids of a list or tuple of ints, all valid; None for anything else.
-    fn checked(&self, ids: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
-        let one = |item: Bound<'_, PyAny>| {
-            item.extract::<u32>()
-                .ok()
-                .filter(|&id| self.valid.contains(id))
+    /// Loads the ids of a non-empty list or tuple of ints, all valid, into `self.ids`; false
+    /// (for the fallback to check and refuse or feed) for anything else.
+    fn load(&mut self, ids: &Bound<'_, PyAny>) -> bool {
+        let valid = &self.valid;
+        let buffer = &mut self.ids;
+        buffer.clear();
+        let mut one = |item: Bound<'_, PyAny>| match item.extract::<u32>() {
+            Ok(id) if valid.contains(id) => {
+                buffer.push(id);
+                true
+            }
+            _ => false,
         };
-        if let Ok(list) = ids.cast::<PyList>() {
-            list.iter().map(one).collect()
+        let all = if let Ok(list) = ids.cast::<PyList>() {
+            list.iter().all(&mut one)
         } else if let Ok(tuple) = ids.cast::<PyTuple>() {
-            tuple.iter().map(one).collect()
+            tuple.iter().all(&mut one)
         } else {
-            None
-        }
+            false
+        };
+        all && !self.ids.is_empty()
     }
 }
 
@@ -322,13 +386,15 @@ impl PySession {
 impl PySession {
     /// `detokenizer`: the model's; `grammar`: its bound grammar described; `config`: the
     /// session's parser options (`describe_config`); `prompt_ids`: the prompt (its tail seeds
-    /// the detokenizer).
+    /// the detokenizer); `events`: steps build `Event` values.
     #[new]
+    #[pyo3(signature = (detokenizer, grammar, config, prompt_ids, events=true))]
     fn new(
         detokenizer: &Detokenizer,
         grammar: &PyGrammar,
         config: &str,
         prompt_ids: Vec<u32>,
+        events: bool,
     ) -> PyResult<Self> {
         let config = ParserConfig::from_json(config).map_err(PyValueError::new_err)?;
         let parser = Parser::new(grammar.inner.clone(), &config).map_err(PyValueError::new_err)?;
@@ -341,6 +407,9 @@ impl PySession {
             core: CoreSession::new(scanner, parser),
             out: StepOut::default(),
             valid: detokenizer.valid.clone(),
+            ids: Vec::new(),
+            events,
+            fallback: None,
             finished: false,
             ids_seen: false,
             keep_steps: false,
@@ -349,29 +418,39 @@ impl PySession {
         })
     }
 
-    /// The per-token path: a non-empty list or tuple of valid ids on an open session → its
-    /// `StepOutput`; None (nothing done) for anything else, which Python then checks and
-    /// refuses or feeds (`NativeSession.feed`).
+    /// `NativeSession.feed` itself (bound to it): a non-empty list or tuple of valid ids on an
+    /// open session, without logprobs → its `StepOutput`, in one call. Anything else (logprobs,
+    /// a bad id, an empty step, a finished session) goes to `fallback` unchanged, which checks
+    /// it and raises or feeds.
+    #[pyo3(signature = (token_ids, logprobs=None))]
     fn step<'py>(
-        &mut self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         token_ids: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        if self.finished {
-            return Ok(None);
-        }
-        let Some(ids) = self.checked(token_ids) else {
-            return Ok(None);
+        logprobs: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let fallback = {
+            let mut this = slf.try_borrow_mut()?;
+            if logprobs.is_none() && !this.finished && this.load(token_ids) {
+                this.ids_seen = true;
+                let ids = std::mem::take(&mut this.ids);
+                this.feed_ids(py, &ids);
+                this.ids = ids;
+                if this.keep_steps {
+                    return this.take_keeping(py);
+                }
+                return this.take(py);
+            }
+            this.fallback.as_ref().map(|f| f.clone_ref(py))
         };
-        if ids.is_empty() {
-            return Ok(None);
+        let feed = fallback
+            .ok_or_else(|| PyRuntimeError::new_err("parsetier._core.Session.fallback is not set"))?
+            .bind(py)
+            .call0()?;
+        if feed.is_none() {
+            return Err(PyRuntimeError::new_err("the session's owner is gone"));
         }
-        self.ids_seen = true;
-        self.feed_ids(py, &ids);
-        if self.keep_steps {
-            return self.take_keeping(py).map(Some);
-        }
-        self.take(py).map(Some)
+        feed.call1((token_ids, logprobs))
     }
 
     /// One step of checked ids → `StepOutput`.
