@@ -6,10 +6,15 @@ Workloads: peer-bench's 4,096-token Qwen3 output (``corpus.py``: reasoning with 
 markdown content, 3 tool calls with long arguments), ``xml`` on the ``qwen3-coder`` preset and
 ``json`` on ``qwen3``, seeded with the prompt tail ``<|im_start|>assistant\\n``. Each run times one
 whole request (open, feeds of SIZE ids, finish) on each engine back to back, in CPU time
-(``time.thread_time``), after checking both give the same deltas and final. Printed: µs/token
-per engine and the median of the per-run ratios reference/native (how many times cheaper the
-native session is), then the native session's flat cost (µs/token of the last 500 tokens over
-the first 500, single-id steps) and the detokenizer alone (``TokenScanner`` vs ``_core.Scanner``).
+(``time.thread_time``), after checking both give the same deltas and final. The caller is
+peer-bench's: it reads each step's deltas (joining the tool calls' arguments) and drops the
+output, as the service does once it has written its reply. Printed: µs/token of the reference,
+of the native session, of the native session with ``SessionOptions.events`` off (what the
+service opens unless the client asked for events), and the floor (the same loop calling a no-op
+C method, ``[].count``, with each step's list); the medians of the per-run ratios native/reference
+(the targets' form: below 1 is cheaper); then the native session's flat cost (µs/token of the last
+500 tokens over the first 500, single-id steps) and the detokenizer alone (``TokenScanner`` vs
+``_core.Scanner``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import importlib.util
 import statistics
 import sys
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,14 +49,40 @@ def _corpus(peer_bench: Path):
     return module
 
 
-def _whole(make, ids: list[int], size: int) -> tuple[float, list, object]:
-    """One whole request (open, feeds of ``size`` ids, finish): its CPU time and its output."""
+def _whole(make, steps: list[list[int]]) -> float:
+    """One whole request (open, a feed per step, finish) read as peer-bench's caller reads it:
+    its CPU time."""
     clock = time.thread_time
     start = clock()
     session = make()
-    outs = [session.feed(ids[i : i + size]) for i in range(0, len(ids), size)]
-    last = session.finish("stop")
-    return clock() - start, outs, last
+    calls: dict[int, str] = {}
+    for step in steps:
+        for delta in session.feed(step).deltas:
+            for call in delta.tool_calls:
+                calls[call.index] = calls.get(call.index, "") + call.arguments
+    session.finish("stop")
+    return clock() - start
+
+
+def _floor(steps: list[list[int]]) -> float:
+    """The same loop calling a no-op C method with each step's list: the least a per-call API
+    can cost."""
+    clock = time.thread_time
+    start = clock()
+    noop = [].count
+    for step in steps:
+        noop(step)
+    return clock() - start
+
+
+def _outputs(make, steps: list[list[int]]) -> tuple[list, object]:
+    session = make()
+    return [session.feed(step).deltas for step in steps], session.finish("stop")
+
+
+def _ratio(times: dict[str, list[float]], name: str) -> float:
+    """The median of the per-run ratios ``name`` / reference."""
+    return statistics.median(n / r for n, r in zip(times[name], times["ref"], strict=True))
 
 
 def main() -> None:
@@ -65,37 +98,37 @@ def main() -> None:
     tools = tuple(Tool(t["function"]["name"], t["function"]["parameters"]) for t in corpus.TOOLS)
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
-        f"{'workload':8} {'size':>4} {'reference µs/tok':>17} {'native µs/tok':>14} {'ratio ref/native':>17}"
+        f"{'workload':8} {'size':>4} {'reference':>9} {'native':>7} {'no events':>9} {'floor':>6}"
+        f" {'native/ref':>10} {'no events/ref':>13}   (µs per token; ratios: medians of per-run)"
     )
     for fmt, preset in WORKLOADS.items():
         model = registry.get(preset)
         ids = corpus.build_token_ids(model.tokenizer, fmt)
         options = SessionOptions(tools=tools, prompt_token_ids=PROMPT_IDS)
+        quiet = replace(options, events=False)
         parts = native.native_parts(model)
         assert parts is not None, native.fallback_reason(preset)
-
-        def ref(model=model, options=options):
-            return Session(model, options)
-
-        def nat(model=model, options=options, parts=parts):
-            return native.NativeSession(model, options, parts)
-
+        makers = {
+            "ref": partial(Session, model, options),
+            "nat": partial(native.NativeSession, model, options, parts),
+            "quiet": partial(native.NativeSession, model, quiet, parts),
+        }
         for size in sizes:
-            _, want_outs, want = _whole(ref, ids, size)
-            _, got_outs, got = _whole(nat, ids, size)
-            assert [o.deltas for o in got_outs] == [o.deltas for o in want_outs], (fmt, size)
-            assert got == want, (fmt, size)
-            ref_t, nat_t, ratios = [], [], []
+            steps = [ids[i : i + size] for i in range(0, len(ids), size)]
+            want = _outputs(makers["ref"], steps)
+            assert _outputs(makers["nat"], steps) == want, (fmt, size)
+            assert _outputs(makers["quiet"], steps) == want, (fmt, size)
+            times: dict[str, list[float]] = {name: [] for name in (*makers, "floor")}
             for _ in range(args.runs):
-                r, _, _ = _whole(ref, ids, size)
-                n, _, _ = _whole(nat, ids, size)
-                ref_t.append(r)
-                nat_t.append(n)
-                ratios.append(r / n)
+                for name, make in makers.items():
+                    times[name].append(_whole(make, steps))
+                times["floor"].append(_floor(steps))
             per = 1e6 / len(ids)
+            med = {name: statistics.median(t) * per for name, t in times.items()}
+
             print(
-                f"{fmt:8} {size:>4} {statistics.median(ref_t) * per:>17.2f} "
-                f"{statistics.median(nat_t) * per:>14.3f} {statistics.median(ratios):>17.1f}"
+                f"{fmt:8} {size:>4} {med['ref']:>9.2f} {med['nat']:>7.3f} {med['quiet']:>9.3f} "
+                f"{med['floor']:>6.3f} {_ratio(times, 'nat'):>10.3f} {_ratio(times, 'quiet'):>13.3f}"
             )
     # Flat cost: per-token CPU of the last 500 single-id steps against the first 500.
     model = registry.get("qwen3-coder")
