@@ -75,9 +75,12 @@ def _floor(steps: list[list[int]]) -> float:
     return clock() - start
 
 
-def _outputs(make, steps: list[list[int]]) -> tuple[list, object]:
+def _outputs(make, steps: list[list[int]]) -> tuple[list, object, object]:
+    """Every step's deltas, then the last step's and the final result (events aside)."""
     session = make()
-    return [session.feed(step).deltas for step in steps], session.finish("stop")
+    deltas = [session.feed(step).deltas for step in steps]
+    last = session.finish("stop")
+    return deltas, last.deltas, last.final
 
 
 def _ratio(times: dict[str, list[float]], name: str) -> float:

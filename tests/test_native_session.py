@@ -171,7 +171,8 @@ def test_feed_is_one_core_call_and_events_are_optional() -> None:
     steps = [ids[i : i + 3] for i in range(0, len(ids), 3)]
     compare(model, options, [[], *[tuple(s) for s in steps], [model.vocab_size]])
     ref = Session(model, options)
-    quiet = native.NativeSession(model, dataclasses.replace(options, events=False), native.native_parts(model))
+    quiet_options = dataclasses.replace(options, events=False)
+    quiet = native.NativeSession(model, quiet_options, native.native_parts(model))
     assert quiet.feed == quiet._core.step
     for step in steps:
         want, got = ref.feed(step), quiet.feed(step)
