@@ -187,7 +187,14 @@ impl Finish {
     }
 
     fn with(reason: pb::FinishReason, matched: Option<pb::finish::MatchedStop>) -> Self {
-        Finish { finish: pb::Finish { reason: reason as i32, matched_stop: matched } }
+        Finish { finish: pb::Finish { reason: reason as i32, matched_stop: matched, other_choices_usage: None } }
+    }
+
+    /// For the last of a request's `n > 1` choices to finish: the other choices' summed usage, so
+    /// the usage this session's wire bytes show counts every choice, as the APIs report it.
+    pub fn with_other_choices_usage(mut self, completion_tokens: u32, reasoning_tokens: u32) -> Self {
+        self.finish.other_choices_usage = Some(pb::Usage { completion_tokens, reasoning_tokens });
+        self
     }
 
     /// The `Finish` message.
@@ -197,5 +204,18 @@ impl Finish {
 
     pub(crate) fn into_message(self) -> pb::Finish {
         self.finish
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_choice_carries_the_other_choices_usage() {
+        let finish = Finish::length().with_other_choices_usage(7, 3).into_message();
+        assert_eq!(finish.reason, pb::FinishReason::Length as i32);
+        assert_eq!(finish.other_choices_usage, Some(pb::Usage { completion_tokens: 7, reasoning_tokens: 3 }));
+        assert_eq!(Finish::stop().message().other_choices_usage, None);
     }
 }
