@@ -32,6 +32,11 @@ def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
     return f"{text[:limit]}…(+{len(text) - limit} chars)"
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+"""``json.dumps(…, ensure_ascii=False, default=str)``, made once (``dumps`` with options makes an
+encoder per call)."""
+
+
 class JsonFormatter(logging.Formatter):
     """``{"ts", "level", "logger", "msg", ...fields}``; extra fields come from ``extra={"fields": {...}}``,
     and ``static`` fields (e.g. which worker process wrote the line) are on every line."""
@@ -39,29 +44,75 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, static: dict[str, object] | None = None) -> None:
         super().__init__()
         self.static = dict(static or {})
+        self._second, self._stamp = -1, ""
+        """The last second a line was made in, as the timestamp shows it (``strftime`` per line
+        is a tenth of the line's cost)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        exc = self.formatException(record.exc_info) if record.exc_info else None
+        fields = getattr(record, "fields", {})
+        return self.line(record.created, record.levelname, record.name, record.getMessage(), fields, exc)
+
+    def line(
+        self, created: float, level: str, logger: str, msg: str, fields: dict, exc: str | None = None
+    ) -> str:
+        """The JSON line of a record made at ``created`` (``time.time()``)."""
+        second = int(created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         data = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
+            "ts": f"{self._stamp}.{int((created - second) * 1000):03d}Z",
+            "level": level.lower(),
+            "logger": logger,
+            "msg": msg,
             **self.static,
         }
-        data.update(getattr(record, "fields", {}))
-        if record.exc_info:
-            data["exc"] = self.formatException(record.exc_info)
-        return json.dumps(data, ensure_ascii=False, default=str)
+        data.update(fields)
+        if exc is not None:
+            data["exc"] = exc
+        return _ENCODER.encode(data)
+
+
+class JsonLines(logging.StreamHandler):
+    """The handler ``configure`` installs: ``JsonFormatter`` lines on a stream. ``write`` writes
+    one line with no ``LogRecord``: the ``session_end`` line's path when this handler is the only
+    one (a record, its caller lookup and the handler chain cost more than the line itself, and
+    there is one line per session: at one-token steps of short sessions, a fifth of a
+    ``ParseBatch`` server's CPU went to them)."""
+
+    formatter: JsonFormatter
+
+    def write(self, level: int, logger: str, msg: str, fields: dict[str, object]) -> None:
+        text = self.formatter.line(time.time(), logging.getLevelName(level), logger, msg, fields)
+        with self.lock:  # type: ignore[union-attr]  # StreamHandler always has its lock
+            self.stream.write(text + self.terminator)
+            self.flush()
+
+
+_PARSETIER_LOG = logging.getLogger("parsetier")
+
+
+def _direct(level: int) -> JsonLines | None:
+    """``configure``'s handler when a ``SESSION_LOG`` record at ``level`` would go to it alone,
+    unfiltered (else None: a test's handler, a filter, propagation: the ``logging`` path)."""
+    if SESSION_LOG.handlers or SESSION_LOG.filters or _PARSETIER_LOG.filters or _PARSETIER_LOG.propagate:
+        return None
+    handlers = _PARSETIER_LOG.handlers
+    if len(handlers) != 1:
+        return None
+    handler = handlers[0]
+    if type(handler) is not JsonLines or handler.filters or level < handler.level:
+        return None
+    return handler
 
 
 def configure(
     level: str = "INFO", stream: TextIO | None = None, fields: dict[str, object] | None = None
 ) -> None:
     """Send parsetier's logs to ``stream`` (stderr) as JSON lines, each carrying ``fields``."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = JsonLines(stream or sys.stderr)
     handler.setFormatter(JsonFormatter(fields))
-    root = logging.getLogger("parsetier")
+    root = _PARSETIER_LOG
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
@@ -92,7 +143,14 @@ class SessionRecord(SessionCounts):
             line["error"] = clip(self.error, MAX_MESSAGE_CHARS)
         else:
             del line["error"]
-        SESSION_LOG.log(level, "session_end", extra={"fields": line})
+        direct = _direct(level)
+        if direct is None:
+            SESSION_LOG.log(level, "session_end", extra={"fields": line})
+            return
+        try:
+            direct.write(level, SESSION_LOG.name, "session_end", line)
+        except Exception:  # as the handler's own emit would: say so on stderr, go on
+            SESSION_LOG.log(level, "session_end", extra={"fields": line})
 
 
 _COUNTS_FIELDS = {f.name for f in fields(SessionCounts)} | {"started"}
