@@ -9,7 +9,7 @@ one id at a time, in both engines; every event's ``tokens`` still add up to the 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import native_diff
@@ -18,6 +18,7 @@ from parsetier.detokenizer import ByteGroupScanner, TokenScanner
 from parsetier.messages import SessionOptions
 from parsetier.models import Model
 from parsetier.token_bytes import byte_fallback_ids
+from property_settings import property_settings
 
 C2_80_80 = [965, 899, 899]
 """``<0xC2> <0x80> <0x80>`` in mistral-7b-v0.3: a valid U+0080 then a lone 80 byte."""
@@ -93,9 +94,7 @@ def _scan(model: Model, groups: list[list[int]]) -> str:
     return "".join(out)
 
 
-SEEDED = settings(
-    max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
-)
+SEEDED = property_settings(60)
 
 
 @SEEDED

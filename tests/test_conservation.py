@@ -29,13 +29,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given, seed
 from hypothesis import strategies as st
 
 import marker_tokenizers
 from parsetier.messages import Final, SessionOptions
 from parsetier.models import Model
 from parsetier.session import Session
+from property_settings import property_settings
 
 pytestmark = pytest.mark.slow  # 50 random outputs per format file, both delivery modes
 
@@ -166,13 +167,7 @@ def _lost(model: Model, text: str, options: SessionOptions, reason: str, rng: ra
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @seed(22)
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@property_settings(EXAMPLES)
 @given(data=st.data())
 def test_every_word_the_model_wrote_is_delivered_or_markup(fmt: str, data: st.DataObject) -> None:
     model = _model(fmt)

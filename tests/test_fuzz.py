@@ -25,24 +25,19 @@ from collections import Counter
 import grpc
 import llguidance
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import fuzz_cases as fc
 from engine_helpers import check_consistent, run
 from hostile_outputs import deep_array, deep_object, samples
 from parsetier_api.v1 import parsetier_pb2 as pb
+from property_settings import property_settings
 
 pytestmark = pytest.mark.slow  # the fuzz suite
 
 EXAMPLES = int(os.environ.get("PARSETIER_FUZZ_EXAMPLES", "40"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=EXAMPLES <= 100,  # CI: the same cases every run; long runs explore
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
+FUZZ = property_settings(EXAMPLES)  # CI: the same cases every run; long runs explore
 NEVER = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 COUNTS: Counter = Counter()
 CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}

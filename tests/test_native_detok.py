@@ -12,22 +12,17 @@ import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from parsetier.detokenizer import TokenScanner
 from parsetier.models import Model
 from parsetier.native import decoder_steps, detokenizer
 from parsetier.token_bytes import TokenBytes
+from property_settings import property_settings
 
 EXAMPLES = int(os.environ.get("PARSETIER_DETOK_EXAMPLES", "60"))
-SEEDED = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
+SEEDED = property_settings(EXAMPLES)
 SAMPLE_TEXT = 'Hello, world! naïve café 日本語のテキスト 🙂👍🏽 Ωμέγα\n\t  {"a": [1, 2]} ﷽ 𝔘𝔫𝔦'
 
 
@@ -172,7 +167,7 @@ def _hostile(model: Model, kind: str) -> None:
     pools = _pools(model)
     hostile = st.one_of(st.sampled_from(pools[kind]), st.sampled_from(pools["text"] or pools["any"]))
 
-    @settings(SEEDED, max_examples=max(5, EXAMPLES // 6))
+    @property_settings(max(5, EXAMPLES // 6))
     @given(
         st.lists(hostile, max_size=40),
         st.lists(st.sampled_from(pools["any"]), max_size=10),

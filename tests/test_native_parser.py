@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given, seed
 from hypothesis import strategies as st
 
 import hostile_outputs
@@ -29,6 +29,7 @@ from parsetier.engine.describe import describe_config, describe_grammar
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
 from parsetier.session import Session, _tool_schemas
+from property_settings import property_settings
 
 EXAMPLES = 24
 SEED = 20261202
@@ -282,13 +283,7 @@ def test_fuzzed_outputs_parse_identically(family: rt.Family, registry) -> None:
 
 @pytest.mark.parametrize("fmt", tc.FORMATS)
 @seed(21)
-@settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@property_settings(40)
 @given(data=st.data())
 def test_conservation_outputs_parse_identically(fmt: str, data: st.DataObject) -> None:
     """The conservation property's random outputs of every format file (terminals whole and cut,

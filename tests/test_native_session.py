@@ -13,7 +13,7 @@ import os
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 import canitoolcall_support as cs
 import hostile_outputs
@@ -23,6 +23,7 @@ from parsetier import native
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model
 from parsetier.session import Session
+from property_settings import property_settings
 from test_fuzz import hostile_output
 
 SEED = 20261202
@@ -113,13 +114,7 @@ def test_hostile_outputs(preset: str) -> None:
             compare(sample.model, options, random_groups(rng, ids), rng.choice(["stop", "length"]))
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=EXAMPLES <= 100,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
+@property_settings(EXAMPLES)
 @given(case=hostile_output())
 def test_fuzzed_model_outputs(case) -> None:
     sample, ids, seed, reason, complete = case

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 import hostile_outputs
 import test_roundtrip as rt
@@ -27,6 +27,7 @@ from parsetier.dialects import NATIVE_DIALECTS, WireRequest, native_renderer, py
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model
 from parsetier.session import SessionError
+from property_settings import property_settings
 from test_fuzz import hostile_output
 from test_native_session import SEED, _family_outputs
 
@@ -141,13 +142,7 @@ def test_hostile_outputs(preset: str) -> None:
         wire_compare(sample.model, options, random_groups(rng, ids), rng.choice(["stop", "length"]), rng)
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=EXAMPLES <= 100,
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
+@property_settings(EXAMPLES)
 @given(case=hostile_output())
 def test_fuzzed_model_outputs(case) -> None:
     sample, ids, seed, reason, complete = case

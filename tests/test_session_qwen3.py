@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers.decoders import DecodeStream
 
@@ -40,11 +40,10 @@ from family_support import plain, split_check
 from parsetier.engine.events import EventKind
 from parsetier.messages import Delta, SessionOptions, ToolCallDelta, Usage
 from parsetier.session import InvalidInput, Session, WrongState, parse
+from property_settings import property_settings
 from strategies import Generated, hermes_ids, hermes_messages, render_hermes
 
-PROPERTY = settings(
-    max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = property_settings(60)
 
 WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
 TIME = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'

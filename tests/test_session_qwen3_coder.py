@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine_helpers import (
@@ -28,11 +28,10 @@ from family_support import plain, split_check
 from parsetier.engine.events import EventKind
 from parsetier.messages import SessionOptions
 from parsetier.session import InvalidInput, Session, WrongState
+from property_settings import property_settings
 from strategies import GeneratedXml, coder_ids, coder_messages, render_coder
 
-PROPERTY = settings(
-    max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = property_settings(60)
 
 SCHEMA = {
     "i": {"type": "integer"},
