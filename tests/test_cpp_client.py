@@ -102,6 +102,7 @@ def test_cpp_client_against_real_server(cpp_build):
             "LiveServer.SessionSeveralStepsPerMessage",
             "LiveServer.ParseStreamEqualsParseOnce",
             "LiveServer.WireBytesToForward",
+            "LiveServer.SeveralChoicesUsageCountsEveryChoice",
             "LiveServer.Options",
             "LiveServer.BuildConstraint",
             "LiveServer.LogprobStepsResolve",

@@ -134,12 +134,28 @@ FinishOptions FinishOptions::StopToken(uint32_t id) {
   return finish;
 }
 
+FinishOptions FinishOptions::WithOtherChoicesUsage(const std::vector<v1::Final>& others) const {
+  FinishOptions finish = *this;
+  finish.other_choices_usage = SumUsage(others);
+  return finish;
+}
+
 v1::Finish FinishOptions::ToProto() const {
   v1::Finish finish;
   finish.set_reason(reason);
   if (stop_token_id) finish.set_stop_token_id(*stop_token_id);
   if (stop_string) finish.set_stop_string(*stop_string);
+  if (other_choices_usage) *finish.mutable_other_choices_usage() = *other_choices_usage;
   return finish;
+}
+
+v1::Usage SumUsage(const std::vector<v1::Final>& finals) {
+  v1::Usage sum;
+  for (const v1::Final& final : finals) {
+    sum.set_completion_tokens(sum.completion_tokens() + final.usage().completion_tokens());
+    sum.set_reasoning_tokens(sum.reasoning_tokens() + final.usage().reasoning_tokens());
+  }
+  return sum;
 }
 
 namespace {

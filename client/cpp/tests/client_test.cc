@@ -265,6 +265,55 @@ TEST_F(LiveServer, WireBytesToForward) {
   EXPECT_NE(once.final().wire().find("\"stop_reason\":\"tool_use\""), std::string::npos);
 }
 
+// n > 1: one session per choice; the last to finish carries the others' usage
+// (FinishOptions::other_choices_usage), so its closing bytes count every choice while its
+// Final.usage stays its own, streamed and in a body.
+TEST_F(LiveServer, SeveralChoicesUsageCountsEveryChoice) {
+  parsetier::OpenOptions first = Qwen3("cpp-n-choices");
+  first.output = v1::OUTPUT_KIND_FINAL_ONLY;
+  v1::WireOptions wire;
+  wire.set_dialect(v1::WIRE_DIALECT_OPENAI_CHAT);
+  wire.set_response_id("chatcmpl-n");
+  wire.set_stream(true);
+  wire.set_include_usage(true);
+  first.wire = wire;
+  parsetier::OpenOptions second = first;
+  second.customize = [](v1::Open& open) { open.set_choice_index(1); };
+  const std::vector<uint32_t> cut(kOutput.begin(), kOutput.begin() + 20);
+  parsetier::FinishOptions length;
+  length.reason = v1::FINISH_REASON_LENGTH;
+
+  const parsetier::FinishOptions stop = parsetier::FinishOptions::StopToken(kImEnd);
+  parsetier::StreamResult one = SharedClient().ParseStream(first, OnePerStep(kOutput), stop);
+  const parsetier::FinishOptions last_finish = length.WithOtherChoicesUsage({one.final});
+  ASSERT_TRUE(last_finish.other_choices_usage.has_value());
+  EXPECT_TRUE(MessageDifferencer::Equals(*last_finish.other_choices_usage, one.final.usage()));
+  EXPECT_FALSE(length.other_choices_usage.has_value());  // a copy: the original stays as it was
+  EXPECT_TRUE(MessageDifferencer::Equals(last_finish.ToProto().other_choices_usage(), one.final.usage()));
+  parsetier::StreamResult two = SharedClient().ParseStream(second, OnePerStep(cut), last_finish);
+
+  EXPECT_EQ(two.final.usage().completion_tokens(), cut.size());  // the session's own
+  v1::Usage total = parsetier::SumUsage({one.final, two.final});
+  EXPECT_EQ(total.completion_tokens(), one.final.usage().completion_tokens() + cut.size());
+  EXPECT_GT(total.reasoning_tokens(), one.final.usage().reasoning_tokens());
+  auto counts = [](const v1::Usage& usage) {
+    return "\"completion_tokens\":" + std::to_string(usage.completion_tokens()) + ",";
+  };
+  auto reasoning = [](const v1::Usage& usage) {
+    return "\"reasoning_tokens\":" + std::to_string(usage.reasoning_tokens()) + "}";
+  };
+  EXPECT_NE(two.wire.find("\"choices\":[{\"index\":1,"), std::string::npos);
+  EXPECT_NE(two.final.wire().find(counts(total)), std::string::npos) << two.final.wire();
+  EXPECT_NE(two.final.wire().find(reasoning(total)), std::string::npos) << two.final.wire();
+  EXPECT_NE(one.final.wire().find(counts(one.final.usage())), std::string::npos) << one.final.wire();
+
+  second.wire->set_stream(false);  // a body: its usage counts every choice too
+  v1::ParseOnceResponse body = SharedClient().ParseOnce(second, cut, last_finish);
+  EXPECT_TRUE(MessageDifferencer::Equals(body.final().usage(), two.final.usage()));
+  EXPECT_NE(body.final().wire().find(counts(total)), std::string::npos) << body.final().wire();
+  EXPECT_EQ(parsetier::SumUsage({}).completion_tokens(), 0u);
+}
+
 TEST_F(LiveServer, Options) {
   parsetier::OpenOptions none = Qwen3();
   none.tool_choice = "none";

@@ -126,10 +126,21 @@ struct FinishOptions {
   v1::FinishReason reason = v1::FINISH_REASON_STOP;  // STOP, LENGTH or ABORT
   std::optional<uint32_t> stop_token_id;             // e.g. Qwen3's <|im_end|> (151645)
   std::optional<std::string> stop_string;
+  // With OpenOptions::wire and a request of n > 1 choices (one session per choice), on the
+  // Finish of the last choice to finish only: the sum of the other choices' Final.usage
+  // (SumUsage adds them up). That session's closing bytes (the usage chunk, a body's usage) then
+  // count every choice, as the APIs report them; its Final.usage stays its own.
+  std::optional<v1::Usage> other_choices_usage;
 
   static FinishOptions StopToken(uint32_t id);
+  // A copy of this finish carrying the other choices' usage: SumUsage(others).
+  FinishOptions WithOtherChoicesUsage(const std::vector<v1::Final>& others) const;
   v1::Finish ToProto() const;
 };
+
+// The sum of `finals`' usage (completion and reasoning tokens): for n > 1 choices, what the last
+// choice's FinishOptions::other_choices_usage carries.
+v1::Usage SumUsage(const std::vector<v1::Final>& finals);
 
 // One decode step: the token ids one forward pass produced.
 using Step = std::vector<uint32_t>;
