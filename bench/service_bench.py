@@ -68,16 +68,15 @@ from servicebench.loads import (  # noqa: E402
     batch_load,
     batch_step,
     measured,
-    open_channel,
     opens,
     parse_load,
     workload,
 )
+from servicebench.memory import SESSIONS, per_session  # noqa: E402
 from servicebench.report import Results, plots, report, write_section  # noqa: E402
 
 from parsetier.native import open_session  # noqa: E402
 from parsetier_api.v1 import parsetier_pb2 as pb  # noqa: E402
-from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc  # noqa: E402
 from tests.testkit.servers import ProcessServer  # noqa: E402
 
 BATCH_STEPS = {False: env_int("BENCH_BATCH_STEPS", 130), True: 30}
@@ -429,58 +428,12 @@ def _pin_client(server_pin: int | None):
 
 
 def memory_per_session(results: Results, ids: list[int]) -> None:
-    """Server RSS growth per open session: idle (opened), then mid-tool-call."""
-    mid = ids.index(151657) + 8  # inside the first tool call's arguments
+    """Server RSS growth per open session: idle (opened), then mid-tool-call; a server per RPC."""
     count = 200 if results.quick else 1000
-
-    async def parse_sessions(server: ProcessServer) -> tuple[float, float]:
-        channels = [open_channel(server.target) for _ in range(4)]
-        calls = []
-        before = server.memory()[0][0]
-        for i in range(count):
-            call = pb_grpc.ParserServiceStub(channels[i % 4]).Parse()
-            await call.write(pb.ParseRequest(open=pb.Open(model="qwen3", tools_json=TOOLS)))
-            calls.append(call)
-        for call in calls:
-            await call.initial_metadata()
-        await asyncio.sleep(1)
-        idle = server.memory()[0][0]
-        for call in calls:
-            await call.write(pb.ParseRequest(steps=[pb.Step(token_ids=ids[:mid])]))
-            await call.read()
-        await asyncio.sleep(1)
-        busy = server.memory()[0][0]
-        for call in calls:
-            call.cancel()
-        for channel in channels:
-            await channel.close()
-        return (idle - before) / count, (busy - before) / count
-
-    async def batch_sessions(server: ProcessServer) -> tuple[float, float]:
-        channel = open_channel(server.target)
-        call = pb_grpc.ParserServiceStub(channel).ParseBatch()
-        before = server.memory()[0][0]
-        keys = [f"m{i}" for i in range(count)]
-        await call.write(opens(keys))
-        await call.read()
-        await asyncio.sleep(1)
-        idle = server.memory()[0][0]
-        await call.write(
-            pb.ParseBatchRequest(
-                sessions=[pb.SessionInput(key=k, steps=[pb.Step(token_ids=ids[:mid])]) for k in keys]
-            )
-        )
-        await call.read()
-        await asyncio.sleep(1)
-        busy = server.memory()[0][0]
-        call.cancel()
-        await channel.close()
-        return (idle - before) / count, (busy - before) / count
-
-    for rpc, fn in (("Parse", parse_sessions), ("ParseBatch", batch_sessions)):
+    for rpc in SESSIONS:
         with parsetier_server() as server:
             asyncio.run(batch_load(server.target, ids, 16, 40))  # warm the allocator and the loop
-            idle, busy = asyncio.run(fn(server))
+            idle, busy = asyncio.run(per_session(rpc, server, ids, count))
             results.memory.append({"rpc": rpc, "sessions": count, "idle": idle, "mid_tool_call": busy})
 
 

@@ -26,11 +26,14 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from parsetier.messages import SessionOptions, Tool
-from parsetier.models import ModelRegistry
-from parsetier.session import Session
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from parsetier.messages import SessionOptions, Tool  # noqa: E402
+from parsetier.models import ModelRegistry  # noqa: E402
+from parsetier.session import Session  # noqa: E402
+from tests.testkit.procfs import rss_bytes  # noqa: E402
+
 TOOLS = (
     Tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}}),
     Tool("get_time", {"type": "object", "properties": {}}),
@@ -59,13 +62,6 @@ def sansio(sessions: int) -> tuple[float, float]:
     tracemalloc.stop()
     del kept, floor
     return per_session, per_floor
-
-
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def _start_server() -> tuple[subprocess.Popen, int]:
@@ -114,14 +110,14 @@ async def _hold_sessions(target: str, sessions: int, prompt_len: int, pid: int) 
     warm = await clients[0].open("qwen3", tools=tools)
     await warm.send(ids)
     await asyncio.sleep(1.0)
-    before = _rss(pid)
+    before = rss_bytes(pid)
     streams = []
     for i in range(sessions):
         stream = await clients[i % len(clients)].open("qwen3", tools=tools, prompt_token_ids=prompt)
         await stream.send(ids)
         streams.append(stream)
     await asyncio.sleep(1.0)
-    per_session = (_rss(pid) - before) / sessions
+    per_session = (rss_bytes(pid) - before) / sessions
     for stream in streams:
         stream.cancel()
     for client in clients:

@@ -31,9 +31,10 @@ def started(server: ProcessServer, pin: int | None, timeout: float = 300) -> Pro
 
 
 def parsetier_server(
-    workers: int = 1, pin: int | None = SERVER_CPU, extra: tuple[str, ...] = ()
+    workers: int = 1, pin: int | None = SERVER_CPU, extra: tuple[str, ...] = (), timeout: float = 600
 ) -> ProcessServer:
-    """``parsetier serve`` with qwen3 loaded and limits that measure the load rather than shed it."""
+    """``parsetier serve`` with qwen3 loaded and limits that measure the load rather than shed it;
+    ``timeout`` bounds its start and its models' load, each."""
     server = ProcessServer(
         "--preload",
         "qwen3",
@@ -51,7 +52,7 @@ def parsetier_server(
         ready="workers listening" if workers > 1 else "listening",
         keep_session_ends=False,
     )
-    started(server, pin).wait_for_log("models loaded", timeout=600)
+    started(server, pin, timeout).wait_for_log("models loaded", timeout=timeout)
     return server
 
 
