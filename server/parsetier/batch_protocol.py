@@ -29,6 +29,27 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 
 
 @dataclass(frozen=True, slots=True)
+class ReadBatch:
+    """A ``ParseBatchRequest`` the native core read from its bytes (``service/decoding.py``,
+    ``read_batch_request``): its entries as a message, its packed items as ``_core.PackedSteps``
+    (framing already checked), never Python lists of ids."""
+
+    entries: pb.ParseBatchRequest
+    """The request's ``sessions`` (nothing else set)."""
+    packed: object | None
+    """``_core.PackedSteps``, or None when the request has no ``packed``."""
+    size: int
+    """The request's size in bytes."""
+
+    @property
+    def sessions(self):
+        return self.entries.sessions
+
+
+BatchRequest = pb.ParseBatchRequest | ReadBatch
+
+
+@dataclass(frozen=True, slots=True)
 class NeedModels:
     """The message opens sessions of models this stream has not used yet: load each and pass
     them (or the exception its load raised) to ``BatchProtocol.supply_models``."""
@@ -54,6 +75,11 @@ class BatchHooks:
 SLICE_ITEMS = 64
 """Items (entries and packed steps) applied between two pauses of ``receiving``: about a
 millisecond of parsing at one token each."""
+
+BatchReply = pb.ParseBatchResponse | bytes
+"""A message's reply: a ``ParseBatchResponse``, or its serialized bytes when the core wrote part
+of it (the core's bytes go to the wire as they are: ``service/decoding.py``'s serializer passes
+bytes through)."""
 
 T = TypeVar("T")
 Slices = Generator[None, None, T]
@@ -92,25 +118,26 @@ class BatchProtocol:
         self.models: dict[str, Model] = {}
         """Models this stream's sessions use, looked up once per stream."""
         self.client_messages = 0
-        self._pending: pb.ParseBatchRequest | None = None
+        self._pending: BatchRequest | None = None
         self._load_errors: dict[str, BaseException] = {}
 
     # ------------------------------------------------------------------ input
-    def receive(self, message: pb.ParseBatchRequest) -> NeedModels | pb.ParseBatchResponse:
+    def receive(self, message: BatchRequest) -> NeedModels | pb.ParseBatchResponse:
         """One client message (one engine step): the reply, or the models to load first."""
-        return to_the_end(self.receiving(message))
+        reply = to_the_end(self.receiving(message))
+        return reply if isinstance(reply, NeedModels) else as_message(reply)
 
     def supply_models(self, loaded: dict[str, Model | BaseException]) -> pb.ParseBatchResponse:
         """The models ``NeedModels`` named, or the exception each load raised (that name's opens
         fail with its status; nothing else does)."""
-        return to_the_end(self.supplying_models(loaded))
+        return as_message(to_the_end(self.supplying_models(loaded)))
 
-    def receiving(self, message: pb.ParseBatchRequest) -> Slices[NeedModels | pb.ParseBatchResponse]:
+    def receiving(self, message: BatchRequest) -> Slices[NeedModels | BatchReply]:
         """``receive``, applied in slices of ``SLICE_ITEMS`` (nothing else may drive this
-        protocol until the work is done)."""
+        protocol until the work is done); the reply may be its bytes (``BatchReply``)."""
         self.client_messages += 1
         entries = list(message.sessions)
-        items = len(entries) + len(message.packed.keys)
+        items = len(entries) + _packed_items(message)
         if items > self.limits.max_items_per_message:
             limit = self.limits.max_items_per_message
             raise exhausted(f"{items} session entries in one message; the limit is {limit}")
@@ -128,7 +155,7 @@ class BatchProtocol:
             return NeedModels(tuple(sorted(missing)))
         return (yield from self._apply(message, entries))
 
-    def supplying_models(self, loaded: dict[str, Model | BaseException]) -> Slices[pb.ParseBatchResponse]:
+    def supplying_models(self, loaded: dict[str, Model | BaseException]) -> Slices[BatchReply]:
         """``supply_models``, applied in slices of ``SLICE_ITEMS``."""
         message, self._pending = self._pending, None
         if message is None:
@@ -163,11 +190,9 @@ class BatchProtocol:
             self.hooks.ended(protocol.counts, error, True)
 
     # ------------------------------------------------------------------ rules
-    def _apply(
-        self, message: pb.ParseBatchRequest, entries: list[pb.SessionInput]
-    ) -> Slices[pb.ParseBatchResponse]:
+    def _apply(self, message: BatchRequest, entries: list[pb.SessionInput]) -> Slices[BatchReply]:
         keys = [entry.key for entry in entries]
-        packed = Packed.of(message.packed) if message.HasField("packed") else None
+        packed = _packed_of(message)
         every_key = keys + packed.keys if packed is not None else keys
         if not all(every_key):
             raise invalid("every session entry needs a non-empty key")
@@ -179,7 +204,9 @@ class BatchProtocol:
                 if not done % SLICE_ITEMS:
                     yield
             if packed is not None:
-                yield from self._apply_packed(response, packed, len(keys))
+                reply = _Reply(response)
+                yield from self._apply_packed(reply, packed)
+                return reply.done()
             return response
         # A key repeats: its first entry applies and every later one ends the session (packed
         # items then go as the entries they stand for, to be held to the same rule).
@@ -245,8 +272,8 @@ class BatchProtocol:
             del sessions[key]
             self.hooks.ended(protocol.counts, None, True)
 
-    def _apply_packed(self, response: pb.ParseBatchResponse, packed: Packed, done: int) -> Slices[None]:
-        """The packed items of a message whose keys are all distinct (after ``done`` entries):
+    def _apply_packed(self, reply: _Reply, packed: Packed) -> Slices[None]:
+        """The packed items of a message whose keys are all distinct (after its entries):
         each exactly as the entry it stands for, with replies that are one plain text delta
         written packed. Sessions on the native core are stepped by it, a slice's items in one
         call (``_core.PackedSteps``: no Python per item); the items it leaves (any other
@@ -258,15 +285,15 @@ class BatchProtocol:
             hi = min(n, lo + SLICE_ITEMS)
             if stepper is None:
                 for at in range(lo, hi):
-                    self._packed_item(response, plain, packed.keys[at], packed.ids_of(at))
+                    self._packed_item(reply.message, plain, packed.keys[at], packed.ids_of(at))
             else:
-                self._packed_native(response, plain, packed, stepper, lo, hi)
+                self._packed_native(reply, plain, packed, stepper, lo, hi)
             if hi < n:
                 yield
-        plain.flush(response)
+        plain.flush(reply.message)
 
     def _packed_native(
-        self, response: pb.ParseBatchResponse, plain: _PlainOutputs, packed: Packed, stepper, lo: int, hi: int
+        self, reply: _Reply, plain: _PlainOutputs, packed: Packed, stepper, lo: int, hi: int
     ) -> None:
         """Items ``lo..hi``: runs stepped natively, each item the core leaves applied in Python."""
         sessions, streaming, max_tokens = self.sessions, State.STREAMING, self.limits.max_tokens_per_session
@@ -274,16 +301,16 @@ class BatchProtocol:
         while at < hi:
             at, why, replies = stepper.step(sessions, at, hi, streaming, max_tokens)
             if replies:
-                plain.flush(response)  # the Python path's packed outputs came first
-                response.MergeFromString(replies)
+                plain.flush(reply.message)  # the Python path's packed outputs came first
+                reply.add(replies)
             if at == hi:
                 return
             key = packed.keys[at]
             if why == _CORE_FAILED:
                 error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
-                self._end_with(response.sessions, key, sessions.get(key), error)
+                self._end_with(reply.message.sessions, key, sessions.get(key), error)
             else:
-                self._packed_item(response, plain, key, packed.ids_of(at))
+                self._packed_item(reply.message, plain, key, packed.ids_of(at))
             at += 1
 
     def _packed_item(
@@ -357,16 +384,38 @@ class BatchProtocol:
             self.hooks.ended(protocol.counts, error, True)
 
 
+def _packed_items(message: BatchRequest) -> int:
+    if isinstance(message, ReadBatch):
+        return 0 if message.packed is None else len(message.packed)
+    return len(message.packed.keys)
+
+
+def _packed_of(message: BatchRequest) -> Packed | None:
+    if isinstance(message, ReadBatch):
+        return None if message.packed is None else Packed.read(message.packed)
+    return Packed.of(message.packed) if message.HasField("packed") else None
+
+
 class Packed:
     """A message's packed items (``PackedSteps``), checked as framing: their keys and, per key,
     its token ids."""
 
-    __slots__ = ("counts", "ids", "keys", "offsets")
+    __slots__ = ("counts", "ids", "keys", "offsets", "stepper")
 
     def __init__(self, keys: list[str], counts: list[int], ids: list[int]) -> None:
         self.keys, self.counts, self.ids = keys, counts, ids
         self.offsets: list[int] | None = None
         """Item ``i``'s ids are ``ids[offsets[i]:offsets[i + 1]]`` (made when first needed)."""
+        self.stepper = None
+        """The items as ``_core.PackedSteps`` when the core read them (then ``counts`` and ``ids``
+        are empty: ``ids_of`` asks the core)."""
+
+    @classmethod
+    def read(cls, stepper) -> Packed:
+        """The items the core read (``ReadBatch.packed``)."""
+        packed = cls(stepper.keys, [], [])
+        packed.stepper = stepper
+        return packed
 
     @classmethod
     def of(cls, packed: pb.PackedSteps) -> Packed:
@@ -380,6 +429,8 @@ class Packed:
 
     def ids_of(self, item: int) -> list[int]:
         """Item ``item``'s token ids."""
+        if self.stepper is not None:
+            return self.stepper.ids_of(item)
         if not self.counts:
             return self.ids[item : item + 1]
         if self.offsets is None:
@@ -392,8 +443,40 @@ class Packed:
 
     def native(self):
         """The items as the native core steps them (``_core.PackedSteps``); None without a core."""
+        if self.stepper is not None:
+            return self.stepper
         stepper = getattr(native._core, "PackedSteps", None)  # None: no core, or one built before it
         return None if stepper is None else stepper(self.keys, self.ids, self.counts)
+
+
+class _Reply:
+    """A reply made of the core's bytes and Python's message, in the items' order: the
+    concatenation of serialized messages is their merge (repeated fields append, ``packed``'s
+    arrays too), so the core's bytes are never parsed into Python and serialized again."""
+
+    __slots__ = ("chunks", "message")
+
+    def __init__(self, message: pb.ParseBatchResponse) -> None:
+        self.message = message
+        """What Python adds next (outputs, statuses, ``_PlainOutputs.flush``)."""
+        self.chunks: list[bytes] = []
+
+    def add(self, data: bytes) -> None:
+        """The core's bytes, after what Python wrote so far."""
+        self.chunks.append(self.message.SerializeToString())
+        self.chunks.append(data)
+        self.message = pb.ParseBatchResponse()
+
+    def done(self) -> BatchReply:
+        if not self.chunks:
+            return self.message
+        self.chunks.append(self.message.SerializeToString())
+        return b"".join(self.chunks)
+
+
+def as_message(reply: BatchReply) -> pb.ParseBatchResponse:
+    """The reply as a message (sans-IO callers, tests; the servicer sends bytes as they are)."""
+    return pb.ParseBatchResponse.FromString(reply) if isinstance(reply, bytes) else reply
 
 
 class _PlainOutputs:

@@ -16,7 +16,10 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from parsetier import native
+from parsetier.batch_protocol import ReadBatch
 from parsetier.status import ProtocolError, invalid
+from parsetier_api.v1 import parsetier_pb2 as pb
 
 
 class Undecodable:
@@ -45,12 +48,47 @@ def tolerant_deserializer(cls: type[Message]) -> Callable[[bytes], Message | Und
     return deserialize
 
 
+def read_batch_request(data: bytes) -> pb.ParseBatchRequest | ReadBatch | Undecodable:
+    """A ``ParseBatch`` message's bytes: read by the native core when it serves (its packed
+    items never become Python values: ``ReadBatch``), else — and whenever the core has any doubt
+    about the bytes — decoded as every other request is (``tolerant_deserializer``), so garbage
+    gets the same ``Undecodable`` and a framing error the same status as before."""
+    if native.engine() == "native":
+        read = getattr(native._core, "read_batch", None)  # None: no core, or one built before it
+        got = read(data) if read is not None else None
+        if got is not None:
+            sessions, packed = got
+            try:
+                entries = pb.ParseBatchRequest.FromString(sessions)
+            except (DecodeError, ValueError, UnicodeDecodeError):
+                pass  # an entry that does not decode: the whole message's error, as always
+            else:
+                return ReadBatch(entries, packed, len(data))
+    return _BATCH_REQUEST(data)
+
+
+_BATCH_REQUEST = tolerant_deserializer(pb.ParseBatchRequest)
+
+
+def passing_serializer(cls: type[Message]) -> Callable[[Message | bytes], bytes]:
+    """``cls.SerializeToString``, except that a reply already serialized (bytes the native core
+    wrote: ``batch_protocol.BatchReply``) goes to the wire as it is."""
+    serialize = cls.SerializeToString
+
+    def serializer(reply: Message | bytes) -> bytes:
+        return reply if type(reply) is bytes else serialize(reply)
+
+    return serializer
+
+
 def add_servicer(
     servicer: object, server: grpc.aio.Server, service: ServiceDescriptor
 ) -> dict[str, grpc.RpcMethodHandler]:
     """Register ``servicer``'s methods for ``service`` (every RPC the descriptor names) with
-    tolerant request deserializers; the generated ``add_…_to_server`` uses raising ones. Returns
-    the handlers by method name."""
+    tolerant request deserializers; the generated ``add_…_to_server`` uses raising ones. The
+    methods the servicer names in ``RAW_REQUESTS`` get their requests' bytes as they came (the
+    servicer reads them, as tolerantly: ``read_batch_request``). Returns the handlers by method
+    name."""
     kinds = {
         (False, False): grpc.unary_unary_rpc_method_handler,
         (False, True): grpc.unary_stream_rpc_method_handler,
@@ -58,14 +96,15 @@ def add_servicer(
         (True, True): grpc.stream_stream_rpc_method_handler,
     }
     handlers = {}
+    raw = getattr(servicer, "RAW_REQUESTS", frozenset())
     for method in service.methods:
         request = message_factory.GetMessageClass(method.input_type)
         response = message_factory.GetMessageClass(method.output_type)
         make = kinds[(method.client_streaming, method.server_streaming)]
         handlers[method.name] = make(
             getattr(servicer, method.name),
-            request_deserializer=tolerant_deserializer(request),
-            response_serializer=response.SerializeToString,
+            request_deserializer=None if method.name in raw else tolerant_deserializer(request),
+            response_serializer=passing_serializer(response),
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)

@@ -59,7 +59,8 @@ class ObservedContext:
 
     async def read(self) -> Any:
         message = await self._context.read()
-        if isinstance(message, Message):  # not EOF, nor bytes that did not decode (``decoding``)
+        if isinstance(message, (Message, bytes)):  # not EOF, nor bytes that did not decode
+            # (``decoding``); bytes: a request the servicer reads itself (``RAW_REQUESTS``)
             self._observer.received(message)
         return message
 

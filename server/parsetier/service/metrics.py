@@ -227,7 +227,7 @@ class _Call:
         self._deltas: Any = None
 
     def received(self, message: Any) -> None:
-        self._request_bytes.observe(message.ByteSize())
+        self._request_bytes.observe(len(message) if type(message) is bytes else message.ByteSize())
         self.read_at = time.perf_counter()
         if self.sessions:
             if not self.opened and message.HasField("open"):
@@ -255,7 +255,7 @@ class _Call:
                 )
             self._reply_seconds.observe(time.perf_counter() - self.read_at)
             self.read_at = 0.0
-        self._response_bytes.observe(message.ByteSize())
+        self._response_bytes.observe(len(message) if type(message) is bytes else message.ByteSize())
         if self.sessions:
             deltas = len(message.deltas)
             if deltas:

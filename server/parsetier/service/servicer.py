@@ -22,7 +22,16 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from parsetier.batch_protocol import BatchHooks, BatchProtocol, NeedModels, Slices, to_the_end
+from parsetier.batch_protocol import (
+    BatchHooks,
+    BatchProtocol,
+    BatchReply,
+    BatchRequest,
+    NeedModels,
+    ReadBatch,
+    Slices,
+    to_the_end,
+)
 from parsetier.models import Model, ModelRegistry, TokenizerState
 from parsetier.protocol import (
     NeedModel,
@@ -36,7 +45,7 @@ from parsetier.protocol import (
 from parsetier.service import metrics
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
-from parsetier.service.decoding import Undecodable
+from parsetier.service.decoding import Undecodable, read_batch_request
 from parsetier.service.errors import grpc_code, status_for
 from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch
@@ -103,11 +112,12 @@ async def _off_loop_if_large(message: Message, work: Callable[..., T], *args: An
     return work(*args)
 
 
-async def _in_slices(message: Message, work: Slices[T]) -> T:
+async def _in_slices(message: BatchRequest, work: Slices[T]) -> T:
     """Sliced protocol work (``BatchProtocol.receiving``) for ``message``: on the event loop,
     which serves the other streams between two slices; in a worker thread, whole, when the message
     is large enough for that (as ``_off_loop_if_large``)."""
-    if message.ByteSize() >= OFF_LOOP_BYTES:
+    size = message.size if isinstance(message, ReadBatch) else message.ByteSize()
+    if size >= OFF_LOOP_BYTES:
         return await asyncio.to_thread(to_the_end, work)
     while True:
         try:
@@ -118,6 +128,10 @@ async def _in_slices(message: Message, work: Slices[T]) -> T:
 
 
 class ParserServicer(pb_grpc.ParserServiceServicer):
+    RAW_REQUESTS = frozenset({"ParseBatch"})
+    """Methods whose requests come as bytes: ``ParseBatch``'s are read by the native core
+    (``decoding.read_batch_request``)."""
+
     def __init__(self, registry: ModelRegistry, limits: Limits) -> None:
         self.registry = registry
         self.limits = limits
@@ -238,13 +252,13 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 if message is grpc.aio.EOF:
                     batch.receive_eof()
                     return
-                request = _decoded(message)
+                request = _decoded(read_batch_request(message))
                 reply = await _in_slices(request, batch.receiving(request))
                 if isinstance(reply, NeedModels):
                     loaded = {name: await self._model_or_error(name) for name in reply.names}
                     self.handoff.check_batch(batch)  # the drain may have begun meanwhile
                     reply = await _in_slices(request, batch.supplying_models(loaded))
-                for part in self.limits.in_parts(reply):
+                for part in self._batch_parts(reply):
                     await _write(context, part)
         except StatusError as exc:
             error = exc
@@ -262,6 +276,15 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 batch.close(ProtocolError(error.code, f"the stream ended: {error.message}"))
         if error is not None:
             await context.abort(grpc_code(error), error.message, trailing_metadata=trailer_for(error.message))
+
+    def _batch_parts(self, reply: BatchReply) -> list[BatchReply]:
+        """The messages that carry a ``ParseBatch`` reply (``Limits.in_parts``); bytes the core
+        wrote go as they are (the method's serializer passes bytes through)."""
+        if not isinstance(reply, bytes):
+            return self.limits.in_parts(reply)
+        if len(reply) <= self.limits.max_reply_bytes:
+            return [reply]
+        return self.limits.in_parts(pb.ParseBatchResponse.FromString(reply))
 
     async def _model_or_error(self, name: str) -> Model | BaseException:
         try:

@@ -19,6 +19,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PySession>()?;
     m.add_class::<ledger::Ledger>()?;
     m.add_class::<batch::PackedSteps>()?;
+    m.add_function(wrap_pyfunction!(batch::read_batch, m)?)?;
     m.add_class::<wire::WireRenderer>()?;
     m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
     m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;

@@ -1,0 +1,148 @@
+"""``ParseBatch`` requests read by the native core (``_core.read_batch``, through
+``decoding.read_batch_request``) are what protobuf decodes from the same bytes: equal entries,
+keys and ids whenever the core reads them, and whenever it declines (garbage, a group, an id
+beyond 32 bits, a key that is no UTF-8, counts that do not frame the ids) the bytes take
+protobuf's path, so the error and its text are the ones the server always gave."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from parsetier import native
+from parsetier.batch_protocol import Packed, ReadBatch
+from parsetier.service.decoding import Undecodable, read_batch_request, tolerant_deserializer
+from parsetier.status import StatusError
+from parsetier_api.v1 import parsetier_pb2 as pb
+
+pytestmark = pytest.mark.skipif(
+    getattr(native._core, "read_batch", None) is None or native.engine() != "native",
+    reason="needs the native core (make native)",
+)
+
+upb = tolerant_deserializer(pb.ParseBatchRequest)
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append(v & 0x7F | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _field(number: int, wire: int, payload: bytes) -> bytes:
+    tag = _varint(number << 3 | wire)
+    return tag + (_varint(len(payload)) + payload if wire == 2 else payload)
+
+
+def _items(packed: Packed) -> list[tuple[str, list[int]]]:
+    return [(key, list(packed.ids_of(i))) for i, key in enumerate(packed.keys)]
+
+
+def _same_as_protobuf(data: bytes) -> str:
+    """Check one request's bytes; which path they took."""
+    read = read_batch_request(data)
+    decoded = upb(data)
+    if isinstance(read, Undecodable):
+        assert isinstance(decoded, Undecodable)
+        assert read.refusal().message == decoded.refusal().message
+        return "undecodable"
+    assert not isinstance(decoded, Undecodable), decoded.error
+    assert list(read.sessions) == list(decoded.sessions)
+    if not isinstance(read, ReadBatch):
+        assert read == decoded
+        return "protobuf"
+    assert read.size == len(data)
+    assert (read.packed is None) == (not decoded.HasField("packed"))
+    if read.packed is not None:
+        assert _items(Packed.read(read.packed)) == _items(Packed.of(decoded.packed))
+    return "core"
+
+
+def _request(rng: random.Random) -> pb.ParseBatchRequest:
+    message = pb.ParseBatchRequest()
+    for i in range(rng.randrange(3)):
+        entry = message.sessions.add(key=f"e{i}")
+        if rng.random() < 0.5:
+            entry.open.model = "qwen3"
+        entry.steps.add().token_ids.extend(rng.randrange(1 << 20) for _ in range(rng.randrange(3)))
+    if rng.random() < 0.8:
+        n = rng.randrange(6)
+        message.packed.keys.extend(rng.choice(["k", "é", "s0-1", "", "🙂x"]) + str(i) for i in range(n))
+        counts = [rng.randrange(3) for _ in range(n)] if rng.random() < 0.5 else []
+        message.packed.token_counts.extend(counts)
+        ids = sum(counts) if counts else n
+        message.packed.token_ids.extend(rng.randrange(1 << 32) for _ in range(ids))
+    return message
+
+
+def test_random_requests_and_their_mutations_read_as_protobuf_decodes_them():
+    rng = random.Random(21)
+    paths: dict[str, int] = {}
+    for _ in range(3000):
+        data = _request(rng).SerializeToString()
+        cases = [data]
+        if data:
+            at = rng.randrange(len(data))
+            cases.append(data[:at])  # truncated
+            flipped = bytearray(data)
+            flipped[at] ^= 1 << rng.randrange(8)
+            cases.append(bytes(flipped))
+            cases.append(
+                data
+                + _field(
+                    rng.choice([3, 7, 1000]),
+                    rng.choice([0, 1, 2, 5]),
+                    b"\x01\x02\x03\x04\x05\x06\x07\x08"[: rng.choice([1, 4, 8])],
+                )
+            )
+        for case in cases:
+            path = _same_as_protobuf(case)
+            paths[path] = paths.get(path, 0) + 1
+    assert paths.get("core", 0) > 3000 and paths.get("undecodable", 0) > 100, paths
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"\xff\xff\xff", id="garbage"),
+        pytest.param(_field(2, 2, _field(1, 2, b"\xff")), id="key not utf-8"),
+        pytest.param(
+            _field(2, 2, _field(1, 2, b"a") + _field(3, 0, _varint(1 << 33))), id="id beyond 32 bits"
+        ),
+        pytest.param(_field(2, 2, _field(1, 2, b"a") + _field(3, 0, _varint(7))), id="an unpacked id"),
+        pytest.param(
+            _field(2, 2, _field(1, 2, b"a"))
+            + _field(2, 2, _field(1, 2, b"b") + _field(3, 2, _varint(5) + _varint(6))),
+            id="packed twice merges",
+        ),
+        pytest.param(
+            _field(2, 2, _field(1, 2, b"a") + _field(2, 2, _varint(2)) + _field(3, 2, _varint(5))),
+            id="counts that do not frame",
+        ),
+        pytest.param(_field(2, 2, _field(1, 2, b"a") + _field(3, 2, b"")), id="too few ids"),
+        pytest.param(_field(2, 0, _varint(3)), id="packed with a varint's wire type"),
+        pytest.param(_field(9, 3, b"") + _field(9, 4, b""), id="a group"),
+        pytest.param(b"\x00\x01", id="field zero"),
+        pytest.param(_field(1, 2, b"\xff\xff"), id="an entry that does not decode"),
+        pytest.param(_field(2, 2, b""), id="empty packed"),
+    ],
+)
+def test_edge_cases_read_as_protobuf_decodes_them(data: bytes):
+    _same_as_protobuf(data)
+
+
+def test_a_framing_error_is_the_protocols_status():
+    from parsetier.batch_protocol import BatchProtocol
+    from parsetier.protocol import Limits
+
+    data = _field(2, 2, _field(1, 2, b"a") + _field(2, 2, _varint(2)) + _field(3, 2, _varint(5)))
+    request = read_batch_request(data)
+    assert not isinstance(request, (ReadBatch, Undecodable))  # the core declined: protobuf's path
+    with pytest.raises(StatusError) as info:
+        BatchProtocol(Limits()).receive(request)
+    assert "the items take 2 token_ids, and 1 came" in info.value.message
