@@ -25,7 +25,7 @@ Batch::~Batch() {
   }
 }
 
-void Batch::Start(std::vector<v1::ParseBatchRequest> replay) {
+void Batch::Start(std::vector<internal::WireMessage> replay) {
   stream_.reset();  // an ended stream goes before its context
   context_ = std::make_unique<grpc::ClientContext>();
   prepare_(*context_);
@@ -36,10 +36,9 @@ void Batch::Start(std::vector<v1::ParseBatchRequest> replay) {
   if (replay.empty()) return;
   std::vector<v1::ParseBatchRequest> wire;
   wire.reserve(replay.size());
-  for (v1::ParseBatchRequest& message : replay) {
-    std::vector<internal::SentEntry> sent;
-    wire.push_back(internal::WireRequest(message, sent));
-    sent_.push_back(std::move(sent));
+  for (internal::WireMessage& message : replay) {  // in their wire form already
+    wire.push_back(std::move(message.request));
+    sent_.push_back(std::move(message.sent));
   }
   replaying_ = std::thread([context = context_.get(), stream = stream_.get(), wire = std::move(wire)] {
     for (const v1::ParseBatchRequest& message : wire) {
@@ -93,10 +92,7 @@ void Batch::Cancel(const std::string& key) {
 
 void Batch::Send() {
   if (closed_) throw Error(grpc::StatusCode::FAILED_PRECONDITION, "parsetier: the batch stream is closed");
-  if (ledger_) {
-    ledger_->Sent(pending_);  // before packing empties pending_
-    if (replaying_.joinable()) replaying_.join();
-  }
+  if (ledger_ && replaying_.joinable()) replaying_.join();
   std::vector<internal::SentEntry> sent;
   v1::ParseBatchRequest message = internal::WireRequest(pending_, sent);
   index_.clear();
@@ -107,6 +103,7 @@ void Batch::Send() {
     write_failed_ = true;
     context_->TryCancel();
   }
+  if (ledger_) ledger_->Sent(std::move(message), sent);  // kept as it went (written or not)
   sent_.push_back(std::move(sent));
   ++in_flight_;
 }

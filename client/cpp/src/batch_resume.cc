@@ -30,9 +30,50 @@ void BatchLedger::Step::Add(const std::string& key, v1::SessionOutput& output) {
   found->second = std::move(output);
 }
 
-void BatchLedger::Sent(const v1::ParseBatchRequest& message) {
+std::vector<BatchLedger::Entry> BatchLedger::Step::Entries() {
+  auto& sessions = *message.mutable_sessions();
+  std::vector<Entry> entries;
+  entries.reserve(packed.empty() ? sessions.size() : packed.size());
+  if (packed.empty()) {
+    for (int i = 0; i < sessions.size(); ++i) entries.push_back({&sessions[i].key(), &sessions[i], i, nullptr, 0});
+    return entries;
+  }
+  const v1::PackedSteps& items = message.packed();
+  const bool ones = items.token_counts_size() == 0;  // WireRequest leaves the counts out when all are 1
+  int plain = 0;
+  int item = 0;
+  int offset = 0;
+  for (bool is_packed : packed) {
+    if (!is_packed) {
+      entries.push_back({&sessions[plain].key(), &sessions[plain], plain, nullptr, 0});
+      ++plain;
+      continue;
+    }
+    const int count = ones ? 1 : static_cast<int>(items.token_counts(item));
+    entries.push_back({&items.keys(item), nullptr, 0, items.token_ids().data() + offset, count});
+    offset += count;
+    ++item;
+  }
+  return entries;
+}
+
+WireMessage BatchLedger::Step::Resent() const {
+  WireMessage wire{message, {}};
+  if (packed.empty()) return wire;
+  wire.sent.reserve(packed.size());
+  int plain = 0;
+  int item = 0;
+  for (bool is_packed : packed) {
+    wire.sent.push_back({is_packed ? message.packed().keys(item++) : message.sessions(plain++).key(), is_packed});
+  }
+  return wire;
+}
+
+void BatchLedger::Sent(v1::ParseBatchRequest&& message, const std::vector<SentEntry>& sent) {
   auto step = std::make_shared<Step>();
-  step->entries.assign(message.sessions().begin(), message.sessions().end());  // a copy: kept until answered
+  step->message = std::move(message);
+  step->packed.reserve(sent.size());
+  for (const SentEntry& entry : sent) step->packed.push_back(entry.packed);
   steps_.push_back(step);
   wire_.push_back({std::move(step), {}});
 }
@@ -53,18 +94,17 @@ grpc::Status BatchLedger::AnsweredStep(const std::shared_ptr<Step>& shared, std:
   Step& step = *shared;
   step.answered = true;
   size_t next = 0;
-  for (size_t i = 0; i < step.entries.size(); ++i) {
-    const v1::SessionInput& entry = step.entries[i];
-    v1::SessionOutput* output = OutputOf(entry.key(), outputs, next);
-    if (entry.has_open() && live_.count(entry.key()) == 0 && Refused(output)) {
+  for (const Entry& entry : step.Entries()) {
+    v1::SessionOutput* output = OutputOf(*entry.key, outputs, next);
+    if (entry.input != nullptr && entry.input->has_open() && live_.count(*entry.key) == 0 && Refused(output)) {
       must_move_ = true;  // refused as draining or overloaded: another server opens it
-      refused_.push_back({entry.key(), true, shared, i});
+      refused_.push_back({*entry.key, true, shared, entry.index});
       ++step.held;
       continue;
     }
     grpc::Status status = Apply(entry, output);
     if (!status.ok()) return status;
-    if (output != nullptr) step.Add(entry.key(), *output);
+    if (output != nullptr) step.Add(*entry.key, *output);
   }
   return grpc::Status::OK;
 }
@@ -80,7 +120,8 @@ grpc::Status BatchLedger::AnsweredReopen(std::vector<Reopened>& items, std::vect
     }
     if (item.refused) {
       --item.step->held;
-      grpc::Status status = Apply(item.step->entries[item.entry], output);
+      v1::SessionInput& input = *item.step->message.mutable_sessions(item.entry);
+      grpc::Status status = Apply({&input.key(), &input, item.entry, nullptr, 0}, output);
       if (!status.ok()) return status;
       if (output != nullptr) item.step->Add(item.key, *output);
     } else if (output != nullptr && !steps_.empty()) {
@@ -93,22 +134,29 @@ grpc::Status BatchLedger::AnsweredReopen(std::vector<Reopened>& items, std::vect
   return grpc::Status::OK;
 }
 
-grpc::Status BatchLedger::Apply(const v1::SessionInput& entry, const v1::SessionOutput* output) {
-  auto found = live_.find(entry.key());
+grpc::Status BatchLedger::Apply(const Entry& entry, const v1::SessionOutput* output) {
+  const std::string& key = *entry.key;
+  v1::SessionInput* input = entry.input;
+  auto found = live_.find(key);
   if (found == live_.end()) {
-    if (!entry.has_open() || entry.cancel() || (output != nullptr && output->has_status())) {
+    if (input == nullptr || !input->has_open() || input->cancel() || (output != nullptr && output->has_status())) {
       return grpc::Status::OK;  // an entry of no session, or an open refused: the server keeps nothing
     }
-    found = live_.emplace(entry.key(), Session{entry.open(), {}, 0, 0}).first;
+    // The step is answered: its open is needed no more where it is.
+    found = live_.emplace(key, Session{std::move(*input->mutable_open()), {}, 0, 0}).first;
   }
   Session& session = found->second;
-  session.answered.Add(entry.steps());
+  if (input != nullptr) {
+    session.answered.Take(*input->mutable_steps());
+  } else {
+    session.answered.AddIds(entry.ids, entry.count);
+  }
   if (output == nullptr) return grpc::Status::OK;
   if (output->sequence() != 0) {
     if (output->sequence() != session.sequence + 1) {
       const std::string order = std::to_string(output->sequence()) + " after " + std::to_string(session.sequence);
       return grpc::Status(grpc::StatusCode::INTERNAL,
-                          "parsetier: session \"" + entry.key() + "\" output " + order + ": a gap or a repeat");
+                          "parsetier: session \"" + key + "\" output " + order + ": a gap or a repeat");
     }
     session.sequence = output->sequence();
     session.digest = output->output_digest();
@@ -127,7 +175,7 @@ std::optional<std::vector<v1::SessionOutput>> BatchLedger::Ready() {
   return outputs;
 }
 
-std::vector<v1::ParseBatchRequest> BatchLedger::Replay() {
+std::vector<WireMessage> BatchLedger::Replay() {
   moving_ = true;
   must_move_ = false;
   for (Message& message : wire_) {  // a re-open not answered yet: its refused opens are still owed
@@ -135,17 +183,18 @@ std::vector<v1::ParseBatchRequest> BatchLedger::Replay() {
       if (item.refused) refused_.push_back(std::move(item));
     }
   }
-  std::vector<v1::ParseBatchRequest> messages(1);
+  std::vector<WireMessage> messages(1);  // the re-open: opens only, nothing packed
+  v1::ParseBatchRequest& reopen = messages[0].request;
   std::vector<Reopened> items;
   for (const auto& [key, session] : live_) {
-    v1::SessionInput& entry = *messages[0].add_sessions();
+    v1::SessionInput& entry = *reopen.add_sessions();
     entry.set_key(key);
     v1::Open& open = *entry.mutable_open() = session.open;
     session.answered.Point(session.sequence, session.digest, *open.mutable_resume());
     items.push_back({key, false, nullptr, 0});
   }
   for (Reopened& item : refused_) {
-    *messages[0].add_sessions() = item.step->entries[item.entry];
+    *reopen.add_sessions() = item.step->message.sessions(item.entry);
     items.push_back(std::move(item));
   }
   refused_.clear();
@@ -157,8 +206,7 @@ std::vector<v1::ParseBatchRequest> BatchLedger::Replay() {
   }
   for (const std::shared_ptr<Step>& step : steps_) {
     if (step->answered) continue;
-    v1::ParseBatchRequest& message = messages.emplace_back();
-    message.mutable_sessions()->Add(step->entries.begin(), step->entries.end());
+    messages.push_back(step->Resent());
     wire_.push_back({step, {}});
   }
   return messages;

@@ -4,7 +4,10 @@
 // reply received: the live sessions, each with its Open, its answered history (one run of ids)
 // and the sequence and digest of its last output, built by applying each answered message's
 // entries as the server did (an open that got no status starts a session; a final or a status
-// ends one). What the server has not answered are whole steps of the caller's, kept as sent.
+// ends one). What the server has not answered are whole steps of the caller's, kept as sent: the
+// very message that went on the wire (packed items included), moved in after its write, read in
+// place when its reply comes (an open moves into its session), re-sent as it was after a break;
+// a step costs the ledger no copy of its entries.
 // After a break, Replay starts a new stream with one message that re-opens every live session
 // with its history, then re-sends the unanswered steps as they were: the new server is where the
 // old one was, so each re-sent step gets the reply it would have had, and the caller receives one
@@ -23,6 +26,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "parsetier/v1/parsetier.pb.h"
+#include "packed.h"
 #include "resume.h"
 
 namespace parsetier::internal {
@@ -32,9 +36,9 @@ class BatchLedger {
   BatchLedger();
   ~BatchLedger();
 
-  // The caller's next step goes out on the current stream with these entries (as queued, before
-  // packing).
-  void Sent(const v1::ParseBatchRequest& step);
+  // The caller's next step went out on the current stream as `message` (WireRequest's, with its
+  // `sent`), kept until answered.
+  void Sent(v1::ParseBatchRequest&& message, const std::vector<SentEntry>& sent);
   // The whole reply to the current stream's oldest unanswered message, its outputs in the order
   // of that message's entries (packed ones as the SessionOutputs they stand for). A session's
   // output whose sequence leaves a gap or repeats is an error (INTERNAL), returned; so is a reply
@@ -42,8 +46,9 @@ class BatchLedger {
   grpc::Status Received(std::vector<v1::SessionOutput>& outputs);
   // The oldest undelivered step's outputs, in the order of its entries, once all have come.
   std::optional<std::vector<v1::SessionOutput>> Ready();
-  // The messages that start a new stream (see above). The current stream is then the new one.
-  std::vector<v1::ParseBatchRequest> Replay();
+  // The messages that start a new stream (see above), in their wire form. The current stream is
+  // then the new one.
+  std::vector<WireMessage> Replay();
 
   // Times the sessions moved to a new stream (counted at its first reply: attempts that failed
   // or whose first reply refused an open are not moves).
@@ -59,21 +64,35 @@ class BatchLedger {
     uint64_t sequence = 0;
     uint32_t digest = 0;
   };
-  // A caller's step whose reply the caller has not received: its entries as sent.
+  // One entry of a step as it was sent: a SessionInput of the message, or a packed item (one
+  // step of plain token ids).
+  struct Entry {
+    const std::string* key;
+    v1::SessionInput* input;  // null for a packed item
+    int index;                // input's index in the message's sessions
+    const uint32_t* ids;      // a packed item's ids
+    int count;
+  };
+  // A caller's step whose reply the caller has not received: the message as it went on the wire.
   struct Step {
-    std::vector<v1::SessionInput> entries;
+    v1::ParseBatchRequest message;
+    std::vector<bool> packed;  // per entry, in order, whether it went packed (empty: none did)
     std::vector<std::string> keys;  // the reply's keys, in the entries' order
     std::unordered_map<std::string, v1::SessionOutput> outputs;
     bool answered = false;  // the server answered it (its outputs are in)
     int held = 0;           // its opens refused with UNAVAILABLE, re-sent and not answered yet
     void Add(const std::string& key, v1::SessionOutput& output);
+    // The entries, in their order, read in place.
+    std::vector<Entry> Entries();
+    // The message again, for a new stream (a copy: the step stays until answered).
+    WireMessage Resent() const;
   };
   // One entry of a re-open message: a live session's re-open, or an open refused earlier.
   struct Reopened {
     std::string key;
     bool refused = false;
     std::shared_ptr<Step> step;  // the refused open's
-    size_t entry = 0;            // its index in step->entries
+    int entry = 0;               // its index in step->message.sessions()
   };
   // A message on the current stream not answered yet: a step, or a re-open.
   struct Message {
@@ -83,8 +102,9 @@ class BatchLedger {
 
   grpc::Status AnsweredStep(const std::shared_ptr<Step>& step, std::vector<v1::SessionOutput>& outputs);
   grpc::Status AnsweredReopen(std::vector<Reopened>& items, std::vector<v1::SessionOutput>& outputs);
-  // Does to the mirror what `entry` did on the server, which answered it with `output` (or null).
-  grpc::Status Apply(const v1::SessionInput& entry, const v1::SessionOutput* output);
+  // Does to the mirror what `entry` did on the server, which answered it with `output` (or null):
+  // an open that starts a session moves into it, text and logprob steps into its history.
+  grpc::Status Apply(const Entry& entry, const v1::SessionOutput* output);
 
   std::map<std::string, Session> live_;  // ordered: a deterministic replay
   std::deque<std::shared_ptr<Step>> steps_;  // not delivered yet, oldest first

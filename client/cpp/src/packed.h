@@ -21,6 +21,13 @@ struct SentEntry {
   bool packed;
 };
 
+// A message as it goes on the wire, and what its reply's order needs (`sent`, as WireRequest
+// gives it).
+struct WireMessage {
+  v1::ParseBatchRequest request;
+  std::vector<SentEntry> sent;
+};
+
 // Whether `entry` is exactly one step of token ids, the entry a packed item stands for: no open,
 // finish, cancel, text, text_tokens or logprobs.
 bool Packable(const v1::SessionInput& entry);

@@ -2,6 +2,7 @@
 #include "resume.h"
 
 #include <random>
+#include <utility>
 
 namespace parsetier::internal {
 
@@ -54,6 +55,17 @@ void History::Add(const google::protobuf::RepeatedPtrField<v1::Step>& steps) {
       AddIds(step.token_ids().data(), step.token_ids_size());
     } else {
       *steps_.Add() = step;
+      run_ = false;
+    }
+  }
+}
+
+void History::Take(google::protobuf::RepeatedPtrField<v1::Step>& steps) {
+  for (v1::Step& step : steps) {
+    if (PlainIds(step)) {
+      AddIds(step.token_ids().data(), step.token_ids_size());
+    } else {
+      *steps_.Add() = std::move(step);
       run_ = false;
     }
   }

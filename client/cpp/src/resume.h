@@ -30,6 +30,8 @@ class History {
  public:
   void AddIds(const uint32_t* ids, size_t size);
   void Add(const google::protobuf::RepeatedPtrField<v1::Step>& steps);
+  // Add, moving the steps that are kept whole (text, logprobs) out of `steps` instead of copying.
+  void Take(google::protobuf::RepeatedPtrField<v1::Step>& steps);
   // The resume point of a session whose last reply had `sequence` and `digest`.
   void Point(uint64_t sequence, uint32_t digest, v1::ResumePoint& point) const;
 

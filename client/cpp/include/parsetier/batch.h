@@ -17,6 +17,7 @@ namespace parsetier {
 
 namespace internal {
 struct SentEntry;
+struct WireMessage;
 class BatchLedger;
 }  // namespace internal
 
@@ -49,8 +50,8 @@ class BatchLedger;
 // that ended with a status of their own are in their step's reply as before and are not resumed.
 // The batch keeps, per live session, its answered token ids (one run, about 4 bytes per token;
 // text and logprob steps whole) and the sequence and digest of its last output, and the steps
-// not answered yet, as sent. With resume off (std::nullopt) it keeps nothing and a break is an
-// Error.
+// not answered yet, as sent (each the very message written, moved in: no copy per step). With
+// resume off (std::nullopt) it keeps nothing and a break is an Error.
 class Batch {
  public:
   ~Batch();
@@ -81,7 +82,7 @@ class Batch {
   v1::SessionInput& Entry(const std::string& key);
   // Opens a new stream. `replay` (a resume's first messages) is written to it by a thread of its
   // own, so that Recv reads the replies meanwhile; Send waits for it, so later steps follow it.
-  void Start(std::vector<v1::ParseBatchRequest> replay);
+  void Start(std::vector<internal::WireMessage> replay);
   // Reads the next whole reply of the current stream into `outputs`, in its entries' order
   // (a reply that does not fit, or parts that do not join, throw Error); false once the stream
   // has ended.
