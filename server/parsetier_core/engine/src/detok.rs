@@ -135,17 +135,40 @@ enum Plan {
 #[derive(Debug)]
 pub struct Vocab {
     plan: Plan,
-    /// Entry of id `i`: `data[offsets[i]..offsets[i + 1]]`; `present[i]` false for a gap.
-    data: Vec<u8>,
-    offsets: Vec<u32>,
-    present: Vec<bool>,
-    added: Vec<bool>,
+    /// One 16-byte entry per id (see [`Entry`]): everything the detokenizer reads about an id
+    /// is on one cache line, so a step's id costs one memory load, not one per table.
+    entries: Vec<Entry>,
+    /// The bytes of entries too long to be held in place.
+    long: Vec<u8>,
     /// The id of the probe token [`Scanner::flush`] steps with (`detokenizer.PROBE`).
     probe: Option<u32>,
-    /// `byte[i]`: id `i` is a byte-fallback token (a `<0xAB>` entry, not an added token, of a
-    /// decoder with a `ByteFallback` step), which the decoder decides only in whole runs
-    /// (`BoundGrammar.byte_ids`). Empty for every other vocabulary.
-    byte: Vec<bool>,
+    /// Some id is a byte-fallback token (see [`Entry::BYTE`]).
+    bytes: bool,
+}
+
+/// An id's vocabulary entry: byte 0 its flags; an entry of at most [`Entry::INLINE_MAX`] bytes
+/// has its length in byte 1 and its bytes from byte 2, a longer one its offset and length in
+/// `Vocab::long` in bytes 4..8 and 8..12. Aligned so it never straddles two cache lines.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(16))]
+struct Entry([u8; 16]);
+
+impl Entry {
+    /// The id has an entry (false: a gap in the id space).
+    const PRESENT: u8 = 1;
+    /// An added token (markers, specials).
+    const ADDED: u8 = 2;
+    /// A byte-fallback token (a `<0xAB>` entry, not an added token, of a decoder with a
+    /// `ByteFallback` step), which the decoder decides only in whole runs
+    /// (`BoundGrammar.byte_ids`).
+    const BYTE: u8 = 4;
+    /// The bytes are in the entry itself.
+    const INLINE: u8 = 8;
+    const INLINE_MAX: usize = 14;
+
+    fn has(&self, flag: u8) -> bool {
+        self.0[0] & flag != 0
+    }
 }
 
 /// The text of the probe token (`detokenizer.PROBE`): plain ASCII every decoder appends as is.
@@ -181,87 +204,106 @@ impl Vocab {
             }
         };
         let table = unicode_to_byte();
-        let mut data = Vec::new();
-        let mut offsets = Vec::with_capacity(tokens.len() + 1);
-        let mut present = Vec::with_capacity(tokens.len());
-        offsets.push(0u32);
-        for token in tokens {
-            present.push(token.is_some());
-            if let Some(token) = token {
-                match plan {
-                    Plan::Bytes => {
-                        let mapped: Option<Vec<u8>> =
-                            token.chars().map(|c| table.get(&c).copied()).collect();
-                        data.extend_from_slice(&mapped.unwrap_or_else(|| token.as_bytes().into()));
-                    }
-                    _ => {
-                        let mut text = token.clone();
-                        for step in &pre {
-                            text = step.apply_one(&text);
-                        }
-                        data.extend_from_slice(text.as_bytes());
-                    }
-                }
-            }
-            let end = u32::try_from(data.len()).map_err(|_| "vocabulary too large")?;
-            offsets.push(end);
-        }
         let mut is_added = vec![false; tokens.len()];
         for &id in added {
             if let Some(slot) = is_added.get_mut(id as usize) {
                 *slot = true;
             }
         }
-        let byte = if fallback {
-            tokens
-                .iter()
-                .zip(&is_added)
-                .map(|(t, &added)| !added && t.as_deref().and_then(byte_piece).is_some())
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let mut long = Vec::new();
+        let mut entries = Vec::with_capacity(tokens.len());
+        let mut bytes = false;
+        let mut text = Vec::new();
+        for (token, &added) in tokens.iter().zip(&is_added) {
+            let mut entry = Entry::default();
+            if let Some(token) = token {
+                text.clear();
+                match plan {
+                    Plan::Bytes => {
+                        let mapped: Option<Vec<u8>> =
+                            token.chars().map(|c| table.get(&c).copied()).collect();
+                        text.extend_from_slice(&mapped.unwrap_or_else(|| token.as_bytes().into()));
+                    }
+                    _ => {
+                        let mut t = token.clone();
+                        for step in &pre {
+                            t = step.apply_one(&t);
+                        }
+                        text.extend_from_slice(t.as_bytes());
+                    }
+                }
+                let mut flags = Entry::PRESENT;
+                if added {
+                    flags |= Entry::ADDED;
+                } else if fallback && byte_piece(token).is_some() {
+                    flags |= Entry::BYTE;
+                    bytes = true;
+                }
+                if text.len() <= Entry::INLINE_MAX {
+                    flags |= Entry::INLINE;
+                    entry.0[1] = text.len() as u8;
+                    entry.0[2..2 + text.len()].copy_from_slice(&text);
+                } else {
+                    let at = u32::try_from(long.len()).map_err(|_| "vocabulary too large")?;
+                    let len = u32::try_from(text.len()).map_err(|_| "vocabulary too large")?;
+                    entry.0[4..8].copy_from_slice(&at.to_le_bytes());
+                    entry.0[8..12].copy_from_slice(&len.to_le_bytes());
+                    long.extend_from_slice(&text);
+                }
+                entry.0[0] = flags;
+            } else if added {
+                entry.0[0] = Entry::ADDED;
+            }
+            entries.push(entry);
+        }
         Ok(Vocab {
             plan,
-            data,
-            offsets,
-            present,
-            added: is_added,
+            entries,
+            long,
             probe,
-            byte,
+            bytes,
         })
     }
 
     /// Ids in the vocabulary's id space (present or not).
     pub fn len(&self) -> usize {
-        self.present.len()
+        self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.present.is_empty()
+        self.entries.is_empty()
+    }
+
+    fn flags(&self, id: u32) -> u8 {
+        self.entries.get(id as usize).map_or(0, |e| e.0[0])
     }
 
     /// Whether `id` is an added token (markers, specials).
     pub fn is_added(&self, id: u32) -> bool {
-        self.added.get(id as usize).copied().unwrap_or(false)
+        self.flags(id) & Entry::ADDED != 0
     }
 
-    /// Whether `id` is a byte-fallback token (see `byte`).
+    /// Whether `id` is a byte-fallback token (see [`Entry::BYTE`]).
     pub fn is_byte(&self, id: u32) -> bool {
-        self.byte.get(id as usize).copied().unwrap_or(false)
+        self.flags(id) & Entry::BYTE != 0
     }
 
     /// Whether the vocabulary has byte-fallback tokens at all.
     pub fn has_bytes(&self) -> bool {
-        !self.byte.is_empty()
+        self.bytes
     }
 
     fn entry(&self, id: u32) -> Option<&[u8]> {
-        let i = id as usize;
-        if !*self.present.get(i)? {
-            return None;
+        let e = self.entries.get(id as usize)?;
+        if e.has(Entry::INLINE) {
+            Some(&e.0[2..2 + e.0[1] as usize])
+        } else if e.has(Entry::PRESENT) {
+            let at = u32::from_le_bytes([e.0[4], e.0[5], e.0[6], e.0[7]]) as usize;
+            let len = u32::from_le_bytes([e.0[8], e.0[9], e.0[10], e.0[11]]) as usize;
+            Some(&self.long[at..at + len])
+        } else {
+            None
         }
-        Some(&self.data[self.offsets[i] as usize..self.offsets[i + 1] as usize])
     }
 
     fn text(&self, id: u32) -> Option<&str> {
@@ -290,6 +332,25 @@ impl Vocab {
                 false
             }
         }
+    }
+
+    /// A `Bytes` plan's window appended to `out` when its bytes are valid UTF-8 (true); else
+    /// `out` is left as it was (false). No copy through a buffer of its own.
+    fn append_valid(&self, ids: &[u32], out: &mut String) -> bool {
+        let start = out.len();
+        // SAFETY: bytes are appended, then either checked to be valid UTF-8 or cut off again
+        // (back to `start`, the end of what was valid before), before `out` is used as a str.
+        let buf = unsafe { out.as_mut_vec() };
+        for &id in ids {
+            if let Some(e) = self.entry(id) {
+                buf.extend_from_slice(e);
+            }
+        }
+        if std::str::from_utf8(&buf[start..]).is_ok() {
+            return true;
+        }
+        buf.truncate(start);
+        false
     }
 
     /// `decode`, and whether `out` is exactly the entries' bytes (a `Bytes` plan's valid window;
@@ -408,8 +469,9 @@ pub struct DecodeStream {
     prefix: String,
     prefix_index: usize,
     scratch: String,
-    /// `prefix` is exactly the bytes of `ids[..prefix_index]` (a `Bytes` plan's window that was
-    /// valid UTF-8): `step` then decodes only the ids after it (see `step`).
+    /// The text of `ids[..prefix_index]` was exactly their bytes (a `Bytes` plan's window that
+    /// was valid UTF-8): `step` then decodes only the ids after it (see `step`), and `prefix`
+    /// only says that there is one (its text is that of an earlier window: never read again).
     exact_prefix: bool,
 }
 
@@ -442,16 +504,28 @@ impl DecodeStream {
             // The window's bytes start with the prefix's, valid UTF-8 that ends a character:
             // their lossy decoding is the prefix followed by the lossy decoding of the rest. So
             // the window need not be decoded whole, nor the new prefix again: the same text,
-            // the same decisions, a `Bytes` vocabulary's steady state.
+            // the same decisions, a `Bytes` vocabulary's steady state. While the prefix stays
+            // exact its text is never read again (only that there is one), so a valid rest is
+            // written straight to `out` and not kept.
             self.ids.extend_from_slice(new);
-            let exact = vocab.bytes_into(&self.ids[self.prefix_index..], &mut self.scratch);
+            let start = out.len();
+            if vocab.append_valid(&self.ids[self.prefix_index..], out) {
+                if out.len() > start && !out.ends_with(REPLACEMENT) {
+                    self.ids.drain(..self.prefix_index);
+                    self.prefix_index = self.ids.len();
+                } else {
+                    out.truncate(start);
+                }
+                return Ok(());
+            }
+            vocab.bytes_into(&self.ids[self.prefix_index..], &mut self.scratch);
             let rest = &self.scratch;
             if !rest.is_empty() && !rest.ends_with(REPLACEMENT) {
                 out.push_str(rest);
                 self.ids.drain(..self.prefix_index);
                 self.prefix_index = self.ids.len();
                 std::mem::swap(&mut self.prefix, &mut self.scratch);
-                self.exact_prefix = exact;
+                self.exact_prefix = false;
             }
             return Ok(());
         }
@@ -473,26 +547,52 @@ impl DecodeStream {
 }
 
 /// Marker ids of one bound grammar: id → (the token's text, its sentinel; "" for a special the
-/// format does not use). `BoundGrammar.mark_of_id`.
+/// format does not use). `BoundGrammar.mark_of_id`. Every id of a step is asked whether it is a
+/// marker: the answer for an id outside the markers' range (most text ids: markers are added
+/// tokens, numbered after the vocabulary) costs two comparisons, inside it one bit.
 #[derive(Debug, Default)]
 pub struct Marks {
     by_id: HashMap<u32, (String, String)>,
+    /// The smallest marker id, and one bit per id from it to the largest.
+    low: u32,
+    bits: Vec<u64>,
 }
 
 impl Marks {
     pub fn new(marks: impl IntoIterator<Item = (u32, String, String)>) -> Marks {
-        Marks {
-            by_id: marks.into_iter().map(|(id, t, s)| (id, (t, s))).collect(),
+        let by_id: HashMap<u32, (String, String)> =
+            marks.into_iter().map(|(id, t, s)| (id, (t, s))).collect();
+        let low = by_id.keys().copied().min().unwrap_or(0);
+        let high = by_id.keys().copied().max().unwrap_or(0);
+        let mut bits = if by_id.is_empty() {
+            Vec::new()
+        } else {
+            vec![0u64; ((high - low) as usize) / 64 + 1]
+        };
+        for &id in by_id.keys() {
+            let at = (id - low) as usize;
+            bits[at / 64] |= 1 << (at % 64);
         }
+        Marks { by_id, low, bits }
     }
 
     /// Whether `id` is a marker (bound or dropped): `BoundGrammar.marker_ids`.
     pub fn contains(&self, id: u32) -> bool {
-        self.by_id.contains_key(&id)
+        let Some(at) = id.checked_sub(self.low) else {
+            return false;
+        };
+        let at = at as usize;
+        self.bits
+            .get(at / 64)
+            .is_some_and(|word| word & (1 << (at % 64)) != 0)
     }
 
     pub fn get(&self, id: u32) -> Option<&(String, String)> {
-        self.by_id.get(&id)
+        if self.contains(id) {
+            self.by_id.get(&id)
+        } else {
+            None
+        }
     }
 
     pub fn is_empty(&self) -> bool {
