@@ -1,12 +1,13 @@
 //! `_core.WireRenderer`: a streamed session's wire dialect rendered natively
-//! (`parsetier_engine::wire`), the `Renderer` of `parsetier/dialects/` for native sessions.
+//! (`parsetier_engine::wire`), the `Renderer` of `parsetier/dialects/` for native sessions: it
+//! drives the dialect's `WireDialect`.
 //!
 //! On the per-token path the step's bytes come from the session's own step output, kept in Rust
 //! (`PySession::take_keeping`): no Python value is read. Any other deltas (an annotated step with
 //! logprobs or token ids, joined pieces, the finish) are read from their Python values.
 
 use parsetier_engine::events::StepOut;
-use parsetier_engine::wire::{Call, Finish, Logprob, Renderer, Request, WireDelta};
+use parsetier_engine::wire::{self, Call, Finish, Logprob, Request, WireDelta, WireDialect};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PySequence, PyString};
@@ -43,7 +44,7 @@ impl PySession {
 
 #[pyclass(name = "WireRenderer", module = "parsetier._core")]
 pub struct WireRenderer {
-    renderer: Renderer,
+    renderer: Box<dyn WireDialect>,
     /// The native session whose per-token steps this renderer reads directly.
     session: Option<Py<PySession>>,
     out: String,
@@ -153,7 +154,7 @@ impl WireRenderer {
             prompt_tokens,
             choice_index,
         };
-        let renderer = Renderer::new(dialect, request)
+        let renderer = wire::renderer(dialect, request)
             .ok_or_else(|| PyValueError::new_err(format!("no native renderer for {dialect}")))?;
         if let Some(session) = &session {
             session.borrow_mut().keep_steps = true;

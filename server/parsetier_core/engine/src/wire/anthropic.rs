@@ -1,6 +1,6 @@
 //! Anthropic Messages, streamed (`dialects/anthropic_messages.py`'s `MessagesRenderer`).
 
-use super::{api_call_id, push_event, push_string, Finish, Request, WireDelta};
+use super::{api_call_id, push_event, push_string, Finish, Request, WireDelta, WireDialect};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -27,45 +27,6 @@ impl Anthropic {
             open: None,
             text_head: String::new(),
             started: false,
-        }
-    }
-
-    pub fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
-        if !self.started {
-            self.started = true;
-            push_event(out, "message_start", |out| {
-                out.push_str("{\"type\":\"message_start\",\"message\":{\"id\":");
-                push_string(out, &self.request.response_id);
-                out.push_str(",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
-                push_string(out, &self.request.model);
-                out.push_str(
-                    ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":",
-                );
-                out.push_str(&self.request.prompt_tokens.to_string());
-                out.push_str(",\"output_tokens\":0}}}");
-            });
-        }
-        for delta in deltas {
-            if !delta.reasoning.is_empty() {
-                self.text(Kind::Thinking, delta.reasoning, out);
-            }
-            if !delta.content.is_empty() {
-                self.text(Kind::Text, delta.content, out);
-            }
-            for call in delta.calls {
-                if let Some(id) = call.id {
-                    self.close(out);
-                    let mut start = String::from("{\"type\":\"tool_use\",\"id\":");
-                    push_string(&mut start, &api_call_id(id, "toolu_"));
-                    start.push_str(",\"name\":");
-                    push_string(&mut start, call.name);
-                    start.push_str(",\"input\":{}}");
-                    self.begin(Kind::ToolUse, &start, out);
-                }
-                if !call.arguments.is_empty() && self.open == Some(Kind::ToolUse) {
-                    self.delta(call.arguments, out);
-                }
-            }
         }
     }
 
@@ -118,15 +79,49 @@ impl Anthropic {
             });
         }
     }
+}
 
-    pub fn finish(
-        &mut self,
-        deltas: &[WireDelta<'_>],
-        finish: &Finish<'_>,
-        last: &mut String,
-        closing: &mut String,
-    ) {
-        self.step(deltas, last);
+impl WireDialect for Anthropic {
+    fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
+        if !self.started {
+            self.started = true;
+            push_event(out, "message_start", |out| {
+                out.push_str("{\"type\":\"message_start\",\"message\":{\"id\":");
+                push_string(out, &self.request.response_id);
+                out.push_str(",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+                push_string(out, &self.request.model);
+                out.push_str(
+                    ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":",
+                );
+                out.push_str(&self.request.prompt_tokens.to_string());
+                out.push_str(",\"output_tokens\":0}}}");
+            });
+        }
+        for delta in deltas {
+            if !delta.reasoning.is_empty() {
+                self.text(Kind::Thinking, delta.reasoning, out);
+            }
+            if !delta.content.is_empty() {
+                self.text(Kind::Text, delta.content, out);
+            }
+            for call in delta.calls {
+                if let Some(id) = call.id {
+                    self.close(out);
+                    let mut start = String::from("{\"type\":\"tool_use\",\"id\":");
+                    push_string(&mut start, &api_call_id(id, "toolu_"));
+                    start.push_str(",\"name\":");
+                    push_string(&mut start, call.name);
+                    start.push_str(",\"input\":{}}");
+                    self.begin(Kind::ToolUse, &start, out);
+                }
+                if !call.arguments.is_empty() && self.open == Some(Kind::ToolUse) {
+                    self.delta(call.arguments, out);
+                }
+            }
+        }
+    }
+
+    fn end(&mut self, finish: &Finish<'_>, last: &mut String, closing: &mut String) {
         self.close(last);
         let mut reason = match finish.finish_reason {
             "tool_calls" => "tool_use",

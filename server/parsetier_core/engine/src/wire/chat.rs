@@ -2,6 +2,7 @@
 
 use super::{
     api_call_id, push_ids, push_list, push_string, push_usage_openai, Finish, Request, WireDelta,
+    WireDialect,
 };
 
 const PLAIN_TAIL: &str = "},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
@@ -28,13 +29,6 @@ impl Chat {
             request,
             head,
             role_sent: false,
-        }
-    }
-
-    pub fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
-        self.role(out);
-        for delta in deltas {
-            self.chunk(delta, out);
         }
     }
 
@@ -121,15 +115,17 @@ impl Chat {
         }
         out.push_str("}]}\n\n");
     }
+}
 
-    pub fn finish(
-        &mut self,
-        deltas: &[WireDelta<'_>],
-        finish: &Finish<'_>,
-        last: &mut String,
-        closing: &mut String,
-    ) {
-        self.step(deltas, last);
+impl WireDialect for Chat {
+    fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
+        self.role(out);
+        for delta in deltas {
+            self.chunk(delta, out);
+        }
+    }
+
+    fn end(&mut self, finish: &Finish<'_>, last: &mut String, closing: &mut String) {
         last.push_str(&self.head);
         last.push_str("\"delta\":{},\"logprobs\":null,\"finish_reason\":");
         push_string(last, finish.finish_reason);

@@ -66,35 +66,32 @@ pub struct Finish<'a> {
     pub stop_string: Option<&'a str>,
 }
 
-/// A streamed session's renderer, one per dialect rendered natively.
-pub enum Renderer {
-    Chat(chat::Chat),
-    Anthropic(anthropic::Anthropic),
-    Responses(responses::Responses),
-}
-
-impl Renderer {
-    /// The renderer of a dialect (`Open.wire`'s name); None for one rendered in Python only.
-    pub fn new(dialect: &str, request: Request) -> Option<Renderer> {
-        Some(match dialect {
-            "openai_chat" => Renderer::Chat(chat::Chat::new(request)),
-            "anthropic_messages" => Renderer::Anthropic(anthropic::Anthropic::new(request)),
-            "openai_responses" => Renderer::Responses(responses::Responses::new(request)),
-            _ => return None,
-        })
-    }
-
+/// A streamed wire dialect (`Renderer` of `parsetier/dialects/`): each dialect renders one
+/// reply's deltas (`step`) and the events that end its stream (`end`); feeding a native step and
+/// the whole `finish` are the same for every dialect, so they are written once, here.
+pub trait WireDialect: Send + Sync {
     /// `Renderer.step`: the bytes of one reply's deltas, appended to `out`.
-    pub fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
-        match self {
-            Renderer::Chat(r) => r.step(deltas, out),
-            Renderer::Anthropic(r) => r.step(deltas, out),
-            Renderer::Responses(r) => r.step(deltas, out),
-        }
+    fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String);
+
+    /// The events after the last deltas: the finish events in `last`, the closing bytes
+    /// (`Final.wire`) in `closing`.
+    fn end(&mut self, finish: &Finish<'_>, last: &mut String, closing: &mut String);
+
+    /// `Renderer.finish` (streamed): the last deltas' bytes and the finish events in `last`, the
+    /// closing bytes in `closing`.
+    fn finish(
+        &mut self,
+        deltas: &[WireDelta<'_>],
+        finish: &Finish<'_>,
+        last: &mut String,
+        closing: &mut String,
+    ) {
+        self.step(deltas, last);
+        self.end(finish, last, closing);
     }
 
     /// `step` over a native step's deltas (one kind each), without building Python values.
-    pub fn step_native(&mut self, step: &StepOut, out: &mut String) {
+    fn step_native(&mut self, step: &StepOut, out: &mut String) {
         if let [d] = step.deltas.as_slice() {
             let call = native_call(step, d);
             let delta = native_delta(step, d, &call);
@@ -110,22 +107,16 @@ impl Renderer {
             .collect();
         self.step(&deltas, out);
     }
+}
 
-    /// `Renderer.finish` (streamed): the last deltas' bytes and the finish events in `last`, the
-    /// closing bytes (`Final.wire`) in `closing`.
-    pub fn finish(
-        &mut self,
-        deltas: &[WireDelta<'_>],
-        finish: &Finish<'_>,
-        last: &mut String,
-        closing: &mut String,
-    ) {
-        match self {
-            Renderer::Chat(r) => r.finish(deltas, finish, last, closing),
-            Renderer::Anthropic(r) => r.finish(deltas, finish, last, closing),
-            Renderer::Responses(r) => r.finish(deltas, finish, last, closing),
-        }
-    }
+/// The renderer of a dialect (`Open.wire`'s name); None for one rendered in Python only.
+pub fn renderer(dialect: &str, request: Request) -> Option<Box<dyn WireDialect>> {
+    Some(match dialect {
+        "openai_chat" => Box::new(chat::Chat::new(request)),
+        "anthropic_messages" => Box::new(anthropic::Anthropic::new(request)),
+        "openai_responses" => Box::new(responses::Responses::new(request)),
+        _ => return None,
+    })
 }
 
 /// A native delta's `ToolCallDelta` (unused for a text delta).

@@ -2,7 +2,7 @@
 
 use super::{
     api_call_id, item_id, json_string, push_event, push_list, push_string, push_u64, Finish,
-    Logprob, Request, WireDelta,
+    Logprob, Request, WireDelta, WireDialect,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -232,60 +232,6 @@ impl Responses {
         ));
     }
 
-    pub fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
-        if !self.started {
-            self.started = true;
-            for name in ["response.created", "response.in_progress"] {
-                self.event(name, out, |r, out| {
-                    out.push_str("\"response\":");
-                    r.push_response("in_progress", None, out);
-                });
-            }
-        }
-        for delta in deltas {
-            if !delta.reasoning.is_empty() {
-                self.pending.clear();
-                self.ensure(Kind::Reasoning, out);
-                self.items
-                    .last_mut()
-                    .expect("open")
-                    .text
-                    .push_str(delta.reasoning);
-                self.delta(delta.reasoning, "", out);
-            }
-            if !delta.logprobs.is_empty() {
-                self.pending.extend_from_slice(delta.logprobs);
-            }
-            if !delta.content.is_empty() {
-                self.ensure(Kind::Message, out);
-                self.text(delta.content, out);
-            }
-            for call in delta.calls {
-                self.pending.clear();
-                if let Some(id) = call.id {
-                    self.close(out, "completed");
-                    let index = self.items.len();
-                    let mut item = Item::new(
-                        Kind::FunctionCall,
-                        item_id("fc_", &self.request.response_id, index),
-                        index,
-                    );
-                    item.call_id = api_call_id(id, "call_");
-                    item.name = call.name.to_string();
-                    self.add(item, out);
-                }
-                if !call.arguments.is_empty() && self.open_kind() == Some(Kind::FunctionCall) {
-                    self.items
-                        .last_mut()
-                        .expect("open")
-                        .text
-                        .push_str(call.arguments);
-                    self.delta(call.arguments, "", out);
-                }
-            }
-        }
-    }
-
     /// More output text for the open message item, with the pending logprobs.
     fn text(&mut self, text: &str, out: &mut String) {
         let item = self.items.last_mut().expect("open");
@@ -394,15 +340,64 @@ impl Responses {
             item.push_body(status, out);
         });
     }
+}
 
-    pub fn finish(
-        &mut self,
-        deltas: &[WireDelta<'_>],
-        finish: &Finish<'_>,
-        last: &mut String,
-        closing: &mut String,
-    ) {
-        self.step(deltas, last);
+impl WireDialect for Responses {
+    fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
+        if !self.started {
+            self.started = true;
+            for name in ["response.created", "response.in_progress"] {
+                self.event(name, out, |r, out| {
+                    out.push_str("\"response\":");
+                    r.push_response("in_progress", None, out);
+                });
+            }
+        }
+        for delta in deltas {
+            if !delta.reasoning.is_empty() {
+                self.pending.clear();
+                self.ensure(Kind::Reasoning, out);
+                self.items
+                    .last_mut()
+                    .expect("open")
+                    .text
+                    .push_str(delta.reasoning);
+                self.delta(delta.reasoning, "", out);
+            }
+            if !delta.logprobs.is_empty() {
+                self.pending.extend_from_slice(delta.logprobs);
+            }
+            if !delta.content.is_empty() {
+                self.ensure(Kind::Message, out);
+                self.text(delta.content, out);
+            }
+            for call in delta.calls {
+                self.pending.clear();
+                if let Some(id) = call.id {
+                    self.close(out, "completed");
+                    let index = self.items.len();
+                    let mut item = Item::new(
+                        Kind::FunctionCall,
+                        item_id("fc_", &self.request.response_id, index),
+                        index,
+                    );
+                    item.call_id = api_call_id(id, "call_");
+                    item.name = call.name.to_string();
+                    self.add(item, out);
+                }
+                if !call.arguments.is_empty() && self.open_kind() == Some(Kind::FunctionCall) {
+                    self.items
+                        .last_mut()
+                        .expect("open")
+                        .text
+                        .push_str(call.arguments);
+                    self.delta(call.arguments, "", out);
+                }
+            }
+        }
+    }
+
+    fn end(&mut self, finish: &Finish<'_>, last: &mut String, closing: &mut String) {
         let status = match finish.finish_reason {
             "length" => "incomplete",
             "abort" => "cancelled",
