@@ -22,25 +22,22 @@ pub fn json_scalar(token: &str) -> bool {
         return true;
     }
     let b = token.as_bytes();
-    let mut i = 0;
-    if b.first() == Some(&b'-') {
-        i += 1;
-    }
-    match b.get(i) {
-        Some(b'0') => i += 1,
-        Some(b'1'..=b'9') => {
-            while matches!(b.get(i), Some(b'0'..=b'9')) {
-                i += 1;
-            }
-        }
-        _ => return false,
-    }
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        let s = i;
+    // the end of the digits from `i` on
+    let digits = |mut i: usize| {
         while matches!(b.get(i), Some(b'0'..=b'9')) {
             i += 1;
         }
+        i
+    };
+    let mut i = usize::from(b.first() == Some(&b'-'));
+    match b.get(i) {
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => i = digits(i),
+        _ => return false,
+    }
+    if b.get(i) == Some(&b'.') {
+        let s = i + 1;
+        i = digits(s);
         if i == s {
             return false;
         }
@@ -51,9 +48,7 @@ pub fn json_scalar(token: &str) -> bool {
             i += 1;
         }
         let s = i;
-        while matches!(b.get(i), Some(b'0'..=b'9')) {
-            i += 1;
-        }
+        i = digits(s);
         if i == s {
             return false;
         }
@@ -108,13 +103,18 @@ fn radix_to_decimal(digits: &str, radix: u32) -> Option<String> {
     (s.len() <= MAX_NUMBER_DIGITS).then_some(s)
 }
 
-/// `int(token, 0)` as decimal text.
-fn py_int(token: &str) -> Option<String> {
-    let (neg, body) = match token.as_bytes().first() {
+/// A number's sign and the rest: (negative, body).
+fn split_sign(token: &str) -> (bool, &str) {
+    match token.as_bytes().first() {
         Some(b'-') => (true, &token[1..]),
         Some(b'+') => (false, &token[1..]),
         _ => (false, token),
-    };
+    }
+}
+
+/// `int(token, 0)` as decimal text.
+fn py_int(token: &str) -> Option<String> {
+    let (neg, body) = split_sign(token);
     let lower = body.to_ascii_lowercase();
     let (radix, digits) = if let Some(r) = lower.strip_prefix("0x") {
         (16, r)
@@ -151,11 +151,7 @@ fn py_int(token: &str) -> Option<String> {
 
 /// `float(token)` (finite only).
 fn py_float(token: &str) -> Option<f64> {
-    let (sign, body) = match token.as_bytes().first() {
-        Some(b'-') => (-1.0, &token[1..]),
-        Some(b'+') => (1.0, &token[1..]),
-        _ => (1.0, token),
-    };
+    let (neg, body) = split_sign(token);
     let lower = body.to_ascii_lowercase();
     if matches!(lower.as_str(), "inf" | "infinity" | "nan") {
         return None;
@@ -200,7 +196,7 @@ fn py_float(token: &str) -> Option<f64> {
         return None;
     }
     let v: f64 = clean.parse().ok()?;
-    let v = sign * v;
+    let v = if neg { -v } else { v };
     v.is_finite().then_some(v)
 }
 
@@ -219,6 +215,32 @@ pub fn py_scalar(token: &str, json_literals: bool) -> Option<String> {
         return Some(i);
     }
     py_float(token).map(float_repr)
+}
+
+/// The character a one-letter escape of a Python string stands for (`\\n`, `\\'`...); None for
+/// a letter that is no escape (Python keeps its backslash). Line continuations, octal and hex
+/// escapes are each reader's own.
+fn simple_escape(c: char) -> Option<char> {
+    Some(match c {
+        'n' => '\n',
+        't' => '\t',
+        'r' => '\r',
+        'b' => '\u{8}',
+        'f' => '\u{c}',
+        'v' => '\u{b}',
+        'a' => '\u{7}',
+        '\\' | '\'' | '"' => c,
+        _ => return None,
+    })
+}
+
+/// How many hex digits a `\\x`, `\\u` or `\\U` escape has.
+fn hex_digits(kind: char) -> usize {
+    match kind {
+        'x' => 2,
+        'u' => 4,
+        _ => 8,
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -366,12 +388,7 @@ impl PythonCallsReader {
                     self.bracketed = true;
                     return true;
                 }
-                if !ident_start(c) {
-                    return self.fail();
-                }
-                self.phase = Phase::Name;
-                self.name.clear();
-                false
+                self.start_word(c, Phase::Name)
             }
             Phase::Paren => {
                 if c != '(' {
@@ -386,22 +403,14 @@ impl PythonCallsReader {
                     self.close_call(sink);
                     return true;
                 }
-                if !ident_start(c) {
-                    return self.fail();
-                }
-                self.phase = Phase::Key;
-                self.token.clear();
-                false
+                self.start_word(c, Phase::Key)
             }
             Phase::Eq => {
                 if c != '=' {
                     return self.fail();
                 }
                 if self.kwargs == 0 {
-                    self.calls.calls += 1;
-                    let name = std::mem::take(&mut self.name);
-                    sink.begin(&name);
-                    self.name = name;
+                    self.begin_call(sink);
                 }
                 self.out.push_str(if self.kwargs == 0 { "{" } else { ", " });
                 push_json_string(&mut self.out, &self.token);
@@ -443,12 +452,31 @@ impl PythonCallsReader {
         }
     }
 
+    /// An identifier (the call's name in `Phase::Name`, a keyword in `Phase::Key`) starts at `c`.
+    fn start_word(&mut self, c: char, phase: Phase) -> bool {
+        if !ident_start(c) {
+            return self.fail();
+        }
+        self.phase = phase;
+        if phase == Phase::Name {
+            self.name.clear();
+        } else {
+            self.token.clear();
+        }
+        false
+    }
+
+    /// The call is known once its name is read and its first keyword or `)` comes.
+    fn begin_call(&mut self, sink: &mut dyn Sink) {
+        self.calls.calls += 1;
+        let name = std::mem::take(&mut self.name);
+        sink.begin(&name);
+        self.name = name;
+    }
+
     fn close_call(&mut self, sink: &mut dyn Sink) {
         if self.kwargs == 0 {
-            self.calls.calls += 1;
-            let name = std::mem::take(&mut self.name);
-            sink.begin(&name);
-            self.name = name;
+            self.begin_call(sink);
             self.out.push_str("{}");
         } else {
             self.out.push('}');
@@ -463,10 +491,7 @@ impl PythonCallsReader {
             if !(py_isspace(c) || ",:)]}".contains(c)) {
                 if (c == '\'' || c == '"') && matches!(self.token.as_str(), "r" | "R" | "u" | "U") {
                     self.token.clear();
-                    self.phase = Phase::QOpen;
-                    self.quote = c;
-                    self.quotes = 1;
-                    return true;
+                    return self.quote(c);
                 }
                 if self.token.len() >= TOKEN_LIMIT && self.token.chars().count() >= TOKEN_LIMIT {
                     return self.fail();
@@ -485,10 +510,7 @@ impl PythonCallsReader {
                 if !self.item() {
                     return self.fail();
                 }
-                self.phase = Phase::QOpen;
-                self.quote = c;
-                self.quotes = 1;
-                true
+                self.quote(c)
             }
             '[' | '{' | '(' => {
                 if top == Some(Frame::DictKey) || self.stack.len() >= MAX_DEPTH || !self.item() {
@@ -601,6 +623,14 @@ impl PythonCallsReader {
         false
     }
 
+    /// A string's first quote: how many follow decides a triple-quoted one (`quote_open`).
+    fn quote(&mut self, c: char) -> bool {
+        self.phase = Phase::QOpen;
+        self.quote = c;
+        self.quotes = 1;
+        true
+    }
+
     fn quote_open(&mut self, c: char) -> bool {
         if c == self.quote {
             self.quotes += 1;
@@ -676,18 +706,11 @@ impl PythonCallsReader {
                 return;
             }
             self.esc.clear();
-            match c {
-                'n' => chunk.push('\n'),
-                't' => chunk.push('\t'),
-                'r' => chunk.push('\r'),
-                'b' => chunk.push('\u{8}'),
-                'f' => chunk.push('\u{c}'),
-                'v' => chunk.push('\u{b}'),
-                'a' => chunk.push('\u{7}'),
-                '0' => chunk.push('\0'),
-                '\\' | '\'' | '"' => chunk.push(c),
-                '\n' => {}
-                _ => {
+            match (c, simple_escape(c)) {
+                ('\n', _) => {}
+                ('0', _) => chunk.push('\0'),
+                (_, Some(ch)) => chunk.push(ch),
+                (_, None) => {
                     chunk.push('\\');
                     chunk.push(c);
                 }
@@ -702,11 +725,7 @@ impl PythonCallsReader {
             return;
         }
         self.esc.push(c);
-        let want = match self.esc.as_bytes()[0] {
-            b'x' => 2,
-            b'u' => 4,
-            _ => 8,
-        };
+        let want = hex_digits(char::from(self.esc.as_bytes()[0]));
         if self.esc.len() - 1 < want {
             return;
         }
@@ -815,6 +834,17 @@ enum Lv {
     Opaque,
 }
 
+impl Lv {
+    /// A container's value, or Opaque when any part of it was.
+    fn of(v: Value, opaque: bool) -> Lv {
+        if opaque {
+            Lv::Opaque
+        } else {
+            Lv::V(v)
+        }
+    }
+}
+
 struct Lit<'a> {
     s: &'a str,
     i: usize,
@@ -839,6 +869,16 @@ impl Lit<'_> {
 
     fn peek(&self) -> Option<u8> {
         self.s.as_bytes().get(self.i).copied()
+    }
+
+    /// After white space, `close` ends the container: taken if so.
+    fn closes(&mut self, close: u8) -> bool {
+        self.ws();
+        let closed = self.peek() == Some(close);
+        if closed {
+            self.i += 1;
+        }
+        closed
     }
 
     fn expr(&mut self) -> Option<Lv> {
@@ -870,9 +910,7 @@ impl Lit<'_> {
                 let mut opaque = false;
                 let mut commas = 0;
                 loop {
-                    self.ws();
-                    if self.peek() == Some(close) {
-                        self.i += 1;
+                    if self.closes(close) {
                         break;
                     }
                     match self.expr()? {
@@ -900,17 +938,11 @@ impl Lit<'_> {
                         _ => return None,
                     }
                 }
-                Some(if opaque {
-                    Lv::Opaque
-                } else {
-                    Lv::V(Value::List(items))
-                })
+                Some(Lv::of(Value::List(items), opaque))
             }
             b'{' => {
                 self.i += 1;
-                self.ws();
-                if self.peek() == Some(b'}') {
-                    self.i += 1;
+                if self.closes(b'}') {
                     return Some(Lv::V(Value::Dict(Vec::new())));
                 }
                 let first = self.expr()?;
@@ -921,9 +953,7 @@ impl Lit<'_> {
                         match self.peek() {
                             Some(b',') => {
                                 self.i += 1;
-                                self.ws();
-                                if self.peek() == Some(b'}') {
-                                    self.i += 1;
+                                if self.closes(b'}') {
                                     return Some(Lv::Opaque);
                                 }
                                 self.expr()?;
@@ -968,9 +998,7 @@ impl Lit<'_> {
                     match self.peek() {
                         Some(b',') => {
                             self.i += 1;
-                            self.ws();
-                            if self.peek() == Some(b'}') {
-                                self.i += 1;
+                            if self.closes(b'}') {
                                 break;
                             }
                             key = self.expr()?;
@@ -986,11 +1014,7 @@ impl Lit<'_> {
                         _ => return None,
                     }
                 }
-                Some(if opaque {
-                    Lv::Opaque
-                } else {
-                    Lv::V(Value::Dict(items))
-                })
+                Some(Lv::of(Value::Dict(items), opaque))
             }
             b'"' | b'\'' => self.strings(),
             _ => {
@@ -1132,14 +1156,6 @@ impl Lit<'_> {
                 self.i += 1 + e.len_utf8();
                 match e {
                     '\n' => {}
-                    '\\' | '\'' | '"' => out.push(e),
-                    'a' => out.push('\u{7}'),
-                    'b' => out.push('\u{8}'),
-                    'f' => out.push('\u{c}'),
-                    'n' => out.push('\n'),
-                    'r' => out.push('\r'),
-                    't' => out.push('\t'),
-                    'v' => out.push('\u{b}'),
                     '0'..='7' => {
                         let mut code = e.to_digit(8)?;
                         for _ in 0..2 {
@@ -1154,11 +1170,7 @@ impl Lit<'_> {
                         out.push(char::from_u32(code)?);
                     }
                     'x' | 'u' | 'U' => {
-                        let len = match e {
-                            'x' => 2,
-                            'u' => 4,
-                            _ => 8,
-                        };
+                        let len = hex_digits(e);
                         let h = self.s.get(self.i..self.i + len)?;
                         if !h.bytes().all(|x| x.is_ascii_hexdigit()) {
                             return None;
@@ -1167,10 +1179,13 @@ impl Lit<'_> {
                         out.push(char::from_u32(u32::from_str_radix(h, 16).ok()?)?);
                     }
                     'N' => return None,
-                    other => {
-                        out.push('\\');
-                        out.push(other);
-                    }
+                    other => match simple_escape(other) {
+                        Some(ch) => out.push(ch),
+                        None => {
+                            out.push('\\');
+                            out.push(other);
+                        }
+                    },
                 }
                 continue;
             }
