@@ -176,3 +176,59 @@ def test_feed_is_one_core_call_and_events_are_optional() -> None:
     for session in (ref, quiet):
         with pytest.raises(native.WrongState):
             session.feed(ids[:1])
+
+
+def _surrogate_name(sample_text: str) -> str:
+    return sample_text.replace('"get_current_weather"', '"a\\ud800\\ud83d\\ude00\\udc00"').replace(
+        hostile_outputs.VALUE, "1"
+    )
+
+
+def _double_encoded(sample_text: str) -> str:
+    call = '{"city": ' + hostile_outputs.VALUE + ', "unit": "c"}'
+    return sample_text.replace(call, '"{\\"city\\": \\"\\ud800\\"}"')
+
+
+_FOUND_BY_THE_LONG_RUN = [
+    # A JSON escape of a lone surrogate (no protobuf string can carry one) is U+FFFD in a name, in
+    # a typed value and in a double-encoded argument string; an escaped pair stays one character.
+    (
+        "mistral-7b-v0.3",
+        _surrogate_name,
+        "tool_calls",
+        ("a\ufffd\U0001f600\ufffd", '{"city": 1, "state": "CA", "unit": "celsius"}'),
+    ),
+    ("muse-glimmer", '"\\ud800"', "tool_calls", ("f", '{"a": "\ufffd"}')),
+    ("qwen3", _double_encoded, "tool_calls", ("get_weather", '{"city": "\ufffd"}')),
+    # A Python literal with a lone surrogate escape is not read: the value stays its text.
+    ("seed-oss", "['\\ud800']", "tool_calls", ("f", '{"a": "[\'\\\\ud800\']"}')),
+    # Python's word characters (``re``'s \\b in the header rules): a combining mark is none, so
+    # "to=self" after one is still the recipient; "²" is one, so "²to=self" names no recipient.
+    ("muse-glimmer", lambda t: "\u0301" + t.replace(hostile_outputs.VALUE, "[1]"), "reasoning", "r"),
+    ("muse-glimmer", lambda t: "\u00b2" + t.replace(hostile_outputs.VALUE, "[1]").lstrip(), "reasoning", ""),
+]
+
+
+@pytest.mark.parametrize(("preset", "payload", "field", "expected"), _FOUND_BY_THE_LONG_RUN)
+def test_differences_found_by_the_long_run(preset: str, payload, field: str, expected) -> None:
+    """The outputs on which the long differential run once found the engines apart: both engines
+    equal under any split, and the output the policy (docs/engine.md) says."""
+    sample = hostile_outputs.samples()[preset]
+    model = sample.model
+    text = payload(sample.text) if callable(payload) else sample.text.replace(hostile_outputs.VALUE, payload)
+    ids = model.tokenizer.encode(text, add_special_tokens=False).ids
+    rng = random.Random(f"{SEED}:{preset}:{text}")
+    for complete in (False, True):
+        options = dataclasses.replace(sample.options, complete_tool_calls=complete)
+        compare(model, options, [[i] for i in ids])
+        compare(model, options, random_groups(rng, ids))
+    session = Session(model, dataclasses.replace(sample.options, request_id="found"))
+    session.feed(ids)
+    message = session.finish("stop").final.message
+    got = getattr(message, field)
+    if field == "tool_calls":
+        got = [(c.name, c.arguments) for c in got]
+        assert got == [expected]
+    else:
+        assert got == expected
+

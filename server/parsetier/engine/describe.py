@@ -9,13 +9,17 @@ Nothing is recomputed on the Rust side that could drift from this module.
 Capture rules are regexes written for Python's ``re``; ``native_pattern`` rewrites each into what
 the Rust side compiles (``fancy-regex``, which hands lookaround-free patterns to the ``regex``
 crate) with the same meaning: Python's ``\\s`` (``str.isspace``) also matches U+001C-U+001F, and
-its ``$`` also matches before a final newline. A pattern this module cannot translate raises
-``NativeUnsupported``: that grammar is served by the reference engine.
+its ``$`` also matches before a final newline, and its ``\\w`` (hence ``\\b``) is ``str.isalnum()`` or
+``_``, where the ``regex`` crate's follows UTS #18 (combining marks and connector punctuation are
+word characters there, other-script numbers such as ``²`` are not). A pattern this module cannot
+translate raises ``NativeUnsupported``: that grammar is served by the reference engine.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +27,39 @@ from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transitio
 
 _PY_SPACE = "\\s\\x{1C}-\\x{1F}"
 """Python's ``\\s`` inside a character class, as the Rust crates spell it."""
+
+
+@functools.cache
+def _py_word() -> str:
+    """Python's word characters (``re``'s ``\\w`` on ``str``: ``isalnum()`` or ``_``) as ranges
+    inside a character class, read off this interpreter's own Unicode data, so the core's
+    ``\\w`` and ``\\b`` are Python's exactly whatever Unicode version the Rust crate carries."""
+    ranges: list[list[int]] = []
+    for code in range(sys.maxunicode + 1):
+        if code == 0x5F or chr(code).isalnum():
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1][1] = code
+            else:
+                ranges.append([code, code])
+    return "".join(f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges)
+
+
+def _word_escape(e: str, in_class: bool, pattern: str) -> str:
+    """``\\w``, ``\\W``, ``\\b`` or ``\\B`` with Python's word characters."""
+    word = f"[{_py_word()}]"
+    if in_class:
+        if e == "w":
+            return _py_word()
+        if e == "b":  # a backspace inside a class, in Python as in Rust
+            return "\\x{8}"
+        raise NativeUnsupported(f"pattern {pattern!r}: \\{e} inside a class")
+    if e == "w":
+        return word
+    if e == "W":
+        return f"[^{_py_word()}]"
+    if e == "b":
+        return f"(?:(?<={word})(?!{word})|(?<!{word})(?={word}))"
+    return f"(?:(?<={word})(?={word})|(?<!{word})(?!{word}))"
 
 
 class NativeUnsupported(ValueError):
@@ -86,7 +123,9 @@ def native_pattern(pattern: str) -> str:
                 out.append(f"[^{_PY_SPACE}]")
             elif e in "AZ":
                 out.append("\\A" if e == "A" else "\\z")
-            elif e in "dDwWbB.^$|?*+()[]{}\\/-nrtfv\"'<>=:&#,;!%@~`_ ":
+            elif e in "wWbB":
+                out.append(_word_escape(e, in_class, pattern))
+            elif e in "dD.^$|?*+()[]{}\\/-nrtfv\"'<>=:&#,;!%@~`_ ":
                 out.append("\\" + e)
             else:
                 raise NativeUnsupported(f"pattern {pattern!r}: escape \\{e}")

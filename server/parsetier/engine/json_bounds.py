@@ -28,6 +28,8 @@ _SAME_BRACKETS = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _RUN = re.compile(rb"\[+|\]+")
 _PEEL_PASSES = 8
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class JsonBoundsError(ValueError):
@@ -82,12 +84,34 @@ def _constant(name: str) -> Any:
     raise JsonBoundsError(f"{name} is not JSON")
 
 
+def decode(text: str, **hooks: Any) -> Any:
+    """``json.loads``, with every lone surrogate a ``\\uD800``-``\\uDFFF`` escape spells (one with
+    no partner) replaced by U+FFFD: Python keeps it, but no UTF-8 text (a protobuf string, the
+    native core's value) can carry it. Escaped pairs are one character already. Everything the
+    engine reads as JSON from the model goes through here."""
+    value = json.loads(text, **hooks)
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None:
+        return _without_surrogates(value)
+    return value
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(v) for v in value]
+    if isinstance(value, dict):  # keys that become equal merge as repeated keys do
+        return {_without_surrogates(k): _without_surrogates(v) for k, v in value.items()}
+    return value
+
+
 def loads(text: str, max_depth: int = MAX_DEPTH) -> Any:
     """``json.loads`` within the bounds: too deep, a too-long integer, a number that overflows to
     infinity, and the non-JSON constants ``NaN``/``Infinity`` raise ``JsonBoundsError``; invalid
-    JSON raises ``json.JSONDecodeError`` as usual (both are ``ValueError``)."""
+    JSON raises ``json.JSONDecodeError`` as usual (both are ``ValueError``); lone surrogates are
+    U+FFFD (``decode``)."""
     check_depth(text, max_depth)
     try:
-        return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        return decode(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except RecursionError:  # unreachable within MAX_DEPTH unless the stack is nearly full
         raise JsonBoundsError("nested too deep") from None

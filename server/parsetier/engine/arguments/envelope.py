@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import regex
@@ -232,7 +231,7 @@ class EnvelopeReader(CallsReader):
         """Arguments written as a JSON string that holds JSON (double-encoded): unwrap it."""
         if raw.lstrip().startswith('"'):
             try:
-                inner = json.loads(raw)
+                inner = json_bounds.decode(raw)
                 json_bounds.loads(inner)
                 return inner
             except (ValueError, TypeError):
@@ -244,6 +243,6 @@ def _unescape(json_string_body: str) -> str:
     if "\\" not in json_string_body:  # no escape: decoding would give the text back, or fail
         return json_string_body
     try:
-        return json.loads(f'"{json_string_body}"')
+        return json_bounds.decode(f'"{json_string_body}"')
     except ValueError:
         return json_string_body

@@ -56,7 +56,8 @@ def _python_container(value: str) -> Any:
         json_bounds.check_depth(value)
         parsed = ast.literal_eval(value)
         if isinstance(parsed, dict | list):
-            json.dumps(parsed)
+            # A lone surrogate (an escape such as '\\ud800') is no UTF-8: the literal stays text.
+            json.dumps(parsed, ensure_ascii=False).encode("utf-8")
             return parsed
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
