@@ -177,3 +177,51 @@ def test_every_word_the_model_wrote_is_delivered_or_markup(fmt: str, data: st.Da
     options = SessionOptions(thinking=thinking, request_id="conservation")
     lost = _lost(model, text, options, reason, random.Random(len(text)))
     assert not lost, (text, lost)
+
+
+_GEMMA_CALLS = (
+    "<|tool_call>call:W{W:W W{W:1}}<tool_call|>",  # a bare word before `{`: shown at once
+    "<|tool_call>call:W{W:W{W:1}<tool_call|>",  # …in a call that never closes
+    "<|tool_call>call:W{W:W [1,W]<tool_call|>",
+    "<|tool_call>call:W{W:1,W W<tool_call|>",  # a key the closer cuts off
+    '<|tool_call>call:W{W:<|"|>W W<|"|>,W:W{W:<|"|>W<|"|>}',
+    "<|tool_call>call:W{W:W",
+)
+
+
+@st.composite
+def broken_gemma_calls(draw: st.DrawFn) -> str:
+    """Gemma 4 outputs of calls whole and broken (bare words where the notation has no place for
+    them, unclosed objects and arrays, keys cut off by a marker), cut anywhere, among words."""
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    pieces = []
+    for _ in range(draw(st.integers(1, 6))):
+        kind = rng.random()
+        if kind < 0.6:
+            text = re.sub("W", lambda _: _word(rng), rng.choice(_GEMMA_CALLS))
+            pieces.append(text if rng.random() < 0.7 else text[: rng.randrange(1, len(text) + 1)])
+        elif kind < 0.8:
+            pieces.append(_word(rng))
+        else:
+            pieces.append(rng.choice([" ", "\n", "<tool_call|>", "<|tool_call>", "{", "}"]))
+    return "".join(pieces)
+
+
+@seed(22)
+@property_settings(100)
+@given(data=st.data())
+def test_a_broken_gemma_call_shows_each_word_once(data: st.DataObject) -> None:
+    """Gemma 4's reader shows a bare word at once (it has no place in the notation); an invalid
+    call's text (``complete_tool_calls``) must not show it again: every word the model wrote once
+    is delivered at most once, and conservation holds."""
+    model = _model("gemma4")
+    text = data.draw(broken_gemma_calls(), label="output")
+    reason = data.draw(st.sampled_from(["stop", "length"]), label="finish")
+    options = SessionOptions(request_id="conservation")
+    assert not _lost(model, text, options, reason, random.Random(len(text))), text
+    ids = model.tokenizer.encode(text, add_special_tokens=False).ids
+    once = [w for w in _WORD.findall(text) if text.count(w) == 1]
+    for complete in (False, True):
+        opts = dataclasses.replace(options, complete_tool_calls=complete)
+        delivered = _delivered(_run(model, _groups(random.Random(len(ids)), ids), opts, reason)[0].message)
+        assert not [w for w in once if delivered.count(w) > 1], (complete, text, delivered)

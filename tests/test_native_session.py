@@ -232,3 +232,21 @@ def test_differences_found_by_the_long_run(preset: str, payload, field: str, exp
     else:
         assert got == expected
 
+
+@pytest.mark.parametrize("value", ["xyz{b:1}", "xyz{b:1", "1,xyz<tool_call|>", "xyz [1"])
+def test_gemma_held_text_is_out_of_the_call_ledger(value: str) -> None:
+    """Gemma 4's reader shows a bare word at once (``{a:xyz{…``: the notation has no place for it)
+    and keeps it out of the call's ledger, in both engines: an invalid call's text, shown as
+    content with ``complete_tool_calls``, does not show it again."""
+    sample = hostile_outputs.samples()["gemma-4"]
+    model = sample.model
+    ids = hostile_outputs.ids(sample, value)
+    rng = random.Random(f"{SEED}:gemma:{value}")
+    for complete in (False, True):
+        options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id="gemma")
+        compare(model, options, [[i] for i in ids])
+        compare(model, options, random_groups(rng, ids))
+        session = Session(model, options)
+        session.feed(ids)
+        message = session.finish("stop").final.message
+        assert message.content.count("xyz") + sum(c.arguments.count("xyz") for c in message.tool_calls) == 1

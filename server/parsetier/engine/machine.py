@@ -345,8 +345,10 @@ class Machine:
             return
         if self._ending and self._cut:  # a key cut short by the output's cut: markup
             self._mark("cut", unread())
-        else:
-            self._loose(self._restore(unread()))
+        else:  # shown: out of the call's ledger (the reader read it up to here)
+            held = unread()
+            self._unledger(len(held))
+            self._loose(self._restore(held))
 
     def _stop_followed(self, pattern: str, buf: str, at: int) -> bool | None:
         """``_followed`` for a reader's stop (the state's terminal of that pattern)."""
@@ -493,8 +495,22 @@ class Machine:
             else:
                 markup.append((why, self._restore(text)))
 
-    def _loose_restored(self, text: str) -> None:
-        self._loose(self._restore(text))
+    def _held_shown(self, held: str, text: str, at: int) -> None:
+        """A reader's held text ``held``, read up to ``text[at]``, is the model's own text: content,
+        and out of the call's ledger (an invalid call's text must not show it again)."""
+        self._span_to(at)
+        self._unledger(len(held))
+        self._loose(self._restore(held))
+
+    def _unledger(self, size: int) -> None:
+        """Take the last ``size`` characters the ledger took back out of it."""
+        raw = self._raw
+        while size > 0 and raw:
+            last = raw.pop()
+            if len(last) > size:
+                raw.append(last[:-size])
+                break
+            size -= len(last)
 
     def _loose(self, text: str) -> None:
         """Text that is no markup and belongs to no call: content, through the block's stretch."""
@@ -641,7 +657,7 @@ def _reader_text(m: Machine, text: str) -> None:
 
 def _json_enter(m: Machine, state: State, pattern: str, previous: str | None) -> None:
     if state.dialect == "gemma":
-        m._reader = GemmaArgsReader(m._args, m._bound.patterns.get("quote", ""), m._loose_restored)
+        m._reader = GemmaArgsReader(m._args, m._bound.patterns.get("quote", ""), m._held_shown)
     else:
         m._reader = JsonArgsReader(m._args, m._lead, m._shown)
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 from parsetier.engine.arguments.common import SENTINEL, Emit, ValueReader, json_string_fragment
 from parsetier.engine.json_bounds import MAX_DEPTH
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
+
+Held = Callable[[str, str, int], None]
+"""``held(pending, text, at)``: the reader's held text ``pending``, read up to ``text[at]`` (it may
+have begun in earlier pieces), is the model's own text."""
 
 JSON_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
 
@@ -25,9 +30,10 @@ class GemmaArgsReader(ValueReader):
         "_emit", "_ending", "_expect_key", "_loose", "_pending", "_quote", "_stack", "emitted", "status",
     )  # fmt: skip
 
-    def __init__(self, emit: Emit, quote: str, loose: Emit | None = None) -> None:
-        """``loose``: told text the notation has no place for (a bare word before ``{``)."""
-        self._loose = loose or (lambda _: None)
+    def __init__(self, emit: Emit, quote: str, loose: Held | None = None) -> None:
+        """``loose``: told text the notation has no place for (a bare word before ``{``) and where
+        it ends, so the machine keeps it out of the call's ledger (it is shown at once)."""
+        self._loose = loose or (lambda _held, _text, _at: None)
         self._emit = emit
         self._quote = quote
         self._stack: list[str] = []
@@ -80,7 +86,7 @@ class GemmaArgsReader(ValueReader):
                     self.status = MALFORMED
                     return pos
                 if self._pending.strip():  # text the notation has no place for: the model's
-                    self._loose(self._pending)
+                    self._loose(self._pending, text, pos)
                 self._stack.append(c)
                 self._expect_key = c == "{"
                 self._pending = ""

@@ -152,6 +152,15 @@ impl Calls {
         self.span_from = at;
     }
 
+    /// Take the last `size` bytes the ledger took (a reader's held text, shown) back out of it.
+    fn unledger(&mut self, size: usize) {
+        let mut keep = self.raw.len().saturating_sub(size);
+        while !self.raw.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        self.raw.truncate(keep);
+    }
+
     /// Text that is no markup and belongs to no call: content, through the block's stretch.
     fn loose(&mut self, text: &str) {
         if let Some(s) = self.stretch.as_mut() {
@@ -388,8 +397,10 @@ impl Sink for Calls {
         self.call_begin(name, "");
     }
 
-    fn loose_restored(&mut self, text: &str) {
-        let t = self.restore(text);
+    fn held_shown(&mut self, held: &str, text: &str, at: usize) {
+        self.span_to(text, at);
+        self.unledger(held.len());
+        let t = self.restore(held);
         self.loose(&t);
     }
 
@@ -608,7 +619,10 @@ impl Machine {
         if let Some(Reader::Gemma(r)) = self.reader.as_mut() {
             let text = r.unread();
             if !(self.ending && self.cut) {
-                self.c.loose_restored(&text);
+                // shown: out of the call's ledger (the reader read it up to here)
+                self.c.unledger(text.len());
+                let t = self.c.restore(&text);
+                self.c.loose(&t);
             }
         }
     }

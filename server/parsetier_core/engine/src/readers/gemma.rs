@@ -97,7 +97,7 @@ impl GemmaArgsReader {
                 if crate::text::has_visible(&self.pending) {
                     // text the notation has no place for: the model's
                     let p = std::mem::take(&mut self.pending);
-                    sink.loose_restored(&p);
+                    sink.held_shown(&p, text, pos);
                 }
                 self.stack
                     .push(if c == '{' { Frame::Obj } else { Frame::Arr });

@@ -20,8 +20,10 @@ pub trait Sink {
     /// `args(json_string_fragment(raw))`, escaped straight into the output (no allocation).
     fn args_escaped(&mut self, raw: &str);
     fn begin(&mut self, name: &str);
-    /// Text the reader has no place for (restored from sentinel form): the model's loose text.
-    fn loose_restored(&mut self, text: &str);
+    /// The reader's held text `held` (sentinel form; a bare word before `{` the notation has no
+    /// place for), read up to `text[at]`: the model's own text, shown at once, so out of the call
+    /// ledger (an invalid call's text must not show it again).
+    fn held_shown(&mut self, held: &str, text: &str, at: usize);
     /// The call ends at `text[at]` (the machine's ledger takes the call's text up to there).
     fn end(&mut self, text: &str, at: usize);
     /// `text[start..end]` is the model's own text (a value's lead-in that is no fence): content.
