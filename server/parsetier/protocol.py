@@ -20,7 +20,9 @@ Every RPC drives the same object and differs only in framing:
 
 - ``Parse``: one stream, one protocol; each ``ParseRequest`` is passed to ``receive``.
 - ``ParseOnce``: a one-message session, ``SessionProtocol(limits, unary=True)`` fed
-  ``once_request(request)`` (open + one step + finish); ``once_response`` reshapes its reply.
+  ``framing.once_request(request)`` (open + one step + finish); ``framing.once_response``
+  reshapes its reply. A streamed reply too large for one message goes in parts
+  (``framing.in_parts``): framing, not a rule of the session.
 - the multiplexed RPC: a table key → protocol (``parsetier.batch_protocol``); each item goes to
   its session's protocol, so a multiplexed session answers byte for byte like a ``Parse`` stream.
 
@@ -85,12 +87,6 @@ Output = pb.ParseResponse | pb.SessionOutput
 """A session's reply: a ``ParseResponse``, or one entry of a ``ParseBatchResponse``."""
 
 
-StreamReply = pb.ParseResponse | pb.ParseBatchResponse
-"""A reply of a streaming RPC: one that may be sent in parts."""
-PART_OVERHEAD = 32
-"""Bytes a reply part's framing adds around its data (tags and two length varints: at most 14)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one client may cost the server. Past a limit the session (or call) ends with
@@ -114,8 +110,8 @@ class Limits:
     max_reply_bytes: int = 64 * 1024 * 1024
     """Largest message the server sends (grpc's send limit, and what the Python clients accept).
     The session limits keep ordinary replies far below it; a streamed reply that would be larger
-    is sent in parts (``in_parts``); a unary one (``ParseOnce``) cannot be, and ends the call with
-    RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
+    is sent in parts (``parsetier.framing.in_parts``); a unary one (``ParseOnce``) cannot be, and
+    ends the call with RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
     max_loop_lag: float = 0.1
     """Seconds the event loop may run behind before new sessions are refused (0: never)."""
     max_watch_streams: int = 256
@@ -136,22 +132,6 @@ class Limits:
                 f"the reply would be {size} bytes, more than the {self.max_reply_bytes} the server sends "
                 "in one message; a Parse stream sends a result this large in parts"
             )
-
-    def in_parts(self, reply: StreamReply) -> list[StreamReply]:
-        """The messages that carry one streamed reply: the reply itself when it fits in
-        ``max_reply_bytes``, else pieces of its serialized bytes, each a message of the same type
-        with only ``part`` set and each within the limit (``ParseResponse.part`` in the proto).
-        Nothing is lost, and the cost is one extra copy of only the replies that need it."""
-        limit = self.max_reply_bytes
-        if reply.ByteSize() <= limit:
-            return [reply]
-        data = reply.SerializeToString()
-        size = max(1, limit - PART_OVERHEAD)
-        kind = type(reply)
-        return [
-            kind(part=pb.ReplyPart(data=data[at : at + size], more=at + size < len(data)))
-            for at in range(0, len(data), size)
-        ]
 
     def check_text(self, total_bytes: int) -> None:
         if total_bytes > self.max_text_bytes_per_session:
@@ -588,37 +568,3 @@ class _FailOnError:
         if error is not None and error is not exc:
             raise error from None
         return False
-
-
-# ---------------------------------------------------------------------- ParseOnce framing
-def once_request(request: pb.ParseOnceRequest) -> pb.ParseRequest:
-    """A ParseOnce call as the one message of a session: open, the whole output as one step,
-    finish. Limits then hold exactly as for a ``Parse`` stream sent that message."""
-    if request.HasField("logprobs") and not request.token_ids:
-        raise invalid("logprobs: they need token_ids (text has no logprobs)")
-    message = pb.ParseRequest(open=request.open, finish=request.finish)
-    if request.token_ids or request.text or request.text_tokens:
-        step = message.steps.add(text=request.text, text_tokens=request.text_tokens)
-        step.token_ids.extend(request.token_ids)
-        if request.HasField("logprobs"):
-            step.logprobs.CopyFrom(request.logprobs)
-    return message
-
-
-def once_error(error: StatusError) -> StatusError:
-    """An error of the one step ``once_request`` made, naming the ParseOnceRequest's own fields
-    (``logprobs.top_token_ids``, not ``steps[0].logprobs.top_token_ids``)."""
-    if error.message.startswith("steps[0]."):
-        return ProtocolError(error.code, error.message.removeprefix("steps[0]."))
-    return error
-
-
-def once_response(reply: Reply) -> pb.ParseOnceResponse:
-    """The unary response for the one reply of a ParseOnce session."""
-    response = pb.ParseOnceResponse()
-    if reply.response is not None:
-        response.final.CopyFrom(reply.response.final)
-        response.deltas.extend(reply.response.deltas)
-        response.events.extend(reply.response.events)
-        response.wire = reply.response.wire
-    return response

@@ -32,16 +32,9 @@ from parsetier.batch_protocol import (
     Slices,
     to_the_end,
 )
+from parsetier.framing import in_parts, once_error, once_request, once_response
 from parsetier.models import Model, ModelRegistry, TokenizerState
-from parsetier.protocol import (
-    NeedModel,
-    Reply,
-    SessionCounts,
-    SessionProtocol,
-    once_error,
-    once_request,
-    once_response,
-)
+from parsetier.protocol import NeedModel, Reply, SessionCounts, SessionProtocol
 from parsetier.service import metrics
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
@@ -182,7 +175,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 # before sending steps, so errors in the Open never race its next writes.
                 await context.send_initial_metadata(())
             if reply.response is not None:
-                for message in self.limits.in_parts(reply.response):
+                for message in in_parts(reply.response, self.limits.max_reply_bytes):
                     await _write(context, message)
 
     async def _drive(self, protocol: SessionProtocol, message: pb.ParseRequest) -> Reply:
@@ -278,13 +271,14 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             await context.abort(grpc_code(error), error.message, trailing_metadata=trailer_for(error.message))
 
     def _batch_parts(self, reply: BatchReply) -> list[BatchReply]:
-        """The messages that carry a ``ParseBatch`` reply (``Limits.in_parts``); bytes the core
+        """The messages that carry a ``ParseBatch`` reply (``framing.in_parts``); bytes the core
         wrote go as they are (the method's serializer passes bytes through)."""
+        limit = self.limits.max_reply_bytes
         if not isinstance(reply, bytes):
-            return self.limits.in_parts(reply)
-        if len(reply) <= self.limits.max_reply_bytes:
+            return in_parts(reply, limit)
+        if len(reply) <= limit:
             return [reply]
-        return self.limits.in_parts(pb.ParseBatchResponse.FromString(reply))
+        return in_parts(pb.ParseBatchResponse.FromString(reply), limit)
 
     async def _model_or_error(self, name: str) -> Model | BaseException:
         try:
