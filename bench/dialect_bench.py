@@ -6,8 +6,8 @@ Run:  PYTHONPATH=server:client/python python bench/dialect_bench.py [--model qwe
 One real output (reasoning, content with CJK and emoji, then two tool calls) is encoded with the
 model's tokenizer and fed ``--per-message`` tokens per message (1: as a decode loop sends it;
 8: a speculative or batched step), on the server's default engine (the native core when built),
-through the server's per-token path (``SessionProtocol.feed_ids`` writing a ``ParseResponse``,
-then serialized):
+through the server's per-token path (``SessionProtocol.receive`` of a one-step ``ParseRequest``
+writing a ``ParseResponse``, then serialized):
 
 * **deltas**: ``Open.output`` DELTAS, no wire: the baseline;
 * **deltas + <dialect>**: the same session also rendering a streamed dialect: the difference to
@@ -94,9 +94,9 @@ def run(
     finally:
         protocol_module.renderer = chosen
     for at in range(0, len(ids), per):
-        reply = pb.ParseResponse()
-        if protocol.feed_ids(ids[at : at + per], reply):
-            reply.SerializeToString()
+        reply = protocol.receive(pb.ParseRequest(steps=[pb.Step(token_ids=ids[at : at + per])]))
+        if reply.response is not None:
+            reply.response.SerializeToString()
     last = protocol.receive(pb.ParseRequest(finish=pb.Finish()))
     assert last.response is not None
     last.response.SerializeToString()

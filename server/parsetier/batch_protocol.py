@@ -186,7 +186,7 @@ class BatchProtocol:
         """The stream is over: end every session still open with ``error``."""
         sessions, self.sessions = self.sessions, {}
         for protocol in sessions.values():
-            protocol.state = State.FAILED
+            protocol.fail(error)
             self.hooks.ended(protocol.counts, error, True)
 
     # ------------------------------------------------------------------ rules
@@ -230,23 +230,6 @@ class BatchProtocol:
         """Apply one session's entry; its output (or the status that ended it) goes in ``outputs``."""
         sessions = self.sessions
         protocol = sessions.get(key)
-        if protocol is not None and protocol.state is State.STREAMING:
-            # The usual entry: one token-id step for an open session, nothing else.
-            steps = entry.steps
-            plain = not (entry.cancel or entry.HasField("finish") or entry.HasField("open"))
-            if plain and len(steps) == 1 and not steps[0].HasField("logprobs"):
-                ids = steps[0].token_ids
-                if ids:
-                    output = outputs.add()
-                    try:
-                        if protocol.feed_ids(ids, output):
-                            output.key = key
-                        else:
-                            del outputs[-1]
-                    except Exception as exc:
-                        del outputs[-1]
-                        self._end_with(outputs, key, protocol, _session_error(exc))
-                    return
         if entry.cancel:
             if protocol is not None:
                 self._end_with(outputs, key, protocol, ProtocolError(Code.CANCELLED, CANCELLED_BY_CLIENT))
@@ -320,7 +303,7 @@ class BatchProtocol:
         into ``plain`` when it is one plain text delta."""
         outputs = response.sessions
         protocol = self.sessions.get(key)
-        if protocol is None or protocol.state is not State.STREAMING or not ids:
+        if protocol is None or not protocol.takes_ids(ids):
             self._entry(outputs, key, _entry_of(key, ids))  # the rules' other cases
             return
         try:
@@ -380,7 +363,7 @@ class BatchProtocol:
         _status(outputs, key, error)
         if protocol is not None and self.sessions.get(key) is protocol:
             del self.sessions[key]
-            protocol.state = State.FAILED
+            protocol.fail(error)
             self.hooks.ended(protocol.counts, error, True)
 
 

@@ -40,17 +40,28 @@ Counting: ``counts.client_messages`` is every message received (empty keep-alive
 ``sequence`` numbers the replies that carried something, 1, 2, 3...; tokens and text bytes count
 towards the per-session limits, the prompt tail on its own (it is not output).
 
-Batching: the token ids of consecutive id steps in one message are concatenated into one
-``Session.feed`` call — parsing is split-invariant, so the output is the same as feeding them one
-by one, at a fraction of the per-call cost — and everything one message produced goes into one
-reply.
+Two paths, one set of rules. A *plain* message — one step of token ids without logprobs for a
+STREAMING session, nothing else — is most of a session's messages; ``plain_ids`` is the one place
+that decides it, and ``take_ids`` feeds it with no step grouping. Every other message takes the
+general path (``_check_order``, ``_apply``): steps grouped into feed calls (``step_runs``: the
+ids of consecutive id steps are concatenated into one ``Session.feed`` call — parsing is
+split-invariant, so the output is the same as feeding them one by one — and a text or logprobs
+step is fed on its own), the Finish applied. Both end in the same reply path: ``_taken`` picks
+what the reply carries (the deltas and events the client asked for, the wire bytes) and counts
+it, ``write`` sets the reply's fields; everything one message produced goes into one reply.
 
-Resume (``Open.resume``, ``parsetier.resume``)
-----------------------------------------------
-A resumed session feeds the client's history silently in ``_start``, after the ``Session``
-exists and before the opening message's own steps: the same ``_feed`` (same limits and counting:
-they are this session's tokens), outputs dropped but digested; the digest must equal the point's
-(else FAILED_PRECONDITION) and ``sequence`` continues from the point's. Everything after is live.
+Resume (``Open.resume``, ``parsetier.resume``): counted in tokens
+-----------------------------------------------------------------
+The ``ResumePoint`` carries the history the client has the output of, as steps (its answered
+ids as one packed run, plus any text or logprobs steps in their places), the ``sequence`` of the
+last reply it received and that reply's ``output_digest``. ``_start`` feeds the history right
+after the ``Session`` exists and before the opening message's own steps, through the same
+``_feed`` as live input (same limits and counting: they are this session's tokens), and renders
+it through the session's wire renderer, so the renderer's state goes on as it did on the broken
+stream; its outputs are digested and dropped. ``resume.check`` then compares the digest with the
+point's (different: ``ResumeMismatch``, FAILED_PRECONDITION), ``sequence`` continues from the
+point's, and ``counts.replayed`` records the history's ids. Everything after is live: the client
+re-sends its unanswered steps as ordinary messages. ``ParseOnce`` ignores a resume point.
 
 Digest: every reply carries ``output_digest``, the session's running digest of all the output it
 produced (``parsetier.digest``), updated wherever output is made, sent or not.
@@ -58,8 +69,6 @@ produced (``parsetier.digest``), updated wherever output is made, sent or not.
 Ledger: the counters above, ``sequence`` and the digest live in the session's ledger
 (``parsetier.ledger``), native for a session on the native core, so the packed ``ParseBatch``
 path (``parsetier.batch_protocol``) can step such a session and count it with no Python.
-
-The servicers need no change: they only see ``NeedModel`` and ``Reply`` as today.
 """
 
 from __future__ import annotations
@@ -74,7 +83,7 @@ from parsetier.completion import CompletionSession
 from parsetier.dialects import Renderer, renderer
 from parsetier.engine.events import Event
 from parsetier.ledger import Ledger, new_ledger
-from parsetier.messages import Delta, Usage
+from parsetier.messages import Delta, Final, Usage
 from parsetier.models import Model
 from parsetier.native import bind_ledger, open_session
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
@@ -202,6 +211,10 @@ class Reply:
 _NOTHING = Reply(None)
 """The reply to a message that produced nothing."""
 
+Taken = tuple[Sequence[Delta], Sequence[Event], bytes]
+"""What one reply carries (``SessionProtocol._taken``): the deltas and events the client asked
+for, and the wire bytes (``Open.wire``); its final result, if any, is the caller's."""
+
 
 def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list[int] | pb.Step]:
     """Group steps into feed calls: runs of id steps become one id list; a text-only step, and
@@ -293,11 +306,15 @@ class SessionProtocol:
 
         ``into`` is the message the reply is written into (a new ``ParseResponse`` when None);
         when nothing came out it is left untouched and ``Reply.response`` is None."""
+        ids = self.plain_ids(message)
+        if ids is not None:
+            taken = self.take_ids(ids)
+            if taken is None:
+                return _NOTHING
+            reply = pb.ParseResponse() if into is None else into
+            self.write(reply, *taken)
+            return Reply(reply)
         self.ledger.client_messages += 1
-        if self.state is State.STREAMING and len(message.steps) == 1:
-            fast = self._receive_one_step(message, into)
-            if fast is not None:
-                return fast
         with self._failing():
             self._check_order(message)
             self.limits.check_steps(len(message.steps))
@@ -309,34 +326,30 @@ class SessionProtocol:
                 return NeedModel(message.open.model)
             return Reply(self._apply(message, into), finished=self.state is State.FINISHED)
 
-    def _receive_one_step(self, message: Input, into: Output | None) -> Reply | None:
-        """The engine's usual message, one step of token ids into an open session, without the
-        general path's generality (same rules, same output); None when it is not that message."""
-        step = message.steps[0]
-        ids = step.token_ids
-        if not ids or message.HasField("finish") or message.HasField("open") or step.HasField("logprobs"):
+    def plain_ids(self, message: Input) -> Sequence[int] | None:
+        """The token ids of a plain message, None for any other: the one rule of which messages
+        take the plain path (``take_ids``). Plain is the engine's usual message, one step of
+        token ids without logprobs for a STREAMING session, carrying nothing else (no Open, no
+        Finish); its reply is exactly what the general path would send for it, at a fraction of
+        the cost. A packed ``ParseBatch`` item stands for such a message when its session
+        ``takes_ids`` (``BatchProtocol``)."""
+        if len(message.steps) != 1 or message.HasField("finish") or message.HasField("open"):
             return None
-        self.ledger.client_messages -= 1  # feed_ids counts it
-        reply = pb.ParseResponse() if into is None else into
-        return Reply(reply) if self.feed_ids(ids, reply) else _NOTHING
+        step = message.steps[0]
+        if step.HasField("logprobs"):
+            return None
+        ids = step.token_ids
+        return ids if self.takes_ids(ids) else None
 
-    def feed_ids(self, ids: Sequence[int], into: Output) -> bool:
-        """A message of one token-id step for a STREAMING session (the caller has checked that it
-        carries nothing else): the same rules and output as ``receive``, written into ``into``;
-        whether anything was written. The hot path of both streaming RPCs."""
-        taken = self.take_ids(ids)
-        if taken is None:
-            return False
-        self.write(into, *taken)
-        return True
+    def takes_ids(self, ids: Sequence[int]) -> bool:
+        """A message of one step of these ids and nothing else takes the plain path."""
+        return self.state is State.STREAMING and len(ids) > 0
 
-    def take_ids(self, ids: Sequence[int]) -> tuple[Sequence[Delta], Sequence[Event], bytes] | None:
-        """``feed_ids`` without the writing: the message is counted and its ids fed, and what the
-        reply carries (the deltas and events the session asked for, its wire bytes) is returned,
-        its ``sequence`` taken; None when the message produced nothing to send. The caller writes
-        the reply (with ``write``, or packed: ``BatchProtocol``)."""
-        ledger = self.ledger
-        tokens = ledger.count_message(len(ids))
+    def take_ids(self, ids: Sequence[int]) -> Taken | None:
+        """The plain path (``plain_ids``): the message is counted and its ids fed, and what the
+        reply carries is returned (``_taken``; its ``sequence`` taken), None when nothing is to
+        be sent. The caller writes the reply (with ``write``, or packed: ``BatchProtocol``)."""
+        tokens = self.ledger.count_message(len(ids))
         try:
             if tokens > self.limits.max_tokens_per_session:
                 self.limits.check_tokens(tokens)
@@ -350,19 +363,34 @@ class SessionProtocol:
                 raise
             raise error from None
         if out.deltas:
-            ledger.digest_deltas(out.deltas)
-        deltas = out.deltas if self.want_deltas else ()
-        events = out.events if self.want_events else ()
+            self.ledger.digest_deltas(out.deltas)
         wire = self.renderer.step(out.deltas) if self.renderer is not None and out.deltas else b""
-        if not deltas and not events and not wire:
+        return self._taken(out.deltas, out.events, wire)
+
+    def _taken(
+        self, deltas: Sequence[Delta], events: Sequence[Event], wire: bytes, final: Final | None = None
+    ) -> Taken | None:
+        """What a reply carries of what a message produced: the deltas and events the client
+        asked for, the wire bytes and the final result; None when that is nothing. A reply that
+        carries something takes the next ``sequence`` and is counted here."""
+        deltas = deltas if self.want_deltas else ()
+        events = events if self.want_events else ()
+        if not deltas and not events and not wire and final is None:
             return None
-        ledger.count_reply(len(deltas), len(events))
+        self.ledger.count_reply(len(deltas), len(events))
         return deltas, events, wire
 
     def write(
-        self, into: Output, deltas: Sequence[Delta], events: Sequence[Event], wire: bytes = b""
+        self,
+        into: Output,
+        deltas: Sequence[Delta],
+        events: Sequence[Event],
+        wire: bytes = b"",
+        final: Final | None = None,
+        final_wire: bytes = b"",
     ) -> None:
-        """Write the reply ``take_ids`` returned into ``into``."""
+        """Write a reply into ``into`` (what ``take_ids`` or ``_taken`` returned, and the final
+        result of a Finish with its ``Final.wire``): the one place a reply's fields are set."""
         ledger = self.ledger
         into.sequence = ledger.sequence
         into.client_messages = ledger.client_messages
@@ -373,6 +401,11 @@ class SessionProtocol:
             into.events.extend([convert.event_to_pb(e) for e in events])
         if wire:
             into.wire = wire
+        if final is not None:
+            convert.fill_final(into.final, final)
+            if final_wire:
+                into.final.wire = final_wire
+            self.counts.finish_reason = final.finish_reason
 
     def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
@@ -444,6 +477,9 @@ class SessionProtocol:
         bind_ledger(self.ledger, self.session, self.renderer, self.want_deltas, self.want_events)
 
     def _apply(self, message: Input, into: Output | None) -> Output | None:
+        """A message of the general path, checked, to an open session: fed step by step, its
+        Finish applied; the one reply for all it produced (written into ``into``), or None and
+        ``into`` untouched when there is nothing to send."""
         finish = message.HasField("finish")
         if not message.steps and not finish:
             return None  # an Open alone, or an empty keep-alive message
@@ -456,8 +492,16 @@ class SessionProtocol:
             self.state = State.FINISHED
         self._digest(outputs)
         others = message.finish.other_choices_usage if finish else None
-        wire = self._render(outputs, matched if isinstance(matched, str) else None, others)
-        return self._reply(outputs, into, wire)
+        wire, final_wire = self._render(outputs, matched if isinstance(matched, str) else None, others)
+        final = outputs[-1].final if outputs else None
+        deltas = [d for out in outputs for d in out.deltas] if self.want_deltas else ()
+        events = [e for out in outputs for e in out.events] if self.want_events else ()
+        taken = self._taken(deltas, events, wire, final)
+        if taken is None:
+            return None
+        reply = pb.ParseResponse() if into is None else into
+        self.write(reply, *taken, final, final_wire)
+        return reply
 
     def _render(
         self, outputs: list[core.StepOutput], stop_string: str | None, others: pb.Usage | None = None
@@ -516,34 +560,6 @@ class SessionProtocol:
                 limits.check_tokens(ledger.tokens)
                 outputs += feed_in_pieces(session, run)
         return outputs
-
-    def _reply(
-        self, outputs: list[core.StepOutput], into: Output | None, wire: tuple[bytes, bytes] = (b"", b"")
-    ) -> Output | None:
-        """Fill the reply from the outputs; None (and ``into`` untouched) when there is nothing."""
-        want_deltas, want_events = self.want_deltas, self.want_events
-        deltas = [d for out in outputs for d in out.deltas] if want_deltas else []
-        events = [e for out in outputs for e in out.events] if want_events else []
-        final = outputs[-1].final if outputs else None
-        if not deltas and not events and final is None and not wire[0]:
-            return None
-        counts, ledger = self.counts, self.ledger
-        reply = pb.ParseResponse() if into is None else into
-        reply.sequence = ledger.count_reply(len(deltas), len(events))
-        reply.client_messages = ledger.client_messages
-        reply.output_digest = ledger.digest
-        if deltas:
-            convert.add_deltas(reply.deltas, deltas)
-        if events:
-            reply.events.extend([convert.event_to_pb(e) for e in events])
-        if wire[0]:
-            reply.wire = wire[0]
-        if final is not None:
-            convert.fill_final(reply.final, final)
-            if wire[1]:
-                reply.final.wire = wire[1]
-            counts.finish_reason = final.finish_reason
-        return reply
 
     def _failing(self) -> _FailOnError:
         return _FailOnError(self)

@@ -201,16 +201,6 @@ class Session:
     def feed(self, token_ids: Sequence[int], logprobs: StepLogprobs | None = None) -> StepOutput:
         """One token-id delta (any number of ids, from one or several decode steps). With
         ``logprobs`` (one step's), they are resolved onto the last delta this call produced."""
-        if len(token_ids) == 1 and logprobs is None and self._parse_only and not self._finished:
-            # The commonest call (one decode step, one id, no logprobs): ``_check_ids`` and
-            # ``_feed`` inlined, one Python frame less each.
-            tid = token_ids[0]
-            known = self._known_ids
-            if 0 <= tid < self._vocab and (known is None or tid in known):
-                self._ids_seen = True
-                self._tokens += 1
-                events = self._machine.feed_piece(self._scanner.piece(tid), 1)
-                return _step_output(self._assembler.add(events) if events else [], events)
         if self._finished:
             self._check_open()
         self._check_ids(token_ids, "token_ids")

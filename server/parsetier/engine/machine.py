@@ -478,8 +478,7 @@ class Machine:
                 table = self._bound.text_of_sentinel
                 escaped = lambda m: json_string_fragment(table.get(m.group(0), ""))  # noqa: E731
                 fragment = SENTINEL_RE.sub(escaped, fragment)
-            self._events.append(_new_event(Event, (TOOL_ARGUMENTS, fragment, self._index, self._tokens, "")))
-            self._tokens = 0  # ``_emit`` inlined: this runs for most tokens inside a call
+            self._emit(TOOL_ARGUMENTS, fragment, self._index)
 
     def _lead(self, text: str) -> None:
         self._mark("lead", text)
@@ -566,11 +565,8 @@ class Machine:
         """A content or reasoning event. Sentinels left in shown text (a marker where the format
         does not expect one) become their token's text again: the model wrote it, so the client
         sees it."""
-        if text:  # ``_restore`` and ``_emit`` inlined: this runs for most tokens
-            if not text.isascii() and SENTINEL_RE.search(text) is not None:
-                text = self._restore(text)
-            self._events.append(_new_event(Event, (kind, text, -1, self._tokens, "")))
-            self._tokens = 0
+        if text:
+            self._emit(kind, self._restore(text))
 
     def _restore(self, text: str) -> str:
         if text.isascii() or SENTINEL_RE.search(text) is None:  # isascii is O(1): a flag
