@@ -18,16 +18,21 @@ PART_OVERHEAD = 32
 
 
 # ---------------------------------------------------------------------- streamed replies in parts
-def in_parts(reply: StreamReply, limit: int) -> list[StreamReply]:
+def in_parts(reply: StreamReply | bytes, limit: int) -> list[StreamReply | bytes]:
     """The messages that carry one streamed reply: the reply itself when it fits in ``limit``
     bytes (``Limits.max_reply_bytes``), else pieces of its serialized bytes, each a message of the
     same type with only ``part`` set and each within the limit (``ParseResponse.part`` in the
-    proto). Nothing is lost, and the cost is one extra copy of only the replies that need it."""
-    if reply.ByteSize() <= limit:
-        return [reply]
-    data = reply.SerializeToString()
+    proto). ``bytes`` is a ``ParseResponse`` already serialized (by the core). Nothing is lost,
+    and the cost is one extra copy of only the replies that need it."""
+    if isinstance(reply, bytes):
+        if len(reply) <= limit:
+            return [reply]
+        data, kind = reply, pb.ParseResponse
+    else:
+        if reply.ByteSize() <= limit:
+            return [reply]
+        data, kind = reply.SerializeToString(), type(reply)
     size = max(1, limit - PART_OVERHEAD)
-    kind = type(reply)
     return [
         kind(part=pb.ReplyPart(data=data[at : at + size], more=at + size < len(data)))
         for at in range(0, len(data), size)

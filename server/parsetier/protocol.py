@@ -77,7 +77,7 @@ import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from parsetier import convert, resume
+from parsetier import convert, native, resume
 from parsetier import session as core
 from parsetier.completion import CompletionSession
 from parsetier.dialects import Renderer, renderer
@@ -200,16 +200,21 @@ class NeedModel:
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What to send for one client message. ``response`` is None when the message produced
-    nothing to send; ``opened`` is True for the message whose Open was just accepted (a stream
-    sends its headers then); ``finished`` once the final result is in ``response``."""
+    nothing to send, and the ``ParseResponse``'s bytes when the core wrote it
+    (``SessionProtocol.receive_serialized``); ``opened`` is True for the message whose Open was
+    just accepted (a stream sends its headers then); ``finished`` once the final result is in
+    ``response``."""
 
-    response: pb.ParseResponse | None
+    response: pb.ParseResponse | bytes | None
     opened: bool = False
     finished: bool = False
 
 
 _NOTHING = Reply(None)
 """The reply to a message that produced nothing."""
+
+_step_reply = getattr(native._core, "step_reply", None)
+"""``_core.step_reply`` (None: no core, or one built before it)."""
 
 Taken = tuple[Sequence[Delta], Sequence[Event], bytes]
 """What one reply carries (``SessionProtocol._taken``): the deltas and events the client asked
@@ -325,6 +330,24 @@ class SessionProtocol:
                 self.state = State.LOADING
                 return NeedModel(message.open.model)
             return Reply(self._apply(message, into), finished=self.state is State.FINISHED)
+
+    def receive_serialized(self, message: pb.ParseRequest) -> NeedModel | Reply:
+        """``receive`` for a caller that sends the reply's bytes (the ``Parse`` stream): a plain
+        message of a session on the native core is counted, stepped and answered by the core in
+        one call (``_core.step_reply``, the same rules and reply as ``take_ids`` and ``write``),
+        ``Reply.response`` then the ``ParseResponse``'s bytes; any other message, and one the
+        core leaves to Python (a bad id, a limit), is ``receive``'s."""
+        if _step_reply is not None:
+            ids = self.plain_ids(message)
+            if ids is not None:
+                try:
+                    data = _step_reply(self.ledger, ids, self.limits.max_tokens_per_session)
+                except Exception as exc:
+                    self.fail(exc)  # a server bug in the core: the session is over
+                    raise
+                if data is not None:
+                    return Reply(data) if data else _NOTHING
+        return self.receive(message)
 
     def plain_ids(self, message: Input) -> Sequence[int] | None:
         """The token ids of a plain message, None for any other: the one rule of which messages

@@ -5,6 +5,9 @@ bytes, a truncated message, invalid UTF-8 in a string field) grpc.aio answers ``
 stream and ``UNKNOWN`` on a unary call, and logs a traceback as if the server were broken. Here
 the deserializer returns an ``Undecodable`` value instead, and the servicer answers it with
 ``INVALID_ARGUMENT``, logged like any other client error.
+
+Responses go out through a serializer that passes bytes through: a reply the core already wrote
+as protobuf bytes (``SessionProtocol.receive_serialized``) is sent as it is.
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ _BATCH_REQUEST = tolerant_deserializer(pb.ParseBatchRequest)
 
 def passing_serializer(cls: type[Message]) -> Callable[[Message | bytes], bytes]:
     """``cls.SerializeToString``, except that a reply already serialized (bytes the native core
-    wrote: ``batch_protocol.BatchReply``) goes to the wire as it is."""
+    wrote: ``batch_protocol.BatchReply``, ``SessionProtocol.receive_serialized``) goes to the wire
+    as it is."""
     serialize = cls.SerializeToString
 
     def serializer(reply: Message | bytes) -> bytes:

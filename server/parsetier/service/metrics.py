@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from parsetier.service.handlers import observed
+from parsetier_api.v1 import parsetier_pb2 as pb
 
 SERVICE_PREFIX = "/parsetier.v1.ParserService/"
 SESSION_RPCS = frozenset({"Parse", "ParseOnce"})
@@ -257,6 +258,8 @@ class _Call:
             self.read_at = 0.0
         self._response_bytes.observe(len(message) if type(message) is bytes else message.ByteSize())
         if self.sessions:
+            if type(message) is bytes:  # a Parse reply the core wrote (``receive_serialized``)
+                message = pb.ParseResponse.FromString(message)
             deltas = len(message.deltas)
             if deltas:
                 if self._deltas is None:

@@ -180,7 +180,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
 
     async def _drive(self, protocol: SessionProtocol, message: pb.ParseRequest) -> Reply:
         """Hand a message to the protocol; load the model it asks for; return its reply."""
-        result = await _off_loop_if_large(message, protocol.receive, message)
+        result = await _off_loop_if_large(message, protocol.receive_serialized, message)
         if isinstance(result, NeedModel):
             model = await self._load(protocol, result)
             return await _off_loop_if_large(message, protocol.supply_model, model)

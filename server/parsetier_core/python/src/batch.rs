@@ -11,16 +11,13 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use parsetier_engine::events::{DeltaKind, EventKind, StepOut};
+use parsetier_engine::events::{DeltaKind, StepOut};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use pyo3::{intern, Py};
 
 use crate::ledger::Ledger;
-
-/// `protocol.FEED_PIECE`: a longer item is fed in pieces by Python (its thread hands the GIL back
-/// between them).
-const FEED_PIECE: usize = 8192;
+use crate::reply::{self, bytes_field, string_field, tag, varint, FEED_PIECE, SESSION_OUTPUT};
 
 #[pyclass(name = "PackedSteps", module = "parsetier._core")]
 pub struct PackedSteps {
@@ -424,29 +421,15 @@ impl Replies {
 
     /// What a stepped item answers (as `SessionProtocol.take_ids` and `BatchProtocol` would).
     fn reply(&mut self, key: &str, ledger: &mut Ledger, out: &StepOut) {
-        if !out.deltas.is_empty() {
-            ledger.digest.step(out);
-        }
-        let deltas = if ledger.want_deltas {
-            out.deltas.len()
-        } else {
-            0
-        };
-        let events = if ledger.want_events {
-            out.events.len()
-        } else {
-            0
-        };
-        if deltas == 0 && events == 0 {
+        let Some(t) = reply::take(ledger, out) else {
             return;
-        }
-        let sequence = ledger.reply(deltas, events);
+        };
         let digest = ledger.digest.value;
-        if events == 0 && deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
+        if t.events == 0 && t.deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
             let d = &out.deltas[0];
             let text = out.delta_text(d.text);
             string_field(&mut self.keys, 1, key);
-            varint(&mut self.sequences, sequence);
+            varint(&mut self.sequences, t.sequence);
             varint(&mut self.messages, ledger.client_messages);
             string_field(&mut self.texts, 4, text);
             let reasoning = d.kind == DeltaKind::Reasoning && !text.is_empty();
@@ -454,54 +437,18 @@ impl Replies {
             self.digests.extend_from_slice(&digest.to_le_bytes());
             return;
         }
-        // A SessionOutput: key 1, sequence 2, client_messages 3, deltas 4, events 5, digest 8.
         let s = &mut self.scratch;
         s.clear();
         string_field(s, 1, key);
-        varint_field(s, 2, sequence);
-        varint_field(s, 3, ledger.client_messages);
-        if deltas > 0 {
-            for d in &out.deltas {
-                let m = &mut self.delta;
-                m.clear();
-                let text = out.delta_text(d.text);
-                match d.kind {
-                    DeltaKind::Reasoning => string_field(m, 1, text),
-                    DeltaKind::Content => string_field(m, 2, text),
-                    DeltaKind::Call => {
-                        let mut call = Vec::new();
-                        varint_field(&mut call, 1, d.index as u64);
-                        if let Some((id, name)) = d.head {
-                            string_field(&mut call, 2, out.delta_text(id));
-                            string_field(&mut call, 3, out.delta_text(name));
-                        }
-                        string_field(&mut call, 4, text);
-                        bytes_field(m, 3, &call);
-                    }
-                }
-                bytes_field(s, 4, m);
-            }
-        }
-        if events > 0 {
-            for e in &out.events {
-                let m = &mut self.delta;
-                m.clear();
-                varint_field(m, 1, e.kind as u64 + 1);
-                // A TOOL_CALL_END's text (the call as written) stays in the engine (convert.py).
-                if e.kind != EventKind::ToolCallEnd {
-                    string_field(m, 2, out.event_text(e.text));
-                }
-                // int32: a negative value is its 64-bit two's complement, as protobuf writes it.
-                varint_field(m, 3, e.tool_index as i64 as u64);
-                varint_field(m, 4, e.tokens as u64);
-                string_field(m, 5, out.event_text(e.call_id));
-                bytes_field(s, 5, m);
-            }
-        }
-        if digest != 0 {
-            tag(s, 8, 5);
-            s.extend_from_slice(&digest.to_le_bytes());
-        }
+        reply::write(
+            s,
+            &mut self.delta,
+            SESSION_OUTPUT,
+            &t,
+            ledger.client_messages,
+            digest,
+            out,
+        );
         bytes_field(&mut self.sessions, 2, s);
     }
 
@@ -549,36 +496,4 @@ fn varint_len(mut v: u64) -> usize {
         n += 1;
     }
     n
-}
-
-fn varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
-
-fn tag(buf: &mut Vec<u8>, field: u32, wire: u32) {
-    varint(buf, ((field << 3) | wire) as u64);
-}
-
-/// A varint field, omitted when 0 (proto3).
-fn varint_field(buf: &mut Vec<u8>, field: u32, v: u64) {
-    if v != 0 {
-        tag(buf, field, 0);
-        varint(buf, v);
-    }
-}
-
-/// A length-delimited field, written even when empty (a repeated element, a message).
-fn bytes_field(buf: &mut Vec<u8>, field: u32, data: &[u8]) {
-    tag(buf, field, 2);
-    varint(buf, data.len() as u64);
-    buf.extend_from_slice(data);
-}
-
-/// A string field, omitted when empty except as a repeated element (`field` of the arrays).
-fn string_field(buf: &mut Vec<u8>, field: u32, text: &str) {
-    bytes_field(buf, field, text.as_bytes());
 }

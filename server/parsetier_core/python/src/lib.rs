@@ -7,6 +7,7 @@ mod batch;
 mod detok;
 mod ledger;
 mod parser;
+mod reply;
 mod session;
 mod wire;
 
@@ -23,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wire::WireRenderer>()?;
     m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
     m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;
+    m.add_function(wrap_pyfunction!(reply::step_reply, m)?)?;
     parser::register(m)?;
     Ok(())
 }
