@@ -18,16 +18,18 @@ PART_OVERHEAD = 32
 
 
 # ---------------------------------------------------------------------- streamed replies in parts
-def in_parts(reply: StreamReply | bytes, limit: int) -> list[StreamReply | bytes]:
+def in_parts(
+    reply: StreamReply | bytes, limit: int, kind: type[StreamReply] = pb.ParseResponse
+) -> list[StreamReply | bytes]:
     """The messages that carry one streamed reply: the reply itself when it fits in ``limit``
     bytes (``Limits.max_reply_bytes``), else pieces of its serialized bytes, each a message of the
     same type with only ``part`` set and each within the limit (``ParseResponse.part`` in the
-    proto). ``bytes`` is a ``ParseResponse`` already serialized (by the core). Nothing is lost,
-    and the cost is one extra copy of only the replies that need it."""
+    proto). ``bytes`` are a reply the core already serialized, a ``kind`` message. Nothing is
+    lost, and the cost is one extra copy of only the replies that need it."""
     if isinstance(reply, bytes):
         if len(reply) <= limit:
             return [reply]
-        data, kind = reply, pb.ParseResponse
+        data = reply
     else:
         if reply.ByteSize() <= limit:
             return [reply]

@@ -25,7 +25,6 @@ from google.protobuf.message import Message
 from parsetier.batch_protocol import (
     BatchHooks,
     BatchProtocol,
-    BatchReply,
     BatchRequest,
     NeedModels,
     ReadBatch,
@@ -251,7 +250,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                     loaded = {name: await self._model_or_error(name) for name in reply.names}
                     self.handoff.check_batch(batch)  # the drain may have begun meanwhile
                     reply = await _in_slices(request, batch.supplying_models(loaded))
-                for part in self._batch_parts(reply):
+                for part in in_parts(reply, self.limits.max_reply_bytes, pb.ParseBatchResponse):
                     await _write(context, part)
         except StatusError as exc:
             error = exc
@@ -269,16 +268,6 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 batch.close(ProtocolError(error.code, f"the stream ended: {error.message}"))
         if error is not None:
             await context.abort(grpc_code(error), error.message, trailing_metadata=trailer_for(error.message))
-
-    def _batch_parts(self, reply: BatchReply) -> list[BatchReply]:
-        """The messages that carry a ``ParseBatch`` reply (``framing.in_parts``); bytes the core
-        wrote go as they are (the method's serializer passes bytes through)."""
-        limit = self.limits.max_reply_bytes
-        if not isinstance(reply, bytes):
-            return in_parts(reply, limit)
-        if len(reply) <= limit:
-            return [reply]
-        return in_parts(pb.ParseBatchResponse.FromString(reply), limit)
 
     async def _model_or_error(self, name: str) -> Model | BaseException:
         try:
