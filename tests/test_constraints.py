@@ -258,6 +258,7 @@ def test_harmony_accepts_its_messages_and_they_parse_back() -> None:
             assert json.loads(message.tool_calls[0].arguments) == {"city": "Paris"}
 
 
+@pytest.mark.slow  # a whole constraint walk of a user format (the quick lane walks the presets)
 def test_a_user_header_format_gets_constraints_from_the_same_walk(tmp_path: Path) -> None:
     """Nothing is keyed on Harmony: the same file with every state renamed and another role
     derives the same kind of constraint, with the new names' behaviour."""

@@ -428,10 +428,29 @@ def check(
 
 
 # ------------------------------------------------------------------------------------------ tests
-@pytest.mark.parametrize("rpc", RUNS)
-@pytest.mark.parametrize("stream", [True, False], ids=["stream", "body"])
-@pytest.mark.parametrize("dialect", DIALECTS)
-@pytest.mark.parametrize("family", PACKAGED, ids=lambda f: f.label)
+def _family_sdk_cases() -> list:
+    """Every family x dialect x (streamed or body) x RPC. The quick lane runs every family streamed
+    over Parse, and every dialect, delivery and RPC for the first family; the rest is `slow`."""
+    cases = []
+    for family in PACKAGED:
+        for dialect in DIALECTS:
+            for stream in (True, False):
+                for rpc in RUNS:
+                    quick = (stream and rpc == "Parse") or family is PACKAGED[0]
+                    cases.append(
+                        pytest.param(
+                            family,
+                            dialect,
+                            stream,
+                            rpc,
+                            id=f"{family.label}-{dialect}-{'stream' if stream else 'body'}-{rpc}",
+                            marks=() if quick else pytest.mark.slow,
+                        )
+                    )
+    return cases
+
+
+@pytest.mark.parametrize(("family", "dialect", "stream", "rpc"), _family_sdk_cases())
 def test_family_through_sdk(family, dialect, stream, rpc, registry, client, loopback, oai, ant) -> None:
     case = _family_case(family, registry)
     body, final = RUNS[rpc](client, case, dialect, stream)

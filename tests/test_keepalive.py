@@ -71,11 +71,13 @@ def test_eager_pings_get_goaway_on_a_quiet_session(server):
     assert outcome.startswith("UNAVAILABLE") and "ping" in outcome.lower(), outcome
 
 
+@pytest.mark.slow  # QUIET seconds asleep; the quick lane keeps the eager-ping GOAWAY
 def test_sync_client_defaults_survive_the_same_quiet_session(server):
     with Client(server.target, resume=False) as client:
         assert quiet_session(client) == "ok"
 
 
+@pytest.mark.slow  # QUIET seconds asleep, as the sync client's
 def test_async_client_defaults_survive_the_same_quiet_session(server):
     async def run() -> None:
         async with AsyncClient(server.target, timeout=60, resume=False) as client:

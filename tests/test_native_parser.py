@@ -180,6 +180,7 @@ def test_family_outputs_parse_identically(family: rt.Family, registry) -> None:
         run_both(model, options, [[i] for i in ids[:cut]], reason=rng.choice(["stop", "abort"]))
 
 
+@pytest.mark.slow  # every preset x payload; the quick lane has test_native_session's hostile outputs
 @pytest.mark.parametrize("preset", sorted(hostile_outputs.samples()))
 @pytest.mark.parametrize("payload", sorted(hostile_outputs.PAYLOADS))
 def test_hostile_outputs_parse_identically(preset: str, payload: str) -> None:
@@ -281,6 +282,7 @@ def test_fuzzed_outputs_parse_identically(family: rt.Family, registry) -> None:
         )
 
 
+@pytest.mark.slow  # a property over every format file, like test_conservation itself
 @pytest.mark.parametrize("fmt", tc.FORMATS)
 @seed(21)
 @property_settings(40)

@@ -487,6 +487,7 @@ def test_close_marker_inside_an_unterminated_string_leaves_the_call_open() -> No
 
 
 # ================================================================================ streaming arguments
+@pytest.mark.slow  # split_check over every split of a 12K-character call
 def test_long_envelope_in_one_delta_is_the_same_call() -> None:
     """A whole output in one delta is one run for the machine: an envelope far longer than the
     reader's head buffer comes out as it does id by id."""
