@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable
+from itertools import chain
 from typing import Any
 
 import grpc
@@ -18,12 +19,13 @@ from parsetier_client.requests import (
     finish_message,
     open_message,
     parse_once_request,
-    session_messages,
-    step_message,
+    steps_request,
+    stream_messages,
 )
 from parsetier_client.result import ParseResult, collect
-from parsetier_client.resume import Ledger, ResumePolicy, as_request, policy_of, retryable
+from parsetier_client.resume import ResumePolicy, policy_of
 from parsetier_client.security import Tls, aio_channel, tls_of, token_metadata
+from parsetier_client.session_core import StreamCore, wire_chunks
 
 
 async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:
@@ -112,7 +114,7 @@ async def _write_all(call: grpc.aio.StreamStreamCall, messages: Iterable[pb.Pars
         pass
 
 
-class AsyncParseStream:
+class AsyncParseStream(StreamCore):
     """One live session: ``await send(...)`` steps as they are generated, ``await finish()``,
     and ``async for`` over the replies (from the same task or another one).
 
@@ -120,7 +122,8 @@ class AsyncParseStream:
     and survives a broken stream — a dead or draining server, a lost connection, a proxy's reset:
     it reconnects, resumes on whichever server the target reaches, and the iteration simply goes
     on with the next reply. Statuses that are the request's own (INVALID_ARGUMENT, NOT_FOUND...)
-    surface as before; so does the last error once the retry budget is spent."""
+    surface as before; so does the last error once the retry budget is spent. The session's state
+    and decisions are ``StreamCore``'s, shared with the blocking stream."""
 
     def __init__(
         self,
@@ -130,27 +133,21 @@ class AsyncParseStream:
         policy: ResumePolicy | None = None,
         metadata: tuple[tuple[str, str], ...] | None = None,
     ) -> None:
+        super().__init__(open_, policy)
         self._stub = stub
         self._timeout = timeout
         self._metadata = metadata
-        self._policy = policy
-        if policy is not None:
-            open_.resumable = True
-        self._ledger = Ledger(open_)
         self._call: grpc.aio.StreamStreamCall | None = None
         self._unwritten: deque[pb.ParseRequest] = deque()
         """Messages sent that the current call has not had yet."""
         self._half_closed: grpc.aio.StreamStreamCall | None = None
         self._finished = False
         self._lock = asyncio.Lock()
-        self.final: pb.Final | None = None
-        self.resumes = 0
-        """How many times the session moved to a new stream."""
 
     async def _connect(self) -> None:
         """Open a new call (resuming from what was received, after the first) and wait for the
         server to accept it; refusals are retried with backoff within the budget."""
-        first = pb.ParseRequest(open=self._ledger.point() if self._call is not None else self._ledger.open)
+        first = self._opening(resuming=self._call is not None)
         attempt = 0
         while True:
             call = self._stub.Parse(timeout=self._timeout, metadata=self._metadata)
@@ -158,16 +155,16 @@ class AsyncParseStream:
                 await _write(call, first)
                 await _await_admission(call)
             except grpc.aio.AioRpcError as exc:
-                policy = self._policy
-                if policy is None or not retryable(exc.code(), exc.details()) or attempt >= policy.attempts:
+                if not self._moves_after(exc.code(), exc.details(), attempt):
                     raise
-                await asyncio.sleep(policy.backoff(attempt))
+                assert self._policy is not None
+                await asyncio.sleep(self._policy.backoff(attempt))
                 attempt += 1
                 continue
             async with self._lock:
                 self._call = call
                 if self._policy is not None:
-                    self._unwritten = deque(as_request(payload) for payload, _ in self._ledger.restart(2))
+                    self._unwritten = deque(self._unanswered())
             return
 
     async def _pump(self) -> None:
@@ -187,18 +184,20 @@ class AsyncParseStream:
                     self._half_closed = call
             except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
                 error = connection_loss_as_unavailable(await _status_error(call))
-                if self._policy is None or not retryable(error.code(), error.details()):
+                if not self._moves_after(error.code(), error.details()):
                     raise error from None
 
-    def _queue(self, message: pb.ParseRequest) -> None:
-        if self._policy is not None:
-            self._ledger.send(message)
+    async def _send(self, message: pb.ParseRequest) -> None:
+        """Send a client message; one with the Finish closes the send side."""
+        self._sending(message)
         self._unwritten.append(message)
+        if message.HasField("finish"):
+            self._finished = True
+        await self._pump()
 
     async def send(self, *steps: StepLike) -> None:
         """Send one or more decode steps (token-id lists or text) in one message."""
-        self._queue(pb.ParseRequest(steps=[step_message(s) for s in steps]))
-        await self._pump()
+        await self._send(steps_request(steps))
 
     async def finish(
         self,
@@ -209,17 +208,10 @@ class AsyncParseStream:
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side
         (``other_choices_usage``: see ``finish_message``)."""
-        self._queue(
-            pb.ParseRequest(
-                steps=[step_message(s) for s in steps],
-                finish=finish_message(reason, matched_stop, other_choices_usage),
-            )
-        )
-        self._finished = True
-        await self._pump()
+        await self._send(steps_request(steps, finish_message(reason, matched_stop, other_choices_usage)))
 
     def cancel(self) -> None:
-        self._policy = None  # the caller's own cancel is never resumed
+        self._stop_resuming()
         if self._call is not None:
             self._call.cancel()
 
@@ -229,18 +221,13 @@ class AsyncParseStream:
             assert call is not None
             try:
                 async for message in joined_async(call):
-                    if self._policy is not None:
-                        self._ledger.received(
-                            message.sequence, message.client_messages, message.output_digest
-                        )
-                    if message.HasField("final"):
-                        self.final = message.final
+                    self._received(message)
                     yield message
                 return
             except grpc.aio.AioRpcError as exc:
-                if self.final is not None and self._policy is not None:
+                if self._ended_whole():
                     return  # the session is complete; only the stream's ending broke
-                if self._policy is None or not retryable(exc.code(), exc.details()):
+                if not self._moves_after(exc.code(), exc.details()):
                     raise connection_loss_as_unavailable(exc) from None
             await self._connect()
             self.resumes += 1
@@ -254,10 +241,8 @@ class AsyncParseStream:
     async def wire(self) -> AsyncIterator[bytes]:
         """With ``Open.wire``: the bytes to forward as they come (``ParseStream.wire``)."""
         async for message in self:
-            if message.wire:
-                yield message.wire
-            if message.HasField("final") and message.final.wire:
-                yield message.final.wire
+            for chunk in wire_chunks(message):
+                yield chunk
 
 
 class AsyncClient:
@@ -301,35 +286,20 @@ class AsyncClient:
         return stream
 
     async def parse_stream(
-        self,
-        model: str,
-        steps: Iterable[StepLike],
-        finish_reason: str = "stop",
-        *,
-        matched_stop: int | str | None = None,
-        tools: Iterable[Mapping[str, Any]] | str | None = None,
-        steps_per_message: int = 1,
-        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
-        **options: Any,
+        self, model: str, steps: Iterable[StepLike], finish_reason: str = "stop", **options: Any
     ) -> ParseResult:
-        """One call: stream ``steps`` through a session; ``(message, deltas)`` as a ``ParseResult``."""
+        """One call: stream ``steps`` through a session; ``(message, deltas)`` as a ``ParseResult``
+        (``options`` as for ``sync.Client.parse_stream``)."""
+        open_, messages = stream_messages(model, steps, finish_reason, **options)
         if self.resume is None:
-            open_ = open_message(model, tools=tools, **options)
-            finish = finish_message(finish_reason, matched_stop, other_choices_usage)
-            messages = session_messages(open_, steps, finish, steps_per_message)
-            return collect([message async for message in self.parse(messages)])
-        stream = await self.open(model, tools=tools, **options)
+            opened = chain([pb.ParseRequest(open=open_)], messages)
+            return collect([message async for message in self.parse(opened)])
+        stream = AsyncParseStream(self.stub, open_, self.timeout, self.resume, self.metadata)
+        await stream._connect()
 
         async def write() -> None:
-            batch: list[StepLike] = []
-            for step in steps:
-                batch.append(step)
-                if len(batch) >= steps_per_message:
-                    await stream.send(*batch)
-                    batch = []
-            await stream.finish(
-                finish_reason, matched_stop, steps=batch, other_choices_usage=other_choices_usage
-            )
+            for message in messages:
+                await stream._send(message)
 
         writer = asyncio.create_task(write())
         try:
@@ -355,27 +325,10 @@ class AsyncClient:
             await asyncio.gather(writer, return_exceptions=True)
 
     async def parse_once(
-        self,
-        model: str,
-        token_ids: Iterable[int] = (),
-        finish_reason: str = "stop",
-        *,
-        text: str = "",
-        text_tokens: int = 0,
-        matched_stop: int | str | None = None,
-        tools: Iterable[Mapping[str, Any]] | str | None = None,
-        **options: Any,
+        self, model: str, token_ids: Iterable[int] = (), finish_reason: str = "stop", **options: Any
     ) -> pb.ParseOnceResponse:
-        request = parse_once_request(
-            model,
-            token_ids,
-            finish_reason,
-            text=text,
-            text_tokens=text_tokens,
-            matched_stop=matched_stop,
-            tools=tools,
-            **options,
-        )
+        """The unary call (``sync.Client.parse_once``)."""
+        request = parse_once_request(model, token_ids, finish_reason, **options)
         return await self.stub.ParseOnce(request, timeout=self.timeout, metadata=self.metadata)
 
     def batch(self) -> AsyncBatch:

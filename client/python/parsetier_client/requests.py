@@ -7,7 +7,7 @@ messages.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -222,19 +222,51 @@ def parse_once_request(
     )
 
 
+def steps_request(steps: Iterable[StepLike], finish: pb.Finish | None = None) -> pb.ParseRequest:
+    """A client message of decode steps (token-id lists, text or ``pb.Step``), with the ``Finish``
+    when it is the session's last."""
+    return pb.ParseRequest(steps=[step_message(s) for s in steps], finish=finish)
+
+
+def session_steps(
+    steps: Iterable[StepLike], finish: pb.Finish, steps_per_message: int = 1
+) -> Iterator[pb.ParseRequest]:
+    """A session's client messages after its Open: the steps (``steps_per_message`` per message),
+    then Finish in the last message. Lazy: a step is sent as soon as its message is full."""
+    batch: list[StepLike] = []
+    for step in steps:
+        batch.append(step)
+        if len(batch) >= steps_per_message:
+            yield steps_request(batch)
+            batch = []
+    yield steps_request(batch, finish)
+
+
+def stream_messages(
+    model: str,
+    steps: Iterable[StepLike],
+    finish_reason: str = "stop",
+    *,
+    matched_stop: int | str | None = None,
+    tools: Iterable[Mapping[str, Any]] | str | None = None,
+    steps_per_message: int = 1,
+    other_choices_usage: pb.Usage | tuple[int, int] | None = None,
+    **options: Any,
+) -> tuple[pb.Open, Iterator[pb.ParseRequest]]:
+    """A recorded output as a session: its ``Open`` (``options``: ``open_message``'s keywords)
+    and the client messages after it (``session_steps``), what ``parse_stream`` sends on either
+    client, over a raw stream or a resuming one."""
+    open_ = open_message(model, tools=tools, **options)
+    finish = finish_message(finish_reason, matched_stop, other_choices_usage)
+    return open_, session_steps(steps, finish, steps_per_message)
+
+
 def session_messages(
     open_: pb.Open,
     steps: Iterable[StepLike],
     finish: pb.Finish,
     steps_per_message: int = 1,
-) -> Iterable[pb.ParseRequest]:
-    """A whole session as client messages: Open, the steps (``steps_per_message`` per message),
-    then Finish in the last message."""
+) -> Iterator[pb.ParseRequest]:
+    """A whole session as client messages: Open, then ``session_steps``."""
     yield pb.ParseRequest(open=open_)
-    batch: list[pb.Step] = []
-    for step in steps:
-        batch.append(step_message(step))
-        if len(batch) >= steps_per_message:
-            yield pb.ParseRequest(steps=batch)
-            batch = []
-    yield pb.ParseRequest(steps=batch, finish=finish)
+    yield from session_steps(steps, finish, steps_per_message)

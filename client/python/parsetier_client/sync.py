@@ -10,7 +10,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 import grpc
@@ -24,17 +25,18 @@ from parsetier_client.requests import (
     finish_message,
     open_message,
     parse_once_request,
-    session_messages,
-    step_message,
+    steps_request,
+    stream_messages,
 )
 from parsetier_client.result import ParseResult, collect
-from parsetier_client.resume import Ledger, ResumePolicy, as_request, policy_of, retryable
+from parsetier_client.resume import ResumePolicy, policy_of
 from parsetier_client.security import Tls, sync_channel, tls_of, token_metadata
+from parsetier_client.session_core import StreamCore, wire_chunks
 
 _CLOSE = object()
 
 
-class ParseStream:
+class ParseStream(StreamCore):
     """One live session: ``send`` steps as they are generated, ``finish``, iterate the replies.
 
     Iterating yields ``ParseResponse``s (``deltas()`` flattens them to deltas); after the
@@ -45,6 +47,7 @@ class ParseStream:
     it reconnects with backoff, resumes on whichever server the target reaches, and the iteration
     goes on with the next reply. Statuses that are the request's own surface as before; so does
     the last error once the retry budget is spent. ``send`` may be called from another thread.
+    The session's state and decisions are ``StreamCore``'s, shared with the asyncio stream.
     """
 
     def __init__(
@@ -55,18 +58,12 @@ class ParseStream:
         metadata: tuple[tuple[str, str], ...] | None = None,
         policy: ResumePolicy | None = None,
     ) -> None:
+        super().__init__(open_, policy)
         self._stub = stub
         self._timeout = timeout
         self._metadata = metadata
-        self._policy = policy
-        if policy is not None:
-            open_.resumable = True
-        self._ledger = Ledger(open_)
         self._lock = threading.Lock()
         self._finished = False
-        self.final: pb.Final | None = None
-        self.resumes = 0
-        """How many times the session moved to a new stream."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._call = self._start(resuming=False)
 
@@ -76,9 +73,9 @@ class ParseStream:
         for the server's headers, so a refusal arrives as the status the server sent."""
         with self._lock:
             self._queue = outgoing = queue.SimpleQueue()
-            first = pb.ParseRequest(open=self._ledger.point() if resuming else self._ledger.open)
-            for payload, _ in self._ledger.restart(2):
-                outgoing.put(as_request(payload))
+            first = self._opening(resuming)
+            for message in self._unanswered():
+                outgoing.put(message)
             if self._finished:
                 outgoing.put(_CLOSE)
         admitted = threading.Event()
@@ -96,14 +93,14 @@ class ParseStream:
         admitted.set()
         return call
 
-    def _put(self, message: pb.ParseRequest, last: bool = False) -> None:
+    def _send(self, message: pb.ParseRequest) -> None:
+        """Queue a client message; one with the Finish closes the send side."""
         if self._policy is None:
             self._check_live()
         with self._lock:
-            if self._policy is not None:
-                self._ledger.send(message)
+            self._sending(message)
             self._queue.put(message)
-            if last:
+            if message.HasField("finish"):
                 self._finished = True
                 self._queue.put(_CLOSE)
 
@@ -117,7 +114,7 @@ class ParseStream:
         With resume off, raises the call's ``grpc.RpcError`` once the call is over (the server
         ended it, or the connection is gone: ``UNAVAILABLE``), instead of queueing messages nobody
         will read; with resume on, a broken call is the iteration's to resume."""
-        self._put(pb.ParseRequest(steps=[step_message(s) for s in steps]))
+        self._send(steps_request(steps))
 
     def finish(
         self,
@@ -128,14 +125,10 @@ class ParseStream:
     ) -> None:
         """End the output (optionally with last steps in the same message) and close the send side
         (``other_choices_usage``: see ``finish_message``)."""
-        steps_ = [step_message(s) for s in steps]
-        self._put(
-            pb.ParseRequest(steps=steps_, finish=finish_message(reason, matched_stop, other_choices_usage)),
-            last=True,
-        )
+        self._send(steps_request(steps, finish_message(reason, matched_stop, other_choices_usage)))
 
     def cancel(self) -> None:
-        self._policy = None  # the caller's own cancel is never resumed
+        self._stop_resuming()
         self._call.cancel()
         self._queue.put(_CLOSE)
 
@@ -145,23 +138,18 @@ class ParseStream:
             try:
                 for message in joined(self._call):
                     attempt = 0
-                    if self._policy is not None:
-                        with self._lock:
-                            self._ledger.received(
-                                message.sequence, message.client_messages, message.output_digest
-                            )
-                    if message.HasField("final"):
-                        self.final = message.final
+                    with self._lock:
+                        self._received(message)
                     yield message
                 return
             except grpc.RpcError as exc:
-                policy = self._policy
-                if self.final is not None and policy is not None:
+                if self._ended_whole():
                     return  # the session is complete; only the stream's ending broke
-                if policy is None or not retryable(exc.code(), exc.details()) or attempt >= policy.attempts:
+                if not self._moves_after(exc.code(), exc.details(), attempt):
                     raise
                 self._queue.put(_CLOSE)  # end the broken call's request thread
-                time.sleep(policy.backoff(attempt) if attempt else 0)
+                assert self._policy is not None
+                time.sleep(self._policy.backoff(attempt) if attempt else 0)
                 attempt += 1
             self.resumes += 1
             self._call = self._start(resuming=True)
@@ -174,10 +162,7 @@ class ParseStream:
         """With ``Open.wire``: the bytes to forward to the caller as they come (each reply's
         ``wire``, then ``final.wire``), never empty."""
         for message in self:
-            if message.wire:
-                yield message.wire
-            if message.HasField("final") and message.final.wire:
-                yield message.final.wire
+            yield from wire_chunks(message)
 
 
 class Client:
@@ -221,61 +206,27 @@ class Client:
         return joined(self.stub.Parse(iter(messages), timeout=self.timeout, metadata=self.metadata))
 
     def parse_stream(
-        self,
-        model: str,
-        steps: Iterable[StepLike],
-        finish_reason: str = "stop",
-        *,
-        matched_stop: int | str | None = None,
-        tools: Iterable[Mapping[str, Any]] | str | None = None,
-        steps_per_message: int = 1,
-        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
-        **options: Any,
+        self, model: str, steps: Iterable[StepLike], finish_reason: str = "stop", **options: Any
     ) -> ParseResult:
         """One call: stream ``steps`` through a session and return ``(message, deltas)``
-        (a ``ParseResult``, which also has ``final``, ``finish_reason``, ``usage``, ``events``)."""
+        (a ``ParseResult``, which also has ``final``, ``finish_reason``, ``usage``, ``events``).
+        ``options``: ``requests.stream_messages``' keywords (``matched_stop``, ``tools``,
+        ``steps_per_message``, ``other_choices_usage``) and ``open_message``'s."""
+        open_, messages = stream_messages(model, steps, finish_reason, **options)
         if self.resume is None:
-            open_ = open_message(model, tools=tools, **options)
-            messages = session_messages(
-                open_,
-                steps,
-                finish_message(finish_reason, matched_stop, other_choices_usage),
-                steps_per_message,
-            )
-            return collect(list(self.parse(messages)))
-        stream = self.open(model, tools=tools, **options)
-        batch: list[StepLike] = []
-        for step in steps:
-            batch.append(step)
-            if len(batch) >= steps_per_message:
-                stream.send(*batch)
-                batch = []
-        stream.finish(finish_reason, matched_stop, steps=batch, other_choices_usage=other_choices_usage)
+            return collect(list(self.parse(chain([pb.ParseRequest(open=open_)], messages))))
+        stream = ParseStream(self.stub, open_, self.timeout, self.metadata, self.resume)
+        for message in messages:
+            stream._send(message)
         return collect(list(stream))
 
     def parse_once(
-        self,
-        model: str,
-        token_ids: Iterable[int] = (),
-        finish_reason: str = "stop",
-        *,
-        text: str = "",
-        text_tokens: int = 0,
-        matched_stop: int | str | None = None,
-        tools: Iterable[Mapping[str, Any]] | str | None = None,
-        **options: Any,
+        self, model: str, token_ids: Iterable[int] = (), finish_reason: str = "stop", **options: Any
     ) -> pb.ParseOnceResponse:
-        """The unary call: the whole output in, ``ParseOnceResponse`` (``.final``) out."""
-        request = parse_once_request(
-            model,
-            token_ids,
-            finish_reason,
-            text=text,
-            text_tokens=text_tokens,
-            matched_stop=matched_stop,
-            tools=tools,
-            **options,
-        )
+        """The unary call: the whole output in, ``ParseOnceResponse`` (``.final``) out. ``options``
+        are ``requests.parse_once_request``'s keywords (``text``, ``text_tokens``, ``matched_stop``,
+        ``tools``, ``logprobs``, and ``open_message``'s)."""
+        request = parse_once_request(model, token_ids, finish_reason, **options)
         return self.stub.ParseOnce(request, timeout=self.timeout, metadata=self.metadata)
 
     def batch(self) -> Batch:
