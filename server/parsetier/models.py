@@ -203,6 +203,10 @@ class ModelRegistry:
     def names(self) -> list[str]:
         return sorted(self._specs)
 
+    def loaded(self, name: str) -> Model | None:
+        """The model if it is loaded already (no loading, no lock), else None."""
+        return self._loaded.get(name)
+
     def get(self, name: str) -> Model:
         """The loaded model, loading it on first use. Raises ``UnknownModel``, or
         ``TokenizerUnavailable`` when its tokenizer is missing or not configured."""
