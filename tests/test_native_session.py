@@ -71,19 +71,25 @@ def _family_outputs(family: rt.Family, model: Model, n: int):
         yield ids, prompt_ids, thinking if family.thinking_switch else None
 
 
+def family_options(k: int, prompt_ids: list[int], thinking: bool | None) -> SessionOptions:
+    """The k-th family output's options: the round-trip tools and prompt, and call delivery,
+    reasoning and request id varied from one output to the next."""
+    return SessionOptions(
+        tools=rt.SESSION_TOOLS,
+        prompt_token_ids=tuple(prompt_ids),
+        thinking=thinking,
+        complete_tool_calls=k % 2 == 1,
+        include_reasoning=k % 3 != 2,
+        request_id=f"req-{k}",
+    )
+
+
 @pytest.mark.parametrize("family", rt.FAMILIES, ids=lambda f: f.label)
 def test_family_roundtrips(family: rt.Family, registry) -> None:
     model = registry.get(family.preset)
     rng = random.Random(f"{SEED}:{family.label}:splits")
     for k, (ids, prompt_ids, thinking) in enumerate(_family_outputs(family, model, ROUNDTRIPS)):
-        options = SessionOptions(
-            tools=rt.SESSION_TOOLS,
-            prompt_token_ids=tuple(prompt_ids),
-            thinking=thinking,
-            complete_tool_calls=k % 2 == 1,
-            include_reasoning=k % 3 != 2,
-            request_id=f"req-{k}",
-        )
+        options = family_options(k, prompt_ids, thinking)
         compare(model, options, random_groups(rng, ids))
         compare(model, options, [ids])
         cut = rng.randrange(len(ids) + 1)

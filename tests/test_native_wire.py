@@ -29,7 +29,7 @@ from parsetier.models import Model
 from parsetier.session import SessionError
 from property_settings import property_settings
 from test_fuzz import hostile_output
-from test_native_session import SEED, _family_outputs
+from test_native_session import SEED, _family_outputs, family_options
 
 EXAMPLES = int(os.environ.get("PARSETIER_NATIVE_EXAMPLES", "40"))
 
@@ -118,14 +118,7 @@ def test_family_roundtrips(family: rt.Family, registry) -> None:
     model = registry.get(family.preset)
     rng = random.Random(f"{SEED}:{family.label}:wire")
     for k, (ids, prompt_ids, thinking) in enumerate(_family_outputs(family, model, 4)):
-        options = SessionOptions(
-            tools=rt.SESSION_TOOLS,
-            prompt_token_ids=tuple(prompt_ids),
-            thinking=thinking,
-            complete_tool_calls=k % 2 == 1,
-            include_reasoning=k % 3 != 2,
-            request_id=f"req-{k}",
-        )
+        options = family_options(k, prompt_ids, thinking)
         wire_compare(model, options, random_groups(rng, ids), "stop", rng)
         cut = rng.randrange(len(ids) + 1)
         wire_compare(model, options, random_groups(rng, ids[:cut]), "length", rng)

@@ -27,14 +27,13 @@ from pathlib import Path
 import pytest
 
 import resume_corpus as corpus
-from fleet_outputs import QUICK_MODELS
 from grpc_servers import ROOT, ProcessServer, subprocess_env, wait_for
 from test_cpp_client import BUILD_DIR, BUILD_TIMEOUT, SOURCE_DIR, require_toolchain
 from test_cpp_client import run as run_cpp
 from test_fleet_nginx import Nginx, free_port, nginx_binary
+from test_fleet_resume import backend, ready
 from test_go_client import go_binary, run_go
 
-BACKEND_ARGS = ("--grace", "20", "--preload", ",".join(QUICK_MODELS))
 RUN_TIMEOUT = 180.0
 """Seconds one driver run may take before it is killed (the test then fails)."""
 
@@ -83,16 +82,6 @@ DRIVERS: dict[str, Callable[[], list[str]]] = {
     "rust": rust_driver,
 }
 """Driver name -> the command that runs it (built first if it needs building)."""
-
-
-def backend(port: int) -> ProcessServer:
-    return ProcessServer(*BACKEND_ARGS, "--port", str(port))
-
-
-def ready(server: ProcessServer) -> ProcessServer:
-    server.start()
-    server.wait_for_log("models loaded", 120)
-    return server
 
 
 class Fleet:
