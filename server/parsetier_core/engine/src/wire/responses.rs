@@ -232,6 +232,12 @@ impl Responses {
         ));
     }
 
+    /// More text of the open reasoning or function call item, and its delta event.
+    fn extend_open(&mut self, text: &str, out: &mut String) {
+        self.items.last_mut().expect("open").text.push_str(text);
+        self.delta(text, "", out);
+    }
+
     /// More output text for the open message item, with the pending logprobs.
     fn text(&mut self, text: &str, out: &mut String) {
         let item = self.items.last_mut().expect("open");
@@ -357,12 +363,7 @@ impl WireDialect for Responses {
             if !delta.reasoning.is_empty() {
                 self.pending.clear();
                 self.ensure(Kind::Reasoning, out);
-                self.items
-                    .last_mut()
-                    .expect("open")
-                    .text
-                    .push_str(delta.reasoning);
-                self.delta(delta.reasoning, "", out);
+                self.extend_open(delta.reasoning, out);
             }
             if !delta.logprobs.is_empty() {
                 self.pending.extend_from_slice(delta.logprobs);
@@ -386,12 +387,7 @@ impl WireDialect for Responses {
                     self.add(item, out);
                 }
                 if !call.arguments.is_empty() && self.open_kind() == Some(Kind::FunctionCall) {
-                    self.items
-                        .last_mut()
-                        .expect("open")
-                        .text
-                        .push_str(call.arguments);
-                    self.delta(call.arguments, "", out);
+                    self.extend_open(call.arguments, out);
                 }
             }
         }
