@@ -14,6 +14,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import cached_property
 from typing import Any
 
 import tokenizers
@@ -262,24 +263,31 @@ class NativeSession:
         )
         if len(options.prompt_token_ids) > PROMPT_TAIL:
             self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])
-        self._annotator = StepAnnotator(
-            model.token_bytes,
-            self._check_ids,
-            show_reasoning=options.include_reasoning,
-            return_token_ids=options.return_token_ids,
-            collect=options.collect_in_final,
-        )
         self._literals: LiteralMarkers | None = None
         self._finished = False
         self._parse_only = not options.return_token_ids
         if self._parse_only:
             # The per-token path is one native call with no Python frame: ``feed`` is the core's
             # ``step``, which hands whatever it does not take (logprobs, a bad id, an empty step,
-            # a finished session) to the checked feed below. A weak reference: no cycle.
-            self._core.fallback = weakref.WeakMethod(self._checked_feed)
+            # a finished session) to ``_checked_feed`` of the session this weak reference reaches
+            # (no cycle, and one small object per session where a ``WeakMethod`` was five).
+            self._core.fallback = weakref.ref(self)
             self.feed = self._core.step  # type: ignore[method-assign]
 
     _check_ids = Session._check_ids
+
+    @cached_property
+    def _annotator(self) -> StepAnnotator:
+        """Logprobs and token ids on the deltas, made by the first step that needs it (a session
+        that returns neither never holds one)."""
+        options = self.options
+        return StepAnnotator(
+            self.model.token_bytes,
+            self._check_ids,
+            show_reasoning=options.include_reasoning,
+            return_token_ids=options.return_token_ids,
+            collect=options.collect_in_final,
+        )
 
     @property
     def finished(self) -> bool:
@@ -335,7 +343,7 @@ class NativeSession:
             finish_reason,
             Usage(completion, reasoning_tokens),
             Message(content, reasoning, tuple(ToolCall(*c) for c in calls)),
-            *self._annotator.collected(),
+            *(self._annotator.collected() if "_annotator" in self.__dict__ else ((), ())),
         )
         return out
 

@@ -76,13 +76,34 @@ pub struct StepOut {
     pub delivered: usize,
 }
 
+/// What a cleared `StepOut` keeps of a large step's buffers: enough for a step of a few tokens,
+/// so such steps reuse them and never reallocate, while an open session between steps does not
+/// hold what one large step (a prompt-sized first step, a whole call at once) grew.
+const KEEP_EVENTS: usize = 16;
+const KEEP_DELTAS: usize = 8;
+const KEEP_TEXT: usize = 256;
+
 impl StepOut {
+    /// Empties the step; buffers a large step grew beyond the `KEEP_*` capacities shrink back
+    /// to them (one reallocation, for a step large enough that its own work dwarfs it).
     pub fn clear(&mut self) {
         self.events.clear();
         self.event_text.clear();
         self.deltas.clear();
         self.delta_text.clear();
         self.delivered = 0;
+        if self.events.capacity() > KEEP_EVENTS {
+            self.events.shrink_to(KEEP_EVENTS);
+        }
+        if self.deltas.capacity() > KEEP_DELTAS {
+            self.deltas.shrink_to(KEEP_DELTAS);
+        }
+        if self.event_text.capacity() > KEEP_TEXT {
+            self.event_text.shrink_to(KEEP_TEXT);
+        }
+        if self.delta_text.capacity() > KEEP_TEXT {
+            self.delta_text.shrink_to(KEEP_TEXT);
+        }
     }
 
     pub fn event_text(&self, span: Span) -> &str {

@@ -126,7 +126,8 @@ pub struct Calls {
     tokens: u32,
     index: i32,
     call_open: bool,
-    params: Option<ParamWriter>,
+    /// Boxed, as `Machine.reader` is: only a call with parameters has one.
+    params: Option<Box<ParamWriter>>,
     args_emitted: bool,
     args_closed: bool,
     current_tool: String,
@@ -297,7 +298,10 @@ impl Calls {
             return;
         }
         let mut p = self.params.take().unwrap_or_else(|| {
-            ParamWriter::new(self.tools.get(&self.current_tool), self.g.trim_values)
+            Box::new(ParamWriter::new(
+                self.tools.get(&self.current_tool),
+                self.g.trim_values,
+            ))
         });
         p.begin(key, forced, self);
         self.params = Some(p);
@@ -426,7 +430,9 @@ pub struct Machine {
     scratch: String,
     capture: String,
     capture_len: usize,
-    reader: Option<Reader>,
+    /// Boxed: a call's reader lives on the heap while it reads, so an idle session does not
+    /// carry the largest reader's size.
+    reader: Option<Box<Reader>>,
     opening: String,
     ending: bool,
     pub reasoning_tokens: u64,
@@ -525,7 +531,7 @@ impl Machine {
         self.ending = true;
         self.c.ending = true;
         self.cut = cut;
-        if let Some(r) = self.reader.as_mut() {
+        if let Some(r) = self.reader.as_deref_mut() {
             r.end_of_output();
         }
         if !self.hold.is_empty() {
@@ -616,7 +622,7 @@ impl Machine {
 
     /// What a reader held and will never write: the model's text (markup when the output was cut).
     fn unread(&mut self) {
-        if let Some(Reader::Gemma(r)) = self.reader.as_mut() {
+        if let Some(Reader::Gemma(r)) = self.reader.as_deref_mut() {
             let text = r.unread();
             if !(self.ending && self.cut) {
                 // shown: out of the call's ledger (the reader read it up to here)
@@ -645,7 +651,7 @@ impl Machine {
         while pos < n {
             let state = self.state;
             let st = &g.states[state];
-            if let Some(reader) = self.reader.as_mut() {
+            if let Some(reader) = self.reader.as_deref_mut() {
                 if reader.status() == Status::Open {
                     self.c.span_from = pos;
                     pos = reader.feed(buf, pos, &mut self.c);
@@ -754,7 +760,7 @@ impl Machine {
                 self.c.raw.push_str(text);
                 self.c.param_value(text);
             }
-            Kind::Json | Kind::Envelope | Kind::Elements => match self.reader.as_mut() {
+            Kind::Json | Kind::Envelope | Kind::Elements => match self.reader.as_deref_mut() {
                 Some(Reader::Json(_) | Reader::Gemma(_)) => self.c.free_text(text, false),
                 Some(r) => {
                     let shown = r.rest(text);
@@ -779,11 +785,11 @@ impl Machine {
                 self.capture_len = 0;
             }
             Kind::Json => {
-                self.reader = Some(if st.dialect == Dialect::Gemma {
+                self.reader = Some(Box::new(if st.dialect == Dialect::Gemma {
                     Reader::Gemma(GemmaArgsReader::new(&g.quote))
                 } else {
                     Reader::Json(JsonArgsReader::default())
-                });
+                }));
             }
             Kind::Skip => {
                 self.opening.clear();
@@ -794,7 +800,7 @@ impl Machine {
                     self.opening.clear();
                     self.opening.push_str(pattern);
                 }
-                self.reader = Some(match st.dialect {
+                self.reader = Some(Box::new(match st.dialect {
                     Dialect::Python | Dialect::PythonJson => {
                         Reader::Python(PythonCallsReader::new(st.dialect == Dialect::PythonJson))
                     }
@@ -802,7 +808,7 @@ impl Machine {
                         st.allow_list,
                         st.dialect == Dialect::Keyed,
                     )),
-                });
+                }));
             }
             Kind::Elements => {
                 let tool = if self.c.call_open {
@@ -811,9 +817,9 @@ impl Machine {
                     None
                 };
                 let stops = st.stops.clone();
-                self.reader = Some(Reader::Elements(ElementArgsReader::new(
+                self.reader = Some(Box::new(Reader::Elements(ElementArgsReader::new(
                     &g.tag, &st.item, stops, tool,
-                )));
+                ))));
             }
             Kind::Content | Kind::Value => {}
         }
@@ -830,16 +836,16 @@ impl Machine {
                     && self.cut
                     && self
                         .reader
-                        .as_ref()
+                        .as_deref()
                         .is_none_or(|r| r.status() == Status::Open)
                 {
                     // the output was cut in an envelope still taking shape: a call cut before its name
-                    if let Some(r) = self.reader.as_mut() {
+                    if let Some(r) = self.reader.as_deref_mut() {
                         r.unclaimed();
                     }
                     return;
                 }
-                let raw = self.reader.as_mut().and_then(|r| r.unclaimed());
+                let raw = self.reader.as_deref_mut().and_then(|r| r.unclaimed());
                 if let Some(raw) = raw {
                     let mut text = match self.c.stretch.as_ref() {
                         Some(s) => s.text(),
@@ -855,7 +861,7 @@ impl Machine {
                 }
             }
             Kind::Elements => {
-                if let Some(Reader::Elements(r)) = self.reader.as_mut() {
+                if let Some(Reader::Elements(r)) = self.reader.as_deref_mut() {
                     if self.c.call_open {
                         r.close_call(&mut self.c);
                         self.c.args_closed = true;

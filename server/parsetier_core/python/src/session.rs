@@ -316,8 +316,8 @@ pub struct PySession {
     ids: Vec<u32>,
     /// Steps build `Event` values (`SessionOptions.events`).
     events: bool,
-    /// What `step` hands every call it does not take to (set by `NativeSession`: a
-    /// `weakref.WeakMethod` of its checked feed, so the session and its core hold no cycle).
+    /// Whose `_checked_feed` `step` hands every call it does not take to (set by
+    /// `NativeSession`: a `weakref.ref` to itself, so the session and its core hold no cycle).
     #[pyo3(get, set)]
     fallback: Option<Py<PyAny>>,
     /// `finish` ran: `step` leaves every call to the fallback's checks.
@@ -443,14 +443,14 @@ impl PySession {
             }
             this.fallback.as_ref().map(|f| f.clone_ref(py))
         };
-        let feed = fallback
+        let owner = fallback
             .ok_or_else(|| PyRuntimeError::new_err("parsetier._core.Session.fallback is not set"))?
             .bind(py)
             .call0()?;
-        if feed.is_none() {
+        if owner.is_none() {
             return Err(PyRuntimeError::new_err("the session's owner is gone"));
         }
-        feed.call1((token_ids, logprobs))
+        owner.call_method1(pyo3::intern!(py, "_checked_feed"), (token_ids, logprobs))
     }
 
     /// One step of checked ids → `StepOutput`.
