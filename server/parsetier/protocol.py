@@ -76,6 +76,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from parsetier import convert, native, resume
 from parsetier import session as core
@@ -197,13 +198,13 @@ class NeedModel:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):
     """What to send for one client message. ``response`` is None when the message produced
     nothing to send, and the ``ParseResponse``'s bytes when the core wrote it
     (``SessionProtocol.receive_serialized``); ``opened`` is True for the message whose Open was
     just accepted (a stream sends its headers then); ``finished`` once the final result is in
-    ``response``."""
+    ``response``. A named tuple: one is made per client message, and a tuple is the cheapest
+    immutable value to make."""
 
     response: pb.ParseResponse | bytes | None
     opened: bool = False
