@@ -14,7 +14,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import tokenizers
@@ -22,7 +22,7 @@ import tokenizers
 from parsetier.call_ids import call_id_seed
 from parsetier.completion import CompletionSession
 from parsetier.detokenizer import PROBE, PROMPT_CONTEXT, LiteralMarkers
-from parsetier.engine.describe import NativeUnsupported, describe_config, describe_grammar
+from parsetier.engine.describe import NativeUnsupported, describe_grammar
 from parsetier.engine.events import Event, EventKind
 from parsetier.engine.grammar import BoundGrammar
 from parsetier.logprobs import StepAnnotator
@@ -32,6 +32,7 @@ from parsetier.messages import (
     Message,
     SessionOptions,
     StepLogprobs,
+    Tool,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -206,6 +207,46 @@ def open_session(model: Model, options: SessionOptions) -> Session | CompletionS
     return Session(model, options)
 
 
+_TOOL_SETS = 32
+_tool_sets: dict[int, tuple[tuple[Tool, ...], Any]] = {}
+"""``id(options.tools)`` → (that tuple, its ``_core.Tools``): the last ``_TOOL_SETS`` tool tuples
+sessions were opened with. The service hands every request with the same ``tools_json`` the same
+tuple (``convert._cached_tools``), so a deployment's sessions share one native copy of their
+schemas instead of writing and reading them as JSON at every open (~35 µs of a ~50 µs open for
+peer-bench's two tools). Like that cache, it relies on nothing changing a schema once a session
+was opened with it."""
+
+
+def native_tools(tools: tuple[Tool, ...], schemas: dict[str, dict[str, Any]]) -> Any:
+    """The ``_core.Tools`` of a session's tools (``schemas``: ``_tool_schemas`` of them)."""
+    found = _tool_sets.get(id(tools))
+    if found is not None and found[0] is tools:
+        return found[1]
+    made = _core.Tools(json.dumps([[name, schema] for name, schema in schemas.items()], ensure_ascii=False))
+    with _lock:
+        if len(_tool_sets) >= _TOOL_SETS:
+            _tool_sets.pop(next(iter(_tool_sets)))
+        _tool_sets[id(tools)] = (tools, made)
+    return made
+
+
+def _prompt_text(detok: Any, prompt_ids: Sequence[int]) -> str:
+    """The prompt tail's text in sentinel form from the core's scanner (``start_and_echo``)."""
+    return str(detok.scanner().text(prompt_ids))
+
+
+def _check_prompt(session: NativeSession, detok: Any, prompt_ids: Sequence[int]) -> None:
+    """``Session._check_ids`` of the prompt, its ids compared in the core (a long prompt's ids
+    are thousands of Python comparisons); anything the core does not accept goes to that check,
+    which refuses it with its usual message."""
+    try:
+        bad = detok.first_invalid(prompt_ids)
+    except (TypeError, OverflowError):
+        bad = 0
+    if bad is not None:
+        Session._check_ids(session, prompt_ids, "prompt_token_ids")  # type: ignore[arg-type]
+
+
 _EVENT_ORDER = (
     "content",
     "reasoning_start",
@@ -241,25 +282,30 @@ class NativeSession:
         self.options = options
         self._vocab = model.vocab_size
         self._known_ids = model.grammar.known_ids
-        Session._check_ids(self, options.prompt_token_ids, "prompt_token_ids")  # type: ignore[arg-type]
+        detok, grammar = parts
+        _check_prompt(self, detok, options.prompt_token_ids)
         schemas = _tool_schemas(options)
         # The prompt terminal that chose the start state may be repeated by the model (markup).
-        start, echo = start_and_echo(model.grammar, options, model.spec.thinking, model.tokenizer)
+        start, echo = start_and_echo(
+            model.grammar, options, model.spec.thinking, model.tokenizer, partial(_prompt_text, detok)
+        )
         self.call_id_seed = call_id_seed(options)
         """What the session's call ids derive from, drawn once (``Session.call_id_seed``)."""
-        config = describe_config(
+        # The parser options go over as arguments and the tools as one shared native value: no
+        # JSON is written or read per session (``describe_config`` describes the same fields).
+        self._core = _core.Session(
+            detok,
+            grammar,
+            native_tools(options.tools, schemas),
             start,
-            schemas,
+            list(options.prompt_token_ids[-PROMPT_CONTEXT:]),
+            options.events,
             include_reasoning=options.include_reasoning,
             tool_choice=options.tool_choice,
             parallel_tool_calls=options.parallel_tool_calls,
             complete_tool_calls=options.complete_tool_calls,
             call_id_seed=self.call_id_seed,
             echo=echo,
-        )
-        detok, grammar = parts
-        self._core = _core.Session(
-            detok, grammar, config, list(options.prompt_token_ids[-PROMPT_CONTEXT:]), options.events
         )
         if len(options.prompt_token_ids) > PROMPT_TAIL:
             self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])

@@ -14,7 +14,7 @@ are the same (``parse`` is the one-call form). Work per call is proportional to 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -90,13 +90,16 @@ def start_and_echo(
     options: SessionOptions,
     thinking_default: bool | None,
     tokenizer: tokenizers.Tokenizer,
+    prompt_text: Callable[[Sequence[int]], str] | None = None,
 ) -> tuple[str, str]:
     """``start_state``, and the pattern of the prompt terminal that decided it ("" when the prompt
     did not): the machine reads that marker repeated at the very start of the output as markup
-    (a prompt ending ``<think>\n`` and a model that writes ``<think>`` again)."""
+    (a prompt ending ``<think>\n`` and a model that writes ``<think>`` again). ``prompt_text``:
+    the prompt tail's text in sentinel form, as a fresh ``TokenScanner`` gives it (the native
+    session passes its core's scanner, the same text at a fraction of the cost)."""
     g = grammar.grammar
     if options.prompt_token_ids and g.prompt:
-        found = _prompt_text_state(grammar, tokenizer, options.prompt_token_ids)
+        found = _prompt_text_state(grammar, tokenizer, options.prompt_token_ids, prompt_text)
         if found is not None:
             return found
     return _switch_state(g, options, thinking_default), ""
@@ -114,13 +117,19 @@ def _switch_state(g: Grammar, options: SessionOptions, thinking_default: bool | 
 
 
 def _prompt_text_state(
-    grammar: BoundGrammar, tokenizer: tokenizers.Tokenizer, prompt_ids: Sequence[int]
+    grammar: BoundGrammar,
+    tokenizer: tokenizers.Tokenizer,
+    prompt_ids: Sequence[int],
+    prompt_text: Callable[[Sequence[int]], str] | None = None,
 ) -> tuple[str, str] | None:
     """The prompt's tail is detokenized into sentinel form, like output, and the prompt terminal
     that ends last in it decides: a marker token (``<think>``) and a marker spanning several
     tokens (Kimi K3's ``<|open|>response<|sep|>``) are found the same way."""
-    scanner = TokenScanner(tokenizer, grammar)
-    text = "".join(scanner.piece(tid) for tid in prompt_ids[-PROMPT_TAIL:])
+    if prompt_text is not None:
+        text = prompt_text(prompt_ids[-PROMPT_TAIL:])
+    else:
+        scanner = TokenScanner(tokenizer, grammar)
+        text = "".join(scanner.piece(tid) for tid in prompt_ids[-PROMPT_TAIL:])
     best: tuple[int, int, str, str] | None = None
     for terminal, state in grammar.grammar.prompt.items():
         pattern = grammar.patterns[terminal]

@@ -70,6 +70,13 @@ impl ParserConfig {
     }
 }
 
+/// A session's tools from the JSON of their list of `[name, parameters schema]` pairs.
+pub fn parse_tools(text: &str) -> Result<Tools, String> {
+    let pairs: Vec<(String, serde_json::Value)> =
+        serde_json::from_str(text).map_err(|e| format!("tools: {e}"))?;
+    Ok(pairs.into_iter().collect())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
     Stop,
@@ -111,11 +118,21 @@ pub struct Parser {
 
 impl Parser {
     pub fn new(grammar: Arc<Grammar>, config: &ParserConfig) -> Result<Parser, String> {
+        let tools: Tools = config.tools.iter().cloned().collect();
+        Parser::with_tools(grammar, config, Arc::new(tools))
+    }
+
+    /// `new` with the session's tools given whole (`config.tools` is not read): many sessions
+    /// of one deployment share one set of tools, made once (`parse_tools`).
+    pub fn with_tools(
+        grammar: Arc<Grammar>,
+        config: &ParserConfig,
+        tools: Arc<Tools>,
+    ) -> Result<Parser, String> {
         let start = *grammar
             .state_index
             .get(&config.start)
             .ok_or_else(|| format!("unknown start state {:?}", config.start))?;
-        let tools: Tools = config.tools.iter().cloned().collect();
         let choice = config.tool_choice.as_str();
         let named = !matches!(choice, "auto" | "none" | "required");
         let delivery = Delivery {
@@ -125,7 +142,7 @@ impl Parser {
             complete_tool_calls: config.complete_tool_calls,
         };
         Ok(Parser {
-            machine: Machine::new(grammar, start, Arc::new(tools), &config.echo),
+            machine: Machine::new(grammar, start, tools, &config.echo),
             assembler: Assembler::new(delivery, &config.call_id_seed),
             tokens: 0,
             named,

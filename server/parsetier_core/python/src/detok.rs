@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use parsetier_engine::detok::{Marks, Scanner as CoreScanner, Step, Vocab};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
 
 /// A decoder step as `native.py` spells it: (kind, text, text, count, count).
 type StepSpec = (String, String, String, usize, usize);
@@ -146,6 +147,15 @@ impl Detokenizer {
         }
     }
 
+    /// The index of the first id of `ids` a step may not hold (`ValidIds`), None when all are
+    /// valid: `Session._check_ids` of a long prompt without a Python comparison per id. An
+    /// entry that is no int of 32 bits raises (`TypeError` / `OverflowError`): the caller's
+    /// own check then says what is wrong.
+    fn first_invalid(&self, ids: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+        let ids = ids_from(ids, false)?;
+        Ok(ids.iter().position(|&id| !self.valid.contains(id)))
+    }
+
     /// One session's scanner, seeded with the prompt's tail.
     #[pyo3(signature = (prompt_ids=Vec::new()))]
     fn scanner(&self, prompt_ids: Vec<u32>) -> Scanner {
@@ -182,6 +192,15 @@ impl Scanner {
         out
     }
 
+    /// `"".join(piece(id) for id in ids)`: the text of a prompt's tail (`start_and_echo`).
+    fn text(&mut self, token_ids: &Bound<'_, PyAny>) -> PyResult<String> {
+        let mut out = String::new();
+        for id in ids_from(token_ids, false)? {
+            self.inner.piece(id, &mut out);
+        }
+        Ok(out)
+    }
+
     /// `piece` for each id, in one call (the benchmark's and the tests' loop without Python).
     fn pieces(&mut self, token_ids: Vec<u32>) -> Vec<String> {
         token_ids
@@ -193,4 +212,38 @@ impl Scanner {
             })
             .collect()
     }
+}
+
+/// The ids of a list or tuple of ints (read in place, item by item), or of any other sequence
+/// PyO3 extracts. `exact`: every id must be an `int` itself (no `bool`, no other type with
+/// `__index__`), so that its decimal is its `str` (`decimal_ids`); else `TypeError`.
+pub fn ids_from(ids: &Bound<'_, PyAny>, exact: bool) -> PyResult<Vec<u32>> {
+    let items = if let Ok(list) = ids.cast::<PyList>() {
+        // A copy of the list's items (a tuple), so nothing run while reading can change it.
+        list.as_sequence().to_tuple()?
+    } else if let Ok(tuple) = ids.cast::<PyTuple>() {
+        tuple.clone()
+    } else if exact {
+        return Err(PyTypeError::new_err("token ids must be a list or tuple"));
+    } else {
+        return ids.extract();
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for id in items.iter_borrowed() {
+        // An exact int is read with one C call; anything else goes through PyO3's conversion.
+        let value = if id.get_type_ptr() == std::ptr::addr_of_mut!(pyo3::ffi::PyLong_Type) {
+            // SAFETY: `id` is an `int`; -1 with an exception set is an overflow.
+            let v = unsafe { pyo3::ffi::PyLong_AsLongLong(id.as_ptr()) };
+            if v == -1 && PyErr::occurred(ids.py()) {
+                return Err(PyErr::fetch(ids.py()));
+            }
+            u32::try_from(v).map_err(|_| PyOverflowError::new_err("token id out of range"))?
+        } else if exact {
+            return Err(PyTypeError::new_err("token ids must be ints"));
+        } else {
+            id.extract::<u32>()?
+        };
+        out.push(value);
+    }
+    Ok(out)
 }

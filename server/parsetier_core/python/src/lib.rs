@@ -18,6 +18,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::Detokenizer>()?;
     m.add_class::<detok::Scanner>()?;
     m.add_class::<session::PySession>()?;
+    m.add_class::<session::ToolSet>()?;
     m.add_class::<ledger::Ledger>()?;
     m.add_class::<batch::PackedSteps>()?;
     m.add_function(wrap_pyfunction!(batch::read_batch, m)?)?;
@@ -25,6 +26,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
     m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;
     m.add_function(wrap_pyfunction!(reply::step_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(session::decimal_ids, m)?)?;
     parser::register(m)?;
     Ok(())
 }

@@ -6,12 +6,13 @@ use parsetier_engine::detok::Scanner;
 use std::sync::Arc;
 
 use parsetier_engine::events::{Delta, DeltaKind, StepOut};
-use parsetier_engine::parser::{FinishReason, Parser, ParserConfig};
+use parsetier_engine::machine::Tools;
+use parsetier_engine::parser::{parse_tools, FinishReason, Parser, ParserConfig};
 use parsetier_engine::session::Session as CoreSession;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 
 use crate::detok::{Detokenizer, ValidIds};
 use crate::parser::PyGrammar;
@@ -307,6 +308,35 @@ fn event_list<'py>(
     Ok(list)
 }
 
+/// A session's tools, made once from the JSON of their `[name, parameters schema]` pairs and
+/// shared by every session opened with them (`native.native_tools` keeps one per tools tuple).
+#[pyclass(name = "Tools", module = "parsetier._core", frozen)]
+pub struct ToolSet {
+    inner: Arc<Tools>,
+}
+
+#[pymethods]
+impl ToolSet {
+    #[new]
+    fn new(tools_json: &str) -> PyResult<Self> {
+        Ok(ToolSet {
+            inner: Arc::new(parse_tools(tools_json).map_err(PyValueError::new_err)?),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// What `call_ids.prompt_digest` hashes: `",".join(map(str, ids)).encode()`, without a Python
+/// `str` per id (a long prompt's ids were most of a session's open).
+#[pyfunction]
+pub fn decimal_ids<'py>(py: Python<'py>, ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let text = parsetier_engine::call_ids::decimal_list(&crate::detok::ids_from(ids, true)?);
+    Ok(PyBytes::new(py, &text))
+}
+
 #[pyclass(name = "Session", module = "parsetier._core")]
 pub struct PySession {
     core: CoreSession,
@@ -384,20 +414,43 @@ impl PySession {
 
 #[pymethods]
 impl PySession {
-    /// `detokenizer`: the model's; `grammar`: its bound grammar described; `config`: the
-    /// session's parser options (`describe_config`); `prompt_ids`: the prompt (its tail seeds
-    /// the detokenizer); `events`: steps build `Event` values.
+    /// `detokenizer`: the model's; `grammar`: its bound grammar described; `tools`: the
+    /// session's tools (`Tools`, shared); `start` and the keywords: the session's parser options
+    /// (`ParserConfig`, `describe.describe_config`'s fields); `prompt_ids`: the prompt's tail
+    /// (it seeds the detokenizer); `events`: steps build `Event` values.
     #[new]
-    #[pyo3(signature = (detokenizer, grammar, config, prompt_ids, events=true))]
+    #[pyo3(signature = (
+        detokenizer, grammar, tools, start, prompt_ids, events=true, *, include_reasoning=true,
+        tool_choice="auto", parallel_tool_calls=true, complete_tool_calls=false,
+        call_id_seed="", echo=""
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         detokenizer: &Detokenizer,
         grammar: &PyGrammar,
-        config: &str,
+        tools: &ToolSet,
+        start: &str,
         prompt_ids: Vec<u32>,
         events: bool,
+        include_reasoning: bool,
+        tool_choice: &str,
+        parallel_tool_calls: bool,
+        complete_tool_calls: bool,
+        call_id_seed: &str,
+        echo: &str,
     ) -> PyResult<Self> {
-        let config = ParserConfig::from_json(config).map_err(PyValueError::new_err)?;
-        let parser = Parser::new(grammar.inner.clone(), &config).map_err(PyValueError::new_err)?;
+        let config = ParserConfig {
+            start: start.to_owned(),
+            tools: Vec::new(),
+            include_reasoning,
+            tool_choice: tool_choice.to_owned(),
+            parallel_tool_calls,
+            complete_tool_calls,
+            call_id_seed: call_id_seed.to_owned(),
+            echo: echo.to_owned(),
+        };
+        let parser = Parser::with_tools(grammar.inner.clone(), &config, tools.inner.clone())
+            .map_err(PyValueError::new_err)?;
         let scanner = Scanner::new(
             detokenizer.vocab.clone(),
             detokenizer.marks.clone(),
