@@ -13,7 +13,8 @@ of the native session, of the native session with ``SessionOptions.events`` off 
 service opens unless the client asked for events), and the floor (the same loop calling a no-op
 C method, ``[].count``, with each step's list); the medians of the per-run ratios native/reference
 (the targets' form: below 1 is cheaper); then the native session's flat cost (µs/token of the last
-500 tokens over the first 500, single-id steps) and the detokenizer alone (``TokenScanner`` vs
+500 tokens over the first 500, single-id steps), a session's open and finish with no tokens (a
+3-id and a 4,000-id prompt) on both engines, and the detokenizer alone (``TokenScanner`` vs
 ``_core.Scanner``).
 """
 
@@ -150,6 +151,25 @@ def main() -> None:
             spent.append(clock() - t)
         flats.append(sum(spent[-500:]) / sum(spent[:500]))
     print(f"flat cost (native, xml, 1 id/step): last 500 / first 500 tokens = {statistics.median(flats):.2f}")
+    # A session's open and finish (no tokens), peer-bench's tools, a short and a long prompt.
+    for length in (3, 4000):
+        prompt = tuple(range(100_000, 100_000 + length - 3)) + PROMPT_IDS
+        options = SessionOptions(tools=tools, prompt_token_ids=prompt, events=False)
+        opens: dict[str, list[float]] = {"ref": [], "nat": []}
+        for _ in range(args.runs):
+            for name, make in (
+                ("ref", partial(Session, model, options)),
+                ("nat", partial(native.NativeSession, model, options, parts)),
+            ):
+                t = time.thread_time()
+                for _ in range(50):
+                    make().finish("stop")
+                opens[name].append((time.thread_time() - t) / 50)
+        ref, nat = (statistics.median(opens[name]) * 1e6 for name in ("ref", "nat"))
+        print(
+            f"open + finish, prompt of {length} ids: reference {ref:.1f} µs, native {nat:.1f} µs,"
+            f" ratio {_ratio(opens, 'nat'):.2f}"
+        )
     # The detokenizer alone.
     detok = native.detokenizer(model.tokenizer, model.grammar)
     ratios, ref_t, nat_t = [], [], []
