@@ -4,6 +4,13 @@ ids up to 8 into the first call's arguments fed). One measurement, shared by
 ``bench/service_bench.py`` (*Memory per open session*) and ``bench/engine_memory.py`` (the two
 engines side by side).
 
+RSS growth only counts memory the allocator had to ask the kernel for. A server that has just
+loaded its models holds freed memory (pymalloc pools, malloc chunks) that new sessions reuse
+without growing the resident set, and how much differs by engine and by load (one run of the
+reference engine measured a negative growth). So each measurement opens and feeds ``count``
+sessions first, unmeasured, that soak up that free memory, then measures the growth of the next
+``count``: the marginal cost of a session.
+
 The sessions are left open: a caller that measures both RPCs in one server measures the second on
 top of the first's live sessions, so the allocator has no freed memory to hand back and blur the
 growth (closing them first would let the second RPC reuse the first's pages)."""
@@ -11,7 +18,7 @@ growth (closing them first would let the second RPC reuse the first's pages)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -32,25 +39,49 @@ def rss(server: ProcessServer) -> int:
     return server.memory()[0][0]
 
 
-async def parse_sessions(server: ProcessServer, ids: list[int], count: int) -> tuple[float, float, Held]:
-    """Bytes of RSS per open Parse stream: (idle, mid-tool-call, close)."""
-    mid = ids.index(TOOL_CALL) + 8
-    channels = [open_channel(server.target) for _ in range(4)]
-    calls = []
+async def _marginal(
+    server: ProcessServer,
+    count: int,
+    open_some: Callable[[int], Awaitable[None]],
+    feed_all: Callable[[], Awaitable[None]],
+) -> tuple[float, float]:
+    """Bytes per session of the second ``count`` sessions opened, (idle, after ``feed_all``)."""
+    await open_some(count)
+    await feed_all()
+    await asyncio.sleep(1)
     before = rss(server)
-    for i in range(count):
-        call = pb_grpc.ParserServiceStub(channels[i % 4]).Parse()
-        await call.write(pb.ParseRequest(open=pb.Open(model="qwen3", tools_json=TOOLS)))
-        calls.append(call)
-    for call in calls:
-        await call.initial_metadata()
+    await open_some(count)
     await asyncio.sleep(1)
     idle = rss(server)
-    for call in calls:
-        await call.write(pb.ParseRequest(steps=[pb.Step(token_ids=ids[:mid])]))
-        await call.read()
+    await feed_all()
     await asyncio.sleep(1)
     busy = rss(server)
+    return (idle - before) / count, (busy - before) / count
+
+
+async def parse_sessions(server: ProcessServer, ids: list[int], count: int) -> tuple[float, float, Held]:
+    """Bytes of RSS per open Parse stream: (idle, mid-tool-call, close)."""
+    step = pb.ParseRequest(steps=[pb.Step(token_ids=ids[: ids.index(TOOL_CALL) + 8])])
+    channels = [open_channel(server.target) for _ in range(4)]
+    calls: list[Any] = []
+    fed = 0
+
+    async def open_some(n: int) -> None:
+        new = [pb_grpc.ParserServiceStub(channels[i % 4]).Parse() for i in range(n)]
+        for call in new:
+            await call.write(pb.ParseRequest(open=pb.Open(model="qwen3", tools_json=TOOLS)))
+        for call in new:
+            await call.initial_metadata()
+        calls.extend(new)
+
+    async def feed_all() -> None:
+        nonlocal fed
+        for call in calls[fed:]:
+            await call.write(step)
+            await call.read()
+        fed = len(calls)
+
+    idle, busy = await _marginal(server, count, open_some, feed_all)
 
     async def close() -> None:
         for call in calls:
@@ -58,31 +89,37 @@ async def parse_sessions(server: ProcessServer, ids: list[int], count: int) -> t
         for channel in channels:
             await channel.close()
 
-    return (idle - before) / count, (busy - before) / count, close
+    return idle, busy, close
 
 
 async def batch_sessions(server: ProcessServer, ids: list[int], count: int) -> tuple[float, float, Held]:
     """Bytes of RSS per ParseBatch session (one stream): (idle, mid-tool-call, close)."""
-    mid = ids.index(TOOL_CALL) + 8
+    mid = ids[: ids.index(TOOL_CALL) + 8]
     channel = open_channel(server.target)
     call = pb_grpc.ParserServiceStub(channel).ParseBatch()
-    before = rss(server)
-    keys = [f"m{i}" for i in range(count)]
-    await call.write(opens(keys))
-    await call.read()
-    await asyncio.sleep(1)
-    idle = rss(server)
-    steps = [pb.SessionInput(key=k, steps=[pb.Step(token_ids=ids[:mid])]) for k in keys]
-    await call.write(pb.ParseBatchRequest(sessions=steps))
-    await call.read()
-    await asyncio.sleep(1)
-    busy = rss(server)
+    keys: list[str] = []
+    fed = 0
+
+    async def open_some(n: int) -> None:
+        new = [f"m{len(keys) + i}" for i in range(n)]
+        await call.write(opens(new))
+        await call.read()
+        keys.extend(new)
+
+    async def feed_all() -> None:
+        nonlocal fed
+        steps = [pb.SessionInput(key=k, steps=[pb.Step(token_ids=mid)]) for k in keys[fed:]]
+        await call.write(pb.ParseBatchRequest(sessions=steps))
+        await call.read()
+        fed = len(keys)
+
+    idle, busy = await _marginal(server, count, open_some, feed_all)
 
     async def close() -> None:
         call.cancel()
         await channel.close()
 
-    return (idle - before) / count, (busy - before) / count, close
+    return idle, busy, close
 
 
 SESSIONS = {"Parse": parse_sessions, "ParseBatch": batch_sessions}
