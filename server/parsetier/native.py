@@ -182,6 +182,8 @@ def native_parts(model: Model) -> tuple[Any, Any] | None:
     try:
         if _core is None:
             raise NativeUnsupported("the native core is not built (make native)")
+        if not hasattr(_core, "Tools"):  # a core built before sessions took their options as arguments
+            raise NativeUnsupported("the native core is older than its sources (make native)")
         return detokenizer(model.tokenizer, model.grammar), native_grammar(model.grammar)
     except NativeUnsupported as exc:
         _refused[model.name] = str(exc)
