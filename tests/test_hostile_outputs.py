@@ -15,9 +15,25 @@ from parsetier.engine import json_bounds
 from parsetier.engine.json_bounds import MAX_DEPTH, JsonBoundsError, nesting_depth
 
 
-@pytest.mark.parametrize("complete", [False, True], ids=["streamed", "complete"])
-@pytest.mark.parametrize("payload", sorted(PAYLOADS))
-@pytest.mark.parametrize("preset", sorted(samples()))
+def _hostile_cases() -> list:
+    """Every preset x payload x delivery. The quick lane runs every preset and payload streamed,
+    and complete calls for the first preset; the rest of the complete ones is `slow`."""
+    presets = sorted(samples())
+    return [
+        pytest.param(
+            preset,
+            payload,
+            complete,
+            id=f"{preset}-{payload}-{'complete' if complete else 'streamed'}",
+            marks=pytest.mark.slow if complete and preset != presets[0] else (),
+        )
+        for preset in presets
+        for payload in sorted(PAYLOADS)
+        for complete in (False, True)
+    ]
+
+
+@pytest.mark.parametrize(("preset", "payload", "complete"), _hostile_cases())
 def test_hostile_argument_value(preset: str, payload: str, complete: bool) -> None:
     sample = samples()[preset]
     options = dataclasses.replace(sample.options, complete_tool_calls=complete)

@@ -51,6 +51,7 @@ def _comparable(output: pb.SessionOutput | pb.ParseResponse) -> bytes:
     ).SerializeToString(deterministic=True)
 
 
+@pytest.mark.slow  # a scale run (1,000 sessions); the module's other tests keep ParseBatch quick
 def test_1000_sessions_over_one_stream_equal_1000_parse_streams(grpc_server, encode):
     outputs = {i: encode(_output(i)) for i in range(SESSIONS)}
 
