@@ -60,7 +60,7 @@ class NeedModels:
 class BatchHooks:
     """What a ``BatchProtocol`` asks of its host when sessions begin and end; the defaults
     admit everything and forget. The servicer's hooks count sessions in the server's gate and
-    log each session's end."""
+    log each session's end (written at ``flush``)."""
 
     def new_counts(self) -> SessionCounts:
         return SessionCounts()
@@ -70,6 +70,11 @@ class BatchHooks:
 
     def ended(self, counts: SessionCounts, error: ProtocolError | None, admitted: bool) -> None:
         """A session ended: finished (``error`` None), failed, cancelled or cut with its stream."""
+
+    def flush(self) -> None:
+        """A client message was applied (or the stream closed): what ``ended`` put off may go out
+        now, once per message rather than per session (the servicer's ``session_end`` lines and
+        metrics), before the message's reply is returned."""
 
 
 SLICE_ITEMS = 64
@@ -135,6 +140,12 @@ class BatchProtocol:
     def receiving(self, message: BatchRequest) -> Slices[NeedModels | BatchReply]:
         """``receive``, applied in slices of ``SLICE_ITEMS`` (nothing else may drive this
         protocol until the work is done); the reply may be its bytes (``BatchReply``)."""
+        try:
+            return (yield from self._receiving(message))
+        finally:
+            self.hooks.flush()
+
+    def _receiving(self, message: BatchRequest) -> Slices[NeedModels | BatchReply]:
         self.client_messages += 1
         entries = list(message.sessions)
         items = len(entries) + _packed_items(message)
@@ -169,6 +180,7 @@ class BatchProtocol:
             return (yield from self._apply(message, list(message.sessions)))
         finally:
             self._load_errors.clear()
+            self.hooks.flush()
 
     def receive_eof(self) -> None:
         """The client closed its side: sessions still open are dropped; the stream ends OK."""
@@ -188,6 +200,7 @@ class BatchProtocol:
         for protocol in sessions.values():
             protocol.fail(error)
             self.hooks.ended(protocol.counts, error, True)
+        self.hooks.flush()
 
     # ------------------------------------------------------------------ rules
     def _apply(self, message: BatchRequest, entries: list[pb.SessionInput]) -> Slices[BatchReply]:

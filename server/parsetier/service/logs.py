@@ -83,9 +83,15 @@ class JsonLines(logging.StreamHandler):
     formatter: JsonFormatter
 
     def write(self, level: int, logger: str, msg: str, fields: dict[str, object]) -> None:
-        text = self.formatter.line(time.time(), logging.getLevelName(level), logger, msg, fields)
+        self.write_all(logger, msg, [(level, fields)])
+
+    def write_all(self, logger: str, msg: str, lines: list[tuple[int, dict[str, object]]]) -> None:
+        """Lines of one ``logger`` and ``msg`` (each its level and fields), made now and written
+        with one write and one flush: a ``ParseBatch`` message's ``session_end`` lines."""
+        now, line, end, name = time.time(), self.formatter.line, self.terminator, logging.getLevelName
+        text = "".join(line(now, name(level), logger, msg, fields) + end for level, fields in lines)
         with self.lock:  # type: ignore[union-attr]  # StreamHandler always has its lock
-            self.stream.write(text + self.terminator)
+            self.stream.write(text)
             self.flush()
 
 
@@ -129,31 +135,59 @@ class SessionRecord(SessionCounts):
     error: str = ""
     started: float = field(default_factory=time.monotonic, repr=False)
 
+    ended_at: float = field(default=0.0, repr=False)
+    """When the session ended (``time.monotonic``), for a line written later (``emit_all``);
+    0: the line is written as it ends."""
+
     def emit(self) -> None:
+        emit_all([self])
+
+    def line(self) -> tuple[int, dict[str, object]] | None:
+        """The ``session_end`` line's level and fields; None when that level is not logged."""
         level = logging.INFO if self.outcome in ("OK", "CANCELLED") else logging.WARNING
         if not SESSION_LOG.isEnabledFor(level):
-            return
+            return None
         # Every field is a str, int or float: read them directly (``dataclasses.asdict`` copies
         # recursively, a third of a ParseBatch session's end).
         line = {name: getattr(self, name) for name in _LOGGED}
-        line["duration_ms"] = round((time.monotonic() - self.started) * 1000, 3)
+        line["duration_ms"] = round(((self.ended_at or time.monotonic()) - self.started) * 1000, 3)
         for key in ("model", "request_id", "finish_reason"):
             line[key] = clip(line[key])
         if self.error:
             line["error"] = clip(self.error, MAX_MESSAGE_CHARS)
         else:
             del line["error"]
-        direct = _direct(level)
-        if direct is None:
+        return level, line
+
+
+def emit_all(records: list[SessionRecord]) -> None:
+    """The records' ``session_end`` lines, in order. When they go to ``configure``'s handler
+    alone they are written with no ``LogRecord``, all in one write (``JsonLines.write_all``): a
+    ``ParseBatch`` stream writes the lines of the sessions one message ended together, at that
+    message's end (their timestamp is that write's; ``duration_ms`` ends at ``ended_at``)."""
+    direct: list[tuple[int, dict[str, object]]] = []
+    handler: JsonLines | None = None
+    for record in records:
+        made = record.line()
+        if made is None:
+            continue
+        level, line = made
+        to = _direct(level)
+        if to is None:
             SESSION_LOG.log(level, "session_end", extra={"fields": line})
-            return
-        try:
-            direct.write(level, SESSION_LOG.name, "session_end", line)
-        except Exception:  # as the handler's own emit would: say so on stderr, go on
+        else:
+            handler = to
+            direct.append(made)
+    if handler is None:
+        return
+    try:
+        handler.write_all(SESSION_LOG.name, "session_end", direct)
+    except Exception:  # as the handler's own emit would: say so on stderr, go on
+        for level, line in direct:
             SESSION_LOG.log(level, "session_end", extra={"fields": line})
 
 
-_COUNTS_FIELDS = {f.name for f in fields(SessionCounts)} | {"started"}
+_COUNTS_FIELDS = {f.name for f in fields(SessionCounts)} | {"started", "ended_at"}
 _LOGGED = (
     "model",
     "request_id",

@@ -42,7 +42,7 @@ from parsetier.service.errors import grpc_code, status_for
 from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch
 from parsetier.service.limits import Limits, SessionGate
-from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip
+from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip, emit_all
 from parsetier.status import Code, ProtocolError, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
@@ -373,12 +373,16 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
 class _GatedSessions(BatchHooks):
     """A ParseBatch stream's sessions pass the admission a ``Parse`` stream passes (drain, load,
     ``--max-sessions``, in that order), count in the server's session gate (so drain waits for
-    them and ``--max-sessions`` holds across RPCs), and each gets its ``session_end`` log line."""
+    them and ``--max-sessions`` holds across RPCs), and each gets its ``session_end`` log line.
+    The gate is left as a session ends (a later open in the same message may take its place);
+    the lines and metrics of the sessions one message ended go out together at its end
+    (``flush``: one write, each labelled series touched once)."""
 
     def __init__(self, gate: SessionGate, admission: Admission, models: frozenset[str]) -> None:
         self.gate = gate
         self.admission = admission
         self.models = models
+        self._ended: list[SessionRecord] = []
 
     def new_counts(self) -> SessionCounts:
         return SessionRecord(rpc="ParseBatch")
@@ -400,7 +404,18 @@ class _GatedSessions(BatchHooks):
                     extra={"fields": {"request_id": counts.request_id}},
                 )
             counts.outcome, counts.error = error.code.name, error.message
-        counts.emit()
-        model = counts.model if counts.model in self.models else "other"  # bounded label values
-        seconds = time.monotonic() - counts.started
-        metrics.session_ended("ParseBatch", model, counts.outcome, counts.tokens, counts.deltas, seconds)
+        counts.ended_at = time.monotonic()
+        self._ended.append(counts)
+
+    def flush(self) -> None:
+        if not self._ended:
+            return
+        ended, self._ended = self._ended, []
+        emit_all(ended)
+        models = self.models  # bounded label values: a name the server does not serve is "other"
+        counts = []
+        for record in ended:
+            model = record.model if record.model in models else "other"
+            seconds = record.ended_at - record.started
+            counts.append((model, record.outcome, record.tokens, record.deltas, seconds))
+        metrics.sessions_ended("ParseBatch", counts)
