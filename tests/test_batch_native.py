@@ -131,6 +131,7 @@ class Recorder(BatchHooks):
                 counts.server_messages,
                 counts.deltas,
                 counts.events,
+                counts.finish_reason,
             )
         )
 
@@ -210,6 +211,25 @@ def test_the_core_steps_the_common_items(encode, qwen3, monkeypatch):
     taken.clear()
     run("reference", qwen3, stream)
     assert len(taken) > packed_items // 2
+
+
+def test_the_core_answers_the_plain_finishes(encode, qwen3, monkeypatch):
+    """Finish entries of sessions the core steps are answered by it (``finish_serialized``'s
+    bytes, merged in the reply in their place); the others by ``receive``."""
+    from parsetier.protocol import SessionProtocol
+
+    answered: list[bool] = []
+    original = SessionProtocol.finish_serialized
+
+    def counting(self, message, key=None):
+        reply = original(self, message, key)
+        if message.HasField("finish"):
+            answered.append(reply is not None)
+        return reply
+
+    monkeypatch.setattr(SessionProtocol, "finish_serialized", counting)
+    run("native", qwen3, random_stream(encode, 98, messages=60))
+    assert answered.count(True) > answered.count(False) > 0  # wire, token ids: Python's
 
 
 def test_a_message_of_many_slices_with_fallbacks_between(encode, qwen3):

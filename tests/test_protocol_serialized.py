@@ -1,8 +1,9 @@
 """``SessionProtocol.receive_serialized``: the ``Parse`` stream's plain messages answered by the
 core as ``ParseResponse`` bytes (``_core.step_reply``) mean the same reply, counts and state as
 ``receive`` building the message in Python, on a real model's output with reasoning and tool
-calls, for every ``Open.output``; what the core leaves (a bad id, the token limit, a wire
-dialect, Finish) goes to ``receive``'s rules unchanged."""
+calls, for every ``Open.output``; so do plain Finishes (``_core.finish_reply``);
+what the core leaves (a bad id, the token limit, a wire dialect, a Finish whose final result needs
+Python) goes to ``receive``'s rules unchanged."""
 
 from __future__ import annotations
 
@@ -74,7 +75,11 @@ def test_serialized_replies_equal_the_python_ones(qwen3, output, per_message):
         assert (got.opened, got.finished) == (want.opened, want.finished)
     assert bool(served) is (NATIVE and output != pb.OUTPUT_KIND_FINAL_ONLY)  # the core wrote them
     finish = pb.ParseRequest(finish=pb.Finish())
-    assert core.receive_serialized(finish).response == python.receive(finish).response
+    got, want = core.receive_serialized(finish), python.receive(finish)
+    assert isinstance(got.response, bytes) is NATIVE  # the core answered the plain Finish
+    assert _as_message(got.response) == want.response
+    assert (got.finished, core.state, core.counts.finish_reason) == (True, State.FINISHED, "tool_calls")
+    assert python.counts.finish_reason == "tool_calls"
     assert (core.counts.tokens, core.counts.client_messages, core.counts.server_messages) == (
         python.counts.tokens,
         python.counts.client_messages,
@@ -85,6 +90,54 @@ def test_serialized_replies_equal_the_python_ones(qwen3, output, per_message):
         python.counts.events,
         python.ledger.digest,
     )
+
+
+@pytest.mark.parametrize(
+    "finish",
+    [
+        pb.Finish(reason=pb.FINISH_REASON_LENGTH),
+        pb.Finish(reason=pb.FINISH_REASON_ABORT),
+        pb.Finish(stop_token_id=151645),
+        pb.Finish(stop_string="STOP"),
+    ],
+)
+@pytest.mark.parametrize("include_stop_text", [False, True])
+@pytest.mark.parametrize("cut", [5, 20])
+def test_a_plain_finish_answered_by_the_core_is_the_python_reply(qwen3, finish, include_stop_text, cut):
+    """The same reply, counts and final result, mid-reasoning or mid-call; a matched
+    stop the final result shows (``include_stop_text``) stays Python's."""
+    ids = qwen3.tokenizer.encode(OUTPUT, add_special_tokens=False).ids[:cut]
+    python = _opened(qwen3, include_stop_text=include_stop_text)
+    core = _opened(qwen3, include_stop_text=include_stop_text)
+    for protocol in (python, core):
+        protocol.receive(_step(*ids))
+    message = pb.ParseRequest(finish=finish)
+    got, want = core.receive_serialized(message), python.receive(message)
+    shown_stop = include_stop_text and finish.WhichOneof("matched_stop") is not None
+    assert isinstance(got.response, bytes) is (NATIVE and not shown_stop)
+    assert _as_message(got.response) == want.response
+    assert got.finished and want.finished and core.state is State.FINISHED
+    assert core.counts.finish_reason == python.counts.finish_reason
+    assert (core.counts.client_messages, core.counts.server_messages, core.ledger.digest) == (
+        python.counts.client_messages,
+        python.counts.server_messages,
+        python.ledger.digest,
+    )
+    with pytest.raises(StatusError):  # finished: nothing more
+        core.receive_serialized(_step(9707))
+
+
+def test_a_finish_after_a_text_step_or_logprobs_is_answered_in_python(qwen3):
+    text = _opened(qwen3)
+    text.receive(pb.ParseRequest(steps=[pb.Step(text="Hello", text_tokens=1)]))
+    reply = text.receive_serialized(pb.ParseRequest(finish=pb.Finish()))
+    assert isinstance(reply.response, pb.ParseResponse) and reply.response.final.message.content == "Hello"
+    collected = _opened(qwen3, output=pb.OUTPUT_KIND_FINAL_ONLY)
+    step = pb.Step(token_ids=[9707])
+    step.logprobs.token_logprobs.append(-0.5)
+    collected.receive(pb.ParseRequest(steps=[step]))
+    reply = collected.receive_serialized(pb.ParseRequest(finish=pb.Finish()))
+    assert isinstance(reply.response, pb.ParseResponse) and len(reply.response.final.logprobs) == 1
 
 
 def test_what_the_core_leaves_follows_receives_rules(qwen3):

@@ -212,15 +212,14 @@ class BatchProtocol:
         response = pb.ParseBatchResponse(client_messages=self.client_messages)
         outputs = response.sessions
         if len(set(every_key)) == len(every_key):
+            reply = _Reply(response)
             for done, (key, entry) in enumerate(zip(keys, entries, strict=True), 1):
-                self._entry(outputs, key, entry)
+                self._entry(reply.message.sessions, key, entry, reply)
                 if not done % SLICE_ITEMS:
                     yield
             if packed is not None:
-                reply = _Reply(response)
                 yield from self._apply_packed(reply, packed)
-                return reply.done()
-            return response
+            return reply.done()
         # A key repeats: its first entry applies and every later one ends the session (packed
         # items then go as the entries they stand for, to be held to the same rule).
         seen: set[str] = set()
@@ -239,8 +238,10 @@ class BatchProtocol:
                 yield
         return response
 
-    def _entry(self, outputs, key: str, entry: pb.SessionInput) -> None:
-        """Apply one session's entry; its output (or the status that ended it) goes in ``outputs``."""
+    def _entry(self, outputs, key: str, entry: pb.SessionInput, reply: _Reply | None = None) -> None:
+        """Apply one session's entry; its output (or the status that ended it) goes in ``outputs``
+        (the reply's message), or with ``reply``, a plain Finish's as the core's bytes
+        (``SessionProtocol.finish_serialized``)."""
         sessions = self.sessions
         protocol = sessions.get(key)
         if entry.cancel:
@@ -250,6 +251,17 @@ class BatchProtocol:
         if protocol is None:
             protocol = self._open(outputs, key, entry)
             if protocol is None:
+                return
+        elif reply is not None:
+            try:
+                finished = protocol.finish_serialized(entry, key)
+            except Exception as exc:
+                self._end_with(outputs, key, protocol, _session_error(exc))
+                return
+            if finished is not None:
+                reply.add(finished.response)  # type: ignore[arg-type]  # the core's bytes
+                del sessions[key]
+                self.hooks.ended(protocol.counts, None, True)
                 return
         output = outputs.add()
         try:

@@ -28,7 +28,7 @@ _TOOL_CHOICE_MODES = {
     pb.TOOL_CHOICE_MODE_NONE: "none",
     pb.TOOL_CHOICE_MODE_REQUIRED: "required",
 }
-_FINISH_IN = {
+FINISH_IN = {  # the reasons a client's Finish may give
     pb.FINISH_REASON_UNSPECIFIED: "stop",
     pb.FINISH_REASON_STOP: "stop",
     pb.FINISH_REASON_LENGTH: "length",
@@ -205,7 +205,7 @@ def add_logprobs(target, logprobs: Sequence[TokenLogprob]) -> None:
 
 
 def finish_of(finish: pb.Finish) -> tuple[str, int | str | None]:
-    reason = _FINISH_IN.get(finish.reason)
+    reason = FINISH_IN.get(finish.reason)
     if reason is None:
         known = finish.reason in pb.FinishReason.values()
         name = pb.FinishReason.Name(finish.reason) if known else str(finish.reason)

@@ -180,6 +180,10 @@ class StepAnnotator:
             deltas.append(Delta(logprobs=tuple(resolved), token_ids=token_ids))
         return deltas
 
+    def holds(self) -> bool:
+        """Something was collected for ``Final`` (logprobs or ids)."""
+        return bool(self._logprobs or self._ids)
+
     def collected(self) -> tuple[tuple[TokenLogprob, ...], tuple[int, ...]]:
         """Everything annotated so far, for ``Final`` (empty unless collecting)."""
         return tuple(self._logprobs), tuple(self._ids)

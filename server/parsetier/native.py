@@ -395,6 +395,23 @@ class NativeSession:
         )
         return out
 
+    def finish_reply(self, ledger: Any, reason: str, key: str | None) -> tuple[bytes, str] | None:
+        """``finish(reason)`` (no matched stop) and its reply written by the core for the
+        protocol that keeps ``ledger`` (``_core.finish_reply``): the reply's bytes and the final
+        result's finish reason. None, nothing done, when the final result needs Python (text a
+        text step still holds, logprobs or ids collected for it) or the core leaves it (the
+        ledger is not bound to this session: ``bind_ledger``)."""
+        if _finish_reply is None or self._finished or self._literals is not None or self._annotator.holds():
+            return None
+        done = _finish_reply(ledger, reason, key)
+        if done is not None:
+            self._finished = True
+        return done
+
+
+_finish_reply = getattr(_core, "finish_reply", None)
+"""``_core.finish_reply`` (None: no core, or one built before it)."""
+
 
 def bind_ledger(ledger: Any, session: Any, renderer: Any, want_deltas: bool, want_events: bool) -> None:
     """Let the packed ``ParseBatch`` path step ``session`` natively for the protocol that keeps

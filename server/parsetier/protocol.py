@@ -348,7 +348,43 @@ class SessionProtocol:
                     raise
                 if data is not None:
                     return Reply(data) if data else _NOTHING
-        return self.receive(message)
+        reply = self.finish_serialized(message)
+        return reply if reply is not None else self.receive(message)
+
+    def finish_serialized(self, message: Input, key: str | None = None) -> Reply | None:
+        """A plain Finish answered by the core: the message counted, the session finished and
+        its reply written as ``_apply`` and ``write`` would (``NativeSession.finish_reply``);
+        ``Reply.response`` is a ``ParseResponse``'s bytes, or with ``key`` a
+        ``ParseBatchResponse``'s holding that session's ``SessionOutput``. None, nothing done,
+        for any other message (``receive`` applies it). Plain is a message carrying a Finish
+        and nothing else (a reason it takes, no matched stop the final result would show) for a
+        STREAMING session the core steps alone (its ledger bound: parse-only, no wire dialect);
+        ``other_choices_usage`` only shows in wire bytes, which such a session has none of."""
+        if (
+            self.state is not State.STREAMING
+            or self.renderer is not None
+            or message.steps
+            or message.HasField("open")
+            or not message.HasField("finish")
+        ):
+            return None
+        finish = message.finish
+        reason = convert.FINISH_IN.get(finish.reason)  # another: the general path refuses it
+        session = self.session
+        if reason is None or not isinstance(session, native.NativeSession):
+            return None
+        if finish.WhichOneof("matched_stop") is not None and session.options.include_stop_text:
+            return None
+        try:
+            done = session.finish_reply(self.ledger, reason, key)
+        except Exception as exc:
+            self.fail(exc)  # a server bug in the core: the session is over
+            raise
+        if done is None:
+            return None
+        data, self.counts.finish_reason = done
+        self.state = State.FINISHED
+        return Reply(data, finished=True)
 
     def plain_ids(self, message: Input) -> Sequence[int] | None:
         """The token ids of a plain message, None for any other: the one rule of which messages

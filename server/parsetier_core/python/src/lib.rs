@@ -27,6 +27,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;
     m.add_function(wrap_pyfunction!(reply::step_reply, m)?)?;
     m.add_function(wrap_pyfunction!(session::decimal_ids, m)?)?;
+    m.add_function(wrap_pyfunction!(reply::finish_reply, m)?)?;
     parser::register(m)?;
     Ok(())
 }

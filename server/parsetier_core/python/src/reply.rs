@@ -10,6 +10,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use parsetier_engine::events::{DeltaKind, EventKind, StepOut};
+use parsetier_engine::parser::{Final, FinishReason};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -173,6 +174,117 @@ pub fn step_reply<'py>(
         Err(_) => Err(PyRuntimeError::new_err(
             "the native session failed in a step",
         )),
+    }
+}
+
+/// The plain Finish of `ledger`'s protocol (`SessionProtocol.plain_finish`), answered by the
+/// core: the message counted, the session finished with `reason` (`stop`, `length` or `abort`),
+/// its last output digested and the reply written with its `Final`, as `_apply` and `write` would.
+/// Returns the reply's bytes — a `ParseResponse`, or with `key` a `ParseBatchResponse` holding
+/// that session's `SessionOutput` — and the final result's finish reason; None when it is left
+/// to Python (nothing done): an unbound ledger, a finished session, another reason. A panic in
+/// the core raises `RuntimeError` (a server bug).
+#[pyfunction]
+#[pyo3(signature = (ledger, reason, key=None))]
+pub fn finish_reply<'py>(
+    py: Python<'py>,
+    ledger: &Bound<'py, PyAny>,
+    reason: &str,
+    key: Option<&str>,
+) -> PyResult<Option<(Bound<'py, PyBytes>, &'static str)>> {
+    let Ok(ledger) = ledger.cast::<Ledger>() else {
+        return Ok(None);
+    };
+    let Some(reason) = FinishReason::parse(reason) else {
+        return Ok(None);
+    };
+    let mut ledger = ledger.try_borrow_mut()?;
+    let Some(session) = ledger.session.as_ref().map(|s| s.bind(py).clone()) else {
+        return Ok(None);
+    };
+    let mut session = session.try_borrow_mut()?;
+    let ledger = &mut *ledger;
+    let written = catch_unwind(AssertUnwindSafe(|| {
+        session.finish_raw(reason, |out, last| {
+            ledger.client_messages += 1;
+            if !out.deltas.is_empty() {
+                ledger.digest.step(out);
+            }
+            ledger.digest.finish(last.finish_reason);
+            // A reply with the final result is always sent (`SessionProtocol._taken`).
+            let deltas = if ledger.want_deltas { out.deltas.len() } else { 0 };
+            let events = if ledger.want_events { out.events.len() } else { 0 };
+            let t = Taken {
+                sequence: ledger.reply(deltas, events),
+                deltas,
+                events,
+            };
+            let (mut s, mut m) = (Vec::new(), Vec::new());
+            let f = if let Some(key) = key {
+                string_field(&mut s, 1, key);
+                SESSION_OUTPUT
+            } else {
+                PARSE_RESPONSE
+            };
+            // `write`'s fields in field order: the final result (5 + n) goes before the digest.
+            let digest = ledger.digest.value;
+            write(&mut s, &mut m, f, &t, ledger.client_messages, 0, out);
+            m.clear();
+            write_final(&mut m, last);
+            bytes_field(&mut s, 5 + f.0, &m);
+            if digest != 0 {
+                tag(&mut s, 7 + f.0, 5);
+                s.extend_from_slice(&digest.to_le_bytes());
+            }
+            if key.is_none() {
+                return (s, last.finish_reason);
+            }
+            let mut batch = Vec::with_capacity(s.len() + 4);
+            bytes_field(&mut batch, 2, &s);
+            (batch, last.finish_reason)
+        })
+    }));
+    match written {
+        Ok(Some((s, reason))) => Ok(Some((PyBytes::new(py, &s), reason))),
+        Ok(None) => Ok(None),
+        Err(_) => Err(PyRuntimeError::new_err(
+            "the native session failed at its finish",
+        )),
+    }
+}
+
+/// A `Final` with no token ids, logprobs or wire bytes, as `convert.fill_final` writes it: the
+/// usage and the message always present, empty strings left out.
+fn write_final(m: &mut Vec<u8>, last: &Final) {
+    let reason = match last.finish_reason {
+        "stop" => 1,
+        "length" => 2,
+        "abort" => 3,
+        _ => 4, // tool_calls
+    };
+    varint_field(m, 1, reason);
+    let mut usage = Vec::new();
+    varint_field(&mut usage, 1, last.completion_tokens);
+    varint_field(&mut usage, 2, last.reasoning_tokens);
+    bytes_field(m, 2, &usage);
+    let mut message = Vec::new();
+    text_field(&mut message, 1, &last.content);
+    text_field(&mut message, 2, &last.reasoning);
+    let mut call = Vec::new();
+    for (id, name, arguments) in &last.calls {
+        call.clear();
+        text_field(&mut call, 1, id);
+        text_field(&mut call, 2, name);
+        text_field(&mut call, 3, arguments);
+        bytes_field(&mut message, 3, &call);
+    }
+    bytes_field(m, 3, &message);
+}
+
+/// A singular string field, omitted when empty (proto3).
+fn text_field(buf: &mut Vec<u8>, field: u32, text: &str) {
+    if !text.is_empty() {
+        string_field(buf, field, text);
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parsetier_engine::events::{Delta, DeltaKind, StepOut};
 use parsetier_engine::machine::Tools;
-use parsetier_engine::parser::{parse_tools, FinishReason, Parser, ParserConfig};
+use parsetier_engine::parser::{parse_tools, Final, FinishReason, Parser, ParserConfig};
 use parsetier_engine::session::Session as CoreSession;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -580,5 +580,25 @@ impl PySession {
         let result = reply(&self.out);
         self.out.clear();
         result
+    }
+
+    /// `finish` with no held text and no stop text (`reply::finish_reply`): hand the last
+    /// step's output and the final result to `reply` (then drop the output); None when the
+    /// session has finished already.
+    pub(crate) fn finish_raw<R>(
+        &mut self,
+        reason: FinishReason,
+        reply: impl FnOnce(&StepOut, &Final) -> R,
+    ) -> Option<R> {
+        if self.finished {
+            return None;
+        }
+        self.finished = true;
+        let last = self
+            .core
+            .finish(reason, "", self.ids_seen, None, &mut self.out);
+        let result = reply(&self.out, &last);
+        self.out.clear();
+        Some(result)
     }
 }
