@@ -401,7 +401,9 @@ class NativeSession:
         result's finish reason. None, nothing done, when the final result needs Python (text a
         text step still holds, logprobs or ids collected for it) or the core leaves it (the
         ledger is not bound to this session: ``bind_ledger``)."""
-        if _finish_reply is None or self._finished or self._literals is not None or self._annotator.holds():
+        if _finish_reply is None or self._finished or self._literals is not None:
+            return None
+        if "_annotator" in self.__dict__ and self._annotator.holds():
             return None
         done = _finish_reply(ledger, reason, key)
         if done is not None:

@@ -212,8 +212,16 @@ pub fn finish_reply<'py>(
             }
             ledger.digest.finish(last.finish_reason);
             // A reply with the final result is always sent (`SessionProtocol._taken`).
-            let deltas = if ledger.want_deltas { out.deltas.len() } else { 0 };
-            let events = if ledger.want_events { out.events.len() } else { 0 };
+            let deltas = if ledger.want_deltas {
+                out.deltas.len()
+            } else {
+                0
+            };
+            let events = if ledger.want_events {
+                out.events.len()
+            } else {
+                0
+            };
             let t = Taken {
                 sequence: ledger.reply(deltas, events),
                 deltas,
