@@ -615,6 +615,12 @@ pub struct Scanner {
 }
 
 impl Scanner {
+    /// What a large step grew of the decoder's strings beyond `keep` bytes (`events::give_back`).
+    pub fn give_back(&mut self, keep: usize) {
+        crate::events::give_back(&mut self.stream.prefix, keep);
+        crate::events::give_back(&mut self.stream.scratch, keep);
+    }
+
     /// The stream is seeded with the last [`PROMPT_CONTEXT`] prompt ids that are not added
     /// tokens, so the first output token decodes as it would in context.
     pub fn new(vocab: Arc<Vocab>, marks: Arc<Marks>, prompt_ids: &[u32]) -> Scanner {

@@ -83,6 +83,15 @@ const KEEP_EVENTS: usize = 16;
 const KEEP_DELTAS: usize = 8;
 const KEEP_TEXT: usize = 256;
 
+/// Gives back what a large step grew of a buffer that lives between steps: once its capacity is
+/// over `keep` and over twice its length, it shrinks to the larger of the two (its text is kept).
+/// A buffer whose length stays about the same is never touched, so steady steps never reallocate.
+pub fn give_back(text: &mut String, keep: usize) {
+    if text.capacity() > keep && text.capacity() / 2 > text.len() {
+        text.shrink_to(keep.max(text.len()));
+    }
+}
+
 impl StepOut {
     /// Empties the step; buffers a large step grew beyond the `KEEP_*` capacities shrink back
     /// to them (one reallocation, for a step large enough that its own work dwarfs it).

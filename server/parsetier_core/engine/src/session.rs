@@ -9,8 +9,11 @@
 //! whole before anything is parsed).
 
 use crate::detok::Scanner;
-use crate::events::StepOut;
+use crate::events::{give_back, StepOut};
 use crate::parser::{Final, FinishReason, Parser};
+
+/// Bytes of text the step's piece and the decoder's strings keep between steps (`give_back`).
+const KEEP_PIECE: usize = 256;
 
 pub struct Session {
     scanner: Scanner,
@@ -44,6 +47,9 @@ impl Session {
             self.plain(&ids[start..], out);
         }
         self.parser.deliver(out);
+        // A large step's piece and decoder strings are not kept while the session waits.
+        give_back(&mut self.piece, KEEP_PIECE);
+        self.scanner.give_back(KEEP_PIECE);
     }
 
     /// Already-detokenized text (markers already sentinels) standing for `tokens` tokens.
