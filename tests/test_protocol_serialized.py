@@ -23,8 +23,12 @@ OUTPUT = (
 TOOLS = json.dumps(
     [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 )
-NATIVE = native.engine() == "native"
-"""On the reference engine every message is ``receive``'s (no core writes a reply)."""
+
+
+def _native(protocol: SessionProtocol) -> bool:
+    """The session is on the native core (on the reference engine, or a model left on it, every
+    message is ``receive``'s: no core writes a reply)."""
+    return isinstance(protocol.session, native.NativeSession)
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +77,10 @@ def test_serialized_replies_equal_the_python_ones(qwen3, output, per_message):
         served += isinstance(got.response, bytes)
         assert _as_message(got.response) == _as_message(want.response)
         assert (got.opened, got.finished) == (want.opened, want.finished)
-    assert bool(served) is (NATIVE and output != pb.OUTPUT_KIND_FINAL_ONLY)  # the core wrote them
+    assert bool(served) is (_native(core) and output != pb.OUTPUT_KIND_FINAL_ONLY)  # the core wrote them
     finish = pb.ParseRequest(finish=pb.Finish())
     got, want = core.receive_serialized(finish), python.receive(finish)
-    assert isinstance(got.response, bytes) is NATIVE  # the core answered the plain Finish
+    assert isinstance(got.response, bytes) is _native(core)  # the core answered the plain Finish
     assert _as_message(got.response) == want.response
     assert (got.finished, core.state, core.counts.finish_reason) == (True, State.FINISHED, "tool_calls")
     assert python.counts.finish_reason == "tool_calls"
@@ -114,7 +118,7 @@ def test_a_plain_finish_answered_by_the_core_is_the_python_reply(qwen3, finish, 
     message = pb.ParseRequest(finish=finish)
     got, want = core.receive_serialized(message), python.receive(message)
     shown_stop = include_stop_text and finish.WhichOneof("matched_stop") is not None
-    assert isinstance(got.response, bytes) is (NATIVE and not shown_stop)
+    assert isinstance(got.response, bytes) is (_native(core) and not shown_stop)
     assert _as_message(got.response) == want.response
     assert got.finished and want.finished and core.state is State.FINISHED
     assert core.counts.finish_reason == python.counts.finish_reason
@@ -143,7 +147,7 @@ def test_a_finish_after_a_text_step_or_logprobs_is_answered_in_python(qwen3):
 def test_what_the_core_leaves_follows_receives_rules(qwen3):
     protocol = _opened(qwen3, limits=Limits(max_tokens_per_session=3))
     assert isinstance(
-        protocol.receive_serialized(_step(9707)).response, bytes if NATIVE else pb.ParseResponse
+        protocol.receive_serialized(_step(9707)).response, bytes if _native(protocol) else pb.ParseResponse
     )
     with pytest.raises(StatusError) as bad:
         protocol.receive_serialized(_step(10**9))  # not in the vocabulary
