@@ -244,6 +244,15 @@ def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list
         yield ids
 
 
+def _only_ids(message: Input) -> Sequence[int] | None:
+    """The token ids of a message's only step, when it has no logprobs and no Finish follows
+    (maybe none: a text step); None for any other message."""
+    if len(message.steps) != 1 or message.HasField("finish"):
+        return None
+    step = message.steps[0]
+    return None if step.HasField("logprobs") else step.token_ids
+
+
 def _index(steps: Sequence[pb.Step], step: pb.Step) -> int:
     return next(i for i, s in enumerate(steps) if s is step)
 
@@ -392,14 +401,12 @@ class SessionProtocol:
         token ids without logprobs for a STREAMING session, carrying nothing else (no Open, no
         Finish); its reply is exactly what the general path would send for it, at a fraction of
         the cost. A packed ``ParseBatch`` item stands for such a message when its session
-        ``takes_ids`` (``BatchProtocol``)."""
-        if len(message.steps) != 1 or message.HasField("finish") or message.HasField("open"):
+        ``takes_ids`` (``BatchProtocol``). An Open whose message is otherwise plain feeds its
+        step the same way once the session is started (``supply_model``)."""
+        if message.HasField("open"):
             return None
-        step = message.steps[0]
-        if step.HasField("logprobs"):
-            return None
-        ids = step.token_ids
-        return ids if self.takes_ids(ids) else None
+        ids = _only_ids(message)
+        return ids if ids is not None and self.takes_ids(ids) else None
 
     def takes_ids(self, ids: Sequence[int]) -> bool:
         """A message of one step of these ids and nothing else takes the plain path."""
@@ -409,7 +416,10 @@ class SessionProtocol:
         """The plain path (``plain_ids``): the message is counted and its ids fed, and what the
         reply carries is returned (``_taken``; its ``sequence`` taken), None when nothing is to
         be sent. The caller writes the reply (with ``write``, or packed: ``BatchProtocol``)."""
-        tokens = self.ledger.count_message(len(ids))
+        return self._take_counted(ids, self.ledger.count_message(len(ids)))
+
+    def _take_counted(self, ids: Sequence[int], tokens: int) -> Taken | None:
+        """``take_ids`` once the message is counted (``tokens``: the session's tokens so far)."""
         try:
             if tokens > self.limits.max_tokens_per_session:
                 self.limits.check_tokens(tokens)
@@ -475,7 +485,18 @@ class SessionProtocol:
         with self._failing():
             self._start(model, message.open)
             self.state = State.STREAMING
-            return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
+            ids = _only_ids(message)
+            if not ids:  # steps of the general path, a Finish, or nothing
+                return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
+        # The opening message's only step goes the plain way (the message is counted already):
+        # the same reply as the general path's, without its step grouping.
+        self.ledger.tokens += len(ids)
+        taken = self._take_counted(ids, self.ledger.tokens)
+        if taken is None:
+            return Reply(None, opened=True)
+        reply = pb.ParseResponse() if into is None else into
+        self.write(reply, *taken)
+        return Reply(reply, opened=True)
 
     def fail(self, exc: BaseException) -> StatusError | None:
         """Mark the session failed by ``exc`` (e.g. the model would not load); its contract
