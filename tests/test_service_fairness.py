@@ -130,3 +130,41 @@ async def _orders_of_replies(target: str) -> list[str]:
 async def _note(name: str, call: grpc.aio.StreamStreamCall, arrived: list[str]) -> None:
     await call.read()
     arrived.append(name)
+
+
+def test_a_models_native_parts_are_built_off_the_event_loop(monkeypatch) -> None:
+    """A model's first session needs its native parts (the vocabulary's tables, the grammar's
+    description: 0.1-0.5 s). Built on the event loop, they stall every other session for that
+    long (and the loop-lag admission refuses new calls); the servicer builds them in the worker
+    thread that loads the model, for the first Parse and the first ParseBatch alike."""
+    import marker_tokenizers
+    from grpc_servers import ThreadServer
+    from parsetier import native
+    from parsetier_client import Client
+
+    built_on_loop: list[str] = []
+    build = native.native_parts
+
+    def watched(model):
+        if not native.prepared(model):
+            try:
+                asyncio.get_running_loop()
+                built_on_loop.append(model.name)
+            except RuntimeError:
+                pass
+        return build(model)
+
+    monkeypatch.setattr(native, "native_parts", watched)
+    registry = marker_tokenizers.registry()  # models of its own: nothing built for them yet
+    with ThreadServer(registry) as server, Client(server.target, timeout=60) as client:
+        assert client.parse_stream("qwen3", [[3409] * 4]).final.usage.completion_tokens == 4
+        batch_model = registry.loaded("qwen3-coder") or registry.get("qwen3-coder")  # loaded, unprepared
+        assert not native.prepared(batch_model)
+        with client.batch() as batch:
+            batch.open("s", "qwen3-coder")
+            batch.feed("s", [3409, 3409])
+            batch.finish("s")
+            final = batch.step()["s"].final
+        assert final.usage.completion_tokens == 2
+    assert native.prepared(registry.get("qwen3")) and native.prepared(batch_model)
+    assert built_on_loop == []

@@ -191,6 +191,25 @@ def native_parts(model: Model) -> tuple[Any, Any] | None:
         return None
 
 
+def prepared(model: Model) -> bool:
+    """Whether a session of ``model`` opens without building anything: the reference engine
+    serves, or the core's parts for it are built (or refused). Building them takes 0.1-0.5 s
+    (a vocabulary's tables, the grammar's description), which the service does in a worker
+    thread with the model's load (``prepare``), never on its event loop."""
+    return (
+        _engine != "native"
+        or model.name in _refused
+        or (id(model.grammar) in _grammars and (id(model.tokenizer), id(model.grammar)) in _detokenizers)
+    )
+
+
+def prepare(model: Model) -> Model:
+    """``model`` with the parts its native sessions need built (see ``prepared``)."""
+    if _engine == "native":
+        native_parts(model)
+    return model
+
+
 def fallback_reason(model_name: str) -> str | None:
     """Why a model's sessions run on the reference engine, once a session found out."""
     return _refused.get(model_name)

@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from parsetier import native
 from parsetier.models import ModelRegistry
 from parsetier.service import collector, metrics, reflection
 from parsetier.service.accepts import ExtraAccepts
@@ -200,7 +201,7 @@ async def _preload(registry: ModelRegistry, names: Sequence[str]) -> None:
     started = time.monotonic()
     for name in names:
         try:
-            await asyncio.to_thread(registry.get, name)
+            await asyncio.to_thread(lambda name=name: native.prepare(registry.get(name)))
         except Exception as exc:
             SERVER_LOG.error("model failed to load", extra={"fields": {"model": name, "error": str(exc)}})
     if names:

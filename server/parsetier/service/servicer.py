@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from parsetier import native
 from parsetier.batch_protocol import (
     BatchHooks,
     BatchProtocol,
@@ -317,11 +318,19 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
     # --- shared ----------------------------------------------------------------------------
 
     async def _model(self, name: str) -> Model:
-        """The model: one already loaded at once; else loaded in a worker thread, which keeps
-        the event loop free meanwhile (a tokenizer takes a while the first time). The thread
-        hop costs ~45 us of CPU and a millisecond of wall time, so a loaded model skips it."""
+        """The model: one already loaded, its native parts built, at once; else loaded and
+        prepared in a worker thread, which keeps the event loop free meanwhile (a tokenizer and
+        a vocabulary's tables take a while the first time). The thread hop costs ~45 us of CPU
+        and a millisecond of wall time, so a ready model skips it."""
         model = self.registry.loaded(name)
-        return model if model is not None else await asyncio.to_thread(self.registry.get, name)
+        if model is not None and native.prepared(model):
+            return model
+        return await asyncio.to_thread(self._prepared_model, name)
+
+    def _prepared_model(self, name: str) -> Model:
+        """The model loaded and its native parts built (a worker thread's job: both take long
+        enough to stall every other session if the event loop did them)."""
+        return native.prepare(self.registry.get(name))
 
     async def _guarded(self, record: SessionRecord, work, context: grpc.aio.ServicerContext) -> Status | None:
         """Run one session's work inside the session gate; return its error status (``_end``
