@@ -18,7 +18,7 @@ import os
 import statistics
 import sys
 
-from bench.servicebench.launcher import CLIENT_CPU, SERVER_CPU, echo_server, started
+from bench.servicebench.launcher import BENCH_LIMITS, CLIENT_CPU, SERVER_CPU, echo_server, started
 from bench.servicebench.loads import batch_load, measured, workload
 from tests.testkit.servers import ProcessServer
 
@@ -29,16 +29,8 @@ def server_from(tree: str) -> ProcessServer:
         f"import sys; sys.path[:0] = [{tree + '/server'!r}, {tree + '/client/python'!r}]; "
         "from parsetier.cli import main; sys.exit(main())"
     )
-    limits = (
-        "--max-sessions",
-        "20000",
-        "--max-sessions-per-stream",
-        "4096",
-        "--max-items-per-message",
-        "4096",
-    )
     command = [sys.executable, "-c", code, "serve", "--port", "0", "--workers", "1", "--preload", "qwen3"]
-    server = ProcessServer(command=[*command, *limits], keep_session_ends=False)
+    server = ProcessServer(command=[*command, *BENCH_LIMITS], keep_session_ends=False)
     started(server, SERVER_CPU).wait_for_log("models loaded", timeout=600)
     return server
 

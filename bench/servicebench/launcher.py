@@ -30,6 +30,19 @@ def started(server: ProcessServer, pin: int | None, timeout: float = 300) -> Pro
     return server
 
 
+BENCH_LIMITS = (
+    "--max-sessions",
+    "20000",
+    "--max-sessions-per-stream",
+    "4096",
+    "--max-items-per-message",
+    "4096",
+    "--max-loop-lag-ms",  # measure the load, do not shed it
+    "0",
+)
+"""``serve`` limits that measure a load rather than shed it, shared by every bench server."""
+
+
 def parsetier_server(
     workers: int = 1, pin: int | None = SERVER_CPU, extra: tuple[str, ...] = (), timeout: float = 600
 ) -> ProcessServer:
@@ -39,14 +52,7 @@ def parsetier_server(
         "--preload",
         "qwen3",
         *extra,
-        "--max-sessions",
-        "20000",
-        "--max-sessions-per-stream",
-        "4096",
-        "--max-items-per-message",
-        "4096",
-        "--max-loop-lag-ms",  # measure the load, do not shed it
-        "0",
+        *BENCH_LIMITS,
         "--workers",
         str(workers),
         ready="workers listening" if workers > 1 else "listening",
