@@ -77,7 +77,7 @@ class SessionOptions:
     of its per-token cost; the reference one builds them anyway."""
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     """A fragment of one tool call; ``id``/``name`` are set only on the call's first fragment."""
 
@@ -85,14 +85,6 @@ class ToolCallDelta:
     arguments: str = ""
     id: str | None = None
     name: str | None = None
-
-    def __init__(
-        self, index: int, arguments: str = "", id: str | None = None, name: str | None = None
-    ) -> None:
-        _set_index(self, index)
-        _set_arguments(self, arguments)
-        _set_id(self, id)
-        _set_name(self, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +123,7 @@ class TokenLogprob(NamedTuple):
     top_logprobs: tuple[TopLogprob, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Delta:
     """One OpenAI-style streaming delta. Empty strings mean "nothing of that kind".
 
@@ -144,75 +136,15 @@ class Delta:
     logprobs: tuple[TokenLogprob, ...] = ()
     token_ids: tuple[int, ...] = ()
 
-    def __init__(
-        self,
-        reasoning: str = "",
-        content: str = "",
-        tool_calls: tuple[ToolCallDelta, ...] = (),
-        logprobs: tuple[TokenLogprob, ...] = (),
-        token_ids: tuple[int, ...] = (),
-    ) -> None:
-        _set_reasoning(self, reasoning)
-        _set_content(self, content)
-        _set_tool_calls(self, tool_calls)
-        _set_logprobs(self, logprobs)
-        _set_token_ids(self, token_ids)
-
-
-# Deltas are made once or twice per token. A frozen dataclass's generated ``__init__`` stores each
-# field through ``object.__setattr__`` (a generic attribute lookup per field: over a microsecond a
-# delta); the hand-written ones above store through the slots' own descriptors, which is what the
-# generated code ends up doing, at less than half the cost. The classes stay frozen dataclasses:
-# assignment raises, ``dataclasses.replace``/``fields``/``==``/``hash`` work as before.
-_set_index = ToolCallDelta.__dict__["index"].__set__
-_set_arguments = ToolCallDelta.__dict__["arguments"].__set__
-_set_id = ToolCallDelta.__dict__["id"].__set__
-_set_name = ToolCallDelta.__dict__["name"].__set__
-_set_reasoning = Delta.__dict__["reasoning"].__set__
-_set_content = Delta.__dict__["content"].__set__
-_set_tool_calls = Delta.__dict__["tool_calls"].__set__
-_set_logprobs = Delta.__dict__["logprobs"].__set__
-_set_token_ids = Delta.__dict__["token_ids"].__set__
-_new = object.__new__
-
-
-class _DeltaSlots:
-    """``Delta``'s slots on a plain class. The per-token path fills one with ordinary attribute
-    stores (a third of the descriptor calls' cost) and then makes it a ``Delta`` by assigning
-    ``__class__``, which Python allows between classes of the same slot layout."""
-
-    __slots__ = Delta.__slots__
-
-
-class _ToolCallDeltaSlots:
-    """``ToolCallDelta``'s slots, as ``_DeltaSlots`` holds ``Delta``'s."""
-
-    __slots__ = ToolCallDelta.__slots__
-
 
 def text_delta(reasoning: str, content: str) -> Delta:
-    """``Delta(reasoning, content)``, for the per-token path (about half the cost)."""
-    delta = _new(_DeltaSlots)
-    delta.reasoning = reasoning
-    delta.content = content
-    delta.tool_calls = delta.logprobs = delta.token_ids = ()
-    delta.__class__ = Delta  # type: ignore[assignment]
-    return delta  # type: ignore[return-value]
+    """A delta of reasoning and/or content text."""
+    return Delta(reasoning, content)
 
 
 def arguments_delta(index: int, arguments: str) -> Delta:
-    """``Delta("", "", (ToolCallDelta(index, arguments),))``, made as ``text_delta`` is."""
-    call = _new(_ToolCallDeltaSlots)
-    call.index = index
-    call.arguments = arguments
-    call.id = call.name = None
-    call.__class__ = ToolCallDelta  # type: ignore[assignment]
-    delta = _new(_DeltaSlots)
-    delta.reasoning = delta.content = ""
-    delta.tool_calls = (call,)
-    delta.logprobs = delta.token_ids = ()
-    delta.__class__ = Delta  # type: ignore[assignment]
-    return delta  # type: ignore[return-value]
+    """A delta carrying a fragment of call ``index``'s arguments."""
+    return Delta(tool_calls=(ToolCallDelta(index, arguments),))
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,19 +57,6 @@ class StepOutput:
     final: Final | None = None
 
 
-_new = object.__new__
-
-
-def _step_output(deltas: list[Delta], events: list[Event]) -> StepOutput:
-    """``StepOutput(deltas, events)`` for the per-token path: the same three stores, without
-    ``type.__call__`` running the generated ``__init__`` (about half its cost)."""
-    out = _new(StepOutput)
-    out.deltas = deltas
-    out.events = events
-    out.final = None
-    return out
-
-
 PROMPT_TAIL = 256
 """Prompt ids searched for multi-token prompt terminals (a generation prompt is short)."""
 
@@ -308,8 +295,8 @@ class Session:
 
     def _output(self, events: list[Event]) -> StepOutput:
         if not events:  # half a marker, held text: nothing for the assembler to look at
-            return _step_output([], events)
-        return _step_output(self._assembler.add(events), events)
+            return StepOutput([], events)
+        return StepOutput(self._assembler.add(events), events)
 
     def _check_open(self) -> None:
         if self._finished:

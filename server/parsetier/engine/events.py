@@ -29,9 +29,7 @@ class EventKind(Enum):
 
 
 class Event(NamedTuple):
-    """One event. A named tuple: immutable, and made several times per token on the hot path,
-    where a frozen dataclass costs about twice as much to build. The machine builds them with
-    ``tuple.__new__(Event, (...))``, which skips the generated ``__new__``'s Python frame."""
+    """One event: a small immutable value (a named tuple, so it unpacks and compares as one)."""
 
     kind: EventKind
     text: str = ""

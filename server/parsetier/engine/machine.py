@@ -58,7 +58,6 @@ from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transitio
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
 
 _CAPTURE_LIMIT = 4096
-_new_event = tuple.__new__
 
 
 class Machine:
@@ -86,12 +85,6 @@ class Machine:
         self._scan = self._tsets[start].scan
         """The state's terminal scanner, looked up when the state changes, not per piece of text."""
         self._in_reasoning = self._state.kind == "reasoning"
-        self._plain: EventKind | None = None
-        """The event kind of this state's text when the fast path applies, else None (``feed_piece``)."""
-        self._plain_stop: re.Pattern[str] | None = None
-        """What a piece must not hold for the fast path; None: only a sentinel, and ASCII text
-        has none (most states: checked without a search)."""
-        self._set_plain(self._state)
         self._hold = ""
         self._events: list[Event] = []
         self._tokens = 0
@@ -138,34 +131,12 @@ class Machine:
         if self._state.kind not in _TEXT_KINDS:
             self._stretch = _Stretch()
         self._kind.enter(self, self._state, "", None)
-        if echo:
-            self._plain = None  # the echo check needs the slow path until it is settled
 
     # ------------------------------------------------------------------ public
     def feed_piece(self, text: str, tokens: int = 0) -> list[Event]:
-        """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens.
-
-        The fast path is most tokens' way: in a content or reasoning state, text that holds no
-        sentinel and no first character of the state's terminals (``BoundGrammar.plain_stops``)
-        is the state's text, whole (what ``_run`` would find, without lexing), unless something
-        is held back or waiting to be taken."""
+        """Consume ``text`` (sentinel form) produced by ``tokens`` output tokens."""
         if self._in_reasoning:
             self.reasoning_tokens += tokens
-        kind = self._plain
-        if (
-            kind is not None
-            and text
-            and not self._hold
-            and not self._events
-            and (
-                (text.isascii() or SENTINEL_RE.search(text) is None)
-                if self._plain_stop is None
-                else self._plain_stop.search(text) is None
-            )
-        ):
-            event = _new_event(Event, (kind, text, -1, self._tokens + tokens, ""))
-            self._tokens = 0
-            return [event]
         self._tokens += tokens
         if text:
             self._run(text)
@@ -307,7 +278,6 @@ class Machine:
         body = buf.lstrip()
         if body.startswith(echo):
             self._echo = ""
-            self._set_plain(self._state)
             lead = buf[: len(buf) - len(body)]
             if lead:  # whitespace before the repeat is the state's own text
                 self._kind.text(self, lead)
@@ -316,7 +286,6 @@ class Machine:
         if echo.startswith(body) and not self._ending:
             return None
         self._echo = ""
-        self._set_plain(self._state)
         return buf
 
     def _followed(self, transition: Transition, buf: str, at: int) -> bool | None:
@@ -354,16 +323,6 @@ class Machine:
         """``_followed`` for a reader's stop (the state's terminal of that pattern)."""
         transition = self._state.on[self._bound.terminal_of_pattern[pattern]]
         return self._followed(transition, buf, at) if transition.follow else True
-
-    def _set_plain(self, state: State) -> None:
-        """The fast path's view of ``state`` (``BoundGrammar.plain_stops``)."""
-        stops = self._bound.plain_stops.get(state.name)
-        if stops is None:
-            self._plain = None
-            return
-        self._plain = CONTENT if state.kind == "content" else REASONING
-        ascii_ok, stop = stops
-        self._plain_stop = None if ascii_ok and stop.pattern == SENTINEL_RE.pattern else stop
 
     # ------------------------------------------------------------------ transitions
     def _fire(self, transition: Transition, pattern: str, state: State) -> None:
@@ -434,7 +393,6 @@ class Machine:
             self._kind = _KINDS[target.kind]
             self._scan = self._tsets[nxt].scan
             self._in_reasoning = target.kind == "reasoning"
-            self._set_plain(target)
             self._kind.enter(self, target, pattern, state.kind)
 
     # ------------------------------------------------------------------ calls
@@ -577,7 +535,7 @@ class Machine:
     def _emit(self, kind: EventKind, text: str = "", index: int = -1, call_id: str = "") -> None:
         """Events of a call (and ``END``) carry the current ``tool_index``; text and reasoning
         brackets carry -1."""
-        self._events.append(_new_event(Event, (kind, text, index, self._tokens, call_id)))
+        self._events.append(Event(kind, text, index, self._tokens, call_id))
         self._tokens = 0
 
     def _take(self) -> list[Event]:

@@ -62,7 +62,8 @@ class BoundGrammar:
     terminal of theirs starts with an ASCII character, the characters a piece must not hold):
     any sentinel, and the first character of each terminal they listen for. A piece without
     them can neither hold nor begin a terminal there: it is, whole, the state's own text
-    (``Machine.feed_piece``'s fast path; ASCII text is such a piece at once when the flag is set)."""
+    (the native core's fast path, ``describe``; ASCII text is such a piece at once when the flag
+    is set). The reference machine lexes every piece."""
     byte_ids: frozenset[int] = frozenset()
     """Byte-fallback ids (``<0xAB>`` pieces of a ``ByteFallback`` decoder): the decoder decides a
     run of them only as a whole, so the scanner steps a run together with the next other id
