@@ -282,3 +282,21 @@ def test_servers_of_both_engines_answer_alike(encode):
             replies[engine] = list(_stream_replies(server.target, stream))
     assert replies["native"] == replies["reference"]
     assert len(replies["native"]) == len(stream)
+
+
+def test_a_session_out_of_streaming_is_left_to_python(qwen3):
+    """The core steps a packed item only while its session's ledger holds a native session,
+    which ``SessionProtocol`` lets go of as the session leaves STREAMING: a session that failed
+    (still in the table) is left to Python's rules, a live one beside it is stepped."""
+    from parsetier.status import Code, ProtocolError
+
+    batch = BatchProtocol(LIMITS, Recorder())
+    opens = [pb.SessionInput(key=k, open=pb.Open(model="qwen3")) for k in "ab"]
+    opening = pb.ParseBatchRequest(sessions=opens)
+    if isinstance(batch.receive(opening), NeedModels):
+        batch.supply_models({"qwen3": qwen3})
+    batch.sessions["a"].fail(ProtocolError(Code.CANCELLED, "gone"))
+    items = pb.ParseBatchRequest(packed=pb.PackedSteps(keys=["b", "a"], token_ids=[9707, 9707]))
+    _, packed = native._core.read_batch(items.SerializeToString())
+    at, _, replies = packed.step(batch.sessions, 0, 2, LIMITS.max_tokens_per_session)
+    assert at == 1 and list(pb.ParseBatchResponse.FromString(replies).packed.keys) == ["b"]

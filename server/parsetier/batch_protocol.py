@@ -23,7 +23,7 @@ from typing import TypeVar
 from parsetier import native
 from parsetier.messages import Delta
 from parsetier.models import Model
-from parsetier.protocol import Limits, NeedModel, SessionCounts, SessionProtocol, State
+from parsetier.protocol import Limits, NeedModel, SessionCounts, SessionProtocol
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -304,10 +304,10 @@ class BatchProtocol:
         self, reply: _Reply, plain: _PlainOutputs, packed: Packed, stepper, lo: int, hi: int
     ) -> None:
         """Items ``lo..hi``: runs stepped natively, each item the core leaves applied in Python."""
-        sessions, streaming, max_tokens = self.sessions, State.STREAMING, self.limits.max_tokens_per_session
+        sessions, max_tokens = self.sessions, self.limits.max_tokens_per_session
         at = lo
         while at < hi:
-            at, why, replies = stepper.step(sessions, at, hi, streaming, max_tokens)
+            at, why, replies = stepper.step(sessions, at, hi, max_tokens)
             if replies:
                 plain.flush(reply.message)  # the Python path's packed outputs came first
                 reply.add(replies)

@@ -49,6 +49,11 @@ class Ledger(Protocol):
         """The session's end in the digest: its new value."""
         ...
 
+    def unbind(self) -> None:
+        """The session left STREAMING: no path may step it for the protocol any more (the native
+        ledger lets go of the session the packed path steps; ``PyLedger`` holds none)."""
+        ...
+
 
 class PyLedger:
     """The reference engine's ``Ledger``."""
@@ -87,6 +92,9 @@ class PyLedger:
 
     def digest_finish(self, reason: str) -> int:
         return digest.finish(self, reason)
+
+    def unbind(self) -> None:
+        pass
 
 
 def new_ledger() -> Ledger:

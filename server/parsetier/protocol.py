@@ -392,7 +392,7 @@ class SessionProtocol:
         if done is None:
             return None
         data, self.counts.finish_reason = done
-        self.state = State.FINISHED
+        self._leave(State.FINISHED)
         return Reply(data, finished=True)
 
     def plain_ids(self, message: Input) -> Sequence[int] | None:
@@ -498,24 +498,31 @@ class SessionProtocol:
         self.write(reply, *taken)
         return Reply(reply, opened=True)
 
+    def _leave(self, state: State) -> None:
+        """The session ends (``FINISHED`` or ``FAILED``): the one way out of STREAMING, so no
+        path takes a plain message for it afterwards, the packed ``ParseBatch`` path included
+        (its ledger lets go of the native session the core steps)."""
+        self.state = state
+        self.ledger.unbind()
+
     def fail(self, exc: BaseException) -> StatusError | None:
         """Mark the session failed by ``exc`` (e.g. the model would not load); its contract
         error, or None when ``exc`` is a server bug."""
-        self.state = State.FAILED
+        self._leave(State.FAILED)
         self._pending = None
         return error_of(exc)
 
     def receive_eof(self) -> None:
         """The client closed its side: fine after Finish, an error before."""
         if self.state is not State.FINISHED:
-            self.state = State.FAILED
+            self._leave(State.FAILED)
             raise out_of_order("the stream was closed before Finish")
 
     def idle(self) -> None:
         """The client sent nothing for ``limits.idle_timeout``: fine once the result is out (the
         client merely did not close), an error before."""
         if self.state is not State.FINISHED:
-            self.state = State.FAILED
+            self._leave(State.FAILED)
             raise ProtocolError(
                 Code.DEADLINE_EXCEEDED,
                 f"no message for {self.limits.idle_timeout:g} s; the session was dropped",
@@ -570,7 +577,7 @@ class SessionProtocol:
             assert self.session is not None
             reason, matched = convert.finish_of(message.finish)
             outputs.append(self.session.finish(reason, matched_stop=matched))
-            self.state = State.FINISHED
+            self._leave(State.FINISHED)
         self._digest(outputs)
         others = message.finish.other_choices_usage if finish else None
         wire, final_wire = self._render(outputs, matched if isinstance(matched, str) else None, others)

@@ -1,8 +1,9 @@
 //! `_core.PackedSteps`: a `ParseBatch` message's packed items stepped natively, many per call,
 //! with no Python per item (`BatchProtocol._apply_packed`).
 //!
-//! An item is stepped here when its session is STREAMING and bound to a native session
-//! (`Ledger.bind`), its ids are valid and within the session's token limit. Everything else the
+//! An item is stepped here when its session's ledger holds a native session (`Ledger.bind`,
+//! which `SessionProtocol` lets go of when the session leaves STREAMING: the protocol's rule of
+//! which messages take the plain path, `takes_ids`, decided there, not here), its ids are valid and within the session's token limit. Everything else the
 //! item needs (counting, the digest, the reply's sequence) is the ledger's, and its reply is
 //! written as protobuf bytes: a packed output (`PackedOutputs`) when it is one plain text delta,
 //! else a `SessionOutput` (tool-call deltas, events). `step` stops at the first item it leaves to
@@ -62,8 +63,8 @@ impl PackedSteps {
         })
     }
 
-    /// Step items `start..stop` of `sessions` (key → `SessionProtocol`) whose state is
-    /// `streaming`, each held to `max_tokens` tokens: (the index of the first item left to
+    /// Step items `start..stop` of `sessions` (key → `SessionProtocol`) whose ledger holds a
+    /// native session, each held to `max_tokens` tokens: (the index of the first item left to
     /// Python, or `stop`; why it was left: 0 its rules are Python's, 1 its session failed in the
     /// core; the replies of the items before it, as `ParseBatchResponse` bytes to merge).
     fn step<'py>(
@@ -72,7 +73,6 @@ impl PackedSteps {
         sessions: &Bound<'py, PyDict>,
         start: usize,
         stop: usize,
-        streaming: &Bound<'py, PyAny>,
         max_tokens: u64,
     ) -> PyResult<(usize, u8, Bound<'py, PyBytes>)> {
         let keys = self.keys.bind(py);
@@ -83,7 +83,7 @@ impl PackedSteps {
         while at < stop {
             let ids = &self.ids[self.offsets[at]..self.offsets[at + 1]];
             let key = keys.get_item(at)?;
-            match self.item(py, sessions, &key, ids, streaming, max_tokens, &mut w)? {
+            match self.item(py, sessions, &key, ids, max_tokens, &mut w)? {
                 Stepped::Yes => at += 1,
                 Stepped::No => break,
                 Stepped::Failed => {
@@ -347,7 +347,6 @@ impl PackedSteps {
         sessions: &Bound<'py, PyDict>,
         key: &Bound<'py, PyAny>,
         ids: &[u32],
-        streaming: &Bound<'py, PyAny>,
         max_tokens: u64,
         w: &mut Replies,
     ) -> PyResult<Stepped> {
@@ -357,9 +356,6 @@ impl PackedSteps {
         let Some(protocol) = sessions.get_item(key)? else {
             return Ok(Stepped::No);
         };
-        if !protocol.getattr(intern!(py, "state"))?.is(streaming) {
-            return Ok(Stepped::No);
-        }
         let ledger = protocol.getattr(intern!(py, "ledger"))?;
         let Ok(ledger) = ledger.cast::<Ledger>() else {
             return Ok(Stepped::No);

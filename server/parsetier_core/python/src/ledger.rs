@@ -129,4 +129,9 @@ impl Ledger {
         self.want_deltas = want_deltas;
         self.want_events = want_events;
     }
+
+    /// The session left STREAMING (`SessionProtocol._leave`): the packed path steps it no more.
+    fn unbind(&mut self) {
+        self.session = None;
+    }
 }
