@@ -101,3 +101,14 @@ def test_sessions_share_the_native_tools_of_one_tuple(registry):
         ref, nat = Session(model, options), native.NativeSession(model, options, parts)
         assert nat.feed(ids).deltas == ref.feed(ids).deltas
         assert nat.finish().final == ref.finish().final
+
+
+def test_a_core_of_other_sources_counts_as_none(monkeypatch) -> None:
+    """A core whose boundary version is not the Python's (built from older sources) is refused
+    as a whole, with the reason the log gives, instead of failing mid-request."""
+    from parsetier import _core, core_module
+
+    assert core_module._load() == (_core, "")
+    monkeypatch.setattr(_core, "BOUNDARY", core_module.BOUNDARY - 1)
+    core, why = core_module._load()
+    assert core is None and "make native" in why

@@ -453,8 +453,8 @@ class Packed:
         """The items as the native core steps them (``_core.PackedSteps``); None without a core."""
         if self.stepper is not None:
             return self.stepper
-        stepper = getattr(native._core, "PackedSteps", None)  # None: no core, or one built before it
-        return None if stepper is None else stepper(self.keys, self.ids, self.counts)
+        core = native._core
+        return None if core is None else core.PackedSteps(self.keys, self.ids, self.counts)
 
 
 class _Reply:

@@ -25,12 +25,8 @@ import re
 import secrets
 from collections.abc import Callable, Sequence
 
+from parsetier.core_module import core as _core
 from parsetier.messages import SessionOptions
-
-try:
-    from parsetier import _core
-except ImportError:  # pragma: no cover - a source tree without `make native`
-    _core = None  # type: ignore[assignment]
 
 ID_KEY = b"parsetier.v1.tool-call-id"
 ID_PREFIX = "chatcmpl-tool-"
@@ -55,10 +51,9 @@ def prompt_digest(prompt_token_ids: Sequence[int]) -> str:
     prompt (the whole prompt is hashed once, when the session opens). The native core writes the
     decimal text without a ``str`` per id (a 4,000-id prompt: ~255 µs of ~280 here, most of a
     session's open); the expression below is the rule, and the fallback without the core."""
-    decimal_ids = getattr(_core, "decimal_ids", None)  # None without a core, or with an older one
-    if decimal_ids is not None:
+    if _core is not None:
         try:
-            return hashlib.blake2b(decimal_ids(prompt_token_ids), digest_size=16).hexdigest()
+            return hashlib.blake2b(_core.decimal_ids(prompt_token_ids), digest_size=16).hexdigest()
         except (OverflowError, TypeError):  # ids the core's u32 cannot hold: the rule decides
             pass
     return hashlib.blake2b(",".join(map(str, prompt_token_ids)).encode("ascii"), digest_size=16).hexdigest()

@@ -100,7 +100,6 @@ class PyLedger:
 def new_ledger() -> Ledger:
     """A new session's ledger: the native one when sessions run on the native core (the packed
     path can then step them), else ``PyLedger``."""
-    native_ledger = getattr(native._core, "Ledger", None)  # None: a core built before the ledger
-    if native.engine() == "native" and native_ledger is not None:
-        return native_ledger()
+    if native.engine() == "native" and native._core is not None:
+        return native._core.Ledger()
     return PyLedger()

@@ -21,6 +21,8 @@ import tokenizers
 
 from parsetier.call_ids import call_id_seed
 from parsetier.completion import CompletionSession
+from parsetier.core_module import core as _core
+from parsetier.core_module import unavailable
 from parsetier.detokenizer import PROBE, PROMPT_CONTEXT, LiteralMarkers
 from parsetier.engine.describe import NativeUnsupported, describe_grammar
 from parsetier.engine.events import Event, EventKind
@@ -49,12 +51,6 @@ from parsetier.session import (
     annotated_feed,
     start_and_echo,
 )
-
-try:
-    from parsetier import _core
-except ImportError:  # pragma: no cover - a source tree without `make native`
-    _core = None  # type: ignore[assignment]
-
 
 _STEP_KINDS = frozenset({"ByteLevel", "ByteFallback", "Fuse", "Replace", "Strip", "Metaspace"})
 
@@ -181,9 +177,7 @@ def native_parts(model: Model) -> tuple[Any, Any] | None:
         return None
     try:
         if _core is None:
-            raise NativeUnsupported("the native core is not built (make native)")
-        if not hasattr(_core, "Tools"):  # a core built before sessions took their options as arguments
-            raise NativeUnsupported("the native core is older than its sources (make native)")
+            raise NativeUnsupported(unavailable)
         return detokenizer(model.tokenizer, model.grammar), native_grammar(model.grammar)
     except NativeUnsupported as exc:
         _refused[model.name] = str(exc)
@@ -430,7 +424,7 @@ class NativeSession:
         return done
 
 
-_finish_reply = getattr(_core, "finish_reply", None)
+_finish_reply = None if _core is None else _core.finish_reply
 """``_core.finish_reply`` (None: no core, or one built before it)."""
 
 
@@ -439,7 +433,7 @@ def bind_ledger(ledger: Any, session: Any, renderer: Any, want_deltas: bool, wan
     ``ledger`` (``_core.PackedSteps``): when it is a native session that returns no token ids,
     with no wire dialect (``renderer`` None), and the ledger is native. Any other session's
     items stay on the Python path."""
-    native_ledger = getattr(_core, "Ledger", None)
+    native_ledger = None if _core is None else _core.Ledger
     if (
         native_ledger is not None
         and isinstance(ledger, native_ledger)

@@ -214,8 +214,8 @@ class Reply(NamedTuple):
 _NOTHING = Reply(None)
 """The reply to a message that produced nothing."""
 
-_step_reply = getattr(native._core, "step_reply", None)
-"""``_core.step_reply`` (None: no core, or one built before it)."""
+_step_reply = None if native._core is None else native._core.step_reply
+"""``_core.step_reply`` (None without a core)."""
 
 Taken = tuple[Sequence[Delta], Sequence[Event], bytes]
 """What one reply carries (``SessionProtocol._taken``): the deltas and events the client asked

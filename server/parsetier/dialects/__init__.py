@@ -73,16 +73,16 @@ def renderer(request: WireRequest, session: object = None) -> Renderer:
 
 
 def _native_built() -> bool:
-    """The loaded core has the renderers (a core built before them still serves, in Python)."""
-    from parsetier import _core
+    """The core is there (without it the renderers are Python's)."""
+    from parsetier.core_module import core as _core
 
-    return hasattr(_core, "WireRenderer")
+    return _core is not None
 
 
 def native_renderer(request: WireRequest, core: object = None) -> Renderer:
     """The native renderer (``_core.WireRenderer``); ``core``: the ``_core.Session`` whose steps
     it reads directly."""
-    from parsetier import _core
+    from parsetier.core_module import core as _core
 
     r = request
     native = _core.WireRenderer(

@@ -57,8 +57,7 @@ def read_batch_request(data: bytes) -> pb.ParseBatchRequest | ReadBatch | Undeco
     about the bytes — decoded as every other request is (``tolerant_deserializer``), so garbage
     gets the same ``Undecodable`` and a framing error the same status as before."""
     if native.engine() == "native":
-        read = getattr(native._core, "read_batch", None)  # None: no core, or one built before it
-        got = read(data) if read is not None else None
+        got = None if native._core is None else native._core.read_batch(data)
         if got is not None:
             sessions, packed = got
             try:
