@@ -155,8 +155,11 @@ def test_a_models_native_parts_are_built_off_the_event_loop(monkeypatch) -> None
         return build(model)
 
     monkeypatch.setattr(native, "native_parts", watched)
-    registry = marker_tokenizers.registry()  # models of its own: nothing built for them yet
+    for cache in ("_vocabularies", "_detokenizers", "_grammars"):  # nothing built for any model yet
+        monkeypatch.setattr(native, cache, {})
+    registry = marker_tokenizers.registry()
     with ThreadServer(registry) as server, Client(server.target, timeout=60) as client:
+        assert not native.prepared(registry.get("qwen3"))
         assert client.parse_stream("qwen3", [[3409] * 4]).final.usage.completion_tokens == 4
         batch_model = registry.loaded("qwen3-coder") or registry.get("qwen3-coder")  # loaded, unprepared
         assert not native.prepared(batch_model)
