@@ -27,8 +27,6 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from service_samples import WEATHER_TOOLS
 
-pytestmark = pytest.mark.skipif(native._core is None, reason="the native core is not built (make native)")
-
 OUTPUTS = [
     "<think>\nThe user wants weather. Let me check {i}.\n</think>\n\nSure, checking city {i} now.",
     '<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "C{i}", "n": {i}}}}}\n</tool_call>',
