@@ -4,6 +4,7 @@
 //! in Python (the reference engine's); `SessionProtocol` reads and writes either through it.
 
 use parsetier_engine::digest::{Digest, PieceKind};
+use parsetier_engine::events::StepOut;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyAnyMethods, PySequence};
@@ -34,6 +35,21 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// How many of a step's deltas and events its reply carries (what `Open.output` asked for).
+    pub(crate) fn wanted(&self, out: &StepOut) -> (usize, usize) {
+        let deltas = if self.want_deltas {
+            out.deltas.len()
+        } else {
+            0
+        };
+        let events = if self.want_events {
+            out.events.len()
+        } else {
+            0
+        };
+        (deltas, events)
+    }
+
     /// A step's reply was produced: its sequence number.
     pub(crate) fn reply(&mut self, deltas: usize, events: usize) -> u64 {
         self.sequence += 1;

@@ -44,16 +44,7 @@ pub(crate) fn take(ledger: &mut Ledger, out: &StepOut) -> Option<Taken> {
     if !out.deltas.is_empty() {
         ledger.digest.step(out);
     }
-    let deltas = if ledger.want_deltas {
-        out.deltas.len()
-    } else {
-        0
-    };
-    let events = if ledger.want_events {
-        out.events.len()
-    } else {
-        0
-    };
+    let (deltas, events) = ledger.wanted(out);
     if deltas == 0 && events == 0 {
         return None;
     }
@@ -212,16 +203,7 @@ pub fn finish_reply<'py>(
             }
             ledger.digest.finish(last.finish_reason);
             // A reply with the final result is always sent (`SessionProtocol._taken`).
-            let deltas = if ledger.want_deltas {
-                out.deltas.len()
-            } else {
-                0
-            };
-            let events = if ledger.want_events {
-                out.events.len()
-            } else {
-                0
-            };
+            let (deltas, events) = ledger.wanted(out);
             let t = Taken {
                 sequence: ledger.reply(deltas, events),
                 deltas,
