@@ -323,12 +323,7 @@ class SessionProtocol:
         when nothing came out it is left untouched and ``Reply.response`` is None."""
         ids = self.plain_ids(message)
         if ids is not None:
-            taken = self.take_ids(ids)
-            if taken is None:
-                return _NOTHING
-            reply = pb.ParseResponse() if into is None else into
-            self.write(reply, *taken)
-            return Reply(reply)
+            return self._plain_reply(self.take_ids(ids), into)
         self.ledger.client_messages += 1
         with self._failing():
             self._check_order(message)
@@ -491,12 +486,16 @@ class SessionProtocol:
         # The opening message's only step goes the plain way (the message is counted already):
         # the same reply as the general path's, without its step grouping.
         self.ledger.tokens += len(ids)
-        taken = self._take_counted(ids, self.ledger.tokens)
+        return self._plain_reply(self._take_counted(ids, self.ledger.tokens), into, opened=True)
+
+    def _plain_reply(self, taken: Taken | None, into: Output | None, opened: bool = False) -> Reply:
+        """The reply of a plain step: nothing to send when ``taken`` is None, else ``taken``
+        written into ``into`` (a new ``ParseResponse`` when None)."""
         if taken is None:
-            return Reply(None, opened=True)
+            return Reply(None, opened=True) if opened else _NOTHING
         reply = pb.ParseResponse() if into is None else into
         self.write(reply, *taken)
-        return Reply(reply, opened=True)
+        return Reply(reply, opened=opened)
 
     def _leave(self, state: State) -> None:
         """The session ends (``FINISHED`` or ``FAILED``): the one way out of STREAMING, so no
