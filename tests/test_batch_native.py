@@ -296,5 +296,112 @@ def test_a_session_out_of_streaming_is_left_to_python(qwen3):
     batch.sessions["a"].fail(ProtocolError(Code.CANCELLED, "gone"))
     items = pb.ParseBatchRequest(packed=pb.PackedSteps(keys=["b", "a"], token_ids=[9707, 9707]))
     _, packed = native._core.read_batch(items.SerializeToString())
-    at, _, replies = packed.step(batch.sessions, 0, 2, LIMITS.max_tokens_per_session)
+    at, _, replies = packed.step(batch.table, 0, 2, LIMITS.max_tokens_per_session)
     assert at == 1 and list(pb.ParseBatchResponse.FromString(replies).packed.keys) == ["b"]
+
+
+def _table_mirrors(batch: BatchProtocol) -> None:
+    """The core's session table holds exactly the stream's open sessions, each with its ledger."""
+    assert sorted(batch.table.keys()) == sorted(batch.sessions)
+    for key, protocol in batch.sessions.items():
+        assert batch.table.get(key) is protocol.ledger
+
+
+def _read(message: pb.ParseBatchRequest):
+    """The message as the servicer reads it (packed items by the core on the native engine)."""
+    from parsetier.service.decoding import read_batch_request
+
+    return read_batch_request(message.SerializeToString())
+
+
+REPEATED = 4
+"""The message of ``_sync_stream`` with a key twice."""
+
+
+def _sync_stream() -> list[pb.ParseBatchRequest]:
+    """Sessions that end in every way (cancelled, finished, failed by a repeated key, cut by the
+    close) and keys reused after their end, in the same message and the next."""
+    open_ = pb.Open(model="qwen3", tools_json=json.dumps(WEATHER_TOOLS))
+    finish = pb.Finish(reason=pb.FINISH_REASON_STOP)
+    step = pb.Step(token_ids=[9707])
+    return [
+        pb.ParseBatchRequest(sessions=[pb.SessionInput(key=k, open=open_) for k in "abcd"]),
+        # a cancelled, b finished (the core's plain finish), c and d stepped by the core.
+        pb.ParseBatchRequest(
+            sessions=[pb.SessionInput(key="a", cancel=True), pb.SessionInput(key="b", finish=finish)],
+            packed=pb.PackedSteps(keys=["c", "d"], token_ids=[9707, 9707]),
+        ),
+        # a and b reopened with a first step; a packed item for an ended key of no session.
+        pb.ParseBatchRequest(
+            sessions=[
+                pb.SessionInput(key="a", open=open_, steps=[step]),
+                pb.SessionInput(key="b", open=open_),
+            ],
+            packed=pb.PackedSteps(keys=["c", "ghost"], token_ids=[9707, 9707]),
+        ),
+        # the reopened sessions stepped packed.
+        pb.ParseBatchRequest(packed=pb.PackedSteps(keys=["a", "b", "c", "d"], token_ids=[9707] * 4)),
+        # c cancelled and then stepped in the same message (its key twice: the item ends nothing
+        # more), d finished by an entry and stepped too.
+        pb.ParseBatchRequest(
+            sessions=[pb.SessionInput(key="c", cancel=True), pb.SessionInput(key="d", finish=finish)],
+            packed=pb.PackedSteps(keys=["c", "a", "d"], token_ids=[9707] * 3),
+        ),
+        # c and d reopened in one message, stepped packed in the next.
+        pb.ParseBatchRequest(sessions=[pb.SessionInput(key=k, open=open_) for k in "cd"]),
+        pb.ParseBatchRequest(packed=pb.PackedSteps(keys=["d", "c", "a", "b"], token_ids=[9707] * 4)),
+    ]
+
+
+def test_the_session_table_follows_the_streams_sessions(qwen3, monkeypatch):
+    """``BatchProtocol``'s native table (key bytes → ledger, what the core looks packed items up
+    in) changes with its sessions: a key cancelled, finished, failed or cut by the close leaves
+    it, a key reopened comes back with its new session's ledger, and the core steps the reopened
+    sessions' items. The replies are the reference engine's, byte for byte."""
+    from parsetier.protocol import SessionProtocol
+
+    stream = _sync_stream()
+    taken: list[int] = []
+    original = SessionProtocol.take_ids
+
+    def counting(self, ids):
+        taken.append(len(ids))
+        return original(self, ids)
+
+    monkeypatch.setattr(SessionProtocol, "take_ids", counting)
+    replies: dict[str, list[bytes]] = {}
+    for engine in ("native", "reference"):
+        before = native.engine()
+        native.set_engine(engine)
+        try:
+            batch = BatchProtocol(LIMITS, Recorder())
+            got = []
+            for i, message in enumerate(stream):
+                taken.clear()
+                reply = batch.receive(_read(message))
+                if isinstance(reply, NeedModels):
+                    reply = batch.supply_models({name: qwen3 for name in reply.names})
+                got.append(reply.SerializeToString(deterministic=True))
+                if engine == "native":
+                    _table_mirrors(batch)
+                    # The core stepped every packed item of a live session (a message with a
+                    # repeated key goes to Python whole, as the entries it stands for).
+                    assert taken == ([1] if i == REPEATED else []), i
+            if engine == "native":
+                assert sorted(batch.table.keys()) == list("abcd")
+            batch.close(batch_closed())
+            if engine == "native":
+                assert len(batch.table) == 0
+            replies[engine] = got
+        finally:
+            native.set_engine(before)
+    assert replies["native"] == replies["reference"]
+    shown = [_shown(r) for r in replies["native"]]
+    assert list(shown[3].packed.keys) == ["a", "b", "c", "d"]  # the reopened keys, stepped
+    assert list(shown[6].packed.keys) == ["d", "c", "a", "b"]
+    statuses = [(o.key, o.status.message) for o in shown[REPEATED].sessions if o.HasField("status")]
+    assert statuses == [
+        ("c", "the client cancelled the session"),
+        ("c", "session 'c' appears twice in one message"),
+        ("d", "session 'd' appears twice in one message"),
+    ]

@@ -42,7 +42,7 @@ def _field(number: int, wire: int, payload: bytes) -> bytes:
 
 
 def _items(packed: Packed) -> list[tuple[str, list[int]]]:
-    return [(key, list(packed.ids_of(i))) for i, key in enumerate(packed.keys)]
+    return [(packed.key(i), list(packed.ids_of(i))) for i in range(len(packed))]
 
 
 def _same_as_protobuf(data: bytes) -> str:
@@ -61,20 +61,27 @@ def _same_as_protobuf(data: bytes) -> str:
     assert read.size == len(data)
     assert (read.packed is None) == (not decoded.HasField("packed"))
     if read.packed is not None:
-        assert _items(Packed.read(read.packed)) == _items(Packed.of(decoded.packed))
+        core, python = Packed.read(read.packed), Packed.of(decoded.packed)
+        assert _items(core) == _items(python) and core.keys == python.keys
+        # The message's key checks (empty, repeated), made by the core on the bytes it read.
+        entry_keys = [entry.key for entry in decoded.sessions]
+        assert core.distinct_with(entry_keys) == python.distinct_with(entry_keys)
     return "core"
 
 
 def _request(rng: random.Random) -> pb.ParseBatchRequest:
     message = pb.ParseBatchRequest()
     for i in range(rng.randrange(3)):
-        entry = message.sessions.add(key=f"e{i}")
+        entry = message.sessions.add(key=rng.choice([f"e{i}", f"e{i}", "", "k1"]))
         if rng.random() < 0.5:
             entry.open.model = "qwen3"
         entry.steps.add().token_ids.extend(rng.randrange(1 << 20) for _ in range(rng.randrange(3)))
     if rng.random() < 0.8:
         n = rng.randrange(6)
-        message.packed.keys.extend(rng.choice(["k", "é", "s0-1", "", "🙂x"]) + str(i) for i in range(n))
+        keys = [rng.choice(["k", "é", "s0-1", "", "🙂x", "e"]) + str(i) for i in range(n)]
+        if keys and rng.random() < 0.2:
+            keys[rng.randrange(n)] = rng.choice(["", keys[0]])  # an empty or repeated key
+        message.packed.keys.extend(keys)
         counts = [rng.randrange(3) for _ in range(n)] if rng.random() < 0.5 else []
         message.packed.token_counts.extend(counts)
         ids = sum(counts) if counts else n

@@ -120,6 +120,10 @@ class BatchProtocol:
         self.limits = limits
         self.hooks = hooks or BatchHooks()
         self.sessions: dict[str, SessionProtocol] = {}
+        """The open sessions; ``_add`` and ``_drop`` change it, with ``table``."""
+        self.table = None if native._core is None else native._core.SessionTable()
+        """The same sessions as the native core finds them (``_core.SessionTable``: key bytes →
+        native ledger) for the packed path; None without a core."""
         self.models: dict[str, Model] = {}
         """Models this stream's sessions use, looked up once per stream."""
         self.client_messages = 0
@@ -197,6 +201,8 @@ class BatchProtocol:
     def close(self, error: ProtocolError) -> None:
         """The stream is over: end every session still open with ``error``."""
         sessions, self.sessions = self.sessions, {}
+        if self.table is not None:
+            self.table.clear()
         for protocol in sessions.values():
             protocol.fail(error)
             self.hooks.ended(protocol.counts, error, True)
@@ -206,12 +212,12 @@ class BatchProtocol:
     def _apply(self, message: BatchRequest, entries: list[pb.SessionInput]) -> Slices[BatchReply]:
         keys = [entry.key for entry in entries]
         packed = _packed_of(message)
-        every_key = keys + packed.keys if packed is not None else keys
-        if not all(every_key):
+        distinct = _distinct(keys) if packed is None else packed.distinct_with(keys)
+        if distinct is None:
             raise invalid("every session entry needs a non-empty key")
         response = pb.ParseBatchResponse(client_messages=self.client_messages)
         outputs = response.sessions
-        if len(set(every_key)) == len(every_key):
+        if distinct:
             reply = _Reply(response)
             for done, (key, entry) in enumerate(zip(keys, entries, strict=True), 1):
                 self._entry(reply.message.sessions, key, entry, reply)
@@ -260,7 +266,7 @@ class BatchProtocol:
                 return
             if finished is not None:
                 reply.add(finished.response)  # type: ignore[arg-type]  # the core's bytes
-                del sessions[key]
+                self._drop(key)
                 self.hooks.ended(protocol.counts, None, True)
                 return
         output = outputs.add()
@@ -277,7 +283,7 @@ class BatchProtocol:
         else:
             output.key = key
         if reply.finished:
-            del sessions[key]
+            self._drop(key)
             self.hooks.ended(protocol.counts, None, True)
 
     def _apply_packed(self, reply: _Reply, packed: Packed) -> Slices[None]:
@@ -286,14 +292,14 @@ class BatchProtocol:
         written packed. Sessions on the native core are stepped by it, a slice's items in one
         call (``_core.PackedSteps``: no Python per item); the items it leaves (any other
         session, an unknown key, a bad id, a limit...) take ``_packed_item`` in their turn."""
-        stepper = packed.native() if native.engine() == "native" else None
+        stepper = packed.native() if native.engine() == "native" and self.table is not None else None
         plain = _PlainOutputs()
-        n = len(packed.keys)
+        n = len(packed)
         for lo in range(0, n, SLICE_ITEMS):
             hi = min(n, lo + SLICE_ITEMS)
             if stepper is None:
                 for at in range(lo, hi):
-                    self._packed_item(reply.message, plain, packed.keys[at], packed.ids_of(at))
+                    self._packed_item(reply.message, plain, packed.key(at), packed.ids_of(at))
             else:
                 self._packed_native(reply, plain, packed, stepper, lo, hi)
             if hi < n:
@@ -304,19 +310,19 @@ class BatchProtocol:
         self, reply: _Reply, plain: _PlainOutputs, packed: Packed, stepper, lo: int, hi: int
     ) -> None:
         """Items ``lo..hi``: runs stepped natively, each item the core leaves applied in Python."""
-        sessions, max_tokens = self.sessions, self.limits.max_tokens_per_session
+        table, max_tokens = self.table, self.limits.max_tokens_per_session
         at = lo
         while at < hi:
-            at, why, replies = stepper.step(sessions, at, hi, max_tokens)
+            at, why, replies = stepper.step(table, at, hi, max_tokens)
             if replies:
                 plain.flush(reply.message)  # the Python path's packed outputs came first
                 reply.add(replies)
             if at == hi:
                 return
-            key = packed.keys[at]
+            key = packed.key(at)
             if why == _CORE_FAILED:
                 error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
-                self._end_with(reply.message.sessions, key, sessions.get(key), error)
+                self._end_with(reply.message.sessions, key, self.sessions.get(key), error)
             else:
                 self._packed_item(reply.message, plain, key, packed.ids_of(at))
             at += 1
@@ -369,6 +375,8 @@ class BatchProtocol:
             return self._refuse(outputs, key, counts, error)
         protocol = SessionProtocol(self.limits, counts)
         self.sessions[key] = protocol
+        if self.table is not None:
+            self.table.add(key, protocol.ledger)
         return protocol
 
     def _refuse(self, outputs, key: str, counts: SessionCounts, error: ProtocolError) -> None:
@@ -387,9 +395,22 @@ class BatchProtocol:
         """End a session with ``error`` and say so in the reply."""
         _status(outputs, key, error)
         if protocol is not None and self.sessions.get(key) is protocol:
-            del self.sessions[key]
+            self._drop(key)
             protocol.fail(error)
             self.hooks.ended(protocol.counts, error, True)
+
+    def _drop(self, key: str) -> None:
+        """``key``'s session leaves the stream (it has left STREAMING: its ledger is unbound)."""
+        del self.sessions[key]
+        if self.table is not None:
+            self.table.remove(key)
+
+
+def _distinct(keys: list[str]) -> bool | None:
+    """None when a key is empty, else whether no key repeats."""
+    if not all(keys):
+        return None
+    return len(set(keys)) == len(keys)
 
 
 def _packed_items(message: BatchRequest) -> int:
@@ -408,22 +429,44 @@ class Packed:
     """A message's packed items (``PackedSteps``), checked as framing: their keys and, per key,
     its token ids."""
 
-    __slots__ = ("counts", "ids", "keys", "offsets", "stepper")
+    __slots__ = ("_keys", "counts", "ids", "offsets", "stepper")
 
-    def __init__(self, keys: list[str], counts: list[int], ids: list[int]) -> None:
-        self.keys, self.counts, self.ids = keys, counts, ids
+    def __init__(self, keys: list[str] | None, counts: list[int], ids: list[int]) -> None:
+        self._keys, self.counts, self.ids = keys, counts, ids
         self.offsets: list[int] | None = None
         """Item ``i``'s ids are ``ids[offsets[i]:offsets[i + 1]]`` (made when first needed)."""
         self.stepper = None
         """The items as ``_core.PackedSteps`` when the core read them (then ``counts`` and ``ids``
-        are empty: ``ids_of`` asks the core)."""
+        are empty: ``ids_of`` and ``key`` ask the core, and the keys are Python ``str``s only
+        for the items Python applies)."""
 
     @classmethod
     def read(cls, stepper) -> Packed:
         """The items the core read (``ReadBatch.packed``)."""
-        packed = cls(stepper.keys, [], [])
+        packed = cls(None, [], [])
         packed.stepper = stepper
         return packed
+
+    def __len__(self) -> int:
+        return len(self.stepper) if self._keys is None else len(self._keys)
+
+    @property
+    def keys(self) -> list[str]:
+        """Every item's key (made once, when first needed, for items the core read)."""
+        if self._keys is None:
+            self._keys = self.stepper.keys
+        return self._keys
+
+    def key(self, item: int) -> str:
+        """Item ``item``'s key."""
+        return self.stepper.key(item) if self._keys is None else self._keys[item]
+
+    def distinct_with(self, keys: list[str]) -> bool | None:
+        """``_distinct`` of ``keys`` (the entries') and the items' keys; the core checks the keys
+        it read, with no ``str`` per item."""
+        if self._keys is None:
+            return self.stepper.distinct(keys)
+        return _distinct(keys + self._keys)
 
     @classmethod
     def of(cls, packed: pb.PackedSteps) -> Packed:
@@ -447,7 +490,7 @@ class Packed:
 
     def steps(self) -> list[list[int]]:
         """Each item's token ids."""
-        return [self.ids_of(i) for i in range(len(self.keys))]
+        return [self.ids_of(i) for i in range(len(self))]
 
     def native(self):
         """The items as the native core steps them (``_core.PackedSteps``); None without a core."""

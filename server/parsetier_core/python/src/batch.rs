@@ -1,7 +1,10 @@
 //! `_core.PackedSteps`: a `ParseBatch` message's packed items stepped natively, many per call,
-//! with no Python per item (`BatchProtocol._apply_packed`).
+//! with no Python per item (`BatchProtocol._apply_packed`); `_core.SessionTable`: the stream's
+//! open sessions as the core finds them, key bytes → ledger, so an item is looked up with no
+//! Python object (no key `str`, no dict lookup, no attribute read).
 //!
-//! An item is stepped here when its session's ledger holds a native session (`Ledger.bind`,
+//! An item is stepped here when the table holds its key and that session's ledger holds a
+//! native session (`Ledger.bind`,
 //! which `SessionProtocol` lets go of when the session leaves STREAMING: the protocol's rule of
 //! which messages take the plain path, `takes_ids`, decided there, not here), its ids are valid and within the session's token limit. Everything else the
 //! item needs (counting, the digest, the reply's sequence) is the ledger's, and its reply is
@@ -10,19 +13,87 @@
 //! Python, having done nothing for it; Python merges the bytes (`MergeFromString`: outputs keep
 //! the items' order), applies that item by its own rules, and calls `step` again after it.
 
+use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use parsetier_engine::events::{DeltaKind, StepOut};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
-use pyo3::{intern, Py};
+use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::Py;
 
 use crate::ledger::Ledger;
 use crate::reply::{self, bytes_field, string_field, tag, varint, FEED_PIECE, SESSION_OUTPUT};
 
+/// A `ParseBatch` stream's open sessions as the packed path finds them: each key's bytes → its
+/// session's ledger (`_core.Ledger`). `BatchProtocol` keeps it beside its dict of protocols,
+/// adding a key when it opens a session and removing it when the session leaves the stream. It
+/// says which sessions exist, not which may be stepped: that is the ledger's binding
+/// (`Ledger.bind` / `unbind`, which `SessionProtocol` decides), read at each item.
+#[pyclass(name = "SessionTable", module = "parsetier._core")]
+#[derive(Default)]
+pub struct SessionTable {
+    ledgers: HashMap<Box<[u8]>, Py<Ledger>>,
+}
+
+#[pymethods]
+impl SessionTable {
+    #[new]
+    fn new() -> Self {
+        SessionTable::default()
+    }
+
+    /// `key`'s session keeps `ledger`. A ledger that is not native (the reference engine's
+    /// `PyLedger`) is not held: that key's items are Python's, as when the key is unknown.
+    fn add(&mut self, key: &Bound<'_, PyString>, ledger: &Bound<'_, PyAny>) -> PyResult<()> {
+        let key = key.to_str()?.as_bytes();
+        match ledger.cast::<Ledger>() {
+            Ok(ledger) => {
+                self.ledgers.insert(key.into(), ledger.clone().unbind());
+            }
+            Err(_) => {
+                self.ledgers.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// `key`'s session left the stream (nothing when the table does not hold it).
+    fn remove(&mut self, key: &Bound<'_, PyString>) -> PyResult<()> {
+        self.ledgers.remove(key.to_str()?.as_bytes());
+        Ok(())
+    }
+
+    /// Every session left the stream.
+    fn clear(&mut self) {
+        self.ledgers.clear();
+    }
+
+    /// The ledger held for `key`, or None.
+    fn get(&self, py: Python<'_>, key: &Bound<'_, PyString>) -> PyResult<Option<Py<Ledger>>> {
+        let key = key.to_str()?.as_bytes();
+        Ok(self.ledgers.get(key).map(|l| l.clone_ref(py)))
+    }
+
+    /// The keys held (in no order).
+    fn keys(&self) -> Vec<String> {
+        self.ledgers
+            .keys()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect()
+    }
+
+    fn __len__(&self) -> usize {
+        self.ledgers.len()
+    }
+}
+
 #[pyclass(name = "PackedSteps", module = "parsetier._core")]
 pub struct PackedSteps {
-    keys: Py<PyList>,
+    /// The items' keys, UTF-8, one after another: item `i`'s is
+    /// `key_bytes[key_offsets[i]..key_offsets[i + 1]]`. Python `str`s are made only for the
+    /// items Python applies (`key`, `keys`).
+    key_bytes: Vec<u8>,
+    key_offsets: Vec<usize>,
     ids: Vec<u32>,
     /// Item `i`'s ids are `ids[offsets[i]..offsets[i + 1]]`.
     offsets: Vec<usize>,
@@ -40,6 +111,13 @@ impl PackedSteps {
     #[new]
     fn new(keys: Bound<'_, PyList>, ids: Vec<u32>, counts: Vec<u32>) -> PyResult<Self> {
         let n = keys.len();
+        let mut key_bytes = Vec::new();
+        let mut key_offsets = Vec::with_capacity(n + 1);
+        key_offsets.push(0);
+        for key in keys.iter() {
+            key_bytes.extend_from_slice(key.cast::<PyString>()?.to_str()?.as_bytes());
+            key_offsets.push(key_bytes.len());
+        }
         let mut offsets = Vec::with_capacity(n + 1);
         if counts.is_empty() {
             offsets.extend(0..=n.min(ids.len()));
@@ -57,33 +135,33 @@ impl PackedSteps {
             ));
         }
         Ok(PackedSteps {
-            keys: keys.unbind(),
+            key_bytes,
+            key_offsets,
             ids,
             offsets,
         })
     }
 
-    /// Step items `start..stop` of `sessions` (key → `SessionProtocol`) whose ledger holds a
-    /// native session, each held to `max_tokens` tokens: (the index of the first item left to
-    /// Python, or `stop`; why it was left: 0 its rules are Python's, 1 its session failed in the
-    /// core; the replies of the items before it, as `ParseBatchResponse` bytes to merge).
+    /// Step items `start..stop` whose key `table` holds with a ledger bound to a native
+    /// session, each held to `max_tokens` tokens: (the index of the first item left to Python,
+    /// or `stop`; why it was left: 0 its rules are Python's, 1 its session failed in the core;
+    /// the replies of the items before it, as `ParseBatchResponse` bytes to merge).
     fn step<'py>(
         &self,
         py: Python<'py>,
-        sessions: &Bound<'py, PyDict>,
+        table: PyRef<'py, SessionTable>,
         start: usize,
         stop: usize,
         max_tokens: u64,
     ) -> PyResult<(usize, u8, Bound<'py, PyBytes>)> {
-        let keys = self.keys.bind(py);
-        let stop = stop.min(keys.len());
+        let stop = stop.min(self.len());
         let mut w = Replies::for_items(stop.saturating_sub(start));
         let mut at = start;
         let mut why = TO_PYTHON;
         while at < stop {
             let ids = &self.ids[self.offsets[at]..self.offsets[at + 1]];
-            let key = keys.get_item(at)?;
-            match self.item(py, sessions, &key, ids, max_tokens, &mut w)? {
+            let key = self.key_of(at);
+            match self.item(py, &table, key, ids, max_tokens, &mut w)? {
                 Stepped::Yes => at += 1,
                 Stepped::No => break,
                 Stepped::Failed => {
@@ -96,13 +174,47 @@ impl PackedSteps {
     }
 
     fn __len__(&self) -> usize {
-        self.offsets.len() - 1
+        self.len()
     }
 
-    /// The items' keys (the list `step` reads).
+    /// The items' keys, a new list of str (the path that applies every item in Python).
     #[getter]
-    fn keys(&self, py: Python<'_>) -> Py<PyList> {
-        self.keys.clone_ref(py)
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let keys = PyList::empty(py);
+        for i in 0..self.len() {
+            keys.append(self.key_str(py, i)?)?;
+        }
+        Ok(keys)
+    }
+
+    /// Item `item`'s key (for the items Python applies).
+    fn key<'py>(&self, py: Python<'py>, item: usize) -> PyResult<Bound<'py, PyString>> {
+        if item >= self.len() {
+            return Err(pyo3::exceptions::PyIndexError::new_err(
+                "no such packed item",
+            ));
+        }
+        self.key_str(py, item)
+    }
+
+    /// With `others` (the message's entries' keys): None when a key, theirs or an item's, is
+    /// empty; else whether all of them are distinct (`BatchProtocol._apply`'s checks, made
+    /// with no Python object per item).
+    fn distinct(&self, others: Vec<Bound<'_, PyString>>) -> PyResult<Option<bool>> {
+        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(self.len() + others.len());
+        let mut distinct = true;
+        let mut empty = false;
+        for key in &others {
+            let key = key.to_str()?.as_bytes();
+            empty |= key.is_empty();
+            distinct &= seen.insert(key);
+        }
+        for i in 0..self.len() {
+            let key = self.key_of(i);
+            empty |= key.is_empty();
+            distinct &= seen.insert(key);
+        }
+        Ok((!empty).then_some(distinct))
     }
 
     /// Item `item`'s token ids (for the items Python applies).
@@ -134,16 +246,18 @@ pub fn read_batch<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<ReadBatc
             let Some(offsets) = p.offsets() else {
                 return Ok(None);
             };
-            let keys = PyList::empty(py);
+            // Each key was checked as UTF-8 when read.
+            let total = p.keys.iter().map(|&(lo, hi)| hi - lo).sum();
+            let mut key_bytes = Vec::with_capacity(total);
+            let mut key_offsets = Vec::with_capacity(p.keys.len() + 1);
+            key_offsets.push(0);
             for &(lo, hi) in &p.keys {
-                // Checked as UTF-8 when read.
-                let key = std::str::from_utf8(&data[lo..hi]).map_err(|_| {
-                    pyo3::exceptions::PyValueError::new_err("packed: a key is not UTF-8")
-                })?;
-                keys.append(PyString::new(py, key))?;
+                key_bytes.extend_from_slice(&data[lo..hi]);
+                key_offsets.push(key_bytes.len());
             }
             let steps = PackedSteps {
-                keys: keys.unbind(),
+                key_bytes,
+                key_offsets,
                 ids: p.ids,
                 offsets,
             };
@@ -340,12 +454,26 @@ enum Stepped {
 }
 
 impl PackedSteps {
-    #[allow(clippy::too_many_arguments)]
-    fn item<'py>(
+    fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// Item `i`'s key bytes (UTF-8).
+    fn key_of(&self, i: usize) -> &[u8] {
+        &self.key_bytes[self.key_offsets[i]..self.key_offsets[i + 1]]
+    }
+
+    fn key_str<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyString>> {
+        let key = std::str::from_utf8(self.key_of(i))
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err("packed: a key is not UTF-8"))?;
+        Ok(PyString::new(py, key))
+    }
+
+    fn item(
         &self,
-        py: Python<'py>,
-        sessions: &Bound<'py, PyDict>,
-        key: &Bound<'py, PyAny>,
+        py: Python<'_>,
+        table: &SessionTable,
+        key: &[u8],
         ids: &[u32],
         max_tokens: u64,
         w: &mut Replies,
@@ -353,14 +481,10 @@ impl PackedSteps {
         if ids.is_empty() || ids.len() > FEED_PIECE {
             return Ok(Stepped::No);
         }
-        let Some(protocol) = sessions.get_item(key)? else {
+        let Some(ledger) = table.ledgers.get(key) else {
             return Ok(Stepped::No);
         };
-        let ledger = protocol.getattr(intern!(py, "ledger"))?;
-        let Ok(ledger) = ledger.cast::<Ledger>() else {
-            return Ok(Stepped::No);
-        };
-        let mut ledger = ledger.try_borrow_mut()?;
+        let mut ledger = ledger.bind(py).try_borrow_mut()?;
         let Some(session) = ledger.session.as_ref().map(|s| s.bind(py).clone()) else {
             return Ok(Stepped::No);
         };
@@ -370,7 +494,6 @@ impl PackedSteps {
         }
         ledger.client_messages += 1;
         ledger.tokens += ids.len() as u64;
-        let key = key.cast::<PyString>()?.to_str()?;
         let ledger = &mut *ledger;
         let stepped = catch_unwind(AssertUnwindSafe(|| {
             session.step_raw(ids, |out| w.reply(key, ledger, out))
@@ -416,7 +539,7 @@ impl Replies {
     }
 
     /// What a stepped item answers (as `SessionProtocol.take_ids` and `BatchProtocol` would).
-    fn reply(&mut self, key: &str, ledger: &mut Ledger, out: &StepOut) {
+    fn reply(&mut self, key: &[u8], ledger: &mut Ledger, out: &StepOut) {
         let Some(t) = reply::take(ledger, out) else {
             return;
         };
@@ -424,7 +547,7 @@ impl Replies {
         if t.events == 0 && t.deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
             let d = &out.deltas[0];
             let text = out.delta_text(d.text);
-            string_field(&mut self.keys, 1, key);
+            bytes_field(&mut self.keys, 1, key);
             varint(&mut self.sequences, t.sequence);
             varint(&mut self.messages, ledger.client_messages);
             string_field(&mut self.texts, 4, text);
@@ -435,7 +558,7 @@ impl Replies {
         }
         let s = &mut self.scratch;
         s.clear();
-        string_field(s, 1, key);
+        bytes_field(s, 1, key);
         reply::write(
             s,
             &mut self.delta,

@@ -16,7 +16,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", parsetier_engine::VERSION)?;
     // The boundary's version: bump it with `parsetier/core_module.py`'s whenever what crosses
     // the boundary changes, so an older build is refused as a whole, not mid-request.
-    m.add("BOUNDARY", 1)?;
+    m.add("BOUNDARY", 2)?;
     m.add_class::<detok::Vocabulary>()?;
     m.add_class::<detok::Detokenizer>()?;
     m.add_class::<detok::Scanner>()?;
@@ -24,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::ToolSet>()?;
     m.add_class::<ledger::Ledger>()?;
     m.add_class::<batch::PackedSteps>()?;
+    m.add_class::<batch::SessionTable>()?;
     m.add_function(wrap_pyfunction!(batch::read_batch, m)?)?;
     m.add_class::<wire::WireRenderer>()?;
     m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
