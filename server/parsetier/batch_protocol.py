@@ -120,7 +120,7 @@ class BatchProtocol:
         self.limits = limits
         self.hooks = hooks or BatchHooks()
         self.sessions: dict[str, SessionProtocol] = {}
-        """The open sessions; ``_add`` and ``_drop`` change it, with ``table``."""
+        """The open sessions: ``_open`` adds one and ``_drop`` removes it, ``table`` with them."""
         self.table = None if native._core is None else native._core.SessionTable()
         """The same sessions as the native core finds them (``_core.SessionTable``: key bytes →
         native ledger) for the packed path; None without a core."""
@@ -400,7 +400,7 @@ class BatchProtocol:
             self.hooks.ended(protocol.counts, error, True)
 
     def _drop(self, key: str) -> None:
-        """``key``'s session leaves the stream (it has left STREAMING: its ledger is unbound)."""
+        """``key``'s session leaves the stream, and the core's table with it."""
         del self.sessions[key]
         if self.table is not None:
             self.table.remove(key)
