@@ -4,8 +4,10 @@ raising ``ProtocolError`` for requests the proto can express but the contract re
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 from parsetier.dialects import Dialect, WireRequest
 from parsetier.engine import json_bounds
@@ -172,6 +174,129 @@ def options_of(open_: pb.Open, *, collect_in_final: bool = False, events: bool =
         choice_index=open_.choice_index,
         collect_in_final=collect_in_final,
         events=events,
+    )
+
+
+class Opening(NamedTuple):
+    """What an ``Open`` decides apart from its per-session fields, shared by every ``Open`` that
+    sets the same values (``opening_of``): the deltas and events the client reads and the
+    ``SessionOptions`` it asks for with ``request_id``, ``prompt_token_ids`` and ``choice_index``
+    at their defaults (``session_options`` adds a session's own)."""
+
+    want_deltas: bool
+    want_events: bool
+    options: SessionOptions
+
+
+OPENINGS = 64
+"""``Opening`` values kept (``opening_of``): a deployment's requests use a few option sets."""
+OPENING_KEY_TEXT = TOOLS_CACHE_TEXT
+"""An ``Open`` whose shared fields hold a longer text (or more repeated values than this many)
+is read whole each time (``options_of``) rather than kept as a key."""
+
+_openings: dict[tuple, Opening] = {}
+_openings_lock = threading.Lock()
+
+_OPEN_FIELDS = pb.Open.DESCRIPTOR.fields_by_name
+_PER_SESSION = frozenset(
+    _OPEN_FIELDS[name].number
+    for name in ("model", "request_id", "prompt_token_ids", "choice_index", "resume", "resumable", "wire")
+)
+"""``Open`` fields that are not part of an ``Opening``'s key: the model (the caller's), the
+fields each session reads for itself (the ids' seed, the prompt, the choice; ``session_options``)
+and those the protocol reads from the ``Open`` (``resume``, ``resumable``, ``wire``)."""
+_MESSAGES = frozenset(f.number for f in pb.Open.DESCRIPTOR.fields if f.message_type is not None)
+"""Message fields (``tool_choice``, ``completion``, ``tools``, the map's entries…): keyed as
+their deterministic bytes."""
+_MAPS = frozenset(
+    f.number
+    for f in pb.Open.DESCRIPTOR.fields
+    if f.message_type is not None and f.message_type.GetOptions().map_entry
+)
+_REPEATED = frozenset(f.number for f in pb.Open.DESCRIPTOR.fields if f.is_repeated and f.number not in _MAPS)
+
+
+def _opening_key(open_: pb.Open, unary: bool) -> tuple | None:
+    """The key of an ``Open``'s shared fields: every field it sets (``ListFields``, so a field
+    added to ``Open`` is part of it unless named in ``_PER_SESSION``), as its number and a
+    hashable copy of its value (bytes for a message, a tuple for a repeated field, sorted
+    pairs for a map). None: too large to keep (``OPENING_KEY_TEXT``)."""
+    key: list = [unary]
+    for field, value in open_.ListFields():
+        number = field.number
+        if number in _PER_SESSION:
+            continue
+        if number in _MAPS:
+            value = tuple(sorted(value.items()))
+            size = sum(len(k) + len(v) for k, v in value)
+        elif number in _REPEATED:
+            if number in _MESSAGES:
+                value = tuple(item.SerializeToString(deterministic=True) for item in value)
+                size = sum(map(len, value))
+            else:
+                value = tuple(value)
+                size = len(value) if not value or not isinstance(value[0], str) else sum(map(len, value))
+        elif number in _MESSAGES:
+            value = value.SerializeToString(deterministic=True)
+            size = len(value)
+        else:
+            size = len(value) if isinstance(value, str) else 0
+        if size > OPENING_KEY_TEXT:
+            return None
+        key.append(number)
+        key.append(value)
+    return tuple(key)
+
+
+def opening_of(open_: pb.Open, *, unary: bool = False) -> Opening:
+    """``wants`` and ``options_of`` of an ``Open`` with its per-session fields left out, made
+    once per set of values and shared (the last ``OPENINGS``): most of a deployment's opens set
+    the same options (tools, switches), and reading them was the largest part of an open. A
+    session's own fields go back in with ``session_options``. ``SessionOptions`` is frozen and
+    nothing changes a value in it (``chat_template_kwargs`` is only read), so sessions may share
+    one. A refused ``Open`` raises each time and is not kept."""
+    key = _opening_key(open_, unary)
+    found = None if key is None else _openings.get(key)
+    if found is not None:
+        return found
+    want_deltas, want_events = wants(open_.output, unary=unary)
+    options = options_of(open_, collect_in_final=not want_deltas, events=want_events)
+    if options.request_id or options.prompt_token_ids or options.choice_index:
+        options = replace(options, request_id="", prompt_token_ids=(), choice_index=0)
+    made = Opening(want_deltas, want_events, options)
+    if key is not None:
+        with _openings_lock:
+            if len(_openings) >= OPENINGS:
+                _openings.pop(next(iter(_openings)))
+            _openings[key] = made
+    return made
+
+
+def session_options(opening: Opening, open_: pb.Open) -> SessionOptions:
+    """A session's ``SessionOptions``: its ``Opening``'s, with the ``Open``'s own request id,
+    prompt and choice (the same value ``options_of`` makes; the shared one when it sets none)."""
+    request_id, prompt, choice = open_.request_id, open_.prompt_token_ids, open_.choice_index
+    if not request_id and not prompt and not choice:
+        return opening.options
+    o = opening.options  # every field by name (``replace`` costs several times more)
+    return SessionOptions(
+        tools=o.tools,
+        tool_choice=o.tool_choice,
+        parallel_tool_calls=o.parallel_tool_calls,
+        include_reasoning=o.include_reasoning,
+        thinking=o.thinking,
+        chat_template_kwargs=o.chat_template_kwargs,
+        prompt_token_ids=tuple(prompt),
+        include_stop_text=o.include_stop_text,
+        complete_tool_calls=o.complete_tool_calls,
+        request_id=request_id,
+        return_token_ids=o.return_token_ids,
+        completion=o.completion,
+        stop=o.stop,
+        stop_token_ids=o.stop_token_ids,
+        choice_index=choice,
+        collect_in_final=o.collect_in_final,
+        events=o.events,
     )
 
 

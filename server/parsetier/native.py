@@ -209,17 +209,54 @@ def fallback_reason(model_name: str) -> str | None:
     return _refused.get(model_name)
 
 
-def open_session(model: Model, options: SessionOptions) -> Session | CompletionSession | NativeSession:
+def open_session(
+    model: Model, options: SessionOptions, shared: SessionOptions | None = None
+) -> Session | CompletionSession | NativeSession:
     """The session a request asks for: a completion when it sets completion options (reference
     engine), else a chat session on the selected engine, the reference one for a model whose
-    grammar or tokenizer the core does not serve."""
+    grammar or tokenizer the core does not serve. ``shared``: ``options`` with the per-session
+    fields at their defaults, one value shared by the opens that set the same options
+    (``convert.opening_of``): a native session then derives what depends on those options
+    once per model (``_opening_parts``)."""
     if options.completion is not None:
         return CompletionSession(model, options)
     if _engine == "native":
         parts = native_parts(model)
         if parts is not None:
-            return NativeSession(model, options, parts)
+            return NativeSession(model, options, parts, shared)
     return Session(model, options)
+
+
+_OPENINGS = 64
+_openings: dict[tuple[int, int], tuple[Model, SessionOptions, Any, str, str]] = {}
+"""(``id(model)``, ``id(shared options)``) → (that model, those options, their ``_core.Tools``,
+start state, echo): the last ``_OPENINGS`` pairs sessions were opened with (the objects are kept
+with their values, so the ids stay theirs)."""
+
+
+def _opening_parts(
+    model: Model, options: SessionOptions, shared: SessionOptions, detok: Any
+) -> tuple[Any, str, str]:
+    """The native tools, start state and echo of a session whose options are ``shared`` but for
+    the per-session fields (request id, prompt, choice): derived once per model and ``shared``.
+    The start state depends on the prompt when the format reads it (``start_and_echo``): such
+    a session with prompt ids derives its own."""
+    key = (id(model), id(shared))
+    found = _openings.get(key)
+    if found is None or found[0] is not model or found[1] is not shared:
+        schemas = _tool_schemas(shared)
+        start, echo = start_and_echo(model.grammar, shared, model.spec.thinking, model.tokenizer)
+        found = (model, shared, native_tools(shared.tools, schemas), start, echo)
+        with _lock:
+            if len(_openings) >= _OPENINGS:
+                _openings.pop(next(iter(_openings)))
+            _openings[key] = found
+    if options.prompt_token_ids and model.grammar.grammar.prompt:
+        start, echo = start_and_echo(
+            model.grammar, options, model.spec.thinking, model.tokenizer, partial(_prompt_text, detok)
+        )
+        return found[2], start, echo
+    return found[2], found[3], found[4]
 
 
 _TOOL_SETS = 32
@@ -291,7 +328,13 @@ class NativeSession:
     checks, the session's options, logprob attribution (``StepAnnotator`` over the deltas) and
     the text steps' literal markers; the core runs ids → pieces → machine → assembler."""
 
-    def __init__(self, model: Model, options: SessionOptions | None, parts: tuple[Any, Any]) -> None:
+    def __init__(
+        self,
+        model: Model,
+        options: SessionOptions | None,
+        parts: tuple[Any, Any],
+        shared: SessionOptions | None = None,
+    ) -> None:
         options = options or SessionOptions()
         self.model = model
         self.options = options
@@ -299,11 +342,14 @@ class NativeSession:
         self._known_ids = model.grammar.known_ids
         detok, grammar = parts
         _check_prompt(self, detok, options.prompt_token_ids)
-        schemas = _tool_schemas(options)
-        # The prompt terminal that chose the start state may be repeated by the model (markup).
-        start, echo = start_and_echo(
-            model.grammar, options, model.spec.thinking, model.tokenizer, partial(_prompt_text, detok)
-        )
+        if shared is not None:  # ``options`` but for the per-session fields (``open_session``)
+            tools, start, echo = _opening_parts(model, options, shared, detok)
+        else:
+            tools = native_tools(options.tools, _tool_schemas(options))
+            # The prompt terminal that chose the start state may be repeated by the model (markup).
+            start, echo = start_and_echo(
+                model.grammar, options, model.spec.thinking, model.tokenizer, partial(_prompt_text, detok)
+            )
         self.call_id_seed = call_id_seed(options)
         """What the session's call ids derive from, drawn once (``Session.call_id_seed``)."""
         # The parser options go over as arguments and the tools as one shared native value: no
@@ -311,7 +357,7 @@ class NativeSession:
         self._core = _core.Session(
             detok,
             grammar,
-            native_tools(options.tools, schemas),
+            tools,
             start,
             list(options.prompt_token_ids[-PROMPT_CONTEXT:]),
             options.events,

@@ -545,11 +545,12 @@ class SessionProtocol:
 
     def _start(self, model: Model, open_: pb.Open) -> None:
         """Create the session for an accepted Open; a resumed one feeds its history silently here."""
-        self.want_deltas, self.want_events = convert.wants(open_.output, unary=self.unary)
-        options = convert.options_of(open_, collect_in_final=not self.want_deltas, events=self.want_events)
+        opening = convert.opening_of(open_, unary=self.unary)
+        self.want_deltas, self.want_events = opening.want_deltas, opening.want_events
+        options = convert.session_options(opening, open_)
         self.counts.choice_index = options.choice_index
         self.limits.check_tokens(len(options.prompt_token_ids))
-        self.session = open_session(model, options)
+        self.session = open_session(model, options, opening.options)
         if open_.HasField("wire"):
             self.renderer = renderer(convert.wire_request_of(open_), self.session)
         self.resumable = open_.resumable

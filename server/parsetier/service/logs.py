@@ -35,6 +35,9 @@ def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
 """``json.dumps(…, ensure_ascii=False, default=str)``, made once (``dumps`` with options makes an
 encoder per call)."""
+_string = json.encoder.encode_basestring
+"""How ``_ENCODER`` writes a ``str`` (its quotes and escapes: ``ensure_ascii=False``)."""
+_HEAD = ("ts", "level", "logger", "msg")
 
 
 class JsonFormatter(logging.Formatter):
@@ -47,6 +50,13 @@ class JsonFormatter(logging.Formatter):
         self._second, self._stamp = -1, ""
         """The last second a line was made in, as the timestamp shows it (``strftime`` per line
         is a tenth of the line's cost)."""
+        self._static_text: str | None = None
+        """The static fields as ``line`` writes them, for ``session_end_lines``; None when a
+        static field shares a name with a field ``line`` writes (its value would replace that one
+        in place), and the lines take ``line``."""
+        if all(type(key) is str for key in self.static) and not set(self.static) & _NAMED:
+            encode = _ENCODER.encode
+            self._static_text = "".join(f", {encode(k)}: {encode(v)}" for k, v in self.static.items())
 
     def format(self, record: logging.LogRecord) -> str:
         exc = self.formatException(record.exc_info) if record.exc_info else None
@@ -72,6 +82,35 @@ class JsonFormatter(logging.Formatter):
             data["exc"] = exc
         return _ENCODER.encode(data)
 
+    def session_end_lines(self, created: float, logger: str, records: list[tuple[int, SessionRecord]]) -> str:
+        """The ``session_end`` lines of ``records`` (each with its level), made at ``created``,
+        each ended by a newline: exactly ``line``'s text for each (``SessionRecord.json_fields``
+        writes the fields' JSON directly, where ``line`` builds two dicts and encodes them)."""
+        if self._static_text is None:
+            return "".join(
+                self.line(created, logging.getLevelName(level), logger, "session_end", record.line_fields())
+                + "\n"
+                for level, record in records
+            )
+        second = int(created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        stamp = f"{self._stamp}.{int((created - second) * 1000):03d}Z"
+        heads: dict[int, str] = {}
+        parts = []
+        for level, record in records:
+            head = heads.get(level)
+            if head is None:
+                name = logging.getLevelName(level).lower()
+                head = heads[level] = (
+                    f'{{"ts": {_string(stamp)}, "level": {_string(name)}, "logger": {_string(logger)}, '
+                    f'"msg": "session_end"{self._static_text}, '
+                )
+            parts.append(head)
+            parts.append(record.json_fields())
+            parts.append("}\n")
+        return "".join(parts)
+
 
 class JsonLines(logging.StreamHandler):
     """The handler ``configure`` installs: ``JsonFormatter`` lines on a stream. ``write`` writes
@@ -87,9 +126,21 @@ class JsonLines(logging.StreamHandler):
 
     def write_all(self, logger: str, msg: str, lines: list[tuple[int, dict[str, object]]]) -> None:
         """Lines of one ``logger`` and ``msg`` (each its level and fields), made now and written
-        with one write and one flush: a ``ParseBatch`` message's ``session_end`` lines."""
+        with one write and one flush."""
         now, line, end, name = time.time(), self.formatter.line, self.terminator, logging.getLevelName
-        text = "".join(line(now, name(level), logger, msg, fields) + end for level, fields in lines)
+        self._write("".join(line(now, name(level), logger, msg, fields) + end for level, fields in lines))
+
+    def write_session_ends(self, records: list[tuple[int, SessionRecord]]) -> None:
+        """The ``session_end`` lines of ``records`` (each with its level), made now and written
+        with one write and one flush: a ``ParseBatch`` message's (``emit_all``)."""
+        if self.terminator != "\n":
+            self.write_all(
+                SESSION_LOG.name, "session_end", [(level, r.line_fields()) for level, r in records]
+            )
+            return
+        self._write(self.formatter.session_end_lines(time.time(), SESSION_LOG.name, records))
+
+    def _write(self, text: str) -> None:
         with self.lock:  # type: ignore[union-attr]  # StreamHandler always has its lock
             self.stream.write(text)
             self.flush()
@@ -142,11 +193,19 @@ class SessionRecord(SessionCounts):
     def emit(self) -> None:
         emit_all([self])
 
+    def level(self) -> int:
+        """The ``session_end`` line's level."""
+        return logging.INFO if self.outcome in ("OK", "CANCELLED") else logging.WARNING
+
     def line(self) -> tuple[int, dict[str, object]] | None:
         """The ``session_end`` line's level and fields; None when that level is not logged."""
-        level = logging.INFO if self.outcome in ("OK", "CANCELLED") else logging.WARNING
+        level = self.level()
         if not SESSION_LOG.isEnabledFor(level):
             return None
+        return level, self.line_fields()
+
+    def line_fields(self) -> dict[str, object]:
+        """The ``session_end`` line's fields."""
         # Every field is a str, int or float: read them directly (``dataclasses.asdict`` copies
         # recursively, a third of a ParseBatch session's end).
         line = {name: getattr(self, name) for name in _LOGGED}
@@ -157,7 +216,25 @@ class SessionRecord(SessionCounts):
             line["error"] = clip(self.error, MAX_MESSAGE_CHARS)
         else:
             del line["error"]
-        return level, line
+        return line
+
+    def json_fields(self) -> str:
+        """``line_fields`` as the JSON line writes them (``_ENCODER``: ``, `` and ``: ``
+        separators, the strings as ``_string`` writes them, ints and floats as their ``repr``),
+        without the braces: written directly, in ``_LOGGED``'s order (a test holds the two
+        equal). The counters are read from the ledger itself, not through the properties."""
+        ledger = self.ledger
+        duration = round(((self.ended_at or time.monotonic()) - self.started) * 1000, 3)
+        error = f', "error": {_string(clip(self.error, MAX_MESSAGE_CHARS))}' if self.error else ""
+        return (
+            f'"model": {_string(clip(self.model))}, "request_id": {_string(clip(self.request_id))}, '
+            f'"choice_index": {self.choice_index!r}, "tokens": {ledger.tokens!r}, '
+            f'"text_bytes": {self.text_bytes!r}, "deltas": {ledger.deltas!r}, "events": {ledger.events!r}, '
+            f'"client_messages": {ledger.client_messages!r}, "server_messages": {ledger.server_messages!r}, '
+            f'"finish_reason": {_string(clip(self.finish_reason))}, "replayed": {self.replayed!r}, '
+            f'"rpc": {_string(self.rpc)}, "outcome": {_string(self.outcome)}{error}, '
+            f'"duration_ms": {duration!r}'
+        )
 
 
 def emit_all(records: list[SessionRecord]) -> None:
@@ -165,26 +242,29 @@ def emit_all(records: list[SessionRecord]) -> None:
     alone they are written with no ``LogRecord``, all in one write (``JsonLines.write_all``): a
     ``ParseBatch`` stream writes the lines of the sessions one message ended together, at that
     message's end (their timestamp is that write's; ``duration_ms`` ends at ``ended_at``)."""
-    direct: list[tuple[int, dict[str, object]]] = []
+    direct: list[tuple[int, SessionRecord]] = []
     handler: JsonLines | None = None
+    handlers: dict[int, JsonLines | None] = {}
     for record in records:
-        made = record.line()
-        if made is None:
+        level = record.level()
+        if level in handlers:
+            to = handlers[level]
+        elif SESSION_LOG.isEnabledFor(level):
+            to = handlers[level] = _direct(level)
+        else:
             continue
-        level, line = made
-        to = _direct(level)
         if to is None:
-            SESSION_LOG.log(level, "session_end", extra={"fields": line})
+            SESSION_LOG.log(level, "session_end", extra={"fields": record.line_fields()})
         else:
             handler = to
-            direct.append(made)
+            direct.append((level, record))
     if handler is None:
         return
     try:
-        handler.write_all(SESSION_LOG.name, "session_end", direct)
+        handler.write_session_ends(direct)
     except Exception:  # as the handler's own emit would: say so on stderr, go on
-        for level, line in direct:
-            SESSION_LOG.log(level, "session_end", extra={"fields": line})
+        for level, record in direct:
+            SESSION_LOG.log(level, "session_end", extra={"fields": record.line_fields()})
 
 
 _COUNTS_FIELDS = {f.name for f in fields(SessionCounts)} | {"started", "ended_at"}
@@ -204,3 +284,6 @@ _LOGGED = (
 )
 """The ``session_end`` line's fields (the counts' own, then the record's; ``error`` only when
 there is one). The counters are the ledger's (``SessionCounts``' properties)."""
+_NAMED = {*_HEAD, *_LOGGED, "duration_ms", "exc"}
+"""Names the ``session_end`` line writes itself (a static field of one of these names is not
+written by ``session_end_lines``' direct path)."""
