@@ -99,3 +99,35 @@ def test_timestamps_are_the_formatters() -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
         millis = int((created - int(created)) * 1000)
         assert json.loads(formatter.line(created, "INFO", "a", "b", {}))["ts"] == f"{stamp}.{millis:03d}Z"
+
+
+@pytest.mark.parametrize("static", [{}, {"worker": 3, "pid": 'x"y\u2028'}, {"model": "clash"}, {"ts": 1}])
+def test_session_end_lines_are_the_formatters_lines(static: dict[str, object]) -> None:
+    """The ``session_end`` lines written directly (``SessionRecord.json_fields``) are, byte for
+    byte, the formatter's lines of the records' fields: strings that need escapes, long ones
+    clipped, an error or none, each level, static fields (one named as a line's field takes the
+    formatter's path)."""
+    formatter = logs.JsonFormatter(static)
+    records = []
+    cases = [
+        ("qwen3", "", "", "OK"),
+        ('é"\\\n\x01💥', "r" * 300, "bad \u2028 thing " * 100, "INVALID_ARGUMENT"),
+        ("m", "id", "", "CANCELLED"),
+    ]
+    for i, (model, request_id, error, outcome) in enumerate(cases):
+        record = logs.SessionRecord(
+            rpc="ParseBatch", model=model, request_id=request_id, error=error, outcome=outcome
+        )
+        record.finish_reason, record.choice_index, record.text_bytes, record.replayed = "tool_calls", i, 7, 3
+        record.tokens, record.deltas, record.events = 10**12 + i, 5, 2
+        record.client_messages, record.server_messages = 9, 8
+        record.ended_at = record.started + 0.123456 * i
+        records.append((record.level(), record))
+    now = 1700000001.0015
+    direct = formatter.session_end_lines(now, "parsetier.session", records)
+    name = logging.getLevelName
+    lines = [
+        formatter.line(now, name(lv), "parsetier.session", "session_end", r.line_fields())
+        for lv, r in records
+    ]
+    assert direct == "".join(line + "\n" for line in lines)
