@@ -23,7 +23,7 @@ from typing import TypeVar
 from parsetier import native
 from parsetier.messages import Delta
 from parsetier.models import Model
-from parsetier.protocol import Limits, NeedModel, SessionCounts, SessionProtocol
+from parsetier.protocol import Limits, SessionCounts, SessionProtocol
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -271,9 +271,7 @@ class BatchProtocol:
                 return
         output = outputs.add()
         try:
-            reply = protocol.receive(entry, output)
-            if isinstance(reply, NeedModel):
-                reply = protocol.supply_model(self._model(reply.name), output)
+            reply = protocol.receive_with(entry, self._model, output)
         except Exception as exc:
             del outputs[-1]
             self._end_with(outputs, key, protocol, _session_error(exc))

@@ -341,7 +341,8 @@ class NativeSession:
         self._vocab = model.vocab_size
         self._known_ids = model.grammar.known_ids
         detok, grammar = parts
-        _check_prompt(self, detok, options.prompt_token_ids)
+        if options.prompt_token_ids:  # (an empty prompt has nothing to check)
+            _check_prompt(self, detok, options.prompt_token_ids)
         if shared is not None:  # ``options`` but for the per-session fields (``open_session``)
             tools, start, echo = _opening_parts(model, options, shared, detok)
         else:

@@ -74,7 +74,7 @@ path (``parsetier.batch_protocol``) can step such a session and count it with no
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -472,13 +472,39 @@ class SessionProtocol:
                 into.final.wire = final_wire
             self.counts.finish_reason = final.finish_reason
 
+    def receive_with(
+        self, message: Input, models: Callable[[str], Model], into: Output | None = None
+    ) -> Reply:
+        """``receive``, and for a message that opens the session ``supply_model`` of the model
+        ``models(name)`` gives at once: for a caller with its models at hand (a ``ParseBatch``
+        stream loads them before it applies a message). The opening message takes a short way
+        to the same checks, counts, errors and reply: in AWAIT_OPEN every order rule holds for
+        it (``_check_order``), so it is counted, its steps' number checked, then the model taken
+        (an error from ``models`` is the caller's, as after ``NeedModel``) and supplied."""
+        if self.state is not State.AWAIT_OPEN or not message.HasField("open"):
+            reply = self.receive(message, into)
+            return self.supply_model(models(reply.name), into) if isinstance(reply, NeedModel) else reply
+        self.ledger.client_messages += 1
+        open_ = message.open
+        with self._failing():
+            self.limits.check_steps(len(message.steps))
+        counts = self.counts
+        counts.model = name = open_.model
+        counts.request_id = open_.request_id
+        self.state = State.LOADING
+        return self._supplied(models(name), message, open_, into)
+
     def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
         if self.state is not State.LOADING or self._pending is None:
             raise RuntimeError(f"supply_model in state {self.state.name}")
         message, self._pending = self._pending, None
+        return self._supplied(model, message, message.open, into)
+
+    def _supplied(self, model: Model, message: Input, open_: pb.Open, into: Output | None) -> Reply:
+        """``supply_model`` of the opening ``message`` (its ``open_``)."""
         with self._failing():
-            self._start(model, message.open)
+            self._start(model, open_)
             self.state = State.STREAMING
             ids = _only_ids(message)
             if not ids:  # steps of the general path, a Finish, or nothing

@@ -421,6 +421,8 @@ class _GatedSessions(BatchHooks):
             return
         ended, self._ended = self._ended, []
         emit_all(ended)
+        if metrics.active() is None:  # metrics off: nothing to count (``sessions_ended`` would return)
+            return
         models = self.models  # bounded label values: a name the server does not serve is "other"
         counts = []
         for record in ended:
