@@ -360,7 +360,8 @@ class BatchProtocol:
             _status(outputs, key, out_of_order(f"no open session {key!r}: its first entry must carry open"))
             return None
         counts = self.hooks.new_counts()
-        counts.model, counts.request_id = entry.open.model, entry.open.request_id
+        open_ = entry.open
+        counts.model, counts.request_id = open_.model, open_.request_id
         if len(self.sessions) >= self.limits.max_sessions_per_stream:
             error = exhausted(
                 f"the stream has {len(self.sessions)} open sessions; the limit is "
