@@ -184,3 +184,30 @@ def test_a_prompt_still_decides_the_start_state(registry) -> None:
         ids = model.tokenizer.encode(text, add_special_tokens=False).ids
         assert again.feed(ids) == alone.feed(ids)
         assert again.finish() == alone.finish()
+
+
+def test_unseeded_sessions_draw_fresh_bits_in_every_process() -> None:
+    """A session with neither a request id nor prompt ids gets 128 random bits (drawn ahead, a
+    block per ``os.urandom`` call): never the same twice, past a block's end too, and a forked
+    worker never hands out the bits its parent drew ahead."""
+    import os
+    import re
+
+    from parsetier.call_ids import _RANDOM_BLOCK, call_id_seed
+
+    seeds = [call_id_seed(SessionOptions()) for _ in range(3 * _RANDOM_BLOCK + 5)]
+    assert all(re.fullmatch(r"random:[0-9a-f]{32}", seed) for seed in seeds)
+    assert len(set(seeds)) == len(seeds)
+    assert call_id_seed(SessionOptions(choice_index=3)).endswith("#3")
+    call_id_seed(SessionOptions())  # the parent holds bits drawn ahead now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next seeds, then out at once (no pytest teardown)
+        os.write(write, ",".join(call_id_seed(SessionOptions()) for _ in range(4)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = pipe.read().split(",")
+    os.waitpid(pid, 0)
+    parent = [call_id_seed(SessionOptions()) for _ in range(4)]
+    assert len(child) == 4 and not set(child) & set(parent)

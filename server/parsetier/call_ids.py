@@ -42,8 +42,27 @@ def call_id_seed(options: SessionOptions) -> str:
     elif options.prompt_token_ids:
         seed = "prompt:" + prompt_digest(options.prompt_token_ids)
     else:
-        seed = "random:" + os.urandom(16).hex()  # ``secrets.token_hex(16)``, without its three calls
+        seed = "random:" + _random_bits()
     return f"{seed}#{options.choice_index}" if options.choice_index else seed
+
+
+_RANDOM_BLOCK = 64
+_random: list[str] = []
+"""Random seeds' 128 bits (32 hex digits each) drawn ahead, ``_RANDOM_BLOCK`` per
+``os.urandom`` call (a system call per seed was a tenth of an unseeded session's open). Emptied
+in a forked child, so no two processes hand out the same bits."""
+os.register_at_fork(after_in_child=_random.clear)
+
+
+def _random_bits() -> str:
+    """128 fresh random bits as 32 hex digits (``secrets.token_hex(16)``), never handed out twice
+    (``list.pop`` is atomic: threads that find the list empty each draw a block of their own)."""
+    try:
+        return _random.pop()
+    except IndexError:
+        block = os.urandom(16 * _RANDOM_BLOCK).hex()
+        _random.extend(block[at : at + 32] for at in range(32, len(block), 32))
+        return block[:32]
 
 
 def prompt_digest(prompt_token_ids: Sequence[int]) -> str:

@@ -419,7 +419,9 @@ class SessionProtocol:
             if tokens > self.limits.max_tokens_per_session:
                 self.limits.check_tokens(tokens)
             if len(ids) <= FEED_PIECE:
-                out = self.session.feed(ids)  # type: ignore[union-attr]
+                # As a list: the core's ``step`` (a native session's ``feed``) takes a list or a
+                # tuple, and hands a message's repeated field to its Python fallback.
+                out = self.session.feed(ids if type(ids) is list else list(ids))  # type: ignore[union-attr]
             else:  # a large message: in pieces, so its thread hands the GIL back between them
                 out = _joined(feed_in_pieces(self.session, ids))  # type: ignore[arg-type]
         except Exception as exc:
