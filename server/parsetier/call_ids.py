@@ -8,8 +8,8 @@ rule, documented in docs/engine.md and docs/service.md:
 
 ``seed`` is the request id when the caller gave one, else ``prompt:`` and the hex BLAKE2b-128 of
 the prompt token ids (decimal, comma-separated: a fixed size, so a session never keeps a long
-prompt), else (a session that gives neither) 128 random bits
-taken when the session opens (``_random_bits``), prefixed with ``random:``: ids never repeat across requests, and
+prompt), else (a session that gives neither) 128 random bits taken when the session opens
+(``_random_bits``), prefixed with ``random:``: ids never repeat across requests, and
 such a session's ids are not reproducible, so resuming it elsewhere needs a ``request_id``. Then
 ``#n`` for choice ``n`` > 0 of a request with several choices (``Open.choice_index``), so the
 choices' calls never share an id;
