@@ -114,9 +114,17 @@ def test_openings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(convert.OPENINGS + 10):
         convert.opening_of(pb.Open(model="qwen3", stop=[f"stop-{i}"]))
     assert len(convert._openings) == convert.OPENINGS
-    big = pb.Open(model="qwen3", stop=["x" * (convert.OPENING_KEY_TEXT + 1)])
-    assert convert.opening_of(big) is not convert.opening_of(big)
-    assert convert.opening_of(big) == convert.opening_of(big)
+    half = "x" * (convert.OPENING_KEY_TEXT // 2)
+    ids = range(convert.OPENING_KEY_TEXT // convert.KEY_ID_SIZE + 1)
+    for big in (
+        pb.Open(model="qwen3", stop=["x" * (convert.OPENING_KEY_TEXT + 1)]),
+        pb.Open(model="qwen3", stop=[half, half, "x"]),  # the texts in all
+        pb.Open(model="qwen3", stop=[half], tools_json=TOOLS + " " * len(half)),
+        pb.Open(model="qwen3", stop_token_ids=ids),  # ids count for their memory
+    ):
+        assert convert.opening_of(big) is not convert.opening_of(big)
+        assert convert.opening_of(big) == convert.opening_of(big)
+    assert len(convert._openings) == convert.OPENINGS
 
 
 def test_a_refused_open_is_refused_each_time() -> None:

@@ -191,8 +191,12 @@ class Opening(NamedTuple):
 OPENINGS = 64
 """``Opening`` values kept (``opening_of``): a deployment's requests use a few option sets."""
 OPENING_KEY_TEXT = TOOLS_CACHE_TEXT
-"""An ``Open`` whose shared fields hold a longer text (or more repeated values than this many)
-is read whole each time (``options_of``) rather than kept as a key."""
+"""An ``Open`` whose shared fields hold more than this, in all (characters and bytes, and
+``KEY_ID_SIZE`` per repeated id), is read whole each time (``options_of``) rather than kept as a
+key: the kept keys stay within a few MiB."""
+KEY_ID_SIZE = 32
+"""What one id of a repeated number field (``stop_token_ids``) counts for (an ``int`` and its
+pointer in the key's tuple)."""
 
 _openings: dict[tuple, Opening] = {}
 _openings_lock = threading.Lock()
@@ -222,6 +226,7 @@ def _opening_key(open_: pb.Open, unary: bool) -> tuple | None:
     hashable copy of its value (bytes for a message, a tuple for a repeated field, sorted
     pairs for a map). None: too large to keep (``OPENING_KEY_TEXT``)."""
     key: list = [unary]
+    total = 0
     for field, value in open_.ListFields():
         number = field.number
         if number in _PER_SESSION:
@@ -235,13 +240,15 @@ def _opening_key(open_: pb.Open, unary: bool) -> tuple | None:
                 size = sum(map(len, value))
             else:
                 value = tuple(value)
-                size = len(value) if not value or not isinstance(value[0], str) else sum(map(len, value))
+                strings = value and isinstance(value[0], str)
+                size = sum(map(len, value)) if strings else KEY_ID_SIZE * len(value)
         elif number in _MESSAGES:
             value = value.SerializeToString(deterministic=True)
             size = len(value)
         else:
             size = len(value) if isinstance(value, str) else 0
-        if size > OPENING_KEY_TEXT:
+        total += size
+        if total > OPENING_KEY_TEXT:
             return None
         key.append(number)
         key.append(value)
