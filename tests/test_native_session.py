@@ -9,8 +9,10 @@ logprob steps and stop texts. Deltas, events and finals must be byte-identical, 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import random
+import weakref
 
 import pytest
 from hypothesis import given
@@ -22,7 +24,7 @@ from native_diff import compare, random_groups
 from parsetier import native
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model
-from parsetier.session import Session
+from parsetier.session import Session, StepOutput
 from property_settings import property_settings
 from test_fuzz import hostile_output
 
@@ -182,6 +184,58 @@ def test_feed_is_one_core_call_and_events_are_optional() -> None:
     for session in (ref, quiet):
         with pytest.raises(native.WrongState):
             session.feed(ids[:1])
+
+
+@pytest.mark.parametrize("events", [True, False], ids=["events", "no_events"])
+def test_recycled_values_are_never_seen_changing(events: bool) -> None:
+    """A caller that drops each step's output once it has read it (the service, peer-bench) is
+    handed values the session recycles (``values.rs``): every step still equals the reference's;
+    whatever a caller keeps (an output, its list, one delta, one call) never changes after; an
+    output a caller changed and dropped (a list appended to, ``final`` set) is not handed out
+    with those changes; a session a dropped list leads back to is still collected."""
+    sample = hostile_outputs.samples()["qwen3"]
+    model = sample.model
+    ids = hostile_outputs.ids(sample, '"x"')
+    options = dataclasses.replace(sample.options, request_id="recycle", events=events)
+    ref = Session(model, options)
+    nat = native.NativeSession(model, options, native.native_parts(model))
+    kept: list[tuple[object, str]] = []
+    calls = 0
+
+    def seen(out: StepOutput) -> str:  # the reference's events, when the native session makes them
+        return repr((out.deltas, out.events if events else [], out.final))
+
+    for i, tid in enumerate(ids):
+        want = seen(ref.feed([tid]))
+        got = nat.feed([tid])
+        assert repr((got.deltas, got.events, got.final)) == want, f"step {i}"
+        calls += sum(len(d.tool_calls) for d in got.deltas)
+        if i % 7 == 0:
+            kept.append((got, repr(got)))
+        elif i % 11 == 0:
+            kept.append((got.deltas, repr(got.deltas)))
+        elif i % 5 == 0 and got.deltas:
+            delta = got.deltas[-1]
+            kept.append((delta, repr(delta)))
+            if delta.tool_calls:
+                kept.append((delta.tool_calls[0], repr(delta.tool_calls[0])))
+        elif i % 13 == 0:
+            got.deltas.append(got.deltas[0] if got.deltas else None)  # type: ignore[arg-type]
+            got.events.append("not an event")  # type: ignore[arg-type]
+            got.final = "not a final"  # type: ignore[assignment]
+        del got
+    assert calls > 10
+    assert all(repr(value) == seen for value, seen in kept)
+    assert seen(nat.finish("stop")) == seen(ref.finish("stop"))
+    # A list handed out and dropped holding the session itself: the session and its core are a
+    # cycle the collector finds (the core's ``__traverse__``).
+    nat = native.NativeSession(model, options, native.native_parts(model))
+    out = nat.feed(ids[:1])
+    out.events.append(nat)  # type: ignore[arg-type]
+    gone = weakref.ref(nat)
+    del out, nat
+    gc.collect()
+    assert gone() is None
 
 
 def _surrogate_name(sample_text: str) -> str:

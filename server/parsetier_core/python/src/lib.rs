@@ -9,6 +9,7 @@ mod ledger;
 mod parser;
 mod reply;
 mod session;
+mod values;
 mod wire;
 
 #[pymodule]
@@ -27,8 +28,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batch::SessionTable>()?;
     m.add_function(wrap_pyfunction!(batch::read_batch, m)?)?;
     m.add_class::<wire::WireRenderer>()?;
-    m.add_function(wrap_pyfunction!(session::bind_events, m)?)?;
-    m.add_function(wrap_pyfunction!(session::bind_values, m)?)?;
+    m.add_function(wrap_pyfunction!(values::bind_events, m)?)?;
+    m.add_function(wrap_pyfunction!(values::bind_values, m)?)?;
     m.add_function(wrap_pyfunction!(reply::step_reply, m)?)?;
     m.add_function(wrap_pyfunction!(session::decimal_ids, m)?)?;
     m.add_function(wrap_pyfunction!(reply::finish_reply, m)?)?;

@@ -5,17 +5,18 @@
 use parsetier_engine::detok::Scanner;
 use std::sync::Arc;
 
-use parsetier_engine::events::{Delta, DeltaKind, StepOut};
+use parsetier_engine::events::StepOut;
 use parsetier_engine::machine::Tools;
 use parsetier_engine::parser::{parse_tools, Final, FinishReason, Parser, ParserConfig};
 use parsetier_engine::session::Session as CoreSession;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::detok::{Detokenizer, ValidIds};
 use crate::parser::PyGrammar;
+use crate::values::{step_output, Recycle};
 
 /// (finish_reason, completion_tokens, reasoning_tokens, content, reasoning, calls).
 pub type FinalTuple = (
@@ -26,287 +27,6 @@ pub type FinalTuple = (
     String,
     Vec<(String, String, String)>,
 );
-
-/// `StepOutput`, `Delta` and `ToolCallDelta` with the member descriptors of their slots (in
-/// field order), given once by `native.py` (`bind_values`): the session builds the values it
-/// hands out here, one allocation and one slot store per field, as `object.__new__` and the
-/// classes' own `__init__` would.
-struct ValueTypes {
-    step_output: Py<PyType>,
-    step_fields: [Py<PyAny>; 3],
-    delta: Py<PyType>,
-    delta_fields: [Py<PyAny>; 5],
-    call: Py<PyType>,
-    call_fields: [Py<PyAny>; 4],
-    /// The member descriptors' `__set__` (all slots share one descriptor type).
-    set: pyo3::ffi::descrsetfunc,
-    empty: Py<PyString>,
-}
-
-static VALUE_TYPES: PyOnceLock<ValueTypes> = PyOnceLock::new();
-
-fn fields<const N: usize>(list: Vec<Py<PyAny>>) -> PyResult<[Py<PyAny>; N]> {
-    list.try_into()
-        .map_err(|_| PyValueError::new_err(format!("expected {N} slot descriptors")))
-}
-
-#[pyfunction]
-pub fn bind_values(
-    py: Python<'_>,
-    step_output: Bound<'_, PyType>,
-    step_fields: Vec<Py<PyAny>>,
-    delta: Bound<'_, PyType>,
-    delta_fields: Vec<Py<PyAny>>,
-    call: Bound<'_, PyType>,
-    call_fields: Vec<Py<PyAny>>,
-) -> PyResult<()> {
-    let step_fields: [Py<PyAny>; 3] = fields(step_fields)?;
-    let descr_type = step_fields[0].bind(py).get_type();
-    // SAFETY: a type object's slot, read through the stable ABI; descriptors without `__set__`
-    // are refused below.
-    let slot = unsafe {
-        pyo3::ffi::PyType_GetSlot(descr_type.as_ptr().cast(), pyo3::ffi::Py_tp_descr_set)
-    };
-    if slot.is_null() {
-        return Err(PyValueError::new_err("slot descriptors expected"));
-    }
-    let all_same = |list: &[Py<PyAny>]| list.iter().all(|d| d.bind(py).get_type().is(&descr_type));
-    let delta_fields: [Py<PyAny>; 5] = fields(delta_fields)?;
-    let call_fields: [Py<PyAny>; 4] = fields(call_fields)?;
-    if !(all_same(&step_fields) && all_same(&delta_fields) && all_same(&call_fields)) {
-        return Err(PyValueError::new_err("slot descriptors expected"));
-    }
-    let _ = VALUE_TYPES.set(
-        py,
-        ValueTypes {
-            step_output: step_output.unbind(),
-            step_fields,
-            delta: delta.unbind(),
-            delta_fields,
-            call: call.unbind(),
-            call_fields,
-            // SAFETY: the slot read above is the type's `descrsetfunc`.
-            set: unsafe {
-                std::mem::transmute::<*mut std::ffi::c_void, pyo3::ffi::descrsetfunc>(slot)
-            },
-            empty: PyString::intern(py, "").unbind(),
-        },
-    );
-    Ok(())
-}
-
-/// Takes a new object that can hold no cycle off the cyclic GC's lists.
-fn untrack(obj: &Bound<'_, PyAny>) {
-    // SAFETY: `obj` is a live GC object of a type with `Py_TPFLAGS_HAVE_GC` (instances of
-    // Python classes and tuples); untracking an untracked object is a no-op.
-    unsafe { pyo3::ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) }
-}
-
-impl ValueTypes {
-    fn get(py: Python<'_>) -> PyResult<&ValueTypes> {
-        VALUE_TYPES
-            .get(py)
-            .ok_or_else(|| PyRuntimeError::new_err("parsetier._core.bind_values was not called"))
-    }
-
-    /// A new instance of `ty` (a slots class) with `values` stored in `slots`. `frozen`: the
-    /// class is a frozen dataclass and the values are strings, ints, None or such instances, so
-    /// the object can never be part of a cycle and leaves the cyclic GC's lists (as CPython does
-    /// for a tuple of atomic values): a caller keeping many outputs does not pay for scanning it.
-    fn make<'py, const N: usize>(
-        &self,
-        py: Python<'py>,
-        ty: &Py<PyType>,
-        slots: &[Py<PyAny>; N],
-        values: [Bound<'py, PyAny>; N],
-        frozen: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        // SAFETY: `PyType_GenericAlloc` is what `object.__new__` runs for these classes; each
-        // slot is then set through its member descriptor (borrowing `value`), as `__init__` does.
-        unsafe {
-            let raw = pyo3::ffi::PyType_GenericAlloc(ty.as_ptr().cast(), 0);
-            if raw.is_null() {
-                return Err(PyErr::fetch(py));
-            }
-            let obj = Bound::from_owned_ptr(py, raw);
-            for (descr, value) in slots.iter().zip(values.iter()) {
-                if (self.set)(descr.as_ptr(), raw, value.as_ptr()) != 0 {
-                    return Err(PyErr::fetch(py));
-                }
-            }
-            if frozen {
-                untrack(&obj);
-            }
-            Ok(obj)
-        }
-    }
-
-    fn text<'py>(&self, py: Python<'py>, text: &str) -> Bound<'py, PyAny> {
-        if text.is_empty() {
-            self.empty.bind(py).clone().into_any()
-        } else {
-            PyString::new(py, text).into_any()
-        }
-    }
-
-    fn delta<'a, 'py>(
-        &self,
-        py: Python<'py>,
-        out: &'a StepOut,
-        d: &Delta,
-        shared: &mut Texts<'a, 'py>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let empty = || self.empty.bind(py).clone().into_any();
-        let none_tuple = || PyTuple::empty(py).into_any();
-        let raw = out.delta_text(d.text);
-        let text = self.text(py, raw);
-        shared.keep(raw, &text);
-        let (reasoning, content, calls) = match d.kind {
-            DeltaKind::Reasoning => (text, empty(), none_tuple()),
-            DeltaKind::Content => (empty(), text, none_tuple()),
-            DeltaKind::Call => {
-                let (id, name) = match d.head {
-                    Some((i, n)) => (
-                        self.text(py, out.delta_text(i)),
-                        self.text(py, out.delta_text(n)),
-                    ),
-                    None => (py.None().into_bound(py), py.None().into_bound(py)),
-                };
-                let index = d.index.into_pyobject(py)?.into_any();
-                let call = self.make(
-                    py,
-                    &self.call,
-                    &self.call_fields,
-                    [index, text, id, name],
-                    true,
-                )?;
-                let calls = PyTuple::new(py, [call])?.into_any();
-                untrack(&calls);
-                (empty(), empty(), calls)
-            }
-        };
-        self.make(
-            py,
-            &self.delta,
-            &self.delta_fields,
-            [reasoning, content, calls, none_tuple(), none_tuple()],
-            true,
-        )
-    }
-
-    /// The step as a `StepOutput` (its `final` None). `events`: the session builds `Event`
-    /// values (else the step's `events` is a new empty list). An event whose text is a delta's
-    /// (a content or argument fragment: nearly every event) shares that delta's `str`.
-    fn step<'py>(
-        &self,
-        py: Python<'py>,
-        out: &StepOut,
-        events: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let mut shared = Texts::default();
-        let deltas = PyList::empty(py);
-        for d in &out.deltas {
-            deltas.append(self.delta(py, out, d, &mut shared)?)?;
-        }
-        let events = if events {
-            event_list(py, out, &shared)?
-        } else {
-            PyList::empty(py)
-        };
-        self.make(
-            py,
-            &self.step_output,
-            &self.step_fields,
-            [
-                deltas.into_any(),
-                events.into_any(),
-                py.None().into_bound(py),
-            ],
-            false,
-        )
-    }
-}
-
-/// The `str` values a step's deltas were given, by their text, for its events to reuse (a step
-/// has one or two deltas; the few first are kept).
-#[derive(Default)]
-struct Texts<'a, 'py> {
-    seen: [Option<(&'a str, Bound<'py, PyAny>)>; 4],
-    len: usize,
-}
-
-impl<'a, 'py> Texts<'a, 'py> {
-    fn keep(&mut self, text: &'a str, value: &Bound<'py, PyAny>) {
-        if self.len < self.seen.len() && !text.is_empty() {
-            self.seen[self.len] = Some((text, value.clone()));
-            self.len += 1;
-        }
-    }
-
-    fn get(&self, py: Python<'py>, text: &str) -> Bound<'py, PyAny> {
-        for (seen, value) in self.seen[..self.len].iter().flatten() {
-            if *seen == text {
-                return value.clone();
-            }
-        }
-        PyString::new(py, text).into_any()
-    }
-}
-
-/// Python's `Event` named tuple and the `EventKind` members in `EventKind`'s order, given once
-/// by `native.py` (`bind_events`): the session hands out `Event` values built here.
-static EVENT_TYPES: PyOnceLock<(Py<PyType>, Vec<Py<PyAny>>)> = PyOnceLock::new();
-
-#[pyfunction]
-pub fn bind_events(
-    py: Python<'_>,
-    event: Bound<'_, PyType>,
-    kinds: Vec<Py<PyAny>>,
-) -> PyResult<()> {
-    if kinds.len() != 8 {
-        return Err(PyValueError::new_err("EventKind has 8 members"));
-    }
-    let _ = EVENT_TYPES.set(py, (event.unbind(), kinds));
-    Ok(())
-}
-
-/// The step's events as `Event` values: tuples of the named tuple's type, filled in place (what
-/// `tuple.__new__(Event, fields)` does, without a call into Python per event).
-fn event_list<'py>(
-    py: Python<'py>,
-    out: &StepOut,
-    shared: &Texts<'_, 'py>,
-) -> PyResult<Bound<'py, PyList>> {
-    let (event_type, kinds) = EVENT_TYPES
-        .get(py)
-        .ok_or_else(|| PyRuntimeError::new_err("parsetier._core.bind_events was not called"))?;
-    let list = PyList::empty(py);
-    for e in &out.events {
-        let fields: [Bound<'py, PyAny>; 5] = [
-            kinds[e.kind as usize].bind(py).clone(),
-            shared.get(py, out.event_text(e.text)),
-            e.tool_index.into_pyobject(py)?.into_any(),
-            e.tokens.into_pyobject(py)?.into_any(),
-            PyString::new(py, out.event_text(e.call_id)).into_any(),
-        ];
-        // SAFETY: a fresh tuple of the named tuple's type (a tuple subtype, refcount 1) whose
-        // five slots are each set once, as PyTuple_SetItem allows; it steals each reference.
-        let tuple = unsafe {
-            let raw = pyo3::ffi::PyType_GenericAlloc(event_type.as_ptr().cast(), 5);
-            if raw.is_null() {
-                return Err(PyErr::fetch(py));
-            }
-            for (i, field) in fields.into_iter().enumerate() {
-                pyo3::ffi::PyTuple_SetItem(raw, i as pyo3::ffi::Py_ssize_t, field.into_ptr());
-            }
-            Bound::from_owned_ptr(py, raw)
-        };
-        // An `Event` holds a kind, strings and ints: no cycle (see `ValueTypes::make`).
-        untrack(&tuple);
-        list.append(tuple)?;
-    }
-    Ok(list)
-}
 
 /// A session's tools, made once from the JSON of their `[name, parameters schema]` pairs and
 /// shared by every session opened with them (`native.native_tools` keeps one per tools tuple).
@@ -359,6 +79,8 @@ pub struct PySession {
     /// The last `step`'s output and its `deltas` list, while `keep_steps`.
     pub(crate) kept: StepOut,
     pub(crate) kept_deltas: Option<Py<PyAny>>,
+    /// The values `take` handed out, reused once nothing else holds them (`values.rs`).
+    recycle: Recycle,
 }
 
 /// Ids per call from which the parse runs with the GIL released: a large message's worker thread
@@ -377,15 +99,17 @@ impl PySession {
         }
     }
 
+    /// The pending output as a `StepOutput`, built from what the session handed out before and
+    /// nothing else holds any more (`values::Recycle`); the output is then cleared.
     fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let step = self.step_value(py);
+        let step = step_output(py, &self.out, self.events, Some(&mut self.recycle));
         self.out.clear();
         step
     }
 
-    /// The pending output as a `StepOutput`.
+    /// The pending output as a new `StepOutput` (no value reused).
     pub(crate) fn step_value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        ValueTypes::get(py)?.step(py, &self.out, self.events)
+        step_output(py, &self.out, self.events, None)
     }
 
     /// Loads the ids of a non-empty list or tuple of ints, all valid, into `self.ids`; false
@@ -468,6 +192,7 @@ impl PySession {
             keep_steps: false,
             kept: StepOut::default(),
             kept_deltas: None,
+            recycle: Recycle::default(),
         })
     }
 
@@ -552,6 +277,24 @@ impl PySession {
                 f.calls,
             ),
         ))
+    }
+
+    /// What the session holds that a caller's values may lead back from (a list it was handed
+    /// and dropped, holding anything).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(fallback) = &self.fallback {
+            visit.call(fallback)?;
+        }
+        if let Some(kept) = &self.kept_deltas {
+            visit.call(kept)?;
+        }
+        self.recycle.traverse(&visit)
+    }
+
+    fn __clear__(&mut self) {
+        self.fallback = None;
+        self.kept_deltas = None;
+        self.recycle = Recycle::default();
     }
 
     /// Ids were fed: text steps no longer read marker texts as markers.
