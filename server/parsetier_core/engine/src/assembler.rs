@@ -4,7 +4,9 @@
 //! one feed's deltas merged into runs.
 
 use crate::call_ids::IdMaker;
-use crate::events::{Delta, DeltaKind, EventKind, Span, StepOut};
+use std::cell::RefCell;
+
+use crate::events::{give_back, Delta, DeltaKind, EventKind, Span, StepOut, KEEP_TEXT};
 use crate::pyjson::{self, Value, MAX_DEPTH};
 use crate::text::{py_lstrip, py_rstrip};
 
@@ -79,7 +81,21 @@ pub struct Assembler {
     run: Run,
     run_start: usize,
     run_head: Option<(Span, Span)>,
-    scratch: String,
+}
+
+thread_local! {
+    /// A text event's piece after its edges are trimmed: scratch, dead between two steps, so one
+    /// per thread rather than one per session (each open session held what its last step grew).
+    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// `f` with the thread's scratch piece, emptied; what a large piece grew of it is given back.
+fn with_scratch(f: impl FnOnce(&mut String)) {
+    SCRATCH.with_borrow_mut(|piece| {
+        piece.clear();
+        f(piece);
+        give_back(piece, KEEP_TEXT);
+    });
 }
 
 impl Assembler {
@@ -98,7 +114,6 @@ impl Assembler {
             run: Run::None,
             run_start: 0,
             run_head: None,
-            scratch: String::new(),
         }
     }
 
@@ -115,26 +130,20 @@ impl Assembler {
         for ev in &events[*delivered..] {
             let text = &event_text[ev.text.0 as usize..ev.text.1 as usize];
             match ev.kind {
-                EventKind::Content => {
-                    let mut piece = std::mem::take(&mut self.scratch);
-                    piece.clear();
-                    self.content_edges.push(text, &mut piece);
+                EventKind::Content => with_scratch(|piece| {
+                    self.content_edges.push(text, piece);
                     if !piece.is_empty() {
-                        self.content.push_str(&piece);
-                        self.text_run(Run::Content, &piece, deltas, delta_text);
+                        self.content.push_str(piece);
+                        self.text_run(Run::Content, piece, deltas, delta_text);
                     }
-                    self.scratch = piece;
-                }
-                EventKind::Reasoning => {
-                    let mut piece = std::mem::take(&mut self.scratch);
-                    piece.clear();
-                    self.reasoning_edges.push(text, &mut piece);
+                }),
+                EventKind::Reasoning => with_scratch(|piece| {
+                    self.reasoning_edges.push(text, piece);
                     if !piece.is_empty() && self.d.include_reasoning {
-                        self.reasoning.push_str(&piece);
-                        self.text_run(Run::Reasoning, &piece, deltas, delta_text);
+                        self.reasoning.push_str(piece);
+                        self.text_run(Run::Reasoning, piece, deltas, delta_text);
                     }
-                    self.scratch = piece;
-                }
+                }),
                 EventKind::ReasoningStart => self.reasoning_edges = EdgeTrim::default(),
                 EventKind::ToolCallStart => {
                     let id = &event_text[ev.call_id.0 as usize..ev.call_id.1 as usize];
@@ -299,14 +308,13 @@ impl Assembler {
         );
         if !valid {
             // not delivered: the call's text as the model wrote it is content
-            let mut piece = std::mem::take(&mut self.scratch);
-            piece.clear();
-            self.content_edges.push(raw, &mut piece);
-            if !piece.is_empty() {
-                self.content.push_str(&piece);
-                self.text_run(Run::Content, &piece, deltas, delta_text);
-            }
-            self.scratch = piece;
+            with_scratch(|piece| {
+                self.content_edges.push(raw, piece);
+                if !piece.is_empty() {
+                    self.content.push_str(piece);
+                    self.text_run(Run::Content, piece, deltas, delta_text);
+                }
+            });
             return;
         }
         self.calls[at].delivered_index = self.delivered.len();

@@ -81,7 +81,7 @@ pub struct StepOut {
 /// hold what one large step (a prompt-sized first step, a whole call at once) grew.
 const KEEP_EVENTS: usize = 16;
 const KEEP_DELTAS: usize = 8;
-const KEEP_TEXT: usize = 256;
+pub(crate) const KEEP_TEXT: usize = 256;
 
 /// Gives back what a large step grew of a buffer that lives between steps: once its capacity is
 /// over `keep` and over twice its length, it shrinks to the larger of the two (its text is kept).
@@ -89,6 +89,13 @@ const KEEP_TEXT: usize = 256;
 pub fn give_back(text: &mut String, keep: usize) {
     if text.capacity() > keep && text.capacity() / 2 > text.len() {
         text.shrink_to(keep.max(text.len()));
+    }
+}
+
+/// `give_back` for a buffer of items (`keep` of them).
+pub fn give_back_items<T>(items: &mut Vec<T>, keep: usize) {
+    if items.capacity() > keep && items.capacity() / 2 > items.len() {
+        items.shrink_to(keep.max(items.len()));
     }
 }
 

@@ -8,6 +8,8 @@
 //! `Assembler.add` per `Session.feed`. Ids are checked by the caller (Python refuses a bad step
 //! whole before anything is parsed).
 
+use std::cell::RefCell;
+
 use crate::detok::Scanner;
 use crate::events::{give_back, StepOut};
 use crate::parser::{Final, FinishReason, Parser};
@@ -15,40 +17,46 @@ use crate::parser::{Final, FinishReason, Parser};
 /// Bytes of text the step's piece and the decoder's strings keep between steps (`give_back`).
 const KEEP_PIECE: usize = 256;
 
+thread_local! {
+    /// The current piece: scratch, empty between two steps, so one per thread rather than one
+    /// per session (an open session held the capacity its last step grew, up to `KEEP_PIECE`
+    /// bytes, for nothing; the thread's piece is reused by every session it steps and never
+    /// reallocates once it has grown).
+    static PIECE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
 pub struct Session {
     scanner: Scanner,
     parser: Parser,
-    /// The current piece (reused: a step allocates nothing once it has grown).
-    piece: String,
 }
 
 impl Session {
     pub fn new(scanner: Scanner, parser: Parser) -> Session {
-        Session {
-            scanner,
-            parser,
-            piece: String::new(),
-        }
+        Session { scanner, parser }
     }
 
     /// One step's ids; its events and deltas are appended to `out`.
     pub fn feed(&mut self, ids: &[u32], out: &mut StepOut) {
-        let mut start = 0;
-        for (i, &id) in ids.iter().enumerate() {
-            if self.scanner.marks().contains(id) {
-                if i > start {
-                    self.plain(&ids[start..i], out);
+        PIECE.with_borrow_mut(|piece| {
+            let mut start = 0;
+            for (i, &id) in ids.iter().enumerate() {
+                if self.scanner.marks().contains(id) {
+                    if i > start {
+                        self.plain(&ids[start..i], piece, out);
+                    }
+                    self.one(id, piece, out);
+                    start = i + 1;
                 }
-                self.one(id, out);
-                start = i + 1;
             }
-        }
-        if start < ids.len() {
-            self.plain(&ids[start..], out);
-        }
+            if start < ids.len() {
+                self.plain(&ids[start..], piece, out);
+            }
+            // What a large step grew of the thread's piece is not kept either.
+            piece.clear();
+            give_back(piece, KEEP_PIECE);
+        });
         self.parser.deliver(out);
-        // A large step's piece and decoder strings are not kept while the session waits.
-        give_back(&mut self.piece, KEEP_PIECE);
+        // A large step's decoder strings are not kept while the session waits.
         self.scanner.give_back(KEEP_PIECE);
     }
 
@@ -71,9 +79,11 @@ impl Session {
     ) -> Final {
         self.parser.feed(held, 0, out);
         if flush {
-            self.piece.clear();
-            self.scanner.flush(&mut self.piece);
-            self.parser.feed(&self.piece, 0, out);
+            PIECE.with_borrow_mut(|piece| {
+                piece.clear();
+                self.scanner.flush(piece);
+                self.parser.feed(piece, 0, out);
+            });
         }
         self.parser.finish(reason, stop_text, out)
     }
@@ -82,20 +92,20 @@ impl Session {
         self.parser.reasoning_tokens()
     }
 
-    fn one(&mut self, id: u32, out: &mut StepOut) {
-        self.piece.clear();
-        self.scanner.piece(id, &mut self.piece);
-        self.parser.feed(&self.piece, 1, out);
+    fn one(&mut self, id: u32, piece: &mut String, out: &mut StepOut) {
+        piece.clear();
+        self.scanner.piece(id, piece);
+        self.parser.feed(piece, 1, out);
     }
 
-    fn plain(&mut self, ids: &[u32], out: &mut StepOut) {
+    fn plain(&mut self, ids: &[u32], piece: &mut String, out: &mut StepOut) {
         if ids.len() > 1 && self.parser.takes_runs() {
-            self.piece.clear();
-            self.scanner.run(ids, &mut self.piece);
-            self.parser.feed(&self.piece, ids.len() as u32, out);
+            piece.clear();
+            self.scanner.run(ids, piece);
+            self.parser.feed(piece, ids.len() as u32, out);
         } else {
             for &id in ids {
-                self.one(id, out);
+                self.one(id, piece, out);
             }
         }
     }
