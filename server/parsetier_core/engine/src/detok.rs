@@ -616,12 +616,13 @@ pub struct Scanner {
 
 impl Scanner {
     /// What a large step grew of the decoder's strings beyond `keep` bytes (`events::give_back`),
-    /// and of its window's ids beyond `keep / 4` ids (a step's ids are appended to the window
-    /// before it settles, so a large step leaves it their capacity).
+    /// and of its window's ids beyond `keep` ids (a step's ids are appended to the window before
+    /// it settles, so a prompt-sized step left the window their capacity; the window is a few ids
+    /// after any step, so a smaller keep would reallocate it on every steady step of more ids).
     pub fn give_back(&mut self, keep: usize) {
         crate::events::give_back(&mut self.stream.prefix, keep);
         crate::events::give_back(&mut self.stream.scratch, keep);
-        crate::events::give_back_items(&mut self.stream.ids, keep / 4);
+        crate::events::give_back_items(&mut self.stream.ids, keep);
     }
 
     /// The stream is seeded with the last [`PROMPT_CONTEXT`] prompt ids that are not added

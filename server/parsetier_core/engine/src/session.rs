@@ -51,8 +51,8 @@ impl Session {
             if start < ids.len() {
                 self.plain(&ids[start..], piece, out);
             }
-            // What a large step grew of the thread's piece is not kept either.
-            piece.clear();
+            // What a large step grew of the thread's piece is not kept either (a piece that stays
+            // about the same size is never touched: its last text is the measure).
             give_back(piece, KEEP_PIECE);
         });
         self.parser.deliver(out);
