@@ -3,9 +3,10 @@
 //! out (`Delta`, `Event`, `Final`); this class owns the per-token loop.
 
 use parsetier_engine::detok::Scanner;
+use std::cell::Cell;
 use std::sync::Arc;
 
-use parsetier_engine::events::StepOut;
+use parsetier_engine::events::{give_back_items, StepOut};
 use parsetier_engine::machine::Tools;
 use parsetier_engine::parser::{parse_tools, Final, FinishReason, Parser, ParserConfig};
 use parsetier_engine::session::Session as CoreSession;
@@ -62,8 +63,6 @@ pub struct PySession {
     core: CoreSession,
     pub(crate) out: StepOut,
     valid: Arc<ValidIds>,
-    /// The step's ids (`step`), a buffer kept between steps.
-    ids: Vec<u32>,
     /// Steps build `Event` values (`SessionOptions.events`).
     events: bool,
     /// Whose `_checked_feed` `step` hands every call it does not take to (set by
@@ -82,6 +81,17 @@ pub struct PySession {
     /// The values `take` handed out, reused once nothing else holds them (`values.rs`).
     recycle: Recycle,
 }
+
+thread_local! {
+    /// The step's ids (`step`): scratch, empty between two steps, so one buffer per thread rather
+    /// than one per session (each open session held the capacity its largest step grew: 512
+    /// bytes after a step of 71 ids). Taken out for a step and put back after it, so no borrow is
+    /// held while Python runs.
+    static STEP_IDS: Cell<Vec<u32>> = const { Cell::new(Vec::new()) };
+}
+
+/// Ids the thread's step buffer keeps past a step (a larger step's capacity is given back).
+const KEEP_STEP_IDS: usize = 4096;
 
 /// Ids per call from which the parse runs with the GIL released: a large message's worker thread
 /// (see the servicer) then lets the event loop serve the other streams while Rust parses. Below
@@ -112,11 +122,10 @@ impl PySession {
         step_output(py, &self.out, self.events, None)
     }
 
-    /// Loads the ids of a non-empty list or tuple of ints, all valid, into `self.ids`; false
+    /// Loads the ids of a non-empty list or tuple of ints, all valid, into `buffer`; false
     /// (for the fallback to check and refuse or feed) for anything else.
-    fn load(&mut self, ids: &Bound<'_, PyAny>) -> bool {
+    fn load(&self, ids: &Bound<'_, PyAny>, buffer: &mut Vec<u32>) -> bool {
         let valid = &self.valid;
-        let buffer = &mut self.ids;
         buffer.clear();
         let mut one = |item: Bound<'_, PyAny>| match item.extract::<u32>() {
             Ok(id) if valid.contains(id) => {
@@ -132,7 +141,7 @@ impl PySession {
         } else {
             false
         };
-        all && !self.ids.is_empty()
+        all && !buffer.is_empty()
     }
 }
 
@@ -184,7 +193,6 @@ impl PySession {
             core: CoreSession::new(scanner, parser),
             out: StepOut::default(),
             valid: detokenizer.valid.clone(),
-            ids: Vec::new(),
             events,
             fallback: None,
             finished: false,
@@ -209,11 +217,15 @@ impl PySession {
         let py = slf.py();
         let fallback = {
             let mut this = slf.try_borrow_mut()?;
-            if logprobs.is_none() && !this.finished && this.load(token_ids) {
+            let mut ids = STEP_IDS.take();
+            let loaded = logprobs.is_none() && !this.finished && this.load(token_ids, &mut ids);
+            if loaded {
                 this.ids_seen = true;
-                let ids = std::mem::take(&mut this.ids);
                 this.feed_ids(py, &ids);
-                this.ids = ids;
+            }
+            give_back_items(&mut ids, KEEP_STEP_IDS);
+            STEP_IDS.set(ids);
+            if loaded {
                 if this.keep_steps {
                     return this.take_keeping(py);
                 }
