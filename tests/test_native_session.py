@@ -190,7 +190,7 @@ def test_feed_is_one_core_call_and_events_are_optional() -> None:
 def test_recycled_values_are_never_seen_changing(events: bool) -> None:
     """A caller that drops each step's output once it has read it (the service, peer-bench) is
     handed values the session recycles (``values.rs``): every step still equals the reference's;
-    whatever a caller keeps (an output, its list, one delta, one call) never changes after; an
+    whatever a caller keeps (an output, its list, one delta, one call, one event) never changes; an
     output a caller changed and dropped (a list appended to, ``final`` set) is not handed out
     with those changes; a session a dropped list leads back to is still collected."""
     sample = hostile_outputs.samples()["qwen3"]
@@ -219,6 +219,8 @@ def test_recycled_values_are_never_seen_changing(events: bool) -> None:
             kept.append((delta, repr(delta)))
             if delta.tool_calls:
                 kept.append((delta.tool_calls[0], repr(delta.tool_calls[0])))
+        elif i % 3 == 0 and got.events:
+            kept.append((got.events[-1], repr(got.events[-1])))
         elif i % 13 == 0:
             got.deltas.append(got.deltas[0] if got.deltas else None)  # type: ignore[arg-type]
             got.events.append("not an event")  # type: ignore[arg-type]

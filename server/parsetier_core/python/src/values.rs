@@ -199,6 +199,8 @@ fn untrack(obj: &Bound<'_, PyAny>) {
 
 /// `Delta` values a session handed out, kept for reuse once nothing else holds them.
 const POOL: usize = 4;
+/// `Event` values likewise (a step has a few).
+const EVENT_POOL: usize = 8;
 
 /// What a session recycles between steps (see the module's doc).
 #[derive(Default)]
@@ -208,6 +210,9 @@ pub(crate) struct Recycle {
     /// `Delta` values handed out; a new one replaces the oldest.
     deltas: [Option<Py<PyAny>>; POOL],
     next: usize,
+    /// `Event` values handed out; a new one replaces the oldest.
+    events: [Option<Py<PyAny>>; EVENT_POOL],
+    next_event: usize,
 }
 
 impl Recycle {
@@ -225,6 +230,22 @@ impl Recycle {
         self.next = (self.next + 1) % POOL;
     }
 
+    /// A pooled `Event` of `event_type` nothing else holds: the tuple's own pointer, its one
+    /// reference the pool's (so `PyTuple_SetItem` may set its items).
+    fn free_event(&self, event_type: &Py<PyType>) -> Option<*mut ffi::PyObject> {
+        self.events
+            .iter()
+            .flatten()
+            // SAFETY: reads the type of a live object.
+            .find(|e| alone(e) && unsafe { ffi::Py_TYPE(e.as_ptr()) } == event_type.as_ptr().cast())
+            .map(|e| e.as_ptr())
+    }
+
+    fn pool_event(&mut self, event: &Bound<'_, PyAny>) {
+        self.events[self.next_event] = Some(event.clone().unbind());
+        self.next_event = (self.next_event + 1) % EVENT_POOL;
+    }
+
     /// The last output, when nothing else holds it (then its fields are the session's to change).
     fn free_output<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
         self.output
@@ -236,7 +257,8 @@ impl Recycle {
     /// What the cyclic GC sees the session hold (a caller may put anything in a list it was
     /// handed and drop it, leaving it to the session).
     pub(crate) fn traverse(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        for held in std::iter::once(&self.output).chain(&self.deltas).flatten() {
+        let pools = self.deltas.iter().chain(&self.events);
+        for held in std::iter::once(&self.output).chain(pools).flatten() {
             visit.call(held)?;
         }
         Ok(())
@@ -314,7 +336,10 @@ impl ValueTypes {
         recycle: Option<&mut Recycle>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let none_tuple = || PyTuple::empty(py).into_any();
-        let reuse = recycle.as_ref().and_then(|r| r.free_delta(py));
+        let reuse = recycle
+            .as_ref()
+            .and_then(|r| r.free_delta(py))
+            .filter(|d| self.delta.is_type_of(d.as_ptr()));
         let raw = out.delta_text(d.text);
         let text = self.text(py, raw);
         shared.keep(raw, &text);
@@ -403,7 +428,7 @@ impl ValueTypes {
         let n_events = if events { out.events.len() } else { 0 };
         let event_values = self.list(py, output.as_ref(), EVENTS, n_events)?;
         if events {
-            fill_events(py, &event_values, out, &shared)?;
+            fill_events(py, &event_values, out, &shared, recycle.as_deref_mut())?;
         }
         let none = py.None().into_bound(py);
         match output {
@@ -482,12 +507,14 @@ pub fn bind_events(
 
 /// The step's events as `Event` values in `list` (as many items as events): tuples of the named
 /// tuple's type, filled in place (what `tuple.__new__(Event, fields)` does, without a call into
-/// Python per event).
+/// Python per event); with `recycle`, a pooled one nothing else holds when there is one (its
+/// items replaced, as `PyTuple_SetItem` allows a tuple of one reference).
 fn fill_events<'py>(
     py: Python<'py>,
     list: &Bound<'py, PyAny>,
     out: &StepOut,
     shared: &Texts<'_, 'py>,
+    mut recycle: Option<&mut Recycle>,
 ) -> PyResult<()> {
     let (event_type, kinds) = EVENT_TYPES
         .get(py)
@@ -500,20 +527,34 @@ fn fill_events<'py>(
             e.tokens.into_pyobject(py)?.into_any(),
             PyString::new(py, out.event_text(e.call_id)).into_any(),
         ];
-        // SAFETY: a fresh tuple of the named tuple's type (a tuple subtype, refcount 1) whose
-        // five slots are each set once, as PyTuple_SetItem allows; it steals each reference.
+        let reuse = recycle.as_ref().and_then(|r| r.free_event(event_type));
+        // SAFETY: a fresh tuple of the named tuple's type, or a pooled one only the pool holds
+        // (`free_event`): a tuple subtype of refcount 1 with 5 items, each set as
+        // PyTuple_SetItem allows (it steals each reference and releases the item it replaces).
         let tuple = unsafe {
-            let raw = ffi::PyType_GenericAlloc(event_type.as_ptr().cast(), 5);
+            let raw = match reuse {
+                Some(raw) => raw,
+                None => ffi::PyType_GenericAlloc(event_type.as_ptr().cast(), 5),
+            };
             if raw.is_null() {
                 return Err(PyErr::fetch(py));
             }
             for (i, field) in fields.into_iter().enumerate() {
                 ffi::PyTuple_SetItem(raw, i as ffi::Py_ssize_t, field.into_ptr());
             }
-            Bound::from_owned_ptr(py, raw)
+            if reuse.is_some() {
+                Bound::from_borrowed_ptr(py, raw)
+            } else {
+                Bound::from_owned_ptr(py, raw)
+            }
         };
-        // An `Event` holds a kind, strings and ints: no cycle (see `SlotClass::instance`).
-        untrack(&tuple);
+        if reuse.is_none() {
+            // An `Event` holds a kind, strings and ints: no cycle (see `SlotClass::instance`).
+            untrack(&tuple);
+            if let Some(recycle) = recycle.as_deref_mut() {
+                recycle.pool_event(&tuple);
+            }
+        }
         // SAFETY: `list` is a list of `out.events.len()` items (`ValueTypes::list`).
         unsafe { ffi::PyList_SetItem(list.as_ptr(), at as ffi::Py_ssize_t, tuple.into_ptr()) };
     }
