@@ -13,11 +13,10 @@ use parsetier_engine::session::Session as CoreSession;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
-use pyo3::{PyTraverseError, PyVisit};
 
 use crate::detok::{Detokenizer, ValidIds};
 use crate::parser::PyGrammar;
-use crate::values::{step_output, Recycle};
+use crate::values::step_output;
 
 /// (finish_reason, completion_tokens, reasoning_tokens, content, reasoning, calls).
 pub type FinalTuple = (
@@ -78,8 +77,6 @@ pub struct PySession {
     /// The last `step`'s output and its `deltas` list, while `keep_steps`.
     pub(crate) kept: StepOut,
     pub(crate) kept_deltas: Option<Py<PyAny>>,
-    /// The values `take` handed out, reused once nothing else holds them (`values.rs`).
-    recycle: Recycle,
 }
 
 thread_local! {
@@ -109,17 +106,17 @@ impl PySession {
         }
     }
 
-    /// The pending output as a `StepOutput`, built from what the session handed out before and
-    /// nothing else holds any more (`values::Recycle`); the output is then cleared.
+    /// The pending output as a `StepOutput`, built from values handed out before that nothing
+    /// else holds any more (`values::Recycle`); the output is then cleared.
     fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let step = step_output(py, &self.out, self.events, Some(&mut self.recycle));
+        let step = step_output(py, &self.out, self.events, true);
         self.out.clear();
         step
     }
 
     /// The pending output as a new `StepOutput` (no value reused).
     pub(crate) fn step_value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        step_output(py, &self.out, self.events, None)
+        step_output(py, &self.out, self.events, false)
     }
 
     /// Loads the ids of a non-empty list or tuple of ints, all valid, into `buffer`; false
@@ -200,7 +197,6 @@ impl PySession {
             keep_steps: false,
             kept: StepOut::default(),
             kept_deltas: None,
-            recycle: Recycle::default(),
         })
     }
 
@@ -289,24 +285,6 @@ impl PySession {
                 f.calls,
             ),
         ))
-    }
-
-    /// What the session holds that a caller's values may lead back from (a list it was handed
-    /// and dropped, holding anything).
-    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        if let Some(fallback) = &self.fallback {
-            visit.call(fallback)?;
-        }
-        if let Some(kept) = &self.kept_deltas {
-            visit.call(kept)?;
-        }
-        self.recycle.traverse(&visit)
-    }
-
-    fn __clear__(&mut self) {
-        self.fallback = None;
-        self.kept_deltas = None;
-        self.recycle = Recycle::default();
     }
 
     /// Ids were fed: text steps no longer read marker texts as markers.

@@ -4,12 +4,13 @@
 //! At one id per step these values are most of a step's cost (issue 21), so:
 //! - a slots class's fields are written at their offsets in the instance, found once by probing
 //!   (`SlotClass::bind`), not through each member descriptor's setter;
-//! - a session recycles what it handed out and nothing else holds any more (`Recycle`): the last
-//!   `StepOutput` and its lists when their reference count says only the session holds them, and
-//!   `Delta` values (with their `ToolCallDelta`) from a small pool under the same rule. An object
-//!   only the session can reach cannot be observed changing (CPython's own `zip` and dict item
-//!   iterators reuse their result tuple on the same rule). A caller that keeps a step's output,
-//!   or any part of it, gets fresh values the next step and the kept ones never change.
+//! - steps recycle what they handed out and nothing else holds any more (`Recycle`, one per
+//!   process): `StepOutput` values and their lists when their reference counts say only the pool
+//!   holds them, and `Delta` values (with their `ToolCallDelta`) and `Event` values from small
+//!   pools under the same rule. An object only the pool can reach cannot be observed changing
+//!   (CPython's own `zip` and dict item iterators reuse their result tuple on the same rule). A
+//!   caller that keeps a step's output, or any part of it, gets fresh values the next step and
+//!   the kept ones never change.
 
 use parsetier_engine::events::{Delta, DeltaKind, StepOut};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -197,34 +198,50 @@ fn untrack(obj: &Bound<'_, PyAny>) {
     unsafe { ffi::PyObject_GC_UnTrack(obj.as_ptr().cast()) }
 }
 
-/// `Delta` values a session handed out, kept for reuse once nothing else holds them.
+/// `StepOutput` values handed out, kept for reuse once nothing else holds them.
+const OUTPUT_POOL: usize = 2;
+/// `Delta` values likewise.
 const POOL: usize = 4;
 /// `Event` values likewise (a step has a few).
 const EVENT_POOL: usize = 8;
 
-/// What a session recycles between steps (see the module's doc).
-#[derive(Default)]
+/// What the sessions recycle (see the module's doc): one set per process, not per session, so an
+/// idle session holds none of it, and a caller stepping many sessions in turn (the service)
+/// recycles across them. Each pool's new entry replaces its oldest.
 pub(crate) struct Recycle {
-    /// The last `StepOutput` handed out.
-    output: Option<Py<PyAny>>,
-    /// `Delta` values handed out; a new one replaces the oldest.
+    outputs: [Option<Py<PyAny>>; OUTPUT_POOL],
+    next_output: usize,
     deltas: [Option<Py<PyAny>>; POOL],
     next: usize,
-    /// `Event` values handed out; a new one replaces the oldest.
     events: [Option<Py<PyAny>>; EVENT_POOL],
     next_event: usize,
 }
 
-impl Recycle {
-    /// A pooled `Delta` nothing else holds.
-    fn free_delta<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
-        self.deltas
-            .iter()
-            .flatten()
-            .find(|d| alone(d))
-            .map(|d| d.bind(py).clone())
-    }
+/// The process's `Recycle`, taken with `try_lock` while a step's values are built (under the
+/// GIL nothing else holds it, unless building them ran Python code — a finalizer — that stepped
+/// a session: that step builds new values instead).
+static RECYCLE: std::sync::Mutex<Recycle> = std::sync::Mutex::new(Recycle {
+    outputs: [const { None }; OUTPUT_POOL],
+    next_output: 0,
+    deltas: [const { None }; POOL],
+    next: 0,
+    events: [const { None }; EVENT_POOL],
+    next_event: 0,
+});
 
+/// The first of `pool` that nothing else holds and `ours` accepts.
+fn free<'py>(
+    py: Python<'py>,
+    pool: &[Option<Py<PyAny>>],
+    ours: impl Fn(*mut ffi::PyObject) -> bool,
+) -> Option<Bound<'py, PyAny>> {
+    pool.iter()
+        .flatten()
+        .find(|o| alone(o) && ours(o.as_ptr()))
+        .map(|o| o.bind(py).clone())
+}
+
+impl Recycle {
     fn pool(&mut self, delta: &Bound<'_, PyAny>) {
         self.deltas[self.next] = Some(delta.clone().unbind());
         self.next = (self.next + 1) % POOL;
@@ -246,22 +263,29 @@ impl Recycle {
         self.next_event = (self.next_event + 1) % EVENT_POOL;
     }
 
-    /// The last output, when nothing else holds it (then its fields are the session's to change).
-    fn free_output<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
-        self.output
-            .as_ref()
-            .filter(|o| alone(o))
-            .map(|o| o.bind(py).clone())
+    /// A pooled `StepOutput` nothing else holds, taken in turn from the one after the last taken:
+    /// whatever a caller left in one it dropped (a list holding anything, `final`) is released
+    /// within `OUTPUT_POOL` steps.
+    fn free_output<'py>(
+        &mut self,
+        py: Python<'py>,
+        ours: impl Fn(*mut ffi::PyObject) -> bool,
+    ) -> Option<Bound<'py, PyAny>> {
+        for k in 0..OUTPUT_POOL {
+            let at = (self.next_output + k) % OUTPUT_POOL;
+            if let Some(output) = &self.outputs[at] {
+                if alone(output) && ours(output.as_ptr()) {
+                    self.next_output = (at + 1) % OUTPUT_POOL;
+                    return Some(output.bind(py).clone());
+                }
+            }
+        }
+        None
     }
 
-    /// What the cyclic GC sees the session hold (a caller may put anything in a list it was
-    /// handed and drop it, leaving it to the session).
-    pub(crate) fn traverse(&self, visit: &pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        let pools = self.deltas.iter().chain(&self.events);
-        for held in std::iter::once(&self.output).chain(pools).flatten() {
-            visit.call(held)?;
-        }
-        Ok(())
+    fn pool_output(&mut self, output: &Bound<'_, PyAny>) {
+        self.outputs[self.next_output] = Some(output.clone().unbind());
+        self.next_output = (self.next_output + 1) % OUTPUT_POOL;
     }
 }
 
@@ -338,8 +362,7 @@ impl ValueTypes {
         let none_tuple = || PyTuple::empty(py).into_any();
         let reuse = recycle
             .as_ref()
-            .and_then(|r| r.free_delta(py))
-            .filter(|d| self.delta.is_type_of(d.as_ptr()));
+            .and_then(|r| free(py, &r.deltas, |d| self.delta.is_type_of(d)));
         let raw = out.delta_text(d.text);
         let text = self.text(py, raw);
         shared.keep(raw, &text);
@@ -378,7 +401,7 @@ impl ValueTypes {
         n: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         if let Some(output) = output {
-            // SAFETY: `output` is a recycled `StepOutput` (`free_output`); the list is changed
+            // SAFETY: `output` is a recycled `StepOutput` (`free`); the list is changed
             // only when it is a list nothing else holds.
             unsafe {
                 let list = self.step_output.get(output.as_ptr(), field);
@@ -416,8 +439,9 @@ impl ValueTypes {
         events: bool,
         mut recycle: Option<&mut Recycle>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let output = recycle.as_ref().and_then(|r| r.free_output(py));
-        let output = output.filter(|o| self.step_output.is_type_of(o.as_ptr()));
+        let output = recycle
+            .as_deref_mut()
+            .and_then(|r| r.free_output(py, |o| self.step_output.is_type_of(o)));
         let mut shared = Texts::default();
         let deltas = self.list(py, output.as_ref(), DELTAS, out.deltas.len())?;
         for (i, d) in out.deltas.iter().enumerate() {
@@ -434,7 +458,7 @@ impl ValueTypes {
         match output {
             Some(output) => {
                 for (i, value) in [(DELTAS, deltas), (EVENTS, event_values), (FINAL, none)] {
-                    // SAFETY: a recycled `StepOutput` nothing else holds (`free_output`).
+                    // SAFETY: a recycled `StepOutput` nothing else holds (`free`).
                     unsafe { self.step_output.set(output.as_ptr(), i, value) };
                 }
                 Ok(output)
@@ -444,7 +468,7 @@ impl ValueTypes {
                     .step_output
                     .instance(py, [deltas, event_values, none], false)?;
                 if let Some(recycle) = recycle {
-                    recycle.output = Some(output.clone().unbind());
+                    recycle.pool_output(&output);
                 }
                 Ok(output)
             }
@@ -453,13 +477,18 @@ impl ValueTypes {
 }
 
 /// The pending output of a session as a `StepOutput` (see `ValueTypes::step`).
+/// `recycle`: from the process's `Recycle` when it is free (see `RECYCLE`); else all new.
 pub(crate) fn step_output<'py>(
     py: Python<'py>,
     out: &StepOut,
     events: bool,
-    recycle: Option<&mut Recycle>,
+    recycle: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    ValueTypes::get(py)?.step(py, out, events, recycle)
+    let types = ValueTypes::get(py)?;
+    match RECYCLE.try_lock() {
+        Ok(mut pools) if recycle => types.step(py, out, events, Some(&mut pools)),
+        _ => types.step(py, out, events, None),
+    }
 }
 
 /// The `str` values a step's deltas were given, by their text, for its events to reuse (a step
