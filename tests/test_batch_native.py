@@ -167,6 +167,22 @@ def _code(code: grpc.StatusCode) -> int:
     return code.value[0]
 
 
+def _count_python_items(monkeypatch) -> list[int]:
+    """The id counts of the items ``SessionProtocol.take_ids`` (the Python path) applies, as
+    they are applied."""
+    from parsetier.protocol import SessionProtocol
+
+    taken: list[int] = []
+    original = SessionProtocol.take_ids
+
+    def counting(self, ids):
+        taken.append(len(ids))
+        return original(self, ids)
+
+    monkeypatch.setattr(SessionProtocol, "take_ids", counting)
+    return taken
+
+
 @pytest.fixture(scope="module")
 def qwen3(registry):
     model = registry.get("qwen3")
@@ -192,16 +208,7 @@ def test_packed_replies_equal_on_both_engines(encode, qwen3, seed):
 def test_the_core_steps_the_common_items(encode, qwen3, monkeypatch):
     """The items of native sessions are stepped by the core (not by ``take_ids``), and a session
     on the reference engine is left to Python whole."""
-    from parsetier.protocol import SessionProtocol
-
-    taken: list[int] = []
-    original = SessionProtocol.take_ids
-
-    def counting(self, ids):
-        taken.append(len(ids))
-        return original(self, ids)
-
-    monkeypatch.setattr(SessionProtocol, "take_ids", counting)
+    taken = _count_python_items(monkeypatch)
     stream = random_stream(encode, 99, messages=20)
     run("native", qwen3, stream)
     packed_items = sum(len(m.packed.keys) for m in stream)
@@ -358,17 +365,8 @@ def test_the_session_table_follows_the_streams_sessions(qwen3, monkeypatch):
     in) changes with its sessions: a key cancelled, finished, failed or cut by the close leaves
     it, a key reopened comes back with its new session's ledger, and the core steps the reopened
     sessions' items. The replies are the reference engine's, byte for byte."""
-    from parsetier.protocol import SessionProtocol
-
     stream = _sync_stream()
-    taken: list[int] = []
-    original = SessionProtocol.take_ids
-
-    def counting(self, ids):
-        taken.append(len(ids))
-        return original(self, ids)
-
-    monkeypatch.setattr(SessionProtocol, "take_ids", counting)
+    taken = _count_python_items(monkeypatch)
     replies: dict[str, list[bytes]] = {}
     for engine in ("native", "reference"):
         before = native.engine()
