@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any, NamedTuple
 
 from parsetier.dialects import Dialect, WireRequest
@@ -186,6 +186,12 @@ class Opening(NamedTuple):
     want_deltas: bool
     want_events: bool
     options: SessionOptions
+    shared: dict[str, Any]
+    """``options``' fields but the per-session ones, as keywords (``session_options``)."""
+
+
+_SESSION_FIELDS = ("request_id", "prompt_token_ids", "choice_index")
+"""The ``SessionOptions`` fields each session sets from its own ``Open``."""
 
 
 OPENINGS = 64
@@ -270,7 +276,10 @@ def opening_of(open_: pb.Open, *, unary: bool = False) -> Opening:
     options = options_of(open_, collect_in_final=not want_deltas, events=want_events)
     if options.request_id or options.prompt_token_ids or options.choice_index:
         options = replace(options, request_id="", prompt_token_ids=(), choice_index=0)
-    made = Opening(want_deltas, want_events, options)
+    shared = {
+        f.name: getattr(options, f.name) for f in fields(SessionOptions) if f.name not in _SESSION_FIELDS
+    }
+    made = Opening(want_deltas, want_events, options, shared)
     if key is not None:
         with _openings_lock:
             if len(_openings) >= OPENINGS:
@@ -285,25 +294,10 @@ def session_options(opening: Opening, open_: pb.Open) -> SessionOptions:
     request_id, prompt, choice = open_.request_id, open_.prompt_token_ids, open_.choice_index
     if not request_id and not prompt and not choice:
         return opening.options
-    o = opening.options  # every field by name (``replace`` costs several times more)
+    # Keywords, not ``replace`` (which costs several times more), and derived from the fields,
+    # so a field added to ``SessionOptions`` is carried over too.
     return SessionOptions(
-        tools=o.tools,
-        tool_choice=o.tool_choice,
-        parallel_tool_calls=o.parallel_tool_calls,
-        include_reasoning=o.include_reasoning,
-        thinking=o.thinking,
-        chat_template_kwargs=o.chat_template_kwargs,
-        prompt_token_ids=tuple(prompt),
-        include_stop_text=o.include_stop_text,
-        complete_tool_calls=o.complete_tool_calls,
-        request_id=request_id,
-        return_token_ids=o.return_token_ids,
-        completion=o.completion,
-        stop=o.stop,
-        stop_token_ids=o.stop_token_ids,
-        choice_index=choice,
-        collect_in_final=o.collect_in_final,
-        events=o.events,
+        **opening.shared, request_id=request_id, prompt_token_ids=tuple(prompt), choice_index=choice
     )
 
 
