@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import grpc
@@ -82,11 +83,14 @@ def test_idle_timeout_is_per_read(small_server):
     assert tokens == 5 and lived > 1.0  # twice the timeout, and never ended
 
 
-def test_concurrent_sessions(small_server):
-    """Two sessions open: a third is refused; once one ends, a new one is accepted."""
+def test_concurrent_sessions(registry):
+    """Two sessions open: a third is refused; once one ends, a new one is accepted. Its own server
+    has the same limits but a long idle timeout: under load, the module's 0.5 s ended the second
+    session while it waited for the first to finish (the limit tested here is the count)."""
+    from grpc_servers import ThreadServer
 
-    async def run():
-        async with AsyncClient(small_server.target, timeout=30) as client:
+    async def run(target: str):
+        async with AsyncClient(target, timeout=30) as client:
             first = await client.open("qwen3")
             second = await client.open("qwen3")
             await first.send([9707])
@@ -102,7 +106,8 @@ def test_concurrent_sessions(small_server):
             assert [m async for m in second][-1].final.usage.completion_tokens == 1
             return third
 
-    assert asyncio.run(run()).final.usage.completion_tokens == 1
+    with ThreadServer(registry, dataclasses.replace(LIMITS, idle_timeout=60.0)) as server:
+        assert asyncio.run(run(server.target)).final.usage.completion_tokens == 1
 
 
 def test_refused_session_has_no_effect_on_counts(small_client):
