@@ -12,14 +12,21 @@ detokenization included, seeded with the prompt tail ``<|im_start|>assistant\\n`
 tokens per delta, in thread CPU time:
 
 1. **In one process** (the peer-bench venv, which holds vLLM's parser sources and stubs its
-   imports: vLLM is never installed): the native session, the reference session and vLLM's
-   parser, back to back in each round, their order rotating. Ratios are medians of the rounds'
-   ratios. Then the flat cost: each engine fed one id per step, the last 500 tokens' CPU over the
-   first 500's.
+   imports: vLLM is never installed): the native session, the reference session, vLLM's parser
+   and the *Python floor*, back to back in each round, their order rotating. Ratios are medians of
+   the rounds' ratios. The floor is the native side's caller loop fed by a session that only
+   hands back, in order, the ``StepOutput`` values a real native run made (``Replay``): what a
+   session behind a per-step Python call costs before it parses anything. Then the flat cost:
+   each engine fed one id per step, the last 500 tokens' CPU over the first 500's.
 2. **SMG**: ``bench/smg`` (our harness over SMG's crates.io parsers, ``tool-parser`` /
    ``reasoning-parser`` 1.10, with the Rust ``tokenizers`` stream decoder) is built with cargo
-   (target dir ``bench/smg/target``, gitignored) and run on the same ids right after. Its ratio is
-   a ratio of medians of the same bench run, not of one process.
+   (target dir ``bench/smg/target``, gitignored) and run on the same ids right after. Its ratio to
+   the Python-side figures is a ratio of medians of the same bench run, not of one process.
+3. **The core called from Rust**, in SMG's process: ``bench/smg`` links the native core's engine
+   crate (``server/parsetier_core/engine``, no Python) and runs it on the same chunks, timed in
+   the same rounds as SMG, the two alternating; ``core_spec`` hands it every value the Python
+   native session builds its ``_core.Session`` from. Its ratio to SMG is the median of the
+   rounds' ratios: what the core costs a Rust router that links it as SMG's parsers are linked.
 
 Sizes (environment): ``BENCH_SIDE_RUNS`` rounds per figure (default 9), ``BENCH_SIDE_SIZES``
 tokens per delta (default ``1,8``), ``BENCH_FLAT_RUNS`` flat-cost runs (default 21: cheap, and 5
@@ -72,7 +79,7 @@ WORKLOADS = {
     "json": ("qwen3", "hermes", "Qwen/Qwen3-8B"),
     "xml": ("qwen3-coder", "qwen3", "Qwen/Qwen3-Coder-30B-A3B-Instruct"),
 }
-SIDES = ("native", "reference", "vllm")
+SIDES = ("native", "reference", "vllm", "floor")
 
 
 def _env_int(name: str, default: int) -> int:
@@ -81,6 +88,77 @@ def _env_int(name: str, default: int) -> int:
 
 
 # ---------------------------------------------------------------- the in-process side (peer venv)
+
+
+def core_spec(model, options, parts, stop_id: int) -> dict:
+    """What the native session of ``model`` with ``options`` builds its ``_core.Session`` from,
+    as JSON for ``bench/smg`` (``src/parsetier.rs``) to build the same engine values in Rust: the
+    ``_core.Vocabulary``'s arguments (as ``native.vocabulary`` makes them), the
+    ``_core.Detokenizer``'s markers (``native.detokenizer``), the grammar's description
+    (``native_grammar``), the tools' JSON (``native_tools``), and ``NativeSession.__init__``'s
+    start state, echo, prompt tail and parser keywords; then what ``NativeSession.finish("stop",
+    matched_stop=stop_id)`` hands the core (no held text: no text step ran)."""
+    from functools import partial
+
+    from parsetier import native
+    from parsetier.call_ids import call_id_seed
+    from parsetier.detokenizer import PROBE, PROMPT_CONTEXT
+    from parsetier.engine.describe import describe_grammar
+    from parsetier.session import _tool_schemas, start_and_echo
+
+    grammar, tokenizer = model.grammar, model.tokenizer
+    decoder = tokenizer.decoder
+    steps = native.decoder_steps(None if decoder is None else json.loads(decoder.__getstate__()))
+    tokens: list[str | None] = [None] * grammar.vocab_size
+    for text, tid in tokenizer.get_vocab(with_added_tokens=False).items():
+        if tid < grammar.vocab_size:
+            tokens[tid] = text
+    added = tokenizer.get_added_tokens_decoder()
+    for tid, tok in added.items():
+        if tid < grammar.vocab_size:
+            tokens[tid] = tok.content
+    start, echo = start_and_echo(
+        grammar, options, model.spec.thinking, tokenizer, partial(native._prompt_text, parts[0])
+    )
+    stop_text = None
+    if options.include_stop_text:
+        stop_text = grammar.token_text.get(stop_id, "") or None
+    return {
+        "vocabulary": {
+            "tokens": tokens,
+            "decoder": steps,
+            "added": sorted(added),
+            "probe": tokenizer.token_to_id(PROBE),
+        },
+        "marks": [[tid, text, sentinel] for tid, (text, sentinel) in grammar.mark_of_id.items()],
+        "grammar": describe_grammar(grammar),
+        "tools": json.dumps([[n, s] for n, s in _tool_schemas(options).items()], ensure_ascii=False),
+        "start": start,
+        "echo": echo,
+        "prompt_ids": list(options.prompt_token_ids[-PROMPT_CONTEXT:]),
+        "include_reasoning": options.include_reasoning,
+        "tool_choice": options.tool_choice,
+        "parallel_tool_calls": options.parallel_tool_calls,
+        "complete_tool_calls": options.complete_tool_calls,
+        "call_id_seed": call_id_seed(options),
+        "finish": {"reason": "stop", "held": "", "stop_text": stop_text},
+    }
+
+
+class Replay:
+    """The Python floor's session: ``feed`` hands back the next of a real native run's step
+    outputs, ``finish`` its last one. ``feed`` is ``partial(next, iterator)``: called with the
+    chunk, it is ``next(iterator, chunk)`` (the chunk only a default never used), all in C, so
+    the caller's ``session.feed(chunk)`` costs a slot load and one C call, as the native session's
+    (its ``feed`` is the core's ``step`` in a slot)."""
+
+    __slots__ = ("feed", "finish")
+
+    def __init__(self, feeds: list, last) -> None:
+        from functools import partial
+
+        self.feed = partial(next, iter(feeds))
+        self.finish = lambda reason, matched_stop=None: last
 
 
 def worker(out: Path, runs: int, sizes: list[int], flat_runs: int) -> None:
@@ -120,9 +198,14 @@ def worker(out: Path, runs: int, sizes: list[int], flat_runs: int) -> None:
             }
         )
 
-        def make(side: str, model=model, parts=parts):
+        replay: list = []  # (feeds, last) of the current size's native run (``record``)
+        smg_workloads[-1]["core"] = core_spec(model, options, parts, common.IM_END)
+
+        def make(side: str, model=model, parts=parts, replay=replay):
             if side == "native":
                 return native.NativeSession(model, options, parts)
+            if side == "floor":
+                return Replay(*replay)
             return Session(model, options)
 
         def ours(side: str, chunks: list[list[int]], make=make) -> dict[int, str]:
@@ -149,15 +232,26 @@ def worker(out: Path, runs: int, sizes: list[int], flat_runs: int) -> None:
             spent = clock() - start
             return spent, [json.loads(got[i]) for i in sorted(got)]
 
+        def record(chunks: list[list[int]], make=make) -> tuple[list, object]:
+            """A native run's step outputs, in the order ``ours`` asks for them (kept, so the
+            core recycles none of them)."""
+            session = make("native")
+            feeds = []
+            for k, chunk in enumerate(chunks):
+                last = k == len(chunks) - 1 and bool(chunk) and chunk[-1] == common.IM_END
+                feeds.append(session.feed(chunk[:-1] if last else chunk))
+            return feeds, session.finish("stop", matched_stop=common.IM_END)
+
         for size in sizes:
             chunks = common.chunks_of(ids, size)
+            replay[:] = record(chunks)
             for side in SIDES:
                 result["calls"][f"{fmt}/{size}/{side}"] = (
                     "exact" if run(side, chunks)[1] == expected else "differ"
                 )
             times: dict[str, list[float]] = {side: [] for side in SIDES}
             for r in range(runs + 1):
-                order = SIDES[r % 3 :] + SIDES[: r % 3]
+                order = SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]
                 spent = {side: run(side, chunks)[0] for side in order}
                 if r:
                     for side in SIDES:
@@ -170,10 +264,13 @@ def worker(out: Path, runs: int, sizes: list[int], flat_runs: int) -> None:
                 row[f"native/{base}"] = statistics.median(
                     n / b for n, b in zip(times["native"], times[base], strict=True)
                 )
+            row["floor/native"] = statistics.median(
+                f / n for f, n in zip(times["floor"], times["native"], strict=True)
+            )
             result["rows"].append(row)
             print(
                 f"  {fmt} @{size}: native {row['native']:.3f}  reference {row['reference']:.2f}  "
-                f"vLLM {row['vllm']:.2f} µs/token",
+                f"vLLM {row['vllm']:.2f}  floor {row['floor']:.3f} µs/token",
                 file=sys.stderr,
             )
         # Flat cost: one id per step, the last 500 tokens' CPU over the first 500's.
@@ -266,11 +363,19 @@ def report(side: dict, smg: list[dict], smg_error: str, runs: int, load: str) ->
         " `tool-parser`/`reasoning-parser` 1.10, the chain its gRPC router runs per chunk) with the"
         " Rust `tokenizers` stream decoder, built and run by the same bench run (`bench/smg`); its"
         " ratio is of the medians. *SMG parse* is its parsers on text decoded beforehand, *decoder*"
-        " the Rust stream decoder alone (one id per step).",
+        " the Rust stream decoder alone (one id per step). *core (Rust)* is the native core's engine"
+        " crate called from Rust in SMG's process (no Python: a session per request, each chunk's"
+        " ids fed and its deltas read, then `finish`), timed in the same rounds as *SMG*, the two"
+        " alternating; its ratio is the median of the rounds' ratios. *Python floor* is the"
+        " *native* side's caller loop fed by a session that only hands back a real native run's"
+        " step outputs (`side_by_side.Replay`), timed in the in-process rounds: what the per-step"
+        " Python call and loop cost before anything is parsed; *floor / native* the median of the"
+        " rounds' ratios.",
         "",
         "| workload | tokens/delta | native | reference | vLLM | SMG | native / reference "
-        "| native / vLLM | native / SMG | SMG parse | decoder |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| native / vLLM | native / SMG | SMG parse | decoder | core (Rust) | core (Rust) / SMG "
+        "| Python floor | floor / native |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in side["rows"]:
         s = by_smg.get((row["workload"], row["size"]))
@@ -280,10 +385,12 @@ def report(side: dict, smg: list[dict], smg_error: str, runs: int, load: str) ->
             f"{row['vllm']:.2f} | {smg_cells[0]} | {row['native/reference']:.3f} | "
             f"{row['native/vllm']:.3f} | "
             + (
-                f"{row['native'] / s['detok_parse']:.3f} | {s['parse']:.2f} | {s['detok']:.2f} |"
+                f"{row['native'] / s['detok_parse']:.3f} | {s['parse']:.2f} | {s['detok']:.2f} | "
+                f"{s['core']:.3f} | {s['core_smg']:.3f} |"
                 if s
-                else "— | — | — |"
+                else "— | — | — | — | — |"
             )
+            + f" {row['floor']:.3f} | {row['floor/native']:.3f} |"
         )
     flat = side["flat"]
     lines += [
@@ -302,12 +409,23 @@ def report(side: dict, smg: list[dict], smg_error: str, runs: int, load: str) ->
         for key, v in side["calls"].items()
         if v != "exact"
     ]
+    differ = {"whitespace": "equal only up to whitespace around string values"}
     notes += [
-        f"SMG {r['workload']} @{r['size']} (`{r['tool_parser']}`): calls "
-        + ("equal only up to whitespace around string values" if r["calls"] == "whitespace" else "differ")
+        f"SMG {r['workload']} @{r['size']} (`{r['tool_parser']}`): calls {differ.get(r['calls'], 'differ')}"
         for r in smg
         if r["calls"] != "exact"
     ]
+    notes += [
+        f"core (Rust) {r['workload']} @{r['size']}: calls {differ.get(r['core_calls'], 'differ')}"
+        for r in smg
+        if r["core_calls"] != "exact"
+    ]
+    if smg:
+        notes.append(
+            "core (Rust) calls: "
+            + ", ".join(f"{r['workload']} @{r['size']} {r['core_calls']}" for r in smg)
+            + " (the expected calls, checked by `bench/smg`)."
+        )
     if smg_error:
         notes.append(f"SMG was not measured in this run: {smg_error}")
     if notes:
@@ -332,6 +450,9 @@ def plot(path: Path, side: dict, smg: list[dict]) -> None:
         )
     ]
     series.append(("SMG (Rust)", [by_smg.get((r["workload"], r["size"]), 0.0) for r in side["rows"]]))
+    by_core = {(r["workload"], r["size"]): r["core"] for r in smg}
+    series.append(("core (Rust)", [by_core.get((r["workload"], r["size"]), 0.0) for r in side["rows"]]))
+    series.append(("Python floor", [r["floor"] for r in side["rows"]]))
     width = 0.8 / len(series)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -372,7 +493,8 @@ def main() -> int:
                 smg_error = "bench/smg failed: " + " ".join(failed.stderr.strip().splitlines()[-4:])
     for r in smg:
         print(
-            f"  SMG {r['workload']} @{r['size']}: {r['detok_parse']:.2f} µs/token ({r['calls']})",
+            f"  SMG {r['workload']} @{r['size']}: {r['detok_parse']:.2f} µs/token ({r['calls']}); "
+            f"core (Rust) {r['core']:.3f} ({r['core_calls']}), {r['core_smg']:.3f}× SMG",
             file=sys.stderr,
         )
     text = report(side, smg, smg_error, args.runs, load)

@@ -16,9 +16,17 @@
 //! - `parse`: the same chain on chunk texts decoded before the clock starts.
 //! - `detok`: the stream decoder alone, one id per step.
 //!
-//! and `calls`: whether the parsed calls equal the expected ones (`exact`, `whitespace` when
-//! only whitespace around string values differs, or `differ`). Nothing is asserted: a bench
-//! reports, the Python side prints what differs.
+//! - `core`: parsetier's native core on the same chunks, called from Rust (`parsetier.rs`: the
+//!   engine crate, no Python): per request a session made, each chunk's ids fed and its deltas
+//!   read, then `finish` as `NativeSession.finish` runs it. Timed in the same rounds as
+//!   `detok_parse`, the two back to back and their order alternating; `core_smg` is the median of
+//!   the rounds' core / SMG ratios.
+//!
+//! and `calls` / `core_calls`: whether SMG's / the core's calls equal the expected ones (`exact`,
+//! `whitespace` when only whitespace around string values differs, or `differ`). Nothing is
+//! asserted: a bench reports, the Python side prints what differs.
+
+mod parsetier;
 
 use std::collections::BTreeMap;
 
@@ -238,9 +246,8 @@ fn trimmed(value: &Value) -> Value {
     }
 }
 
-fn compare(request: &Request, expected: &Value) -> &'static str {
-    let got: Value = request
-        .calls
+fn compare(calls: &BTreeMap<usize, (String, String)>, expected: &Value) -> &'static str {
+    let got: Value = calls
         .values()
         .map(|(name, args)| {
             json!({"name": name, "arguments": serde_json::from_str::<Value>(args).unwrap_or(Value::Null)})
@@ -288,6 +295,7 @@ fn main() {
             tokenizer: &tokenizer,
         };
         let name = entry["name"].as_str().expect("name");
+        let core = parsetier::Core::new(&entry["core"]);
         let tokens = workload.ids.len() as f64;
         let parser = factories
             .tools
@@ -306,11 +314,22 @@ fn main() {
             let texts = workload.texts(size);
             let calls = runtime.block_on(async {
                 let request = workload.detok_parse(&factories, size).await;
-                compare(&request, &entry["expected_calls"])
+                compare(&request.calls, &entry["expected_calls"])
             });
-            let (mut with_detok, mut parse_only) = (Vec::new(), Vec::new());
-            // One warm-up round, then `runs` rounds, each timing both forms back to back.
+            let core_chunks = chunks(&workload.ids, stop, size);
+            let core_calls = compare(&core.run(&core_chunks), &entry["expected_calls"]);
+            let (mut with_detok, mut parse_only, mut by_core) =
+                (Vec::new(), Vec::new(), Vec::new());
+            let time_core = || {
+                let start = thread_cpu_seconds();
+                std::hint::black_box(core.run(&core_chunks));
+                thread_cpu_seconds() - start
+            };
+            // One warm-up round, then `runs` rounds, each timing SMG's two forms and the core
+            // back to back, the core first in every other round.
             for round in 0..runs + 1 {
+                let core_first = round % 2 == 1;
+                let c = if core_first { time_core() } else { 0.0 };
                 runtime.block_on(async {
                     let start = thread_cpu_seconds();
                     std::hint::black_box(workload.detok_parse(&factories, size).await.calls);
@@ -323,7 +342,18 @@ fn main() {
                         parse_only.push(b);
                     }
                 });
+                let c = if core_first { c } else { time_core() };
+                if round > 0 {
+                    by_core.push(c);
+                }
             }
+            let core_smg = median(
+                by_core
+                    .iter()
+                    .zip(&with_detok)
+                    .map(|(c, s)| c / s)
+                    .collect(),
+            );
             let line = json!({
                 "workload": name,
                 "size": size,
@@ -333,6 +363,9 @@ fn main() {
                 "parse": median(parse_only) * 1e6 / tokens,
                 "detok": detok_us,
                 "calls": calls,
+                "core": median(by_core) * 1e6 / tokens,
+                "core_smg": core_smg,
+                "core_calls": core_calls,
             });
             println!("{line}");
         }
