@@ -402,7 +402,8 @@ def report(side: dict, smg: list[dict], smg_error: str, runs: int, load: str) ->
         )
         + ".",
         "",
-        f"![native, reference, vLLM and SMG, µs per token]({PLOT})",
+        "![native, reference, vLLM, SMG, the core called from Rust and the Python floor, µs per token]"
+        f"({PLOT})",
     ]
     notes = [
         f"{key}: parsed calls differ from the expected ones"
@@ -444,7 +445,7 @@ def plot(path: Path, side: dict, smg: list[dict]) -> None:
     series = [
         (name, [r[key] for r in side["rows"]])
         for key, name in (
-            ("native", "native core"),
+            ("native", "native core (Python API)"),
             ("reference", "reference engine"),
             ("vllm", "vLLM 0.33 (Python)"),
         )
@@ -455,7 +456,7 @@ def plot(path: Path, side: dict, smg: list[dict]) -> None:
     series.append(("Python floor", [r["floor"] for r in side["rows"]]))
     width = 0.8 / len(series)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))
     for i, (label, values) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * width
         ax.bar([j + offset for j in range(len(labels))], values, width, label=label)
@@ -463,7 +464,7 @@ def plot(path: Path, side: dict, smg: list[dict]) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("CPU µs per token (detokenization included)")
     ax.set_title("One whole request, by workload and tokens per delta")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
