@@ -13,6 +13,7 @@ from engine_helpers import check_consistent, chunks, run
 from hostile_outputs import PAYLOADS, deep_array, ids, samples
 from parsetier.engine import json_bounds
 from parsetier.engine.json_bounds import MAX_DEPTH, JsonBoundsError, nesting_depth
+from parsetier.engine.json_scan import COMPLETE, MALFORMED, JsonValueScanner
 
 
 def _hostile_cases() -> list:
@@ -70,3 +71,14 @@ def test_loads_refuses_what_python_would_fail_on_or_json_cannot_hold(text: str) 
     with pytest.raises(JsonBoundsError):
         json_bounds.loads(text)
     assert json_bounds.loads(deep_array(MAX_DEPTH)) is not None
+
+
+@pytest.mark.parametrize("text", ["\u0345x}", "\u00f1x}", "\u00b2}", "\u0663}"])
+def test_a_json_value_starts_with_an_ascii_letter_or_digit(text: str) -> None:
+    """The scanner's first character as inside a container, in both engines (``json_scan.rs``
+    tests the same texts): a combining mark (a letter to Rust's ``is_alphanumeric``, not to
+    ``str.isalnum``), a letter of another script or "²" starts nothing; ``x1`` does."""
+    scanner = JsonValueScanner()
+    assert scanner.scan_from(text) == 0 and scanner.status == MALFORMED
+    scanner = JsonValueScanner()
+    assert scanner.scan_from("x1}") == 2 and scanner.status == COMPLETE

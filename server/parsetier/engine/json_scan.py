@@ -55,7 +55,9 @@ class JsonValueScanner:
                     self._depth = 1
                 elif c == '"':
                     self._in_string = True
-                elif c.isalnum() or c == "-":
+                elif (c.isascii() and c.isalnum()) or c == "-":
+                    # ASCII only, as inside a container (``_OUTSIDE``): a non-ASCII letter or
+                    # digit starts nothing JSON (or a Python literal) can read
                     self._scalar = True
                 else:
                     self.status = MALFORMED

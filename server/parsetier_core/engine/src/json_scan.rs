@@ -4,7 +4,7 @@
 //! deeper than `MAX_DEPTH`.
 
 use crate::pyjson::MAX_DEPTH;
-use crate::text::{is_sentinel, py_isalnum, py_isspace};
+use crate::text::{is_sentinel, py_isspace};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -67,7 +67,9 @@ impl JsonValueScanner {
                     self.depth = 1;
                 } else if c == '"' {
                     self.in_string = true;
-                } else if py_isalnum(c) || c == '-' {
+                } else if c.is_ascii_alphanumeric() || c == '-' {
+                    // ASCII only, as inside a container: a non-ASCII letter or digit starts
+                    // nothing JSON (or a Python literal) can read
                     self.scalar = true;
                 } else {
                     self.status = Status::Malformed;
@@ -151,6 +153,27 @@ impl JsonValueScanner {
     pub fn finish_scalar(&mut self) {
         if self.status == Status::Open && self.scalar {
             self.status = Status::Complete;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_starts_with_an_ascii_letter_or_digit() {
+        // `json_scan.py` tests the same: a combining mark (alphabetic to Rust), a letter of
+        // another script or "²" starts nothing, as none does inside a container.
+        for text in ["\u{345}x}", "\u{f1}x}", "\u{b2}}", "\u{663}}"] {
+            let mut s = JsonValueScanner::new();
+            assert_eq!(s.feed(text, 0), 0, "{text:?}");
+            assert_eq!(s.status, Status::Malformed, "{text:?}");
+        }
+        for text in ["-1}", "true}", "x1}"] {
+            let mut s = JsonValueScanner::new();
+            assert_eq!(s.feed(text, 0), text.len() - 1);
+            assert_eq!(s.status, Status::Complete);
         }
     }
 }

@@ -121,11 +121,6 @@ pub fn char_offset(s: &str, n: usize) -> usize {
     s.char_indices().nth(n).map_or(s.len(), |(i, _)| i)
 }
 
-/// Python's `str.isalnum()` for one character, as near as the standard library tells it.
-pub fn py_isalnum(c: char) -> bool {
-    c.is_alphanumeric()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
