@@ -282,6 +282,37 @@ _FOUND_BY_THE_LONG_RUN = [
 def test_differences_found_by_the_long_run(preset: str, payload, field: str, expected) -> None:
     """The outputs on which the long differential run once found the engines apart: both engines
     equal under any split, and the output the policy (docs/engine.md) says."""
+    _same_in_both_and_as_the_policy_says(preset, payload, field, expected)
+
+
+_ODD_TEXT = [
+    # Pythonic numbers are ASCII digits (Python's literal syntax; int() also reads "٣"): the call
+    # is broken, its text content.
+    ("llama4", "\u0663", "content", "[f(a=\u0663)]"),
+    ("llama4", "1_\uff13", "content", "[f(a=1_\uff13)]"),
+    ("lfm2", "[\u0663]", "content", "<|tool_call_start|>[f(a=[\u0663])]"),
+    # A Python literal naming a character (\\N{…}) stays its text; a raw string's \\N is text.
+    ("seed-oss", "['\\N{BULLET}']", "tool_calls", ("f", '{"a": "[\'\\\\N{BULLET}\']"}')),
+    ("seed-oss", "[r'\\N{BULLET}']", "tool_calls", ("f", '{"a": ["\\\\N{BULLET}"]}')),
+    # A Python literal whose number overflows to infinity stays its text: JSON has no Infinity.
+    ("seed-oss", "[1e999]", "tool_calls", ("f", '{"a": "[1e999]"}')),
+    ("seed-oss", "{'b': -1e999}", "tool_calls", ("f", '{"a": "{\'b\': -1e999}"}')),
+    ("minimax-m3", "[1e999]", "tool_calls", ("f", '{"a": "[1e999]"}')),
+]
+
+
+@pytest.mark.parametrize(("preset", "payload", "field", "expected"), _ODD_TEXT)
+def test_odd_text_reads_the_same_in_both_engines(preset: str, payload, field: str, expected) -> None:
+    """What Python's own functions do with odd text (``int()``, ``\\N{…}``,
+    ``Infinity``), where the engines once differed: both equal under any split, and the output
+    the policy (docs/engine.md, "Odd text") says, with ``complete_tool_calls`` (a broken call is
+    its text)."""
+    _same_in_both_and_as_the_policy_says(preset, payload, field, expected, complete=True)
+
+
+def _same_in_both_and_as_the_policy_says(
+    preset: str, payload, field: str, expected, complete: bool = False
+) -> None:
     sample = hostile_outputs.samples()[preset]
     model = sample.model
     text = payload(sample.text) if callable(payload) else sample.text.replace(hostile_outputs.VALUE, payload)
@@ -291,7 +322,9 @@ def test_differences_found_by_the_long_run(preset: str, payload, field: str, exp
         options = dataclasses.replace(sample.options, complete_tool_calls=complete)
         compare(model, options, [[i] for i in ids])
         compare(model, options, random_groups(rng, ids))
-    session = Session(model, dataclasses.replace(sample.options, request_id="found"))
+    session = Session(
+        model, dataclasses.replace(sample.options, request_id="found", complete_tool_calls=complete)
+    )
     session.feed(ids)
     message = session.finish("stop").final.message
     got = getattr(message, field)

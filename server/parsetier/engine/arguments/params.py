@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import io
 import json
+import re
+import tokenize
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,17 +54,44 @@ def typed_value(text: str, types: frozenset[str]) -> str:
 def _python_container(value: str) -> Any:
     """An object/array written as a Python literal (``{'a': None}``: Seed-OSS renders non-string
     values with Jinja's ``string`` filter): the dict/list it denotes, else the text unchanged.
-    Only for object/array parameters, so a string like ``123_456`` is never reinterpreted."""
+    Only for object/array parameters, so a string like ``123_456`` is never reinterpreted.
+    A literal whose JSON would not be JSON stays text too: a number that overflows to infinity
+    (``[1e999]``: ``json.dumps`` would write ``Infinity``), as a JSON value beyond the bounds does."""
     try:
         json_bounds.check_depth(value)
+        if "\\N" in value and _names_a_character(value):
+            return value
         parsed = ast.literal_eval(value)
         if isinstance(parsed, dict | list):
             # A lone surrogate (an escape such as '\\ud800') is no UTF-8: the literal stays text.
-            json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+            json.dumps(parsed, ensure_ascii=False, allow_nan=False).encode("utf-8")
             return parsed
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
     return value
+
+
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
+def _names_a_character(value: str) -> bool:
+    """Whether a string of the literal spells a character by its name (``'\\N{BULLET}'``).
+
+    Such a literal stays text: Python reads the name from its own Unicode database (which grows
+    with each Python release) and the native core has none; Seed-OSS's template writes values
+    with Python's ``repr``, which never spells a name."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(value).readline):
+            if token.type != tokenize.STRING:
+                continue
+            quote = min(i for i in (token.string.find("'"), token.string.find('"')) if i >= 0)
+            if "r" in token.string[:quote].lower():
+                continue
+            if any(m.group(1) == "N" for m in _ESCAPE.finditer(token.string, quote)):
+                return True
+    except (tokenize.TokenError, SyntaxError):
+        pass  # not a literal: ``literal_eval`` refuses it as well
+    return False
 
 
 _NULL_SPELLINGS = ("null", "None")

@@ -30,11 +30,15 @@ _PY_DELIMITERS = frozenset(",:)]}")
 
 def _py_scalar(token: str, json_literals: bool = False) -> str | None:
     """A bare Python literal → its JSON text, or None when it is not a literal (a variable name).
-    With ``json_literals`` JSON's ``true``/``false``/``null`` count as literals too."""
+    With ``json_literals`` JSON's ``true``/``false``/``null`` count as literals too. Numbers are
+    Python's literal syntax, ASCII digits: ``int()`` and ``float()`` also read other scripts'
+    digits (``٣``), which no Python source (nor JSON) spells a number with."""
     if token in PY_LITERALS:
         return json.dumps(PY_LITERALS[token])
     if (json_literals or token not in ("true", "false", "null")) and JSON_SCALAR.fullmatch(token):
         return token
+    if not token.isascii():
+        return None
     value: float | int
     try:
         value = int(token, 0)

@@ -200,7 +200,8 @@ fn py_float(token: &str) -> Option<f64> {
     v.is_finite().then_some(v)
 }
 
-/// `_py_scalar`: a bare Python literal → its JSON text, or None (a variable name).
+/// `_py_scalar`: a bare Python literal → its JSON text, or None (a variable name). Numbers are
+/// Python's literal syntax: ASCII digits only (`py_int`, `py_float` read bytes).
 pub fn py_scalar(token: &str, json_literals: bool) -> Option<String> {
     match token {
         "True" => return Some("true".into()),
@@ -1073,8 +1074,9 @@ impl Lit<'_> {
                     // past the digit bound Python refuses the literal (a SyntaxError)
                     return py_int(word).map(|i| Lv::V(Value::Int(i)));
                 }
-                // a float literal (Python source never spells inf/nan)
-                let f: f64 = strip_float(word)?;
+                // a float literal (Python source never spells inf/nan); one that overflows to
+                // infinity has no JSON (`params._python_container`: the literal stays text)
+                let f: f64 = strip_float(word).filter(|f| f.is_finite())?;
                 Some(Lv::V(Value::Float(f)))
             }
         }
@@ -1267,6 +1269,8 @@ mod tests {
         assert_eq!(py_scalar("true", false), None);
         assert_eq!(py_scalar("true", true).as_deref(), Some("true"));
         assert_eq!(py_scalar("010", false).as_deref(), Some("10.0"));
+        assert_eq!(py_scalar("\u{663}", false), None); // Arabic-Indic three
+        assert_eq!(py_scalar("1_\u{ff13}", false), None); // a fullwidth digit
     }
 
     #[test]
@@ -1278,5 +1282,8 @@ mod tests {
         );
         assert!(literal_container("{1, 2}").is_none());
         assert!(literal_container("[b'x']").is_none());
+        assert!(literal_container("[1e999]").is_none());
+        assert!(literal_container("{'a': -1e999}").is_none());
+        assert!(literal_container("{1e999: 1}").is_none());
     }
 }
