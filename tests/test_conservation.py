@@ -211,9 +211,10 @@ def broken_gemma_calls(draw: st.DrawFn) -> str:
 @property_settings(100)
 @given(data=st.data())
 def test_a_broken_gemma_call_shows_each_word_once(data: st.DataObject) -> None:
-    """Gemma 4's reader shows a bare word at once (it has no place in the notation); an invalid
-    call's text (``complete_tool_calls``) must not show it again: every word the model wrote once
-    is delivered at most once, and conservation holds."""
+    """Gemma 4's reader shows a bare word as content (it has no place in the notation); an invalid
+    call's text (``complete_tool_calls``) holds it in place and must not show it again: every word
+    the model wrote once is delivered at most once, the content's words in the order the model
+    wrote them, and conservation holds."""
     model = _model("gemma4")
     text = data.draw(broken_gemma_calls(), label="output")
     reason = data.draw(st.sampled_from(["stop", "length"]), label="finish")
@@ -225,3 +226,6 @@ def test_a_broken_gemma_call_shows_each_word_once(data: st.DataObject) -> None:
         opts = dataclasses.replace(options, complete_tool_calls=complete)
         delivered = _delivered(_run(model, _groups(random.Random(len(ids)), ids), opts, reason)[0].message)
         assert not [w for w in once if delivered.count(w) > 1], (complete, text, delivered)
+        content = _run(model, [ids], opts, reason)[0].message.content
+        shown = [w for w in _WORD.findall(content) if w in once]
+        assert shown == sorted(shown, key=text.index), (complete, text, content)

@@ -335,11 +335,20 @@ def _same_in_both_and_as_the_policy_says(
         assert got == expected
 
 
-@pytest.mark.parametrize("value", ["xyz{b:1}", "xyz{b:1", "1,xyz<tool_call|>", "xyz [1"])
-def test_gemma_held_text_is_out_of_the_call_ledger(value: str) -> None:
-    """Gemma 4's reader shows a bare word at once (``{a:xyz{…``: the notation has no place for it)
-    and keeps it out of the call's ledger, in both engines: an invalid call's text, shown as
-    content with ``complete_tool_calls``, does not show it again."""
+def _in_order(shown: str, text: str) -> bool:
+    """Whether ``shown`` is ``text`` with characters left out (markup), none moved."""
+    rest = iter(text)
+    return all(c in rest for c in shown)
+
+
+@pytest.mark.parametrize(
+    "value", ["xyz{b:1}", "xyz{b:1", "1,xyz<tool_call|>", "xyz [1", 'xyz{b:<|"|>x<|"|>} q', "1,xyz"]
+)
+def test_gemma_held_text_is_shown_once_in_order(value: str) -> None:
+    """Gemma 4's reader shows a bare word (``{a:xyz{…``: the notation has no place for it) as
+    content, in both engines: at once with streamed calls; with ``complete_tool_calls`` the call's
+    text holds it in place, so an invalid call's text shows it once, where the model wrote it,
+    and a delivered call shows it with the call."""
     sample = hostile_outputs.samples()["gemma-4"]
     model = sample.model
     ids = hostile_outputs.ids(sample, value)
@@ -348,7 +357,10 @@ def test_gemma_held_text_is_out_of_the_call_ledger(value: str) -> None:
         options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id="gemma")
         compare(model, options, [[i] for i in ids])
         compare(model, options, random_groups(rng, ids))
+        compare(model, options, random_groups(rng, ids[:-1]), reason="length")  # the call cut off
         session = Session(model, options)
         session.feed(ids)
         message = session.finish("stop").final.message
         assert message.content.count("xyz") + sum(c.arguments.count("xyz") for c in message.tool_calls) == 1
+        written = sample.text.replace(hostile_outputs.VALUE, value)
+        assert _in_order(message.content, written), (complete, message.content)

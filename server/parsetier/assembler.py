@@ -5,7 +5,8 @@ reasoning is shown, ``tool_choice`` none (calls are dropped) and ``parallel_tool
 (only the first call is kept), tool call ids (derived from the request, see ``call_ids``) and
 indices (0, 1, 2… over the calls delivered), and ``complete_tool_calls`` (a call is delivered in
 one delta when it ends, only if its arguments are a JSON object; otherwise its text as the model
-wrote it, which ``TOOL_CALL_END`` carries, is content), and the whitespace policy
+wrote it, which ``TOOL_CALL_END`` carries, is content; content shown while such a call is open
+waits for it, since that text holds it in place), and the whitespace policy
 (``EdgeTrim``: events carry text untrimmed). The final message is exactly the concatenation of the
 deltas.
 """
@@ -18,6 +19,7 @@ from parsetier.call_ids import id_maker
 from parsetier.engine import json_bounds
 from parsetier.engine.events import (
     CONTENT,
+    END,
     REASONING,
     REASONING_START,
     TOOL_ARGUMENTS,
@@ -61,6 +63,10 @@ class Assembler:
         """Ids given to calls so far: a model-written id never names two calls (see ``_start``)."""
         self._open: dict[int, _Call] = {}
         """engine tool index → call being received (only calls that will be delivered)."""
+        self._held: list[str] = []
+        """``complete_tool_calls``: content shown while a call it holds is open (a word Gemma's
+        notation has no place for). The call's text has it in place: shown with the call when it
+        is delivered, or as part of its text when it is not (then in the order the model wrote it)."""
         self._content_edges = EdgeTrim()  # one for the whole message's content
         self._reasoning_edges = EdgeTrim()  # a new one for every reasoning block
 
@@ -69,6 +75,9 @@ class Assembler:
             ev = events[0]
             kind = ev.kind
             if kind is CONTENT:
+                if self._buffer_calls and self._open:
+                    self._held.append(ev.text)
+                    return []
                 text, edges = ev.text, self._content_edges
                 if not (edges.passing and text and not text[-1].isspace()):
                     text = edges.push(text)  # (else ``push`` would return the text as it is)
@@ -94,10 +103,10 @@ class Assembler:
         for ev in events:
             kind = ev.kind
             if kind is CONTENT:
-                text = self._content_edges.push(ev.text)
-                if text:
-                    self._content.append(text)
-                    out.text("content", text)
+                if self._buffer_calls and self._open:
+                    self._held.append(ev.text)
+                else:
+                    self._show(ev.text, out)
             elif kind is REASONING:
                 text = self._reasoning_edges.push(ev.text)
                 if text and self._show_reasoning:
@@ -115,7 +124,17 @@ class Assembler:
                         out.arguments(call.delivered_index, ev.text)
             elif kind is TOOL_CALL_END:
                 self._end(ev, out)
+            elif kind is END:  # a call the output cut off never ends: what it held is shown
+                held, self._held = self._held, []
+                for text in held:
+                    self._show(text, out)
         return out.deltas()
+
+    def _show(self, text: str, out: _DeltaRuns) -> None:
+        text = self._content_edges.push(text)
+        if text:
+            self._content.append(text)
+            out.text("content", text)
 
     def _start(self, ev: Event, out: _DeltaRuns) -> None:
         if not self._calls_enabled:
@@ -137,6 +156,7 @@ class Assembler:
         call = self._open.pop(ev.tool_index, None)
         if call is None or not self._buffer_calls:
             return
+        held, self._held = self._held, []
         arguments = "".join(call.arguments)
         try:
             # One level more than a value may nest: the arguments object around the values.
@@ -144,11 +164,10 @@ class Assembler:
         except ValueError:
             valid = False
         if not valid:  # not delivered: the call's text as the model wrote it is content
-            text = self._content_edges.push(ev.text)
-            if text:
-                self._content.append(text)
-                out.text("content", text)
+            self._show(ev.text, out)
             return
+        for text in held:
+            self._show(text, out)
         call.delivered_index = len(self._delivered)
         self._delivered.append(call)
         out.call(call.delivered_index, call.id, call.name, arguments)

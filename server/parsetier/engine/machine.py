@@ -123,9 +123,11 @@ class Machine:
         """A call began in the current block: its markers are markup, only its loose text is shown."""
         self._raw: list[str] = []
         """The call ledger: the text of the current block (sentinel form) since it began or its last
-        call ended that was not shown: its markup and a call's arguments as the model wrote them.
-        A call's ``TOOL_CALL_END`` carries it (``_call_end``): the call's text, which the assembler
-        shows as content when ``complete_tool_calls`` finds the call invalid."""
+        call ended that was not shown before the call: its markup and a call's arguments as the
+        model wrote them, and, in place, the text shown as content while the call is open (a word
+        Gemma's notation has no place for). A call's ``TOOL_CALL_END`` carries it (``_call_end``):
+        the call's text, which the assembler shows as content when ``complete_tool_calls`` finds
+        the call invalid, instead of the content it held back while the call was open."""
         self._span: tuple[str, int] = ("", 0)
         """While a reader feeds: the text it reads and where its part not yet in the ledger starts."""
         if self._state.kind not in _TEXT_KINDS:
@@ -314,7 +316,7 @@ class Machine:
             return
         if self._ending and self._cut:  # a key cut short by the output's cut: markup
             self._mark("cut", unread())
-        else:  # shown: out of the call's ledger (the reader read it up to here)
+        else:  # shown (the reader read it up to here; shown, it goes back into the ledger in place)
             held = unread()
             self._unledger(len(held))
             self._loose(self._restore(held))
@@ -400,9 +402,9 @@ class Machine:
         if self._call_open:
             self._call_end()
         self._index += 1
-        self._call_open = True
         if self._stretch is not None and self._stretch.loose:  # the model's text before the call
             self._emit_text(CONTENT, self._stretch.loose_text())
+        self._call_open = True
         self._stretch = None
         self._block_called = True
         self._args_emitted = False
@@ -454,7 +456,8 @@ class Machine:
 
     def _held_shown(self, held: str, text: str, at: int) -> None:
         """A reader's held text ``held``, read up to ``text[at]``, is the model's own text: content,
-        and out of the call's ledger (an invalid call's text must not show it again)."""
+        which stays in the call's ledger where it was written (taken out here, put back as it is
+        shown: ``_emit_text``)."""
         self._span_to(at)
         self._unledger(len(held))
         self._loose(self._restore(held))
@@ -524,6 +527,8 @@ class Machine:
         does not expect one) become their token's text again: the model wrote it, so the client
         sees it."""
         if text:
+            if self._call_open and kind is CONTENT:  # shown inside the call: its text, in place
+                self._raw.append(text)
             self._emit(kind, self._restore(text))
 
     def _restore(self, text: str) -> str:

@@ -76,6 +76,9 @@ pub struct Assembler {
     ids: std::collections::HashSet<String>,
     /// engine tool index → call being received (index into `calls`).
     open: Vec<(i32, usize)>,
+    /// `complete_tool_calls`: content shown while a call it holds is open (`Assembler._held`):
+    /// the call's text has it in place; shown with the call when delivered, else in that text.
+    held: String,
     content_edges: EdgeTrim,
     reasoning_edges: EdgeTrim,
     run: Run,
@@ -109,6 +112,7 @@ impl Assembler {
             calls: Vec::new(),
             ids: Default::default(),
             open: Vec::new(),
+            held: String::new(),
             content_edges: EdgeTrim::default(),
             reasoning_edges: EdgeTrim::default(),
             run: Run::None,
@@ -130,13 +134,13 @@ impl Assembler {
         for ev in &events[*delivered..] {
             let text = &event_text[ev.text.0 as usize..ev.text.1 as usize];
             match ev.kind {
-                EventKind::Content => with_scratch(|piece| {
-                    self.content_edges.push(text, piece);
-                    if !piece.is_empty() {
-                        self.content.push_str(piece);
-                        self.text_run(Run::Content, piece, deltas, delta_text);
+                EventKind::Content => {
+                    if self.d.complete_tool_calls && !self.open.is_empty() {
+                        self.held.push_str(text);
+                    } else {
+                        self.show(text, deltas, delta_text);
                     }
-                }),
+                }
                 EventKind::Reasoning => with_scratch(|piece| {
                     self.reasoning_edges.push(text, piece);
                     if !piece.is_empty() && self.d.include_reasoning {
@@ -165,11 +169,30 @@ impl Assembler {
                     }
                 }
                 EventKind::ToolCallEnd => self.end(ev.tool_index, text, deltas, delta_text),
-                EventKind::End | EventKind::ReasoningEnd => {}
+                EventKind::End => {
+                    // a call the output cut off never ends: what it held is shown
+                    let held = std::mem::take(&mut self.held);
+                    self.show(&held, deltas, delta_text);
+                }
+                EventKind::ReasoningEnd => {}
             }
         }
         self.close_run(deltas, delta_text.len());
         *delivered = events.len();
+    }
+
+    /// Content through the edge policy into the message and the deltas.
+    fn show(&mut self, text: &str, deltas: &mut Vec<Delta>, delta_text: &mut String) {
+        if text.is_empty() {
+            return;
+        }
+        with_scratch(|piece| {
+            self.content_edges.push(text, piece);
+            if !piece.is_empty() {
+                self.content.push_str(piece);
+                self.text_run(Run::Content, piece, deltas, delta_text);
+            }
+        });
     }
 
     fn open_run(&mut self, kind: Run, deltas: &mut Vec<Delta>, end: usize) {
@@ -302,21 +325,18 @@ impl Assembler {
         if !self.d.complete_tool_calls {
             return;
         }
+        let held = std::mem::take(&mut self.held);
         let valid = matches!(
             pyjson::loads(&self.calls[at].arguments, MAX_DEPTH + 1),
             Some(Value::Dict(_))
         );
         if !valid {
-            // not delivered: the call's text as the model wrote it is content
-            with_scratch(|piece| {
-                self.content_edges.push(raw, piece);
-                if !piece.is_empty() {
-                    self.content.push_str(piece);
-                    self.text_run(Run::Content, piece, deltas, delta_text);
-                }
-            });
+            // not delivered: the call's text as the model wrote it (what was held in place) is
+            // content
+            self.show(raw, deltas, delta_text);
             return;
         }
+        self.show(&held, deltas, delta_text);
         self.calls[at].delivered_index = self.delivered.len();
         self.delivered.push(at);
         let args = std::mem::take(&mut self.calls[at].arguments);

@@ -138,7 +138,8 @@ pub struct Calls {
     block_called: bool,
     ending: bool,
     /// The call ledger (`Machine._raw`): the block's text (sentinel form) since it began or its
-    /// last call ended that was not shown; a call's `TOOL_CALL_END` carries it.
+    /// last call ended that was not shown before the call, with the text shown while the call is
+    /// open in place; a call's `TOOL_CALL_END` carries it.
     raw: String,
     /// While a reader feeds: where its text not yet in the ledger starts.
     span_from: usize,
@@ -241,6 +242,10 @@ impl Calls {
         if text.is_empty() {
             return;
         }
+        if self.call_open && kind == EventKind::Content {
+            // shown inside the call: its text, in place (`Machine._emit_text`)
+            self.raw.push_str(text);
+        }
         let start = self.out.event_text.len();
         if text.is_ascii() {
             self.out.event_text.push_str(text);
@@ -272,13 +277,13 @@ impl Calls {
             self.call_end();
         }
         self.index += 1;
-        self.call_open = true;
         if let Some(s) = self.stretch.take() {
             if s.loose {
                 let t = s.loose_text();
                 self.emit_text(EventKind::Content, &t);
             }
         }
+        self.call_open = true;
         self.block_called = true;
         self.args_emitted = false;
         self.args_closed = false;
@@ -401,6 +406,8 @@ impl Sink for Calls {
         self.call_begin(name, "");
     }
 
+    /// A reader's held text, read up to `text[at]`, is content; it stays in the ledger where it
+    /// was written (taken out here, put back as it is shown: `emit_text`).
     fn held_shown(&mut self, held: &str, text: &str, at: usize) {
         self.span_to(text, at);
         self.unledger(held.len());
