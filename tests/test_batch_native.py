@@ -403,3 +403,57 @@ def test_the_session_table_follows_the_streams_sessions(qwen3, monkeypatch):
         ("c", "session 'c' appears twice in one message"),
         ("d", "session 'd' appears twice in one message"),
     ]
+
+
+def test_the_session_table_finds_keys_of_every_length(qwen3, monkeypatch):
+    """The core's table holds short keys in its own entries and longer ones apart (30 bytes is
+    the line): keys of every length around it, multi-byte UTF-8 among them, and keys that only
+    differ past the line or in length, are each found for their own session, every packed item
+    stepped by the core, removed as their sessions end, and answered as the reference engine
+    answers them."""
+    keys = [
+        "",
+        "k",
+        "é" * 15,
+        "é" * 14 + "k",
+        "x" * 29,
+        "x" * 30,
+        "x" * 31,
+        "x" * 30 + "y",
+        "日本" * 6,
+        "z" * 200,
+    ]
+    keys = [k for k in keys if k]  # an empty key is refused by framing, not the table
+    assert {len(k.encode()) for k in keys} >= {29, 30, 31, 200}
+    opening = pb.ParseBatchRequest(
+        sessions=[pb.SessionInput(key=k, open=pb.Open(model="qwen3")) for k in keys]
+    )
+    steps = [pb.ParseBatchRequest(packed=pb.PackedSteps(keys=keys[::-1], token_ids=[9707] * len(keys)))] * 3
+    finish = pb.ParseBatchRequest(
+        sessions=[pb.SessionInput(key=k, finish=pb.Finish(reason=pb.FINISH_REASON_STOP)) for k in keys[::2]],
+        packed=pb.PackedSteps(keys=keys[1::2], token_ids=[9707] * len(keys[1::2])),
+    )
+    stream = [opening, *steps, finish]
+    taken = _count_python_items(monkeypatch)
+    replies: dict[str, list[bytes]] = {}
+    for engine in ("native", "reference"):
+        before = native.engine()
+        native.set_engine(engine)
+        try:
+            batch = BatchProtocol(LIMITS, Recorder())
+            got = []
+            for message in stream:
+                reply = batch.receive(_read(message))
+                if isinstance(reply, NeedModels):
+                    reply = batch.supply_models({name: qwen3 for name in reply.names})
+                got.append(reply.SerializeToString(deterministic=True))
+                if engine == "native":
+                    _table_mirrors(batch)
+            replies[engine] = got
+            if engine == "native":
+                assert taken == []  # the core found every item's session
+                assert sorted(batch.table.keys()) == sorted(keys[1::2])
+        finally:
+            native.set_engine(before)
+    assert replies["native"] == replies["reference"]
+    assert list(_shown(replies["native"][1]).packed.keys) == keys[::-1]

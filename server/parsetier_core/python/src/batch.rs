@@ -33,7 +33,7 @@ use crate::session::PySession;
 #[pyclass(name = "SessionTable", module = "parsetier._core")]
 #[derive(Default)]
 pub struct SessionTable {
-    ledgers: HashMap<Box<[u8]>, Py<Ledger>>,
+    ledgers: HashMap<TableKey, Py<Ledger>>,
 }
 
 #[pymethods]
@@ -49,7 +49,8 @@ impl SessionTable {
         let key = key.to_str()?.as_bytes();
         match ledger.cast::<Ledger>() {
             Ok(ledger) => {
-                self.ledgers.insert(key.into(), ledger.clone().unbind());
+                self.ledgers
+                    .insert(TableKey::new(key), ledger.clone().unbind());
             }
             Err(_) => {
                 self.ledgers.remove(key);
@@ -79,7 +80,7 @@ impl SessionTable {
     fn keys(&self) -> Vec<String> {
         self.ledgers
             .keys()
-            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .map(|k| String::from_utf8_lossy(k.bytes()).into_owned())
             .collect()
     }
 
@@ -87,6 +88,56 @@ impl SessionTable {
         self.ledgers.len()
     }
 }
+
+/// Keys up to this many bytes are held in the table's own entries (the usual keys: a session's
+/// number, a request id): a lookup compares them where it found the entry, with no pointer to
+/// a key of its own to follow (a cache miss per item with a thousand sessions).
+const INLINE_KEY: usize = 30;
+
+/// A key as `SessionTable` holds it; hashed and compared as its bytes, so `[u8]` finds it.
+enum TableKey {
+    Inline(u8, [u8; INLINE_KEY]),
+    Boxed(Box<[u8]>),
+}
+
+impl TableKey {
+    fn new(key: &[u8]) -> TableKey {
+        if key.len() <= INLINE_KEY {
+            let mut bytes = [0u8; INLINE_KEY];
+            bytes[..key.len()].copy_from_slice(key);
+            TableKey::Inline(key.len() as u8, bytes)
+        } else {
+            TableKey::Boxed(key.into())
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            TableKey::Inline(n, bytes) => &bytes[..usize::from(*n)],
+            TableKey::Boxed(bytes) => bytes,
+        }
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for TableKey {
+    fn borrow(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl std::hash::Hash for TableKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bytes().hash(state);
+    }
+}
+
+impl PartialEq for TableKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for TableKey {}
 
 #[pyclass(name = "PackedSteps", module = "parsetier._core")]
 pub struct PackedSteps {
