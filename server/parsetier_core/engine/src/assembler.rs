@@ -102,6 +102,13 @@ fn with_scratch(f: impl FnOnce(&mut String)) {
 }
 
 impl Assembler {
+    /// Where the message's texts grow (`Parser::prefetch`).
+    pub fn prefetch(&self) {
+        crate::prefetch::text_end(&self.content);
+        crate::prefetch::text_end(&self.reasoning);
+        crate::prefetch::end(&self.delivered);
+    }
+
     pub fn new(d: Delivery, call_id_seed: &str) -> Assembler {
         Assembler {
             d,

@@ -615,6 +615,16 @@ pub struct Scanner {
 }
 
 impl Scanner {
+    /// The decoder's window and text, where a step appends (`Session::prefetch`).
+    pub fn prefetch(&self) {
+        crate::prefetch::end(&self.stream.ids);
+        crate::prefetch::lines(
+            self.stream.prefix.as_ptr(),
+            self.stream.prefix.len().min(192),
+        );
+        crate::prefetch::start(self.stream.scratch.as_bytes());
+    }
+
     /// What a large step grew of the decoder's strings beyond `keep` bytes (`events::give_back`),
     /// and of its window's ids beyond `keep` ids (a step's ids are appended to the window before
     /// it settles, so a prompt-sized step left the window their capacity; the window is a few ids

@@ -100,6 +100,14 @@ pub fn give_back_items<T>(items: &mut Vec<T>, keep: usize) {
 }
 
 impl StepOut {
+    /// The buffers a step writes from their start (`Session::prefetch`).
+    pub fn prefetch(&self) {
+        crate::prefetch::start(&self.events);
+        crate::prefetch::start(self.event_text.as_bytes());
+        crate::prefetch::start(&self.deltas);
+        crate::prefetch::start(self.delta_text.as_bytes());
+    }
+
     /// Empties the step; buffers a large step grew beyond the `KEEP_*` capacities shrink back
     /// to them (one reallocation, for a step large enough that its own work dwarfs it).
     pub fn clear(&mut self) {

@@ -13,6 +13,7 @@ pub mod json_scan;
 pub mod lexer;
 pub mod machine;
 pub mod parser;
+pub mod prefetch;
 pub mod pyjson;
 pub mod readers;
 pub mod session;

@@ -450,6 +450,13 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// The held text, the scratch and the step's output buffers (`Parser::prefetch`).
+    pub fn prefetch(&self) {
+        crate::prefetch::start(self.hold.as_bytes());
+        crate::prefetch::start(self.scratch.as_bytes());
+        self.c.out.prefetch();
+    }
+
     /// `echo`: the pattern of the prompt terminal that chose `start`; written again as the
     /// output's first non-whitespace text it is markup.
     pub fn new(g: Arc<Grammar>, start: usize, tools: Arc<Tools>, echo: &str) -> Machine {

@@ -117,6 +117,12 @@ pub struct Parser {
 }
 
 impl Parser {
+    /// The machine's and the assembler's buffers a step reaches first (`Session::prefetch`).
+    pub fn prefetch(&self) {
+        self.machine.prefetch();
+        self.assembler.prefetch();
+    }
+
     pub fn new(grammar: Arc<Grammar>, config: &ParserConfig) -> Result<Parser, String> {
         let tools: Tools = config.tools.iter().cloned().collect();
         Parser::with_tools(grammar, config, Arc::new(tools))

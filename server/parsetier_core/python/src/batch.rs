@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use parsetier_engine::events::{DeltaKind, StepOut};
+use parsetier_engine::prefetch::lines as prefetch;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 use pyo3::Py;
@@ -220,13 +221,19 @@ impl PackedSteps {
                 ledger
             })
             .collect();
+        for first in ledgers.iter().take(2).flatten() {
+            prefetch_session(py, first);
+        }
         let mut at = start;
         let mut why = TO_PYTHON;
         while at < stop {
             let ids = &self.ids[self.offsets[at]..self.offsets[at + 1]];
             let key = self.key_of(at);
-            if let Some(Some(next)) = ledgers.get(at + 1 - start) {
+            if let Some(Some(next)) = ledgers.get(at + 2 - start) {
                 prefetch_session(py, next);
+            }
+            if let Some(Some(next)) = ledgers.get(at + 1 - start) {
+                prefetch_buffers(py, next);
             }
             match self.item(py, ledgers[at - start], key, ids, max_tokens, &mut w)? {
                 Stepped::Yes => at += 1,
@@ -588,8 +595,8 @@ const SESSION_BYTES: usize = {
     }
 };
 
-/// The next item's native session, asked of the memory system while this item steps: a step
-/// takes far longer than a fetch, so the next one finds its state in cache. Only a hint: a
+/// The native session of an item two ahead, asked of the memory system while this item steps
+/// (its object: the state held inline): a step takes far longer than a fetch. Only a hint: a
 /// ledger borrowed elsewhere (never, in one `step` call) is skipped.
 fn prefetch_session(py: Python<'_>, ledger: &Py<Ledger>) {
     if let Ok(ledger) = ledger.bind(py).try_borrow() {
@@ -599,21 +606,16 @@ fn prefetch_session(py: Python<'_>, ledger: &Py<Ledger>) {
     }
 }
 
-/// Ask for the cache lines of `bytes` bytes from `at` (a hint: never a fault, on any address).
-#[inline]
-fn prefetch(at: *const u8, bytes: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for line in (0..bytes).step_by(64) {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: a prefetch reads nothing the program sees and faults on no address; SSE
-        // (which it needs) is part of x86_64's baseline.
-        #[allow(unused_unsafe)]
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast());
+/// The buffers the next item's step reaches first (its session's object came in during the
+/// step before: `prefetch_session`).
+fn prefetch_buffers(py: Python<'_>, ledger: &Py<Ledger>) {
+    if let Ok(ledger) = ledger.bind(py).try_borrow() {
+        if let Some(session) = &ledger.session {
+            if let Ok(session) = session.bind(py).try_borrow() {
+                session.prefetch();
+            }
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (at, bytes);
 }
 
 /// The replies of a run of items, as the fields of a `ParseBatchResponse`: `sessions` entries

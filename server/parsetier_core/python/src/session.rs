@@ -302,6 +302,13 @@ impl PySession {
 /// The packed `ParseBatch` path (`batch.rs`): a step with no Python values built.
 impl PySession {
     /// `step` would feed these ids: the session is open and they are all valid (and there are some).
+    /// What a step of this session reaches first, asked of the memory system ahead of it
+    /// (`PackedSteps.step`, for the next item while one steps).
+    pub(crate) fn prefetch(&self) {
+        self.core.prefetch();
+        self.out.prefetch();
+    }
+
     pub(crate) fn accepts(&self, ids: &[u32]) -> bool {
         !self.finished && !ids.is_empty() && ids.iter().all(|&id| self.valid.contains(id))
     }
