@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
@@ -22,6 +22,7 @@ from grpc_servers import ProcessServer
 from parsetier import native
 from parsetier.batch_protocol import SLICE_ITEMS, BatchHooks, BatchProtocol, NeedModels
 from parsetier.ledger import PyLedger
+from parsetier.models import Model
 from parsetier.protocol import Limits, SessionCounts
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
@@ -314,6 +315,43 @@ def _table_mirrors(batch: BatchProtocol) -> None:
         assert batch.table.get(key) is protocol.ledger
 
 
+def _on_both_engines(
+    stream: list[pb.ParseBatchRequest],
+    model: Model,
+    stepped: Callable[[BatchProtocol, int], None],
+    open_keys: list[str],
+) -> dict[str, list[bytes]]:
+    """``stream`` read by a ``BatchProtocol`` on each engine (native first); the replies' bytes
+    per engine, which must be equal. On the native engine, after each message the core's table
+    mirrors the protocol's sessions and ``stepped(batch, i)`` checks what the core stepped; after
+    the stream the table holds ``open_keys`` (sorted), and nothing once the stream is closed."""
+    replies: dict[str, list[bytes]] = {}
+    for engine in ("native", "reference"):
+        before = native.engine()
+        native.set_engine(engine)
+        try:
+            batch = BatchProtocol(LIMITS, Recorder())
+            got = []
+            for i, message in enumerate(stream):
+                reply = batch.receive(_read(message))
+                if isinstance(reply, NeedModels):
+                    reply = batch.supply_models({name: model for name in reply.names})
+                got.append(reply.SerializeToString(deterministic=True))
+                if engine == "native":
+                    _table_mirrors(batch)
+                    stepped(batch, i)
+            if engine == "native":
+                assert sorted(batch.table.keys()) == open_keys
+            batch.close(batch_closed())
+            if engine == "native":
+                assert len(batch.table) == 0
+            replies[engine] = got
+        finally:
+            native.set_engine(before)
+    assert replies["native"] == replies["reference"]
+    return replies
+
+
 def _read(message: pb.ParseBatchRequest):
     """The message as the servicer reads it (packed items by the core on the native engine)."""
     from parsetier.service.decoding import read_batch_request
@@ -365,35 +403,15 @@ def test_the_session_table_follows_the_streams_sessions(qwen3, monkeypatch):
     in) changes with its sessions: a key cancelled, finished, failed or cut by the close leaves
     it, a key reopened comes back with its new session's ledger, and the core steps the reopened
     sessions' items. The replies are the reference engine's, byte for byte."""
-    stream = _sync_stream()
     taken = _count_python_items(monkeypatch)
-    replies: dict[str, list[bytes]] = {}
-    for engine in ("native", "reference"):
-        before = native.engine()
-        native.set_engine(engine)
-        try:
-            batch = BatchProtocol(LIMITS, Recorder())
-            got = []
-            for i, message in enumerate(stream):
-                taken.clear()
-                reply = batch.receive(_read(message))
-                if isinstance(reply, NeedModels):
-                    reply = batch.supply_models({name: qwen3 for name in reply.names})
-                got.append(reply.SerializeToString(deterministic=True))
-                if engine == "native":
-                    _table_mirrors(batch)
-                    # The core stepped every packed item of a live session (a message with a
-                    # repeated key goes to Python whole, as the entries it stands for).
-                    assert taken == ([1] if i == REPEATED else []), i
-            if engine == "native":
-                assert sorted(batch.table.keys()) == list("abcd")
-            batch.close(batch_closed())
-            if engine == "native":
-                assert len(batch.table) == 0
-            replies[engine] = got
-        finally:
-            native.set_engine(before)
-    assert replies["native"] == replies["reference"]
+
+    def stepped(batch: BatchProtocol, i: int) -> None:
+        # The core stepped every packed item of a live session (a message with a repeated key
+        # goes to Python whole, as the entries it stands for).
+        assert taken == ([1] if i == REPEATED else []), i
+        taken.clear()
+
+    replies = _on_both_engines(_sync_stream(), qwen3, stepped, list("abcd"))
     shown = [_shown(r) for r in replies["native"]]
     assert list(shown[3].packed.keys) == ["a", "b", "c", "d"]  # the reopened keys, stepped
     assert list(shown[6].packed.keys) == ["d", "c", "a", "b"]
@@ -433,27 +451,10 @@ def test_the_session_table_finds_keys_of_every_length(qwen3, monkeypatch):
         sessions=[pb.SessionInput(key=k, finish=pb.Finish(reason=pb.FINISH_REASON_STOP)) for k in keys[::2]],
         packed=pb.PackedSteps(keys=keys[1::2], token_ids=[9707] * len(keys[1::2])),
     )
-    stream = [opening, *steps, finish]
     taken = _count_python_items(monkeypatch)
-    replies: dict[str, list[bytes]] = {}
-    for engine in ("native", "reference"):
-        before = native.engine()
-        native.set_engine(engine)
-        try:
-            batch = BatchProtocol(LIMITS, Recorder())
-            got = []
-            for message in stream:
-                reply = batch.receive(_read(message))
-                if isinstance(reply, NeedModels):
-                    reply = batch.supply_models({name: qwen3 for name in reply.names})
-                got.append(reply.SerializeToString(deterministic=True))
-                if engine == "native":
-                    _table_mirrors(batch)
-            replies[engine] = got
-            if engine == "native":
-                assert taken == []  # the core found every item's session
-                assert sorted(batch.table.keys()) == sorted(keys[1::2])
-        finally:
-            native.set_engine(before)
-    assert replies["native"] == replies["reference"]
+
+    def stepped(batch: BatchProtocol, i: int) -> None:
+        assert taken == [], i  # the core found every item's session
+
+    replies = _on_both_engines([opening, *steps, finish], qwen3, stepped, sorted(keys[1::2]))
     assert list(_shown(replies["native"][1]).packed.keys) == keys[::-1]
