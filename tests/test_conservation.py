@@ -74,6 +74,8 @@ _TEMPLATES = (
     '{"W": W W}',
     '{"name": "W", "arguments": "{W"}',
     "W(W=@W)",
+    "W(W=W)",  # a bare name as a value: no literal, the list breaks after the call began
+    "[W(W=[1, W]), W(W!)]",
     "W(W='W', W=2)",
     "[W(W=1), W()]",
     '"W"',

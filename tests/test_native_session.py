@@ -364,3 +364,27 @@ def test_gemma_held_text_is_shown_once_in_order(value: str) -> None:
         assert message.content.count("xyz") + sum(c.arguments.count("xyz") for c in message.tool_calls) == 1
         written = sample.text.replace(hostile_outputs.VALUE, value)
         assert _in_order(message.content, written), (complete, message.content)
+
+
+@pytest.mark.parametrize("preset", ["llama4", "lfm2"])
+@pytest.mark.parametrize(
+    "value", ["xyz", "[1, xyz]", "{xyz: 1}", "1, xyz!", "1), xyz!", "1), xyz(b!", "\u0663xyz"]
+)
+def test_a_broken_pythonic_call_shows_what_no_argument_holds(preset: str, value: str) -> None:
+    """A pythonic list that breaks after its first call began (a bare name as a value, a keyword
+    or the next call's name cut off by what cannot follow it): what the reader read since it last
+    wrote is content, in both engines and both delivery modes; nothing the model wrote is lost."""
+    sample = hostile_outputs.samples()[preset]
+    model = sample.model
+    ids = hostile_outputs.ids(sample, value)
+    rng = random.Random(f"{SEED}:pythonic:{preset}:{value}")
+    for complete in (False, True):
+        options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id="py")
+        compare(model, options, [[i] for i in ids])
+        compare(model, options, random_groups(rng, ids))
+        session = Session(model, options)
+        session.feed(ids)
+        message = session.finish("stop").final.message
+        shown = message.content + "".join(c.arguments for c in message.tool_calls)
+        assert shown.count("xyz") == 1, (complete, message)
+        assert _in_order(message.content, sample.text.replace(hostile_outputs.VALUE, value))

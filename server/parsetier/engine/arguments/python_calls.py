@@ -72,9 +72,9 @@ class PythonCallsReader(CallsReader):
     """
 
     __slots__ = (
-        "_args", "_begin", "_bracketed", "_end", "_ended", "_esc", "_json_literals", "_kwargs", "_name",
-        "_out", "_phase", "_quote", "_quotes", "_sep", "_space", "_stack", "_token", "_triple", "calls",
-        "raw", "status",
+        "_args", "_begin", "_bracketed", "_end", "_ended", "_ending", "_esc", "_flushes", "_json_literals",
+        "_kwargs", "_name", "_out", "_pending", "_phase", "_quote", "_quotes", "_sep", "_space", "_stack",
+        "_token", "_triple", "calls", "raw", "status",
     )  # fmt: skip
 
     def __init__(
@@ -97,6 +97,9 @@ class PythonCallsReader(CallsReader):
         self._quotes = 0  # quotes in a row: opening a string, or maybe closing a triple-quoted one
         self._esc = ""  # inside a string: "\\" after a backslash, or "x"/"u"/"U" plus hex digits so far
         self._out: list[str] = []
+        self._flushes = 0  # how often ``_out`` was written: a step that wrote shows in it or here
+        self._pending = ""  # read since the reader last wrote: lost if the list breaks (``unread``)
+        self._ending = False
         self.raw: list[str] = []
         self.calls = 0
         self._space = ""
@@ -107,19 +110,26 @@ class PythonCallsReader(CallsReader):
         """Consume ``text`` from ``pos``; return where reading stopped (a marker outside a string,
         the end of the list, or the first character of a malformed one)."""
         start, n = pos, len(text)
+        mark = pos  # ``_pending`` goes on from here (read, not written)
         while pos < n and self.status == OPEN:
             if self._phase == "string":
                 pos = self._string(text, pos)
+                self._pending, mark = "", pos  # string content streams
                 continue
             c = text[pos]
             if self._phase != "qopen" and SENTINEL.match(c):
                 self.status = MALFORMED
                 break
+            out, flushes = len(self._out), self._flushes
             if self._step(c):
                 pos += 1
+            if len(self._out) != out or self._flushes != flushes:  # what was read is written…
+                self._pending = ""
+                mark = pos - len(self._token) if self._phase == "value" else pos  # …not a scalar begun
             if self._ended:
                 self._ended = False
                 self._end(text, pos)
+        self._pending += text[mark:pos]
         self._flush()
         if self.calls == 0:
             self.raw.append(text[start:pos])
@@ -128,7 +138,21 @@ class PythonCallsReader(CallsReader):
     def _flush(self) -> None:
         if self._out:
             out, self._out = "".join(self._out), []
+            self._flushes += 1
             self._args(out)
+
+    def end_of_output(self) -> None:
+        self._ending = True
+
+    def unread(self) -> str:
+        """A list that broke, or that the output ended in, after its first call: the text read
+        since the reader last wrote (a bare name as a value, ``f(a=xyz)``; a keyword or the next
+        call's name cut off by what cannot follow it; a scalar the output ended in), which no
+        argument holds: the model's, for the machine to show. (Before the first call the whole
+        list is passed through instead, ``unclaimed``.)"""
+        pending, self._pending = self._pending, ""
+        broken = self.status == MALFORMED or (self._ending and self.status == OPEN)
+        return pending if broken and self.calls > 0 else ""
 
     def _fail(self) -> bool:
         """Malformed here: the character is not consumed."""

@@ -636,14 +636,16 @@ impl Machine {
 
     /// What a reader held and will never write: the model's text (markup when the output was cut).
     fn unread(&mut self) {
-        if let Some(Reader::Gemma(r)) = self.reader.as_deref_mut() {
-            let text = r.unread();
-            if !(self.ending && self.cut) {
-                // shown: out of the call's ledger (the reader read it up to here)
-                self.c.unledger(text.len());
-                let t = self.c.restore(&text);
-                self.c.loose(&t);
-            }
+        let text = match self.reader.as_deref_mut() {
+            Some(Reader::Gemma(r)) => r.unread(),
+            Some(Reader::Python(r)) => r.unread(),
+            _ => return,
+        };
+        if !(self.ending && self.cut) {
+            // shown (the reader read it up to here; shown, it goes back into the ledger in place)
+            self.c.unledger(text.len());
+            let t = self.c.restore(&text);
+            self.c.loose(&t);
         }
     }
 

@@ -82,6 +82,7 @@ impl Reader {
         match self {
             Reader::Gemma(r) => r.end_of_output(),
             Reader::Elements(r) => r.ending = true,
+            Reader::Python(r) => r.ending = true,
             _ => {}
         }
     }

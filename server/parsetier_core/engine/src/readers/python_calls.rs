@@ -286,6 +286,12 @@ pub struct PythonCallsReader {
     quotes: usize,
     esc: String,
     out: String,
+    /// How often `out` was written (`_flushes`): a step that wrote shows in it or in `out`.
+    flushes: usize,
+    /// Read since the reader last wrote: lost if the list breaks (`unread`).
+    pending: String,
+    /// The output ended (`end_of_output`).
+    pub ending: bool,
     chunk: String,
     pub calls: CallsState,
     pub status: Status,
@@ -309,6 +315,9 @@ impl PythonCallsReader {
             quotes: 0,
             esc: String::new(),
             out: String::new(),
+            flushes: 0,
+            pending: String::new(),
+            ending: false,
             chunk: String::new(),
             calls: CallsState::default(),
             status: Status::Open,
@@ -322,6 +331,7 @@ impl PythonCallsReader {
         while pos < n && self.status == Status::Open {
             if self.phase == Phase::Str {
                 pos = self.string(text, pos);
+                self.pending.clear(); // string content streams
                 continue;
             }
             let c = text[pos..].chars().next().expect("in range");
@@ -329,8 +339,17 @@ impl PythonCallsReader {
                 self.status = Status::Malformed;
                 break;
             }
+            let (out, flushes) = (self.out.len(), self.flushes);
             if self.step(c, sink) {
                 pos += c.len_utf8();
+                self.pending.push(c);
+            }
+            if self.out.len() != out || self.flushes != flushes {
+                // what was read is written (not a scalar begun)
+                self.pending.clear();
+                if self.phase == Phase::Value {
+                    self.pending.push_str(&self.token);
+                }
             }
             if self.ended {
                 self.ended = false;
@@ -344,8 +363,23 @@ impl PythonCallsReader {
         pos
     }
 
+    /// A list that broke, or that the output ended in, after its first call: the text read since
+    /// the reader last wrote, which no argument holds (`PythonCallsReader.unread`); before the
+    /// first call it is all passed through instead.
+    pub fn unread(&mut self) -> String {
+        let pending = std::mem::take(&mut self.pending);
+        let broken =
+            self.status == Status::Malformed || (self.ending && self.status == Status::Open);
+        if broken && self.calls.calls > 0 {
+            pending
+        } else {
+            String::new()
+        }
+    }
+
     fn flush(&mut self, sink: &mut dyn Sink) {
         if !self.out.is_empty() {
+            self.flushes += 1;
             let out = std::mem::take(&mut self.out);
             sink.args(&out);
             self.out = out;
