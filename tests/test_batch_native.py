@@ -458,3 +458,109 @@ def test_the_session_table_finds_keys_of_every_length(qwen3, monkeypatch):
 
     replies = _on_both_engines([opening, *steps, finish], qwen3, stepped, sorted(keys[1::2]))
     assert list(_shown(replies["native"][1]).packed.keys) == keys[::-1]
+
+
+def _opening_entries(encode) -> pb.ParseBatchRequest:
+    """Opening entries whose message carries steps of every kind: one plain step (one id, a few,
+    a tool call's head, events, nothing to send), and the ones the core leaves to Python — a bad
+    id, more ids than the token limit, an empty step, two steps, a step with a Finish, a wire
+    dialect, token ids."""
+    ids = encode(OUTPUTS[0].format(i=1) + OUTPUTS[1].format(i=2))
+    message = pb.ParseBatchRequest()
+    call = encode('<tool_call>\n{"name": "get_weather", "arguments": {"city": "')
+    kinds = ["one", "few", "call", "bad", "over", "empty", "two", "finish", "events", "final", "wire"]
+    kinds.append("token_ids")
+    single = ("one", "bad", "events", "final", "wire", "token_ids")
+    for i, kind in enumerate(kinds * 3):
+        entry = message.sessions.add(key=f"{kind}{i}", open=pb.Open(model="qwen3", request_id=f"r{i}"))
+        step = entry.steps.add()
+        step.token_ids.extend(ids[i : i + (1 if kind in single else 3)])
+        if kind == "bad":
+            step.token_ids.append(BAD_ID)
+        elif kind == "over":
+            step.token_ids.extend(ids[: LIMITS.max_tokens_per_session])
+        elif kind == "empty":
+            del step.token_ids[:]
+        elif kind == "two":
+            entry.steps.add().token_ids.append(ids[i + 5])
+        elif kind == "finish":
+            entry.finish.reason = pb.FINISH_REASON_STOP
+        elif kind == "call":  # a tool call's head and no arguments yet, with its events
+            step.token_ids[:] = call
+            entry.open.tools_json = json.dumps(WEATHER_TOOLS)
+            entry.open.output = pb.OUTPUT_KIND_DELTAS_AND_EVENTS
+        elif kind == "events":
+            entry.open.output = pb.OUTPUT_KIND_DELTAS_AND_EVENTS
+        elif kind == "final":
+            entry.open.output = pb.OUTPUT_KIND_FINAL_ONLY
+        elif kind == "wire":
+            entry.open.wire.dialect = pb.WIRE_DIALECT_OPENAI_CHAT
+            entry.open.wire.response_id, entry.open.wire.model, entry.open.wire.created = "chatcmpl-1", "m", 1
+        elif kind == "token_ids":
+            entry.open.return_token_ids = True
+    return message
+
+
+def _raw_replies(engine: str, model, stream: list[pb.ParseBatchRequest]) -> tuple[list[bytes], list[tuple]]:
+    """``run``, each reply exactly as the servicer sends it (the core's bytes merged with
+    Python's message, not parsed and written again)."""
+    from parsetier.batch_protocol import to_the_end
+
+    before = native.engine()
+    native.set_engine(engine)
+    try:
+        hooks = Recorder()
+        batch = BatchProtocol(LIMITS, hooks)
+        batch.models["qwen3"] = model
+        replies = []
+        for message in stream:
+            reply = to_the_end(batch.receiving(message))
+            replies.append(reply if type(reply) is bytes else reply.SerializeToString())
+        batch.close(batch_closed())
+        return replies, sorted(hooks.ends, key=repr)
+    finally:
+        native.set_engine(before)
+
+
+def test_the_core_answers_an_opening_entrys_plain_step(encode, qwen3, monkeypatch):
+    """An opening entry whose message is one plain step is stepped and answered by the core
+    (``_core.step_reply`` with the entry's key) once the session is started; whatever it leaves
+    takes Python's path. The replies are byte for byte those of Python's path (the core made to
+    decline every opening) and the reference engine's, counts and ends equal."""
+    from parsetier import protocol
+
+    answered: list[bool] = []
+    original = protocol._step_reply
+
+    def counting(ledger, ids, max_tokens, key=None):
+        reply = original(ledger, ids, max_tokens, key)
+        answered.append(reply is not None)
+        return reply
+
+    opening = _opening_entries(encode)
+    following = pb.ParseBatchRequest()
+    for entry in opening.sessions:
+        following.packed.keys.append(entry.key)
+        following.packed.token_ids.append(9707)
+    finishing = pb.ParseBatchRequest()
+    for entry in opening.sessions:
+        finishing.sessions.add(key=entry.key).finish.reason = pb.FINISH_REASON_STOP
+    stream = [opening, following, finishing]
+    monkeypatch.setattr(protocol, "_step_reply", counting)
+    native_replies, native_ends = _raw_replies("native", qwen3, stream)
+    assert answered.count(True) == 3 * 5  # "one", "few", "call", "events", "final" (nothing to send)
+    assert answered.count(False) == 3 * 4  # "bad", "over", "wire", "token_ids": applied by Python
+    monkeypatch.setattr(protocol, "_step_reply", lambda *args: None)
+    python_replies, python_ends = _raw_replies("native", qwen3, stream)
+    assert native_replies == python_replies
+    assert native_ends == python_ends
+    reference_replies, reference_ends = _raw_replies("reference", qwen3, stream)
+    # The openings' reply byte for byte; the others as messages (the core's packed outputs
+    # arrive in runs, a packed array in several pieces: the same message, other bytes).
+    assert native_replies[0] == reference_replies[0]
+    for i, (got, want) in enumerate(zip(native_replies, reference_replies, strict=True)):
+        assert _shown(got) == _shown(want), (i, _shown(got), _shown(want))
+    assert native_ends == reference_ends
+    statuses = [o.status.code for o in _shown(native_replies[0]).sessions if o.HasField("status")]
+    refused = [_code(grpc.StatusCode.INVALID_ARGUMENT), _code(grpc.StatusCode.RESOURCE_EXHAUSTED)]
+    assert statuses == refused * 3

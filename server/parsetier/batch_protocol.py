@@ -246,8 +246,8 @@ class BatchProtocol:
 
     def _entry(self, outputs, key: str, entry: pb.SessionInput, reply: _Reply | None = None) -> None:
         """Apply one session's entry; its output (or the status that ended it) goes in ``outputs``
-        (the reply's message), or with ``reply``, a plain Finish's as the core's bytes
-        (``SessionProtocol.finish_serialized``)."""
+        (the reply's message), or with ``reply``, a plain Finish's or an opening entry's plain
+        step's as the core's bytes (``SessionProtocol.finish_serialized``, ``receive_with``)."""
         sessions = self.sessions
         protocol = sessions.get(key)
         if entry.cancel:
@@ -271,16 +271,21 @@ class BatchProtocol:
                 return
         output = outputs.add()
         try:
-            reply = protocol.receive_with(entry, self._model, output)
+            # With ``reply``, an opening entry's plain step may be answered by the core (its bytes).
+            done = protocol.receive_with(entry, self._model, output, None if reply is None else key)
         except Exception as exc:
             del outputs[-1]
             self._end_with(outputs, key, protocol, _session_error(exc))
             return
-        if reply.response is None:
+        response = done.response
+        if response is None:
             del outputs[-1]
+        elif type(response) is bytes:
+            del outputs[-1]
+            reply.add(response)  # type: ignore[union-attr]  # bytes come only with ``reply``
         else:
             output.key = key
-        if reply.finished:
+        if done.finished:
             self._drop(key)
             self.hooks.ended(protocol.counts, None, True)
 
@@ -360,25 +365,28 @@ class BatchProtocol:
             _status(outputs, key, out_of_order(f"no open session {key!r}: its first entry must carry open"))
             return None
         counts = self.hooks.new_counts()
-        open_ = entry.open
-        counts.model, counts.request_id = open_.model, open_.request_id
         if len(self.sessions) >= self.limits.max_sessions_per_stream:
             error = exhausted(
                 f"the stream has {len(self.sessions)} open sessions; the limit is "
                 f"{self.limits.max_sessions_per_stream}"
             )
-            return self._refuse(outputs, key, counts, error)
+            return self._refuse(outputs, key, entry, counts, error)
         try:
             self.hooks.admit()
         except ProtocolError as error:
-            return self._refuse(outputs, key, counts, error)
+            return self._refuse(outputs, key, entry, counts, error)
         protocol = SessionProtocol(self.limits, counts)
         self.sessions[key] = protocol
         if self.table is not None:
             self.table.add(key, protocol.ledger)
         return protocol
 
-    def _refuse(self, outputs, key: str, counts: SessionCounts, error: ProtocolError) -> None:
+    def _refuse(
+        self, outputs, key: str, entry: pb.SessionInput, counts: SessionCounts, error: ProtocolError
+    ) -> None:
+        """A refused open: its status, and its ``session_end`` with the model and request id it
+        named (an accepted one's protocol reads them: ``receive_with``)."""
+        counts.model, counts.request_id = entry.open.model, entry.open.request_id
         counts.client_messages += 1
         _status(outputs, key, error)
         self.hooks.ended(counts, error, False)

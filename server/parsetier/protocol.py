@@ -475,14 +475,21 @@ class SessionProtocol:
             self.counts.finish_reason = final.finish_reason
 
     def receive_with(
-        self, message: Input, models: Callable[[str], Model], into: Output | None = None
+        self,
+        message: Input,
+        models: Callable[[str], Model],
+        into: Output | None = None,
+        key: str | None = None,
     ) -> Reply:
         """``receive``, and for a message that opens the session ``supply_model`` of the model
         ``models(name)`` gives at once: for a caller with its models at hand (a ``ParseBatch``
         stream loads them before it applies a message). The opening message takes a short way
         to the same checks, counts, errors and reply: in AWAIT_OPEN every order rule holds for
         it (``_check_order``), so it is counted, its steps' number checked, then the model taken
-        (an error from ``models`` is the caller's, as after ``NeedModel``) and supplied."""
+        (an error from ``models`` is the caller's, as after ``NeedModel``) and supplied. With
+        ``key`` (a ``ParseBatch`` session's) the opening message's plain step may be answered by
+        the core: ``Reply.response`` is then a ``ParseBatchResponse``'s bytes holding that
+        session's ``SessionOutput``, and ``into`` is left as it was."""
         if self.state is not State.AWAIT_OPEN or not message.HasField("open"):
             reply = self.receive(message, into)
             return self.supply_model(models(reply.name), into) if isinstance(reply, NeedModel) else reply
@@ -494,7 +501,7 @@ class SessionProtocol:
         counts.model = name = open_.model
         counts.request_id = open_.request_id
         self.state = State.LOADING
-        return self._supplied(models(name), message, open_, into)
+        return self._supplied(models(name), message, open_, into, key)
 
     def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
@@ -503,8 +510,10 @@ class SessionProtocol:
         message, self._pending = self._pending, None
         return self._supplied(model, message, message.open, into)
 
-    def _supplied(self, model: Model, message: Input, open_: pb.Open, into: Output | None) -> Reply:
-        """``supply_model`` of the opening ``message`` (its ``open_``)."""
+    def _supplied(
+        self, model: Model, message: Input, open_: pb.Open, into: Output | None, key: str | None = None
+    ) -> Reply:
+        """``supply_model`` of the opening ``message`` (its ``open_``); ``key``: ``receive_with``'s."""
         with self._failing():
             self._start(model, open_)
             self.state = State.STREAMING
@@ -513,8 +522,22 @@ class SessionProtocol:
                 return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
         # The opening message's only step goes the plain way (the message is counted already):
         # the same reply as the general path's, without its step grouping.
-        self.ledger.tokens += len(ids)
-        return self._plain_reply(self._take_counted(ids, self.ledger.tokens), into, opened=True)
+        ledger = self.ledger
+        if key is not None and _step_reply is not None:
+            # The core's plain step (``receive_serialized``'s), which counts the message itself;
+            # when it declines (nothing done: an unbound ledger, a bad id, the token limit) the
+            # message is counted again and Python applies the step by the same rules.
+            ledger.client_messages -= 1
+            try:
+                data = _step_reply(ledger, list(ids), self.limits.max_tokens_per_session, key)
+            except Exception as exc:
+                self.fail(exc)  # a server bug in the core: the session is over
+                raise
+            if data is not None:
+                return Reply(data or None, opened=True)
+            ledger.client_messages += 1
+        ledger.tokens += len(ids)
+        return self._plain_reply(self._take_counted(ids, ledger.tokens), into, opened=True)
 
     def _plain_reply(self, taken: Taken | None, into: Output | None, opened: bool = False) -> Reply:
         """The reply of a plain step: nothing to send when ``taken`` is None, else ``taken``

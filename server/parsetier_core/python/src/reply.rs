@@ -95,13 +95,14 @@ pub(crate) fn write(
             m.clear();
             varint_field(m, 1, e.kind as u64 + 1);
             // A TOOL_CALL_END's text (the call as written) stays in the engine (convert.py).
+            // Singular strings, left out when empty as protobuf writes them (byte-identical).
             if e.kind != EventKind::ToolCallEnd {
-                string_field(m, 2, out.event_text(e.text));
+                text_field(m, 2, out.event_text(e.text));
             }
             // int32: a negative value is its 64-bit two's complement, as protobuf writes it.
             varint_field(m, 3, e.tool_index as i64 as u64);
             varint_field(m, 4, e.tokens as u64);
-            string_field(m, 5, out.event_text(e.call_id));
+            text_field(m, 5, out.event_text(e.call_id));
             bytes_field(s, 4 + n, m);
         }
     }
@@ -112,14 +113,17 @@ pub(crate) fn write(
 }
 
 /// The plain message of `ledger`'s protocol, `ids` (a sequence of ints), stepped and answered:
-/// the `ParseResponse` bytes to send, empty when nothing is to be sent; None when it is left to
-/// Python (nothing done). A panic in the core raises `RuntimeError` (a server bug).
+/// the `ParseResponse` bytes to send — with `key`, a `ParseBatchResponse`'s holding that
+/// session's `SessionOutput` — empty when nothing is to be sent; None when it is left to Python
+/// (nothing done). A panic in the core raises `RuntimeError` (a server bug).
 #[pyfunction]
+#[pyo3(signature = (ledger, ids, max_tokens, key=None))]
 pub fn step_reply<'py>(
     py: Python<'py>,
     ledger: &Bound<'py, PyAny>,
     ids: &Bound<'py, PyAny>,
     max_tokens: u64,
+    key: Option<&str>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let Ok(ledger) = ledger.cast::<Ledger>() else {
         return Ok(None);
@@ -147,15 +151,18 @@ pub fn step_reply<'py>(
             if let Some(t) = take(ledger, out) {
                 let mut m = Vec::new();
                 let digest = ledger.digest.value;
-                write(
-                    &mut s,
-                    &mut m,
-                    PARSE_RESPONSE,
-                    &t,
-                    ledger.client_messages,
-                    digest,
-                    out,
-                );
+                let f = if let Some(key) = key {
+                    string_field(&mut s, 1, key);
+                    SESSION_OUTPUT
+                } else {
+                    PARSE_RESPONSE
+                };
+                write(&mut s, &mut m, f, &t, ledger.client_messages, digest, out);
+                if key.is_some() {
+                    let mut batch = Vec::with_capacity(s.len() + 4);
+                    bytes_field(&mut batch, 2, &s);
+                    return batch;
+                }
             }
             s
         })
