@@ -520,10 +520,13 @@ class _Reply:
         self.chunks: list[bytes] = []
 
     def add(self, data: bytes) -> None:
-        """The core's bytes, after what Python wrote so far."""
-        self.chunks.append(self.message.SerializeToString())
+        """The core's bytes, after what Python wrote so far (a message Python wrote nothing in
+        stays the one it writes in next: consecutive core replies cost no message each)."""
+        message = self.message
+        if message.ByteSize():
+            self.chunks.append(message.SerializeToString())
+            self.message = pb.ParseBatchResponse()
         self.chunks.append(data)
-        self.message = pb.ParseBatchResponse()
 
     def done(self) -> BatchReply:
         if not self.chunks:

@@ -213,6 +213,8 @@ class Reply(NamedTuple):
 
 _NOTHING = Reply(None)
 """The reply to a message that produced nothing."""
+_OPENED = Reply(None, opened=True)
+"""The reply to an opening message that produced nothing."""
 
 _step_reply = None if native._core is None else native._core.step_reply
 """``_core.step_reply`` (None without a core)."""
@@ -534,7 +536,7 @@ class SessionProtocol:
                 self.fail(exc)  # a server bug in the core: the session is over
                 raise
             if data is not None:
-                return Reply(data or None, opened=True)
+                return Reply(data, True) if data else _OPENED
             ledger.client_messages += 1
         ledger.tokens += len(ids)
         return self._plain_reply(self._take_counted(ids, ledger.tokens), into, opened=True)
@@ -543,7 +545,7 @@ class SessionProtocol:
         """The reply of a plain step: nothing to send when ``taken`` is None, else ``taken``
         written into ``into`` (a new ``ParseResponse`` when None)."""
         if taken is None:
-            return Reply(None, opened=True) if opened else _NOTHING
+            return _OPENED if opened else _NOTHING
         reply = pb.ParseResponse() if into is None else into
         self.write(reply, *taken)
         return Reply(reply, opened=opened)
