@@ -335,6 +335,16 @@ def _same_in_both_and_as_the_policy_says(
         assert got == expected
 
 
+def _compared_message(model: Model, options: SessionOptions, ids: list[int], rng: random.Random):
+    """``ids`` on both engines (one id per step, then in random groups: ``compare``), and the
+    final message the reference session gives them."""
+    compare(model, options, [[i] for i in ids])
+    compare(model, options, random_groups(rng, ids))
+    session = Session(model, options)
+    session.feed(ids)
+    return session.finish("stop").final.message
+
+
 def _in_order(shown: str, text: str) -> bool:
     """Whether ``shown`` is ``text`` with characters left out (markup), none moved."""
     rest = iter(text)
@@ -355,12 +365,8 @@ def test_gemma_held_text_is_shown_once_in_order(value: str) -> None:
     rng = random.Random(f"{SEED}:gemma:{value}")
     for complete in (False, True):
         options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id="gemma")
-        compare(model, options, [[i] for i in ids])
-        compare(model, options, random_groups(rng, ids))
+        message = _compared_message(model, options, ids, rng)
         compare(model, options, random_groups(rng, ids[:-1]), reason="length")  # the call cut off
-        session = Session(model, options)
-        session.feed(ids)
-        message = session.finish("stop").final.message
         assert message.content.count("xyz") + sum(c.arguments.count("xyz") for c in message.tool_calls) == 1
         written = sample.text.replace(hostile_outputs.VALUE, value)
         assert _in_order(message.content, written), (complete, message.content)
@@ -380,11 +386,7 @@ def test_a_broken_pythonic_call_shows_what_no_argument_holds(preset: str, value:
     rng = random.Random(f"{SEED}:pythonic:{preset}:{value}")
     for complete in (False, True):
         options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id="py")
-        compare(model, options, [[i] for i in ids])
-        compare(model, options, random_groups(rng, ids))
-        session = Session(model, options)
-        session.feed(ids)
-        message = session.finish("stop").final.message
+        message = _compared_message(model, options, ids, rng)
         shown = message.content + "".join(c.arguments for c in message.tool_calls)
         assert shown.count("xyz") == 1, (complete, message)
         assert _in_order(message.content, sample.text.replace(hostile_outputs.VALUE, value))
