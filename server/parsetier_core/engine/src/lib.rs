@@ -10,6 +10,7 @@ pub mod digest;
 pub mod events;
 pub mod grammar;
 pub mod json_scan;
+pub mod keyhash;
 pub mod lexer;
 pub mod machine;
 pub mod parser;

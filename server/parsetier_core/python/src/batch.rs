@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use parsetier_engine::events::{DeltaKind, StepOut};
+use parsetier_engine::keyhash::KeyState;
 use parsetier_engine::prefetch::lines as prefetch;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
@@ -34,7 +35,8 @@ use crate::session::PySession;
 #[pyclass(name = "SessionTable", module = "parsetier._core")]
 #[derive(Default)]
 pub struct SessionTable {
-    ledgers: HashMap<TableKey, Py<Ledger>>,
+    /// Keyed by a cheap seeded hash, not std's SipHash: every packed item looks its key up.
+    ledgers: HashMap<TableKey, Py<Ledger>, KeyState>,
 }
 
 #[pymethods]
@@ -275,7 +277,8 @@ impl PackedSteps {
     /// empty; else whether all of them are distinct (`BatchProtocol._apply`'s checks, made
     /// with no Python object per item).
     fn distinct(&self, others: Vec<Bound<'_, PyString>>) -> PyResult<Option<bool>> {
-        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(self.len() + others.len());
+        let mut seen: HashSet<&[u8], KeyState> =
+            HashSet::with_capacity_and_hasher(self.len() + others.len(), KeyState::default());
         let mut distinct = true;
         let mut empty = false;
         for key in &others {
