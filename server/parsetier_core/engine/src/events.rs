@@ -100,12 +100,15 @@ pub fn give_back_items<T>(items: &mut Vec<T>, keep: usize) {
 }
 
 impl StepOut {
-    /// The buffers a step writes from their start (`Session::prefetch`).
-    pub fn prefetch(&self) {
-        crate::prefetch::start(&self.events);
-        crate::prefetch::start(self.event_text.as_bytes());
-        crate::prefetch::start(&self.deltas);
-        crate::prefetch::start(self.delta_text.as_bytes());
+    /// An empty step (`Default`, usable in a `const`: a thread's scratch step).
+    pub const fn new() -> StepOut {
+        StepOut {
+            events: Vec::new(),
+            event_text: String::new(),
+            deltas: Vec::new(),
+            delta_text: String::new(),
+            delivered: 0,
+        }
     }
 
     /// Empties the step; buffers a large step grew beyond the `KEEP_*` capacities shrink back

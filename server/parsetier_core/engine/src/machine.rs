@@ -450,11 +450,14 @@ pub struct Machine {
 }
 
 impl Machine {
-    /// The held text, the scratch and the step's output buffers (`Parser::prefetch`).
+    /// The held text and the scratch it is stepped in (`Parser::prefetch`), when text is held
+    /// (else a step reads neither). `c.out` is not asked for: between steps it is an empty
+    /// placeholder (`Parser::feed` swaps the caller's output in).
     pub fn prefetch(&self) {
-        crate::prefetch::start(self.hold.as_bytes());
-        crate::prefetch::start(self.scratch.as_bytes());
-        self.c.out.prefetch();
+        if !self.hold.is_empty() {
+            crate::prefetch::start(self.hold.as_bytes());
+            crate::prefetch::start(self.scratch.as_bytes());
+        }
     }
 
     /// `echo`: the pattern of the prompt terminal that chose `start`; written again as the
