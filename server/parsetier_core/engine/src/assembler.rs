@@ -102,11 +102,15 @@ fn with_scratch(f: impl FnOnce(&mut String)) {
 }
 
 impl Assembler {
-    /// Where the message's texts grow (`Parser::prefetch`).
+    /// Where the message's texts grow (`Parser::prefetch`): a text not begun yet has no buffer
+    /// to ask for (its pointer is a dangling one, whose prefetch costs a page walk for nothing),
+    /// nor do the delivered calls, which grow only when a call starts.
     pub fn prefetch(&self) {
-        crate::prefetch::text_end(&self.content);
-        crate::prefetch::text_end(&self.reasoning);
-        crate::prefetch::end(&self.delivered);
+        for text in [&self.content, &self.reasoning] {
+            if text.capacity() > 0 {
+                crate::prefetch::text_end(text);
+            }
+        }
     }
 
     pub fn new(d: Delivery, call_id_seed: &str) -> Assembler {

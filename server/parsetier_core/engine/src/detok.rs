@@ -615,14 +615,20 @@ pub struct Scanner {
 }
 
 impl Scanner {
-    /// The decoder's window and text, where a step appends (`Session::prefetch`).
+    /// The decoder's window, where a step appends its ids and from where it decodes them
+    /// (`Session::prefetch`); the prefix's text and the scratch only when the step reads them:
+    /// while the prefix is exact (a `Bytes` vocabulary's steady state) its text is never read
+    /// and the scratch only when a step's bytes are no valid UTF-8, so asking for them cost
+    /// four cache lines per step that it never used.
     pub fn prefetch(&self) {
-        crate::prefetch::end(&self.stream.ids);
-        crate::prefetch::lines(
-            self.stream.prefix.as_ptr(),
-            self.stream.prefix.len().min(192),
-        );
-        crate::prefetch::start(self.stream.scratch.as_bytes());
+        let s = &self.stream;
+        crate::prefetch::end(&s.ids);
+        if !s.exact_prefix || s.prefix.is_empty() {
+            crate::prefetch::lines(s.prefix.as_ptr(), s.prefix.len().min(192));
+            if s.scratch.capacity() > 0 {
+                crate::prefetch::start(s.scratch.as_bytes());
+            }
+        }
     }
 
     /// What a large step grew of the decoder's strings beyond `keep` bytes (`events::give_back`),
