@@ -39,6 +39,18 @@ pub struct SessionTable {
     ledgers: HashMap<TableKey, Py<Ledger>, KeyState>,
 }
 
+impl SessionTable {
+    /// The ledger held for `key`: a short key is looked up as a `TableKey` (on the stack), so
+    /// the table compares it with its entries' inline arrays (`TableKey::eq`).
+    fn find(&self, key: &[u8]) -> Option<&Py<Ledger>> {
+        if key.len() <= INLINE_KEY {
+            self.ledgers.get(&TableKey::new(key))
+        } else {
+            self.ledgers.get(key)
+        }
+    }
+}
+
 #[pymethods]
 impl SessionTable {
     #[new]
@@ -76,7 +88,7 @@ impl SessionTable {
     /// The ledger held for `key`, or None.
     fn get(&self, py: Python<'_>, key: &Bound<'_, PyString>) -> PyResult<Option<Py<Ledger>>> {
         let key = key.to_str()?.as_bytes();
-        Ok(self.ledgers.get(key).map(|l| l.clone_ref(py)))
+        Ok(self.find(key).map(|l| l.clone_ref(py)))
     }
 
     /// The keys held (in no order).
@@ -135,8 +147,13 @@ impl std::hash::Hash for TableKey {
 }
 
 impl PartialEq for TableKey {
+    /// Two inline keys compare as their whole arrays (zero past their length): a few word
+    /// compares where a slice compare called `memcmp` for every lookup.
     fn eq(&self, other: &Self) -> bool {
-        self.bytes() == other.bytes()
+        match (self, other) {
+            (TableKey::Inline(n, a), TableKey::Inline(m, b)) => n == m && a == b,
+            _ => self.bytes() == other.bytes(),
+        }
     }
 }
 
@@ -216,7 +233,7 @@ impl PackedSteps {
         // thousand sessions no session's state stays in cache from one message to the next).
         let ledgers: Vec<Option<&Py<Ledger>>> = (start..stop)
             .map(|at| {
-                let ledger = table.ledgers.get(self.key_of(at));
+                let ledger = table.find(self.key_of(at));
                 if let Some(l) = ledger {
                     prefetch(l.as_ptr().cast(), LEDGER_BYTES);
                 }
