@@ -245,6 +245,8 @@ impl PackedSteps {
         }
         let mut at = start;
         let mut why = TO_PYTHON;
+        // One scratch step output for the run (the thread's: no allocation once it has grown).
+        let mut out = PySession::take_out();
         while at < stop {
             let ids = &self.ids[self.offsets[at]..self.offsets[at + 1]];
             let key = self.key_of(at);
@@ -254,15 +256,31 @@ impl PackedSteps {
             if let Some(Some(next)) = ledgers.get(at + 1 - start) {
                 prefetch_buffers(py, next);
             }
-            match self.item(py, ledgers[at - start], key, ids, max_tokens, &mut w)? {
-                Stepped::Yes => at += 1,
-                Stepped::No => break,
-                Stepped::Failed => {
+            let item = self.item(
+                py,
+                ledgers[at - start],
+                key,
+                ids,
+                max_tokens,
+                &mut out,
+                &mut w,
+            );
+            match item {
+                Ok(Stepped::Yes) => at += 1,
+                Ok(Stepped::No) => break,
+                Ok(Stepped::Failed) => {
+                    // A step that panicked may have left the scratch half written.
+                    out = StepOut::default();
                     why = FAILED;
                     break;
                 }
+                Err(e) => {
+                    PySession::give_back_out(out);
+                    return Err(e);
+                }
             }
         }
+        PySession::give_back_out(out);
         Ok((at, why, PyBytes::new(py, &w.finish())))
     }
 
@@ -563,7 +581,9 @@ impl PackedSteps {
         Ok(PyString::new(py, key))
     }
 
-    /// Step one item: `ledger` is what the table holds for `key` (None: Python's item).
+    /// Step one item: `ledger` is what the table holds for `key` (None: Python's item); `out`
+    /// is the run's scratch step output.
+    #[allow(clippy::too_many_arguments)]
     fn item(
         &self,
         py: Python<'_>,
@@ -571,6 +591,7 @@ impl PackedSteps {
         key: &[u8],
         ids: &[u32],
         max_tokens: u64,
+        out: &mut StepOut,
         w: &mut Replies,
     ) -> PyResult<Stepped> {
         if ids.is_empty() || ids.len() > FEED_PIECE {
@@ -591,7 +612,7 @@ impl PackedSteps {
         ledger.tokens += ids.len() as u64;
         let ledger = &mut *ledger;
         let stepped = catch_unwind(AssertUnwindSafe(|| {
-            session.step_raw(ids, |out| w.reply(key, ledger, out))
+            session.step_into(ids, out, |out| w.reply(key, ledger, out))
         }));
         Ok(if stepped.is_ok() {
             Stepped::Yes

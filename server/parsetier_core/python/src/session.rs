@@ -324,13 +324,36 @@ impl PySession {
 
     /// Feed ids `accepts` took and hand the step's output to `reply` (then drop it).
     pub(crate) fn step_raw<R>(&mut self, ids: &[u32], reply: impl FnOnce(&StepOut) -> R) -> R {
-        self.ids_seen = true;
         let mut out = RAW_OUT.take();
-        self.core.feed(ids, &mut out);
-        let result = reply(&out);
-        out.clear();
+        let result = self.step_into(ids, &mut out, reply);
         RAW_OUT.set(out);
         result
+    }
+
+    /// `step_raw` with the caller's scratch output (empty; emptied again after `reply`): the
+    /// packed path steps a message's items with one, taken from the thread once per call.
+    #[inline]
+    pub(crate) fn step_into<R>(
+        &mut self,
+        ids: &[u32],
+        out: &mut StepOut,
+        reply: impl FnOnce(&StepOut) -> R,
+    ) -> R {
+        self.ids_seen = true;
+        self.core.feed(ids, out);
+        let result = reply(out);
+        out.clear();
+        result
+    }
+
+    /// The thread's scratch step output (`RAW_OUT`), taken for a run of `step_into` calls; give
+    /// it back with `give_back_out`.
+    pub(crate) fn take_out() -> StepOut {
+        RAW_OUT.take()
+    }
+
+    pub(crate) fn give_back_out(out: StepOut) {
+        RAW_OUT.set(out);
     }
 
     /// `finish` with no held text and no stop text (`reply::finish_reply`): hand the last
