@@ -4,9 +4,8 @@
 //! one feed's deltas merged into runs.
 
 use crate::call_ids::IdMaker;
-use std::cell::RefCell;
 
-use crate::events::{give_back, Delta, DeltaKind, EventKind, Span, StepOut, KEEP_TEXT};
+use crate::events::{Delta, DeltaKind, EventKind, Span, StepOut};
 use crate::pyjson::{self, Value, MAX_DEPTH};
 use crate::text::{py_lstrip, py_rstrip};
 
@@ -88,21 +87,6 @@ pub struct Assembler {
     run_head: Option<(Span, Span)>,
 }
 
-thread_local! {
-    /// A text event's piece after its edges are trimmed: scratch, dead between two steps, so one
-    /// per thread rather than one per session (each open session held what its last step grew).
-    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
-/// `f` with the thread's scratch piece, emptied; what a large piece grew of it is given back.
-fn with_scratch(f: impl FnOnce(&mut String)) {
-    SCRATCH.with_borrow_mut(|piece| {
-        piece.clear();
-        f(piece);
-        give_back(piece, KEEP_TEXT);
-    });
-}
-
 impl Assembler {
     /// Where the message's texts grow (`Parser::prefetch`): a text not begun yet has no buffer
     /// to ask for (its pointer is a dangling one, whose prefetch costs a page walk for nothing),
@@ -154,13 +138,19 @@ impl Assembler {
                         self.show(text, deltas, delta_text);
                     }
                 }
-                EventKind::Reasoning => with_scratch(|piece| {
-                    self.reasoning_edges.push(text, piece);
-                    if !piece.is_empty() && self.d.include_reasoning {
-                        self.reasoning.push_str(piece);
-                        self.text_run(Run::Reasoning, piece, deltas, delta_text);
+                EventKind::Reasoning => {
+                    // Trimmed straight into the deltas' text (taken back out when reasoning is
+                    // not shown): no scratch piece and no second copy per text event.
+                    let end = delta_text.len();
+                    if self.reasoning_edges.push(text, delta_text) {
+                        if self.d.include_reasoning {
+                            self.open_run(Run::Reasoning, deltas, end);
+                            self.reasoning.push_str(&delta_text[end..]);
+                        } else {
+                            delta_text.truncate(end);
+                        }
                     }
-                }),
+                }
                 EventKind::ReasoningStart => self.reasoning_edges = EdgeTrim::default(),
                 EventKind::ToolCallStart => {
                     let id = &event_text[ev.call_id.0 as usize..ev.call_id.1 as usize];
@@ -194,18 +184,18 @@ impl Assembler {
         *delivered = events.len();
     }
 
-    /// Content through the edge policy into the message and the deltas.
+    /// Content through the edge policy into the message and the deltas: trimmed straight into
+    /// the deltas' text, its run opened where it starts (`open_run` closes the previous run
+    /// there), then copied into the message.
     fn show(&mut self, text: &str, deltas: &mut Vec<Delta>, delta_text: &mut String) {
         if text.is_empty() {
             return;
         }
-        with_scratch(|piece| {
-            self.content_edges.push(text, piece);
-            if !piece.is_empty() {
-                self.content.push_str(piece);
-                self.text_run(Run::Content, piece, deltas, delta_text);
-            }
-        });
+        let end = delta_text.len();
+        if self.content_edges.push(text, delta_text) {
+            self.open_run(Run::Content, deltas, end);
+            self.content.push_str(&delta_text[end..]);
+        }
     }
 
     fn open_run(&mut self, kind: Run, deltas: &mut Vec<Delta>, end: usize) {
@@ -215,20 +205,6 @@ impl Assembler {
             self.run_start = end;
             self.run_head = None;
         }
-    }
-
-    fn text_run(
-        &mut self,
-        kind: Run,
-        text: &str,
-        deltas: &mut Vec<Delta>,
-        delta_text: &mut String,
-    ) {
-        if text.is_empty() {
-            return;
-        }
-        self.open_run(kind, deltas, delta_text.len());
-        delta_text.push_str(text);
     }
 
     fn close_run(&mut self, deltas: &mut Vec<Delta>, end: usize) {
