@@ -91,8 +91,9 @@ thread_local! {
     /// The step output of the raw paths (`step_raw`, `finish_raw`: the packed `ParseBatch` items,
     /// the `Parse` stream's plain messages): scratch, empty between two steps, so one per thread
     /// rather than the session's own `out`. With a thousand sessions stepped in turn, each
-    /// session's four output buffers were four cache lines fetched from memory per item (and
-    /// ~1 KiB it held between steps); the thread's stay in cache from one item to the next.
+    /// session's four output buffers were four cache lines fetched from memory per item (and up
+    /// to ~1.2 KiB of capacity it held between steps); the thread's stay in cache from one item
+    /// to the next.
     /// Taken out for a step and put back after it, as `STEP_IDS`.
     static RAW_OUT: Cell<StepOut> = const { Cell::new(StepOut::new()) };
 }
