@@ -532,8 +532,8 @@ def test_the_core_answers_an_opening_entrys_plain_step(encode, qwen3, monkeypatc
     answered: list[bool] = []
     original = protocol._step_reply
 
-    def counting(ledger, ids, max_tokens, key=None):
-        reply = original(ledger, ids, max_tokens, key)
+    def counting(ledger, ids, max_tokens, key=None, counted=False):
+        reply = original(ledger, ids, max_tokens, key, counted)
         answered.append(reply is not None)
         return reply
 

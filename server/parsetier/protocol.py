@@ -526,18 +526,16 @@ class SessionProtocol:
         # the same reply as the general path's, without its step grouping.
         ledger = self.ledger
         if key is not None and _step_reply is not None:
-            # The core's plain step (``receive_serialized``'s), which counts the message itself;
-            # when it declines (nothing done: an unbound ledger, a bad id, the token limit) the
-            # message is counted again and Python applies the step by the same rules.
-            ledger.client_messages -= 1
+            # The core's plain step (``receive_serialized``'s), told the message is counted
+            # (``counted``); when it declines (nothing done: an unbound ledger, a bad id, the
+            # token limit) Python applies the step by the same rules.
             try:
-                data = _step_reply(ledger, list(ids), self.limits.max_tokens_per_session, key)
+                data = _step_reply(ledger, list(ids), self.limits.max_tokens_per_session, key, True)
             except Exception as exc:
                 self.fail(exc)  # a server bug in the core: the session is over
                 raise
             if data is not None:
                 return Reply(data, True) if data else _OPENED
-            ledger.client_messages += 1
         ledger.tokens += len(ids)
         return self._plain_reply(self._take_counted(ids, ledger.tokens), into, opened=True)
 

@@ -115,15 +115,18 @@ pub(crate) fn write(
 /// The plain message of `ledger`'s protocol, `ids` (a sequence of ints), stepped and answered:
 /// the `ParseResponse` bytes to send — with `key`, a `ParseBatchResponse`'s holding that
 /// session's `SessionOutput` — empty when nothing is to be sent; None when it is left to Python
-/// (nothing done). A panic in the core raises `RuntimeError` (a server bug).
+/// (nothing done). `counted`: the caller counted the message already (an opening message,
+/// counted before its Open was applied), so the step counts its tokens only and a decline
+/// leaves nothing to undo. A panic in the core raises `RuntimeError` (a server bug).
 #[pyfunction]
-#[pyo3(signature = (ledger, ids, max_tokens, key=None))]
+#[pyo3(signature = (ledger, ids, max_tokens, key=None, counted=false))]
 pub fn step_reply<'py>(
     py: Python<'py>,
     ledger: &Bound<'py, PyAny>,
     ids: &Bound<'py, PyAny>,
     max_tokens: u64,
     key: Option<&str>,
+    counted: bool,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let Ok(ledger) = ledger.cast::<Ledger>() else {
         return Ok(None);
@@ -142,7 +145,9 @@ pub fn step_reply<'py>(
     {
         return Ok(None);
     }
-    ledger.client_messages += 1;
+    if !counted {
+        ledger.client_messages += 1;
+    }
     ledger.tokens += ids.len() as u64;
     let ledger = &mut *ledger;
     let written = catch_unwind(AssertUnwindSafe(|| {
