@@ -107,6 +107,42 @@ def test_opens_differing_in_one_option_share_nothing() -> None:
     assert convert.opening_of(opens[0], unary=True).options != convert.opening_of(opens[0]).options
 
 
+@pytest.mark.parametrize("unary", [False, True])
+def test_an_open_of_shared_fields_only_is_keyed_by_its_bytes(unary: bool) -> None:
+    """``shared_only`` (the protocol read that the Open sets no per-session field but the model):
+    its bytes key an ``Opening`` equal to the one its fields key and to the Open read whole, kept
+    and shared; Opens that differ in a shared field (set explicitly to its default too) have one
+    each; a large one is not kept."""
+    opens = [o for o in _opens() if not (o.request_id or o.prompt_token_ids or o.choice_index)]
+    kept = []
+    for open_ in opens:
+        got = convert.opening_of(open_, unary=unary, shared_only=True)
+        assert got == convert.opening_of(open_, unary=unary)
+        assert (
+            convert.opening_of(pb.Open.FromString(open_.SerializeToString()), unary=unary, shared_only=True)
+            is got
+        )
+        kept.append(got)
+    assert len({id(o) for o in kept}) == len(opens)
+    big = pb.Open(model="qwen3", stop=["x" * (convert.OPENING_KEY_TEXT + 1)])
+    assert convert.opening_of(big, shared_only=True) is not convert.opening_of(big, shared_only=True)
+
+
+def test_sessions_with_their_own_fields_share_one_opening(registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions whose Opens differ only in per-session fields (request ids here) keep one
+    ``Opening`` between them (a key per request would push the shared ones out), and those
+    that set none keep one of their own (their bytes)."""
+    monkeypatch.setattr(convert, "_openings", {})
+    model = registry.get("qwen3")
+    for request_id in ["", "", *(f"req-{i}" for i in range(convert.OPENINGS + 1))]:
+        protocol = SessionProtocol(Limits())
+        need = protocol.receive(pb.ParseRequest(open=pb.Open(model="qwen3", request_id=request_id)))
+        assert isinstance(need, NeedModel)
+        protocol.supply_model(model)
+        assert protocol.counts.request_id == request_id
+    assert len(convert._openings) == 2
+
+
 def test_openings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """At most ``OPENINGS`` are kept; an Open whose shared fields hold a large text is read
     whole each time, never kept."""

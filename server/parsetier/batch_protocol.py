@@ -254,8 +254,14 @@ class BatchProtocol:
             if protocol is not None:
                 self._end_with(outputs, key, protocol, ProtocolError(Code.CANCELLED, CANCELLED_BY_CLIENT))
             return  # cancelling a session that already ended is a harmless race
+        opening = None
         if protocol is None:
-            protocol = self._open(outputs, key, entry)
+            if not entry.HasField("open"):
+                error = out_of_order(f"no open session {key!r}: its first entry must carry open")
+                _status(outputs, key, error)
+                return
+            opening = entry.open
+            protocol = self._open(outputs, key, opening)
             if protocol is None:
                 return
         elif reply is not None:
@@ -272,7 +278,11 @@ class BatchProtocol:
         output = outputs.add()
         try:
             # With ``reply``, an opening entry's plain step may be answered by the core (its bytes).
-            done = protocol.receive_with(entry, self._model, output, None if reply is None else key)
+            answer = None if reply is None else key
+            if opening is None:
+                done = protocol.receive_with(entry, self._model, output, answer)
+            else:  # the session's protocol is new: the Open read above opens it
+                done = protocol.open_with(entry, opening, self._model, output, answer)
         except Exception as exc:
             del outputs[-1]
             self._end_with(outputs, key, protocol, _session_error(exc))
@@ -358,35 +368,30 @@ class BatchProtocol:
                 return
         protocol.write(outputs.add(key=key), deltas, events, wire)
 
-    def _open(self, outputs, key: str, entry: pb.SessionInput) -> SessionProtocol | None:
-        """A new session for ``key``, or None when its first entry is refused (answered in
-        ``outputs``)."""
-        if not entry.HasField("open"):
-            _status(outputs, key, out_of_order(f"no open session {key!r}: its first entry must carry open"))
-            return None
+    def _open(self, outputs, key: str, open_: pb.Open) -> SessionProtocol | None:
+        """A new session for ``key`` (its first entry's Open: ``open_``), or None when it is
+        refused (answered in ``outputs``)."""
         counts = self.hooks.new_counts()
         if len(self.sessions) >= self.limits.max_sessions_per_stream:
             error = exhausted(
                 f"the stream has {len(self.sessions)} open sessions; the limit is "
                 f"{self.limits.max_sessions_per_stream}"
             )
-            return self._refuse(outputs, key, entry, counts, error)
+            return self._refuse(outputs, key, open_, counts, error)
         try:
             self.hooks.admit()
         except ProtocolError as error:
-            return self._refuse(outputs, key, entry, counts, error)
+            return self._refuse(outputs, key, open_, counts, error)
         protocol = SessionProtocol(self.limits, counts)
         self.sessions[key] = protocol
         if self.table is not None:
             self.table.add(key, protocol.ledger)
         return protocol
 
-    def _refuse(
-        self, outputs, key: str, entry: pb.SessionInput, counts: SessionCounts, error: ProtocolError
-    ) -> None:
+    def _refuse(self, outputs, key: str, open_: pb.Open, counts: SessionCounts, error: ProtocolError) -> None:
         """A refused open: its status, and its ``session_end`` with the model and request id it
-        named (an accepted one's protocol reads them: ``receive_with``)."""
-        counts.model, counts.request_id = entry.open.model, entry.open.request_id
+        named (an accepted one's protocol reads them: ``open_with``)."""
+        counts.model, counts.request_id = open_.model, open_.request_id
         counts.client_messages += 1
         _status(outputs, key, error)
         self.hooks.ended(counts, error, False)

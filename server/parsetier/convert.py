@@ -261,14 +261,28 @@ def _opening_key(open_: pb.Open, unary: bool) -> tuple | None:
     return tuple(key)
 
 
-def opening_of(open_: pb.Open, *, unary: bool = False) -> Opening:
+def _bytes_key(open_: pb.Open, unary: bool) -> tuple | None:
+    """The key of an Open that sets no per-session field but the model: ``unary`` and its bytes.
+    Equal bytes parse to equal fields, so an ``Opening`` kept under them is that Open's; an
+    equal Open may serialize otherwise (another model, unknown fields, a map's order), and only
+    gets an ``Opening`` of its own. (The model and unknown fields are in the bytes: harmless.)
+    Never equal to an ``_opening_key`` (whose second item is a field number). Bytes past
+    ``OPENING_KEY_TEXT`` take ``_opening_key``, which may keep no key."""
+    data = open_.SerializeToString()
+    return (unary, data) if len(data) <= OPENING_KEY_TEXT else _opening_key(open_, unary)
+
+
+def opening_of(open_: pb.Open, *, unary: bool = False, shared_only: bool = False) -> Opening:
     """``wants`` and ``options_of`` of an ``Open`` with its per-session fields left out, made
     once per set of values and shared (the last ``OPENINGS``): most of a deployment's opens set
     the same options (tools, switches), and reading them was the largest part of an open. A
     session's own fields go back in with ``session_options``. ``SessionOptions`` is frozen and
     nothing changes a value in it (``chat_template_kwargs`` is only read), so sessions may share
-    one. A refused ``Open`` raises each time and is not kept."""
-    key = _opening_key(open_, unary)
+    one. A refused ``Open`` raises each time and is not kept.
+
+    ``shared_only``: the caller read that the Open sets no ``_PER_SESSION`` field but the model.
+    Its serialized bytes are then its key (``_bytes_key``), a third of ``_opening_key``'s cost."""
+    key = _bytes_key(open_, unary) if shared_only else _opening_key(open_, unary)
     found = None if key is None else _openings.get(key)
     if found is not None:
         return found
@@ -291,7 +305,11 @@ def opening_of(open_: pb.Open, *, unary: bool = False) -> Opening:
 def session_options(opening: Opening, open_: pb.Open) -> SessionOptions:
     """A session's ``SessionOptions``: its ``Opening``'s, with the ``Open``'s own request id,
     prompt and choice (the same value ``options_of`` makes; the shared one when it sets none)."""
-    request_id, prompt, choice = open_.request_id, open_.prompt_token_ids, open_.choice_index
+    return options_with(opening, open_.request_id, open_.prompt_token_ids, open_.choice_index)
+
+
+def options_with(opening: Opening, request_id: str, prompt: Sequence[int], choice: int) -> SessionOptions:
+    """``session_options`` of an Open's own fields, read by the caller."""
     if not request_id and not prompt and not choice:
         return opening.options
     # Keywords, not ``replace`` (which costs several times more), and derived from the fields,

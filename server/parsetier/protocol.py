@@ -246,12 +246,15 @@ def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list
         yield ids
 
 
-def _only_ids(message: Input) -> Sequence[int] | None:
+def _only_ids(message: Input, steps: Sequence[pb.Step] | None = None) -> Sequence[int] | None:
     """The token ids of a message's only step, when it has no logprobs and no Finish follows
-    (maybe none: a text step); None for any other message."""
-    if len(message.steps) != 1 or message.HasField("finish"):
+    (maybe none: a text step); None for any other message. ``steps``: the message's, when the
+    caller has read them."""
+    if steps is None:
+        steps = message.steps
+    if len(steps) != 1 or message.HasField("finish"):
         return None
-    step = message.steps[0]
+    step = steps[0]
     return None if step.HasField("logprobs") else step.token_ids
 
 
@@ -495,15 +498,30 @@ class SessionProtocol:
         if self.state is not State.AWAIT_OPEN or not message.HasField("open"):
             reply = self.receive(message, into)
             return self.supply_model(models(reply.name), into) if isinstance(reply, NeedModel) else reply
+        return self.open_with(message, message.open, models, into, key)
+
+    def open_with(
+        self,
+        message: Input,
+        open_: pb.Open,
+        models: Callable[[str], Model],
+        into: Output | None = None,
+        key: str | None = None,
+    ) -> Reply:
+        """``receive_with`` of a message that opens the session (in AWAIT_OPEN), its ``Open``
+        (``open_``) read by the caller: a ``ParseBatch`` stream reads an entry's Open to open
+        its session and hands it on, rather than have it read again (a field read is a lookup
+        in the message, each time)."""
         self.ledger.client_messages += 1
-        open_ = message.open
-        with self._failing():
-            self.limits.check_steps(len(message.steps))
+        steps = message.steps
+        if len(steps) > self.limits.max_steps_per_message:
+            with self._failing():
+                self.limits.check_steps(len(steps))
         counts = self.counts
         counts.model = name = open_.model
-        counts.request_id = open_.request_id
+        counts.request_id = request_id = open_.request_id
         self.state = State.LOADING
-        return self._supplied(models(name), message, open_, into, key)
+        return self._supplied(models(name), message, open_, into, key, steps, request_id)
 
     def supply_model(self, model: Model, into: Output | None = None) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
@@ -513,13 +531,21 @@ class SessionProtocol:
         return self._supplied(model, message, message.open, into)
 
     def _supplied(
-        self, model: Model, message: Input, open_: pb.Open, into: Output | None, key: str | None = None
+        self,
+        model: Model,
+        message: Input,
+        open_: pb.Open,
+        into: Output | None,
+        key: str | None = None,
+        steps: Sequence[pb.Step] | None = None,
+        request_id: str | None = None,
     ) -> Reply:
-        """``supply_model`` of the opening ``message`` (its ``open_``); ``key``: ``receive_with``'s."""
+        """``supply_model`` of the opening ``message`` (its ``open_``); ``key``: ``receive_with``'s;
+        ``steps`` and ``request_id``: the message's and the Open's, when the caller read them."""
         with self._failing():
-            self._start(model, open_)
+            self._start(model, open_, request_id)
             self.state = State.STREAMING
-            ids = _only_ids(message)
+            ids = _only_ids(message, steps)
             if not ids:  # steps of the general path, a Finish, or nothing
                 return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
         # The opening message's only step goes the plain way (the message is counted already):
@@ -594,18 +620,27 @@ class SessionProtocol:
         if state is State.AWAIT_OPEN and not message.HasField("open") and has_data:
             raise out_of_order("the stream must start with Open before steps or Finish")
 
-    def _start(self, model: Model, open_: pb.Open) -> None:
-        """Create the session for an accepted Open; a resumed one feeds its history silently here."""
-        opening = convert.opening_of(open_, unary=self.unary)
+    def _start(self, model: Model, open_: pb.Open, request_id: str | None = None) -> None:
+        """Create the session for an accepted Open; a resumed one feeds its history silently here.
+        Each per-session field of the Open is read once (``request_id``: when the caller read
+        it); an Open that sets none but the model shares its ``Opening`` by its bytes
+        (``convert.opening_of``'s ``shared_only``)."""
+        if request_id is None:
+            request_id = open_.request_id
+        prompt, choice = open_.prompt_token_ids, open_.choice_index
+        wire, resumable, resuming = open_.HasField("wire"), open_.resumable, open_.HasField("resume")
+        own = bool(request_id or prompt or choice)
+        shared_only = not (own or wire or resumable or resuming)
+        opening = convert.opening_of(open_, unary=self.unary, shared_only=shared_only)
         self.want_deltas, self.want_events = opening.want_deltas, opening.want_events
-        options = convert.session_options(opening, open_)
-        self.counts.choice_index = options.choice_index
+        options = convert.options_with(opening, request_id, prompt, choice) if own else opening.options
+        self.counts.choice_index = choice
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options, opening.options)
-        if open_.HasField("wire"):
+        if wire:
             self.renderer = renderer(convert.wire_request_of(open_), self.session)
-        self.resumable = open_.resumable
-        if open_.HasField("resume") and not self.unary:  # ParseOnce ignores a resume point
+        self.resumable = resumable
+        if resuming and not self.unary:  # ParseOnce ignores a resume point
             point = open_.resume
             history = self._feed(point.history)  # silent: the client has this output
             self._digest(history)
