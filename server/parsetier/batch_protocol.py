@@ -161,9 +161,9 @@ class BatchProtocol:
         # is refused before it needs a model; a packed item never opens), so the usual entry
         # costs no Open check here.
         missing = {
-            e.open.model
+            name
             for e in entries
-            if e.HasField("open") and e.open.model not in models and e.key not in sessions
+            if e.HasField("open") and (name := e.open.model) not in models and e.key not in sessions
         }
         if missing:
             self._pending = message

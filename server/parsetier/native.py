@@ -170,15 +170,30 @@ def native_grammar(grammar: BoundGrammar) -> Any:
     return made
 
 
+_MODELS = 64
+_model_parts: dict[int, tuple[Model, tuple[Any, Any]]] = {}
+"""``id(model)`` → (that model, its ``native_parts``): the last ``_MODELS`` models the core served,
+each found with one lookup at a session's open (its detokenizer and grammar are two lookups of
+their own, under keys made per call)."""
+
+
 def native_parts(model: Model) -> tuple[Any, Any] | None:
     """(detokenizer, grammar) of a model the core serves; None (said once in the log, kept for
     ``fallback_reason``) when it does not."""
+    found = _model_parts.get(id(model))
+    if found is not None and found[0] is model:
+        return found[1]
     if model.name in _refused:
         return None
     try:
         if _core is None:
             raise NativeUnsupported(unavailable)
-        return detokenizer(model.tokenizer, model.grammar), native_grammar(model.grammar)
+        parts = detokenizer(model.tokenizer, model.grammar), native_grammar(model.grammar)
+        with _lock:
+            if len(_model_parts) >= _MODELS:
+                _model_parts.pop(next(iter(_model_parts)))
+            _model_parts[id(model)] = (model, parts)
+        return parts
     except NativeUnsupported as exc:
         _refused[model.name] = str(exc)
         log.warning("model %s runs on the reference engine: %s", model.name, exc)
@@ -367,7 +382,7 @@ class NativeSession:
             grammar,
             tools,
             start,
-            list(options.prompt_token_ids[-PROMPT_CONTEXT:]),
+            options.prompt_token_ids[-PROMPT_CONTEXT:],
             options.events,
             include_reasoning=options.include_reasoning,
             tool_choice=options.tool_choice,

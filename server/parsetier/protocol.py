@@ -382,7 +382,7 @@ class SessionProtocol:
         session = self.session
         if reason is None or not isinstance(session, native.NativeSession):
             return None
-        if finish.WhichOneof("matched_stop") is not None and session.options.include_stop_text:
+        if session.options.include_stop_text and finish.WhichOneof("matched_stop") is not None:
             return None
         try:
             done = session.finish_reply(self.ledger, reason, key)
@@ -542,12 +542,15 @@ class SessionProtocol:
     ) -> Reply:
         """``supply_model`` of the opening ``message`` (its ``open_``); ``key``: ``receive_with``'s;
         ``steps`` and ``request_id``: the message's and the Open's, when the caller read them."""
-        with self._failing():
+        try:  # ``_failing``, spelled out: no context manager made per open
             self._start(model, open_, request_id)
             self.state = State.STREAMING
             ids = _only_ids(message, steps)
             if not ids:  # steps of the general path, a Finish, or nothing
                 return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
+        except BaseException as exc:
+            self._failed(exc)
+            raise
         # The opening message's only step goes the plain way (the message is counted already):
         # the same reply as the general path's, without its step grouping.
         ledger = self.ledger
@@ -738,6 +741,13 @@ class SessionProtocol:
     def _failing(self) -> _FailOnError:
         return _FailOnError(self)
 
+    def _failed(self, exc: BaseException) -> None:
+        """``exc`` ends the session (``FAILED``): a session error is raised as its
+        ``StatusError``; anything else (a server bug) returns, for the caller to re-raise."""
+        error = self.fail(exc)
+        if error is not None and error is not exc:
+            raise error from None
+
 
 class _FailOnError:
     """Context manager: any exception marks the protocol FAILED; session errors become
@@ -752,9 +762,6 @@ class _FailOnError:
         return None
 
     def __exit__(self, kind, exc, tb) -> bool:
-        if exc is None:
-            return False
-        error = self.protocol.fail(exc)
-        if error is not None and error is not exc:
-            raise error from None
+        if exc is not None:
+            self.protocol._failed(exc)
         return False

@@ -35,10 +35,13 @@ class SessionGate:
         self.check_open()
         if self.active >= self.max_sessions:
             raise exhausted(f"server has {self.active} open sessions; the limit is {self.max_sessions}")
-        self.active += 1
-        self.peak = max(self.peak, self.active)
-        self._peak_since_look = max(self._peak_since_look, self.active)
-        self._idle.clear()
+        self.active = active = self.active + 1
+        if active > self.peak:
+            self.peak = active
+        if active > self._peak_since_look:
+            self._peak_since_look = active
+        if active == 1:  # the first: ``leave`` sets it when the last one goes (a call per session)
+            self._idle.clear()
 
     def leave(self) -> None:
         self.active -= 1
