@@ -271,7 +271,7 @@ class BatchProtocol:
                 self._end_with(outputs, key, protocol, _session_error(exc))
                 return
             if finished is not None:
-                reply.add(finished.response)  # type: ignore[arg-type]  # the core's bytes
+                reply.add(finished)
                 self._drop(key)
                 self.hooks.ended(protocol.counts, None, True)
                 return

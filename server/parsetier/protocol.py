@@ -293,6 +293,21 @@ class SessionProtocol:
     """The rules of one session (see the module docstring). Not thread-safe: one caller at a
     time, though that caller may hand a large message to a worker thread."""
 
+    __slots__ = (
+        "_pending",
+        "counts",
+        "ledger",
+        "limits",
+        "renderer",
+        "resumable",
+        "session",
+        "state",
+        "unary",
+        "want_deltas",
+        "want_events",
+    )
+    """One per session, made and dropped with it: no instance dict to build and free."""
+
     def __init__(self, limits: Limits, counts: SessionCounts | None = None, *, unary: bool = False) -> None:
         self.limits = limits
         self.counts = counts if counts is not None else SessionCounts()
@@ -357,18 +372,19 @@ class SessionProtocol:
                     raise
                 if data is not None:
                     return Reply(data) if data else _NOTHING
-        reply = self.finish_serialized(message)
-        return reply if reply is not None else self.receive(message)
+        data = self.finish_serialized(message)
+        return Reply(data, finished=True) if data is not None else self.receive(message)
 
-    def finish_serialized(self, message: Input, key: str | None = None) -> Reply | None:
+    def finish_serialized(self, message: Input, key: str | None = None) -> bytes | None:
         """A plain Finish answered by the core: the message counted, the session finished and
-        its reply written as ``_apply`` and ``write`` would (``NativeSession.finish_reply``);
-        ``Reply.response`` is a ``ParseResponse``'s bytes, or with ``key`` a
-        ``ParseBatchResponse``'s holding that session's ``SessionOutput``. None, nothing done,
-        for any other message (``receive`` applies it). Plain is a message carrying a Finish
-        and nothing else (a reason it takes, no matched stop the final result would show) for a
-        STREAMING session the core steps alone (its ledger bound: parse-only, no wire dialect);
-        ``other_choices_usage`` only shows in wire bytes, which such a session has none of."""
+        its reply written as ``_apply`` and ``write`` would (``NativeSession.finish_reply``):
+        the reply's bytes, a ``ParseResponse``'s or with ``key`` a ``ParseBatchResponse``'s
+        holding that session's ``SessionOutput`` (bytes, not a ``Reply``: such a message always
+        finishes). None, nothing done, for any other message (``receive`` applies it). Plain
+        is a message carrying a Finish and nothing else (a reason it takes, no matched stop the
+        final result would show) for a STREAMING session the core steps alone (its ledger
+        bound: parse-only, no wire dialect); ``other_choices_usage`` only shows in wire bytes,
+        which such a session has none of."""
         if (
             self.state is not State.STREAMING
             or self.renderer is not None
@@ -393,7 +409,7 @@ class SessionProtocol:
             return None
         data, self.counts.finish_reason = done
         self._leave(State.FINISHED)
-        return Reply(data, finished=True)
+        return data
 
     def plain_ids(self, message: Input) -> Sequence[int] | None:
         """The token ids of a plain message, None for any other: the one rule of which messages
@@ -559,7 +575,7 @@ class SessionProtocol:
             # (``counted``); when it declines (nothing done: an unbound ledger, a bad id, the
             # token limit) Python applies the step by the same rules.
             try:
-                data = _step_reply(ledger, list(ids), self.limits.max_tokens_per_session, key, True)
+                data = _step_reply(ledger, ids, self.limits.max_tokens_per_session, key, True)
             except Exception as exc:
                 self.fail(exc)  # a server bug in the core: the session is over
                 raise
