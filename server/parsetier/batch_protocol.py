@@ -275,26 +275,25 @@ class BatchProtocol:
                 self._drop(key)
                 self.hooks.ended(protocol.counts, None, True)
                 return
-        output = outputs.add()
+        # The session's output is added only when Python writes one (``Into``): not for a reply
+        # of nothing or of the core's bytes.
+        written = len(outputs)
         try:
             # With ``reply``, an opening entry's plain step may be answered by the core (its bytes).
             answer = None if reply is None else key
             if opening is None:
-                done = protocol.receive_with(entry, self._model, output, answer)
+                done = protocol.receive_with(entry, self._model, outputs.add, answer)
             else:  # the session's protocol is new: the Open read above opens it
-                done = protocol.open_with(entry, opening, self._model, output, answer)
+                done = protocol.open_with(entry, opening, self._model, outputs.add, answer)
         except Exception as exc:
-            del outputs[-1]
+            del outputs[written:]  # an output begun before the error
             self._end_with(outputs, key, protocol, _session_error(exc))
             return
         response = done.response
-        if response is None:
-            del outputs[-1]
-        elif type(response) is bytes:
-            del outputs[-1]
+        if type(response) is bytes:
             reply.add(response)  # type: ignore[union-attr]  # bytes come only with ``reply``
-        else:
-            output.key = key
+        elif response is not None:
+            response.key = key
         if done.finished:
             self._drop(key)
             self.hooks.ended(protocol.counts, None, True)

@@ -95,6 +95,10 @@ Input = pb.ParseRequest | pb.SessionInput
 (the same fields: ``open``, ``steps``, ``finish``)."""
 Output = pb.ParseResponse | pb.SessionOutput
 """A session's reply: a ``ParseResponse``, or one entry of a ``ParseBatchResponse``."""
+Into = Callable[[], Output]
+"""Makes the message a reply is written into (``pb.ParseResponse``, or a ``ParseBatch`` reply's
+``sessions.add``): called only when the reply carries something, so a message answered with
+nothing, or with the core's bytes, makes no message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,11 +340,11 @@ class SessionProtocol:
         return self.ledger.sequence
 
     # ------------------------------------------------------------------ input
-    def receive(self, message: Input, into: Output | None = None) -> NeedModel | Reply:
+    def receive(self, message: Input, into: Into = pb.ParseResponse) -> NeedModel | Reply:
         """One client message: its reply, or ``NeedModel`` when it opens the session.
 
-        ``into`` is the message the reply is written into (a new ``ParseResponse`` when None);
-        when nothing came out it is left untouched and ``Reply.response`` is None."""
+        ``into`` makes the message the reply is written into (``Into``); when nothing came out
+        it is not called and ``Reply.response`` is None."""
         ids = self.plain_ids(message)
         if ids is not None:
             return self._plain_reply(self.take_ids(ids), into)
@@ -499,7 +503,7 @@ class SessionProtocol:
         self,
         message: Input,
         models: Callable[[str], Model],
-        into: Output | None = None,
+        into: Into = pb.ParseResponse,
         key: str | None = None,
     ) -> Reply:
         """``receive``, and for a message that opens the session ``supply_model`` of the model
@@ -510,7 +514,7 @@ class SessionProtocol:
         (an error from ``models`` is the caller's, as after ``NeedModel``) and supplied. With
         ``key`` (a ``ParseBatch`` session's) the opening message's plain step may be answered by
         the core: ``Reply.response`` is then a ``ParseBatchResponse``'s bytes holding that
-        session's ``SessionOutput``, and ``into`` is left as it was."""
+        session's ``SessionOutput``, and ``into`` is not called."""
         if self.state is not State.AWAIT_OPEN or not message.HasField("open"):
             reply = self.receive(message, into)
             return self.supply_model(models(reply.name), into) if isinstance(reply, NeedModel) else reply
@@ -521,7 +525,7 @@ class SessionProtocol:
         message: Input,
         open_: pb.Open,
         models: Callable[[str], Model],
-        into: Output | None = None,
+        into: Into = pb.ParseResponse,
         key: str | None = None,
     ) -> Reply:
         """``receive_with`` of a message that opens the session (in AWAIT_OPEN), its ``Open``
@@ -539,7 +543,7 @@ class SessionProtocol:
         self.state = State.LOADING
         return self._supplied(models(name), message, open_, into, key, steps, request_id)
 
-    def supply_model(self, model: Model, into: Output | None = None) -> Reply:
+    def supply_model(self, model: Model, into: Into = pb.ParseResponse) -> Reply:
         """The model the opening message named; starts the session and applies that message."""
         if self.state is not State.LOADING or self._pending is None:
             raise RuntimeError(f"supply_model in state {self.state.name}")
@@ -551,7 +555,7 @@ class SessionProtocol:
         model: Model,
         message: Input,
         open_: pb.Open,
-        into: Output | None,
+        into: Into,
         key: str | None = None,
         steps: Sequence[pb.Step] | None = None,
         request_id: str | None = None,
@@ -584,12 +588,12 @@ class SessionProtocol:
         ledger.tokens += len(ids)
         return self._plain_reply(self._take_counted(ids, ledger.tokens), into, opened=True)
 
-    def _plain_reply(self, taken: Taken | None, into: Output | None, opened: bool = False) -> Reply:
+    def _plain_reply(self, taken: Taken | None, into: Into, opened: bool = False) -> Reply:
         """The reply of a plain step: nothing to send when ``taken`` is None, else ``taken``
-        written into ``into`` (a new ``ParseResponse`` when None)."""
+        written into the message ``into`` makes."""
         if taken is None:
             return _OPENED if opened else _NOTHING
-        reply = pb.ParseResponse() if into is None else into
+        reply = into()
         self.write(reply, *taken)
         return Reply(reply, opened=opened)
 
@@ -669,10 +673,10 @@ class SessionProtocol:
             self.counts.replayed = resume.history_tokens(point)
         bind_ledger(self.ledger, self.session, self.renderer, self.want_deltas, self.want_events)
 
-    def _apply(self, message: Input, into: Output | None) -> Output | None:
+    def _apply(self, message: Input, into: Into) -> Output | None:
         """A message of the general path, checked, to an open session: fed step by step, its
-        Finish applied; the one reply for all it produced (written into ``into``), or None and
-        ``into`` untouched when there is nothing to send."""
+        Finish applied; the one reply for all it produced (written into the message ``into``
+        makes), or None and ``into`` not called when there is nothing to send."""
         finish = message.HasField("finish")
         if not message.steps and not finish:
             return None  # an Open alone, or an empty keep-alive message
@@ -692,7 +696,7 @@ class SessionProtocol:
         taken = self._taken(deltas, events, wire, final)
         if taken is None:
             return None
-        reply = pb.ParseResponse() if into is None else into
+        reply = into()
         self.write(reply, *taken, final, final_wire)
         return reply
 
