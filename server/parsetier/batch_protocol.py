@@ -159,11 +159,11 @@ class BatchProtocol:
         models, sessions = self.models, self.sessions
         # Only an entry of a key with no open session can open one (an Open for an open session
         # is refused before it needs a model; a packed item never opens), so the usual entry
-        # costs no Open check here.
+        # costs no Open check here (its key is read first).
         missing = {
             name
             for e in entries
-            if e.HasField("open") and (name := e.open.model) not in models and e.key not in sessions
+            if e.key not in sessions and e.HasField("open") and (name := e.open.model) not in models
         }
         if missing:
             self._pending = message

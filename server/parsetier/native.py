@@ -238,8 +238,19 @@ def open_session(
     if _engine == "native":
         parts = native_parts(model)
         if parts is not None:
-            return NativeSession(model, options, parts, shared)
+            return native_session(model, options, parts, shared)
     return Session(model, options)
+
+
+def native_session(
+    model: Model, options: SessionOptions, parts: tuple[Any, Any], shared: SessionOptions | None = None
+) -> NativeSession:
+    """``NativeSession(model, options, parts, shared)``, a ``_StepSession`` when it returns no token
+    ids. The class is chosen here rather than by a ``__new__``: a Python ``__new__`` is a call of
+    its own at every open. (``NativeSession`` made directly serves the same, with ``feed`` in
+    its dict.)"""
+    cls = NativeSession if options.return_token_ids else _StepSession
+    return cls(model, options, parts, shared)
 
 
 _OPENINGS = 64
@@ -343,12 +354,8 @@ class NativeSession:
     checks, the session's options, logprob attribution (``StepAnnotator`` over the deltas) and
     the text steps' literal markers; the core runs ids → pieces → machine → assembler.
 
-    A session that returns no token ids is a ``_StepSession``, whose ``feed`` is a slot."""
-
-    def __new__(cls, model: Model, options: SessionOptions | None, *_args: Any) -> NativeSession:
-        if cls is NativeSession and not (options or SessionOptions()).return_token_ids:
-            cls = _StepSession
-        return super().__new__(cls)
+    A session that returns no token ids is made a ``_StepSession``, whose ``feed`` is a slot
+    (``native_session``)."""
 
     def __init__(
         self,
