@@ -254,35 +254,48 @@ def native_session(
 
 
 _OPENINGS = 64
-_openings: dict[tuple[int, int], tuple[Model, SessionOptions, Any, str, str]] = {}
-"""(``id(model)``, ``id(shared options)``) → (that model, those options, their ``_core.Tools``,
-start state, echo): the last ``_OPENINGS`` pairs sessions were opened with (the objects are kept
-with their values, so the ids stay theirs)."""
+_openings: dict[tuple[int, int], tuple[Model, SessionOptions, Any, Any, str, str]] = {}
+"""(``id(model)``, ``id(shared options)``) → (that model, those options, their
+``_core.SessionOpener``, ``_core.Tools``, start state, echo): the last ``_OPENINGS`` pairs
+sessions were opened with (the objects are kept with their values, so the ids stay theirs)."""
 
 
 def _opening_parts(
-    model: Model, options: SessionOptions, shared: SessionOptions, detok: Any
-) -> tuple[Any, str, str]:
-    """The native tools, start state and echo of a session whose options are ``shared`` but for
-    the per-session fields (request id, prompt, choice): derived once per model and ``shared``.
-    The start state depends on the prompt when the format reads it (``start_and_echo``): such
-    a session with prompt ids derives its own."""
+    model: Model, options: SessionOptions, shared: SessionOptions, parts: tuple[Any, Any]
+) -> tuple[Any, Any, str, str]:
+    """The ``_core.SessionOpener``, native tools, start state and echo of a session whose options
+    are ``shared`` but for the per-session fields (request id, prompt, choice): derived once per
+    model and ``shared``. The start state depends on the prompt when the format reads it
+    (``start_and_echo``): such a session with prompt ids derives its own, and has no opener
+    (None: it is made with ``_core.Session``'s every argument)."""
     key = (id(model), id(shared))
     found = _openings.get(key)
     if found is None or found[0] is not model or found[1] is not shared:
         schemas = _tool_schemas(shared)
         start, echo = start_and_echo(model.grammar, shared, model.spec.thinking, model.tokenizer)
-        found = (model, shared, native_tools(shared.tools, schemas), start, echo)
+        tools = native_tools(shared.tools, schemas)
+        opener = _core.SessionOpener(
+            *parts,
+            tools,
+            start,
+            shared.events,
+            include_reasoning=shared.include_reasoning,
+            tool_choice=shared.tool_choice,
+            parallel_tool_calls=shared.parallel_tool_calls,
+            complete_tool_calls=shared.complete_tool_calls,
+            echo=echo,
+        )
+        found = (model, shared, opener, tools, start, echo)
         with _lock:
             if len(_openings) >= _OPENINGS:
                 _openings.pop(next(iter(_openings)))
             _openings[key] = found
     if options.prompt_token_ids and model.grammar.grammar.prompt:
         start, echo = start_and_echo(
-            model.grammar, options, model.spec.thinking, model.tokenizer, partial(_prompt_text, detok)
+            model.grammar, options, model.spec.thinking, model.tokenizer, partial(_prompt_text, parts[0])
         )
-        return found[2], start, echo
-    return found[2], found[3], found[4]
+        return None, found[3], start, echo
+    return found[2], found[3], found[4], found[5]
 
 
 _TOOL_SETS = 32
@@ -372,8 +385,9 @@ class NativeSession:
         detok, grammar = parts
         if options.prompt_token_ids:  # (an empty prompt has nothing to check)
             _check_prompt(self, detok, options.prompt_token_ids)
+        opener = None
         if shared is not None:  # ``options`` but for the per-session fields (``open_session``)
-            tools, start, echo = _opening_parts(model, options, shared, detok)
+            opener, tools, start, echo = _opening_parts(model, options, shared, parts)
         else:
             tools = native_tools(options.tools, _tool_schemas(options))
             # The prompt terminal that chose the start state may be repeated by the model (markup).
@@ -382,22 +396,26 @@ class NativeSession:
             )
         self.call_id_seed = call_id_seed(options)
         """What the session's call ids derive from, drawn once (``Session.call_id_seed``)."""
-        # The parser options go over as arguments and the tools as one shared native value: no
-        # JSON is written or read per session (``describe_config`` describes the same fields).
-        self._core = _core.Session(
-            detok,
-            grammar,
-            tools,
-            start,
-            options.prompt_token_ids[-PROMPT_CONTEXT:],
-            options.events,
-            include_reasoning=options.include_reasoning,
-            tool_choice=options.tool_choice,
-            parallel_tool_calls=options.parallel_tool_calls,
-            complete_tool_calls=options.complete_tool_calls,
-            call_id_seed=self.call_id_seed,
-            echo=echo,
-        )
+        prompt_tail = options.prompt_token_ids[-PROMPT_CONTEXT:]
+        if opener is not None:  # the shared options' arguments, taken once: only the session's own
+            self._core = opener.session(prompt_tail, self.call_id_seed)
+        else:
+            # The parser options go over as arguments and the tools as one shared native value: no
+            # JSON is written or read per session (``describe_config`` describes the same fields).
+            self._core = _core.Session(
+                detok,
+                grammar,
+                tools,
+                start,
+                prompt_tail,
+                options.events,
+                include_reasoning=options.include_reasoning,
+                tool_choice=options.tool_choice,
+                parallel_tool_calls=options.parallel_tool_calls,
+                complete_tool_calls=options.complete_tool_calls,
+                call_id_seed=self.call_id_seed,
+                echo=echo,
+            )
         if len(options.prompt_token_ids) > PROMPT_TAIL:
             self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])
         self._literals: LiteralMarkers | None = None

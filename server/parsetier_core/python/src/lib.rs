@@ -23,6 +23,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::Scanner>()?;
     m.add_class::<session::PySession>()?;
     m.add_class::<session::ToolSet>()?;
+    m.add_class::<session::SessionOpener>()?;
     m.add_class::<ledger::Ledger>()?;
     m.add_class::<batch::PackedSteps>()?;
     m.add_class::<batch::SessionTable>()?;

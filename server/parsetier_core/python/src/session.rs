@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use parsetier_engine::events::{give_back_items, StepOut};
+use parsetier_engine::grammar::Grammar;
 use parsetier_engine::machine::Tools;
 use parsetier_engine::parser::{parse_tools, Final, FinishReason, Parser, ParserConfig};
 use parsetier_engine::session::Session as CoreSession;
@@ -46,6 +47,80 @@ impl ToolSet {
 
     fn __len__(&self) -> usize {
         self.inner.len()
+    }
+}
+
+/// `Session`'s arguments but a session's own (its prompt tail and call ids' seed), taken once
+/// for the sessions of one model opened with one set of shared options (`native._opening_parts`
+/// keeps one per model and options): `session` then reads two arguments at an open, where
+/// `Session(...)` reads twelve, keywords among them.
+#[pyclass(name = "SessionOpener", module = "parsetier._core", frozen)]
+pub struct SessionOpener {
+    detokenizer: Detokenizer,
+    grammar: Arc<Grammar>,
+    tools: Arc<Tools>,
+    /// The parser options, with no call ids' seed (each session's own).
+    config: ParserConfig,
+    events: bool,
+}
+
+#[pymethods]
+impl SessionOpener {
+    /// `Session`'s arguments, but `prompt_ids` and `call_id_seed`.
+    #[new]
+    #[pyo3(signature = (
+        detokenizer, grammar, tools, start, events=true, *, include_reasoning=true,
+        tool_choice="auto", parallel_tool_calls=true, complete_tool_calls=false, echo=""
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        detokenizer: &Detokenizer,
+        grammar: &PyGrammar,
+        tools: &ToolSet,
+        start: &str,
+        events: bool,
+        include_reasoning: bool,
+        tool_choice: &str,
+        parallel_tool_calls: bool,
+        complete_tool_calls: bool,
+        echo: &str,
+    ) -> Self {
+        SessionOpener {
+            detokenizer: Detokenizer {
+                vocab: detokenizer.vocab.clone(),
+                marks: detokenizer.marks.clone(),
+                valid: detokenizer.valid.clone(),
+            },
+            grammar: grammar.inner.clone(),
+            tools: tools.inner.clone(),
+            config: ParserConfig {
+                start: start.to_owned(),
+                tools: Vec::new(),
+                include_reasoning,
+                tool_choice: tool_choice.to_owned(),
+                parallel_tool_calls,
+                complete_tool_calls,
+                call_id_seed: String::new(),
+                echo: echo.to_owned(),
+            },
+            events,
+        }
+    }
+
+    /// `Session(...)` of these arguments with `prompt_ids` (the prompt's tail) and `call_id_seed`.
+    fn session(&self, prompt_ids: Vec<u32>, call_id_seed: &str) -> PyResult<PySession> {
+        let config = ParserConfig {
+            call_id_seed: call_id_seed.to_owned(),
+            ..self.config.clone()
+        };
+        PySession::open(
+            &self.detokenizer,
+            &self.grammar,
+            &self.tools,
+            &config,
+            &prompt_ids,
+            self.events,
+        )
     }
 }
 
@@ -107,6 +182,36 @@ const KEEP_STEP_IDS: usize = 4096;
 const DETACH_IDS: usize = 1024;
 
 impl PySession {
+    /// A new session (`Session(...)`, `SessionOpener.session`).
+    fn open(
+        detokenizer: &Detokenizer,
+        grammar: &Arc<Grammar>,
+        tools: &Arc<Tools>,
+        config: &ParserConfig,
+        prompt_ids: &[u32],
+        events: bool,
+    ) -> PyResult<Self> {
+        let parser = Parser::with_tools(grammar.clone(), config, tools.clone())
+            .map_err(PyValueError::new_err)?;
+        let scanner = Scanner::new(
+            detokenizer.vocab.clone(),
+            detokenizer.marks.clone(),
+            prompt_ids,
+        );
+        Ok(PySession {
+            core: CoreSession::new(scanner, parser),
+            out: StepOut::default(),
+            valid: detokenizer.valid.clone(),
+            events,
+            fallback: None,
+            finished: false,
+            ids_seen: false,
+            keep_steps: false,
+            kept: StepOut::default(),
+            kept_deltas: None,
+        })
+    }
+
     /// Feeds `ids` into the core session, without the GIL for a large step.
     fn feed_ids(&mut self, py: Python<'_>, ids: &[u32]) {
         let (core, out) = (&mut self.core, &mut self.out);
@@ -190,25 +295,14 @@ impl PySession {
             call_id_seed: call_id_seed.to_owned(),
             echo: echo.to_owned(),
         };
-        let parser = Parser::with_tools(grammar.inner.clone(), &config, tools.inner.clone())
-            .map_err(PyValueError::new_err)?;
-        let scanner = Scanner::new(
-            detokenizer.vocab.clone(),
-            detokenizer.marks.clone(),
+        PySession::open(
+            detokenizer,
+            &grammar.inner,
+            &tools.inner,
+            &config,
             &prompt_ids,
-        );
-        Ok(PySession {
-            core: CoreSession::new(scanner, parser),
-            out: StepOut::default(),
-            valid: detokenizer.valid.clone(),
             events,
-            fallback: None,
-            finished: false,
-            ids_seen: false,
-            keep_steps: false,
-            kept: StepOut::default(),
-            kept_deltas: None,
-        })
+        )
     }
 
     /// `NativeSession.feed` itself (bound to it): a non-empty list or tuple of valid ids on an
