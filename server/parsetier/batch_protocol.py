@@ -527,7 +527,7 @@ class _Reply:
         """The core's bytes, after what Python wrote so far (a message Python wrote nothing in
         stays the one it writes in next: consecutive core replies cost no message each)."""
         message = self.message
-        if message.ByteSize():
+        if message.ListFields():  # anything written (``ByteSize`` would encode it to count)
             self.chunks.append(message.SerializeToString())
             self.message = pb.ParseBatchResponse()
         self.chunks.append(data)

@@ -21,6 +21,10 @@ use crate::ledger::Ledger;
 /// back between them).
 pub(crate) const FEED_PIECE: usize = 8192;
 
+/// Bytes a reply's buffers start with: a step's reply, and most final results, fit without
+/// growing them (each growth is an allocation and a copy).
+const REPLY_CAPACITY: usize = 256;
+
 /// Field numbers of a reply message: `ParseResponse`'s, or `SessionOutput`'s (one more each).
 #[derive(Clone, Copy)]
 pub(crate) struct Fields(u32);
@@ -152,9 +156,9 @@ pub fn step_reply<'py>(
     let ledger = &mut *ledger;
     let written = catch_unwind(AssertUnwindSafe(|| {
         session.step_raw(&ids, |out| {
-            let mut s = Vec::new();
+            let mut s = Vec::with_capacity(REPLY_CAPACITY);
             if let Some(t) = take(ledger, out) {
-                let mut m = Vec::new();
+                let mut m = Vec::with_capacity(REPLY_CAPACITY);
                 let digest = ledger.digest.value;
                 let f = if let Some(key) = key {
                     string_field(&mut s, 1, key);
@@ -221,7 +225,8 @@ pub fn finish_reply<'py>(
                 deltas,
                 events,
             };
-            let (mut s, mut m) = (Vec::new(), Vec::new());
+            let mut s = Vec::with_capacity(REPLY_CAPACITY);
+            let mut m = Vec::with_capacity(REPLY_CAPACITY);
             let f = if let Some(key) = key {
                 string_field(&mut s, 1, key);
                 SESSION_OUTPUT
