@@ -155,7 +155,7 @@ def test_a_models_native_parts_are_built_off_the_event_loop(monkeypatch) -> None
         return build(model)
 
     monkeypatch.setattr(native, "native_parts", watched)
-    for cache in ("_vocabularies", "_detokenizers", "_grammars"):  # nothing built for any model yet
+    for cache in ("_vocabularies", "_detokenizers", "_grammars", "_model_parts"):  # nothing built yet
         monkeypatch.setattr(native, cache, {})
     registry = marker_tokenizers.registry()
     with ThreadServer(registry) as server, Client(server.target, timeout=60) as client:
