@@ -28,7 +28,7 @@ The machine is shared with other developers: absolute numbers move with their lo
 move much less. ``--quick`` runs a smaller version of everything (for a smoke test).
 
 Sizes (environment, for a busy machine): ``BENCH_CEILING_ROUNDS`` rounds of the echo ceiling
-(default 3), ``BENCH_BATCH_STEPS`` steps of its ``ParseBatch`` 256 × 1 run (default 130; other
+(default 3), ``BENCH_BATCH_STEPS`` steps of its ``ParseBatch`` 256 × 1 run (default 2,000; other
 session counts scale it), ``BENCH_SERVICE_STEPS`` a comma-separated list of the steps to run
 (``echo ceiling``, ``server CPU``, ``paced load``, ``memory per session``, ``worker scaling``,
 ``worker memory``; default all; ``server CPU`` needs ``echo ceiling``). Each step writes its own
@@ -79,8 +79,11 @@ from parsetier.native import open_session  # noqa: E402
 from parsetier_api.v1 import parsetier_pb2 as pb  # noqa: E402
 from tests.testkit.servers import ProcessServer  # noqa: E402
 
-BATCH_STEPS = {False: env_int("BENCH_BATCH_STEPS", 130), True: 30}
-"""Steps of the ``ParseBatch`` 256 × 1 run (by ``--quick``); other session counts scale it."""
+BATCH_STEPS = {False: env_int("BENCH_BATCH_STEPS", 2000), True: 30}
+"""Steps of the ``ParseBatch`` 256 × 1 run (by ``--quick``); other session counts scale it. Sized
+so that the echo server's run at 1,024 sessions takes a few tenths of a CPU second: the servers'
+CPU is read from ``/proc`` in clock ticks (10 ms), and with the native core 130 steps took
+0.03-0.1 s, too few ticks to tell the servers apart."""
 
 
 ENTRIES_256 = "256 sessions x 1 token/step, as entries"
@@ -116,7 +119,7 @@ def echo_ceiling(results: Results, ids: list[int]) -> None:
             for _ in range(CEILING_ROUNDS[q]):
                 for kind, server in servers.items():
                     if rpc == "Parse":
-                        rounds = 1 if q else max(1, 8 // n) + 1
+                        rounds = 1 if q else 9  # ~32k tokens at any size: enough clock ticks
                         load = parse_load(server.target, ids, n, streams=32, rounds=rounds)
                     else:
                         steps = (BATCH_STEPS[q] - 10) * 256 // n + 10
