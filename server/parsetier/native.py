@@ -260,6 +260,24 @@ _openings: dict[tuple[int, int], tuple[Model, SessionOptions, Any, Any, str, str
 sessions were opened with (the objects are kept with their values, so the ids stay theirs)."""
 
 
+def _opener(parts: tuple[Any, Any], tools: Any, start: str, echo: str, options: SessionOptions) -> Any:
+    """The ``_core.SessionOpener`` of a model's native ``parts`` with ``options``' parser options
+    (``describe_config``'s fields, passed as arguments: no JSON written or read), its native
+    ``tools``, start state and echo; ``opener.session(prompt tail, call-id seed)`` makes each
+    session. One place builds them, whether kept per shared options or made for one session."""
+    return _core.SessionOpener(
+        *parts,
+        tools,
+        start,
+        options.events,
+        include_reasoning=options.include_reasoning,
+        tool_choice=options.tool_choice,
+        parallel_tool_calls=options.parallel_tool_calls,
+        complete_tool_calls=options.complete_tool_calls,
+        echo=echo,
+    )
+
+
 def _opening_parts(
     model: Model, options: SessionOptions, shared: SessionOptions, parts: tuple[Any, Any]
 ) -> tuple[Any, Any, str, str]:
@@ -267,25 +285,14 @@ def _opening_parts(
     are ``shared`` but for the per-session fields (request id, prompt, choice): derived once per
     model and ``shared``. The start state depends on the prompt when the format reads it
     (``start_and_echo``): such a session with prompt ids derives its own, and has no opener
-    (None: it is made with ``_core.Session``'s every argument)."""
+    (None: an opener of its own is made for it, ``_opener``)."""
     key = (id(model), id(shared))
     found = _openings.get(key)
     if found is None or found[0] is not model or found[1] is not shared:
         schemas = _tool_schemas(shared)
         start, echo = start_and_echo(model.grammar, shared, model.spec.thinking, model.tokenizer)
         tools = native_tools(shared.tools, schemas)
-        opener = _core.SessionOpener(
-            *parts,
-            tools,
-            start,
-            shared.events,
-            include_reasoning=shared.include_reasoning,
-            tool_choice=shared.tool_choice,
-            parallel_tool_calls=shared.parallel_tool_calls,
-            complete_tool_calls=shared.complete_tool_calls,
-            echo=echo,
-        )
-        found = (model, shared, opener, tools, start, echo)
+        found = (model, shared, _opener(parts, tools, start, echo, shared), tools, start, echo)
         with _lock:
             if len(_openings) >= _OPENINGS:
                 _openings.pop(next(iter(_openings)))
@@ -382,7 +389,7 @@ class NativeSession:
         self.options = options
         self._vocab = model.vocab_size
         self._known_ids = model.grammar.known_ids
-        detok, grammar = parts
+        detok = parts[0]
         if options.prompt_token_ids:  # (an empty prompt has nothing to check)
             _check_prompt(self, detok, options.prompt_token_ids)
         opener = None
@@ -397,25 +404,9 @@ class NativeSession:
         self.call_id_seed = call_id_seed(options)
         """What the session's call ids derive from, drawn once (``Session.call_id_seed``)."""
         prompt_tail = options.prompt_token_ids[-PROMPT_CONTEXT:]
-        if opener is not None:  # the shared options' arguments, taken once: only the session's own
-            self._core = opener.session(prompt_tail, self.call_id_seed)
-        else:
-            # The parser options go over as arguments and the tools as one shared native value: no
-            # JSON is written or read per session (``describe_config`` describes the same fields).
-            self._core = _core.Session(
-                detok,
-                grammar,
-                tools,
-                start,
-                prompt_tail,
-                options.events,
-                include_reasoning=options.include_reasoning,
-                tool_choice=options.tool_choice,
-                parallel_tool_calls=options.parallel_tool_calls,
-                complete_tool_calls=options.complete_tool_calls,
-                call_id_seed=self.call_id_seed,
-                echo=echo,
-            )
+        if opener is None:  # no shared options, or a start state that depends on the prompt
+            opener = _opener(parts, tools, start, echo, options)
+        self._core = opener.session(prompt_tail, self.call_id_seed)
         if len(options.prompt_token_ids) > PROMPT_TAIL:
             self.options = replace(options, prompt_token_ids=options.prompt_token_ids[-PROMPT_TAIL:])
         self._literals: LiteralMarkers | None = None
