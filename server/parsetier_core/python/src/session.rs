@@ -50,10 +50,12 @@ impl ToolSet {
     }
 }
 
-/// `Session`'s arguments but a session's own (its prompt tail and call ids' seed), taken once
-/// for the sessions of one model opened with one set of shared options (`native._opening_parts`
-/// keeps one per model and options): `session` then reads two arguments at an open, where
-/// `Session(...)` reads twelve, keywords among them.
+/// What makes a `Session`: the model's detokenizer and described grammar, the tools (`Tools`,
+/// shared), the start state and the parser options (`ParserConfig`, `describe.describe_config`'s
+/// fields, as arguments), all but a session's own (its prompt tail and call ids' seed), taken
+/// once for the sessions of one model opened with one set of shared options
+/// (`native._opening_parts` keeps one per model and options, `native._opener` makes them):
+/// `session` then reads two arguments at an open. The one way Python makes a session.
 #[pyclass(name = "SessionOpener", module = "parsetier._core", frozen)]
 pub struct SessionOpener {
     detokenizer: Detokenizer,
@@ -66,7 +68,7 @@ pub struct SessionOpener {
 
 #[pymethods]
 impl SessionOpener {
-    /// `Session`'s arguments, but `prompt_ids` and `call_id_seed`.
+    /// The arguments described on the type: a `Session` but its prompt tail and call ids' seed.
     #[new]
     #[pyo3(signature = (
         detokenizer, grammar, tools, start, events=true, *, include_reasoning=true,
@@ -182,7 +184,7 @@ const KEEP_STEP_IDS: usize = 4096;
 const DETACH_IDS: usize = 1024;
 
 impl PySession {
-    /// A new session (`Session(...)`, `SessionOpener.session`).
+    /// A new session (`SessionOpener.session`).
     fn open(
         detokenizer: &Detokenizer,
         grammar: &Arc<Grammar>,
@@ -260,51 +262,6 @@ impl PySession {
 
 #[pymethods]
 impl PySession {
-    /// `detokenizer`: the model's; `grammar`: its bound grammar described; `tools`: the
-    /// session's tools (`Tools`, shared); `start` and the keywords: the session's parser options
-    /// (`ParserConfig`, `describe.describe_config`'s fields); `prompt_ids`: the prompt's tail
-    /// (it seeds the detokenizer); `events`: steps build `Event` values.
-    #[new]
-    #[pyo3(signature = (
-        detokenizer, grammar, tools, start, prompt_ids, events=true, *, include_reasoning=true,
-        tool_choice="auto", parallel_tool_calls=true, complete_tool_calls=false,
-        call_id_seed="", echo=""
-    ))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        detokenizer: &Detokenizer,
-        grammar: &PyGrammar,
-        tools: &ToolSet,
-        start: &str,
-        prompt_ids: Vec<u32>,
-        events: bool,
-        include_reasoning: bool,
-        tool_choice: &str,
-        parallel_tool_calls: bool,
-        complete_tool_calls: bool,
-        call_id_seed: &str,
-        echo: &str,
-    ) -> PyResult<Self> {
-        let config = ParserConfig {
-            start: start.to_owned(),
-            tools: Vec::new(),
-            include_reasoning,
-            tool_choice: tool_choice.to_owned(),
-            parallel_tool_calls,
-            complete_tool_calls,
-            call_id_seed: call_id_seed.to_owned(),
-            echo: echo.to_owned(),
-        };
-        PySession::open(
-            detokenizer,
-            &grammar.inner,
-            &tools.inner,
-            &config,
-            &prompt_ids,
-            events,
-        )
-    }
-
     /// `NativeSession.feed` itself (bound to it): a non-empty list or tuple of valid ids on an
     /// open session, without logprobs → its `StepOutput`, in one call. Anything else (logprobs,
     /// a bad id, an empty step, a finished session) goes to `fallback` unchanged, which checks
