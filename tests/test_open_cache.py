@@ -80,7 +80,10 @@ def test_an_opening_is_the_open_read_whole(unary: bool) -> None:
             want = convert.options_of(open_, collect_in_final=not want_deltas, events=want_events)
             opening = convert.opening_of(open_, unary=unary)
             assert (opening.want_deltas, opening.want_events) == (want_deltas, want_events)
-            assert convert.session_options(opening, open_) == want, open_
+            assert (
+                convert.session_options(opening, open_.request_id, open_.prompt_token_ids, open_.choice_index)
+                == want
+            ), open_
 
 
 def test_opens_differing_in_one_option_share_nothing() -> None:
@@ -91,7 +94,12 @@ def test_opens_differing_in_one_option_share_nothing() -> None:
     per_session = opens[:5]
     shared = {id(convert.opening_of(open_)) for open_ in per_session}
     assert len(shared) == 1
-    options = [convert.session_options(convert.opening_of(open_), open_) for open_ in per_session]
+    options = [
+        convert.session_options(
+            convert.opening_of(open_), open_.request_id, open_.prompt_token_ids, open_.choice_index
+        )
+        for open_ in per_session
+    ]
     assert [(o.request_id, o.prompt_token_ids, o.choice_index) for o in options] == [
         ("", (), 0),
         ("req-1", (), 0),

@@ -302,14 +302,10 @@ def opening_of(open_: pb.Open, *, unary: bool = False, shared_only: bool = False
     return made
 
 
-def session_options(opening: Opening, open_: pb.Open) -> SessionOptions:
-    """A session's ``SessionOptions``: its ``Opening``'s, with the ``Open``'s own request id,
-    prompt and choice (the same value ``options_of`` makes; the shared one when it sets none)."""
-    return options_with(opening, open_.request_id, open_.prompt_token_ids, open_.choice_index)
-
-
-def options_with(opening: Opening, request_id: str, prompt: Sequence[int], choice: int) -> SessionOptions:
-    """``session_options`` of an Open's own fields, read by the caller."""
+def session_options(opening: Opening, request_id: str, prompt: Sequence[int], choice: int) -> SessionOptions:
+    """A session's ``SessionOptions``: its ``Opening``'s, with its ``Open``'s own request id,
+    prompt and choice, read by the caller (the same value ``options_of`` makes; the shared one
+    when it sets none)."""
     if not request_id and not prompt and not choice:
         return opening.options
     # Keywords, not ``replace`` (which costs several times more), and derived from the fields,

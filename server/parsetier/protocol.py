@@ -658,7 +658,7 @@ class SessionProtocol:
         shared_only = not (own or wire or resumable or resuming)
         opening = convert.opening_of(open_, unary=self.unary, shared_only=shared_only)
         self.want_deltas, self.want_events = opening.want_deltas, opening.want_events
-        options = convert.options_with(opening, request_id, prompt, choice) if own else opening.options
+        options = convert.session_options(opening, request_id, prompt, choice) if own else opening.options
         self.counts.choice_index = choice
         self.limits.check_tokens(len(options.prompt_token_ids))
         self.session = open_session(model, options, opening.options)
