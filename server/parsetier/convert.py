@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import fields, replace
 from typing import Any, NamedTuple
 
+from parsetier import tool_shapes
 from parsetier.dialects import Dialect, WireRequest
 from parsetier.engine import json_bounds
 from parsetier.engine.events import Event, EventKind
@@ -62,35 +63,9 @@ def _parse_json(text: str, what: str) -> Any:
         raise invalid(f"{what} is not valid JSON: {exc}") from None
 
 
-def _parameters(value: Any, what: str) -> dict[str, Any]:
-    """A tool's parameters schema, however it arrived: it must be a JSON object."""
-    if not isinstance(value, dict):
-        got = "null" if value is None else type(value).__name__
-        raise invalid(f"{what} must be a JSON object, got {got}")
-    return value
-
-
 def _tools_from_json(text: str) -> tuple[Tool, ...]:
-    """The OpenAI request's ``tools`` array (function tools; bare function objects accepted too)."""
-    value = _parse_json(text, "tools_json")
-    if not isinstance(value, list):
-        raise invalid("tools_json must be a JSON array of tools")
-    tools = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise invalid(f"tools_json[{i}] must be an object")
-        function = item.get("function", item) if item.get("type", "function") == "function" else None
-        if not isinstance(function, dict):
-            raise invalid(f"tools_json[{i}] is not a function tool")
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise invalid(f"tools_json[{i}] has no function name")
-        parameters = function.get("parameters", {})
-        parameters = _parameters(parameters, f"tools_json[{i}].parameters")
-        description = function.get("description") or ""
-        strict = function.get("strict") is True
-        tools.append(Tool(name=name, parameters=parameters, description=str(description), strict=strict))
-    return tuple(tools)
+    """The request's ``tools`` array, in any API's shape (``tool_shapes``)."""
+    return tool_shapes.tools_of_json(_parse_json(text, "tools_json"), "tools_json")
 
 
 TOOLS_CACHE_TEXT = 64 * 1024
@@ -119,7 +94,7 @@ def tools_of(open_: pb.Open) -> tuple[Tool, ...]:
                 raise invalid(f"tools[{i}] has no name")
             what = f"tools[{i}].parameters_json"
             text = tool.parameters_json
-            parameters = _parameters(_parse_json(text, what), what) if text.strip() else {}
+            parameters = tool_shapes.schema(_parse_json(text, what), what) if text.strip() else {}
             tools.append(
                 Tool(name=tool.name, parameters=parameters, description=tool.description, strict=tool.strict)
             )

@@ -34,9 +34,14 @@ _MODES = {
 
 
 def tool_message(tool: Mapping[str, Any]) -> pb.Tool:
-    """An OpenAI tool (``{"type": "function", "function": {...}}`` or the bare function object)."""
+    """A function tool in any API's shape: OpenAI chat (``{"type": "function", "function": {...}}``
+    or the bare function object), Responses' flat function tool, Anthropic's (``input_schema``).
+    The server reads ``tools_json`` the same way (``parsetier.tool_shapes``); a provider-run tool
+    (``web_search``...) is refused here as there."""
+    if tool.get("type") not in (None, "function", "custom"):
+        raise ValueError(f"a {tool.get('type')!r} tool is not a function tool")
     function = tool.get("function", tool)
-    parameters = function.get("parameters")
+    parameters = function.get("parameters", function.get("input_schema"))
     return pb.Tool(
         name=function["name"],
         description=function.get("description") or "",
