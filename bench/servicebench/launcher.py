@@ -23,10 +23,16 @@ ENTRY = Path(__file__).resolve().parent.parent / "service_bench.py"
 
 
 def started(server: ProcessServer, pin: int | None, timeout: float = 300) -> ProcessServer:
-    """``server`` started, its processes pinned to ``pin`` (anywhere when None)."""
+    """``server`` started on ``pin`` (anywhere when None): the process starts under that affinity,
+    so every thread and worker it makes inherits it, and every thread is checked in /proc."""
+    if pin is not None:
+        server.cpus = {pin}
     server.start(timeout)
     if pin is not None:
-        server.pin(pin)
+        stray = {task: cpus for task, cpus in server.thread_cpus().items() if cpus != {pin}}
+        if stray:
+            server.kill()
+            raise RuntimeError(f"server threads not on CPU {pin}: {stray}")
     return server
 
 

@@ -29,3 +29,36 @@ def rss_pss_bytes(pid: int) -> tuple[int, int]:
     pss = re.search(r"^Pss:\s+(\d+)", text, re.M)
     assert rss and pss, f"no Rss/Pss in /proc/{pid}/smaps_rollup"
     return int(rss.group(1)) * 1024, int(pss.group(1)) * 1024
+
+
+def threads(pid: int) -> list[int]:
+    """The thread ids of ``pid`` (its tasks in /proc; the main thread's id is ``pid``)."""
+    return sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task"))
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descending from it (a supervisor's workers, their helpers), read
+    from each thread's ``children`` in /proc."""
+    tree, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        tree.append(current)
+        for tid in threads(current):
+            try:
+                children = Path(f"/proc/{current}/task/{tid}/children").read_text().split()
+            except FileNotFoundError:  # the thread ended while we read
+                continue
+            pending.extend(int(child) for child in children)
+    return tree
+
+
+def allowed_cpus(pid: int, tid: int) -> set[int]:
+    """The CPUs thread ``tid`` of ``pid`` may run on (``Cpus_allowed_list`` in its status)."""
+    for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            cpus: set[int] = set()
+            for part in line.split(":", 1)[1].strip().split(","):
+                first, _, last = part.partition("-")
+                cpus.update(range(int(first), int(last or first) + 1))
+            return cpus
+    raise RuntimeError(f"no Cpus_allowed_list for thread {tid} of {pid}")

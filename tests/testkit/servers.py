@@ -3,7 +3,9 @@ proto) in a subprocess on 127.0.0.1, for the tests and the benchmarks alike.
 
 Its JSON log lines are collected from stderr and its human-readable lines from stdout, both read
 by threads so a full pipe never stalls the server. The benchmarks add what they measure: the
-server's processes (``pids``), their CPU time and memory, and a CPU to pin them to.
+server's processes (``pids``), their CPU time and memory, and CPUs to pin them to: every thread of
+every process (grpcio's threads included), not only the main thread ``os.sched_setaffinity(pid)``
+reaches.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .procfs import cpu_seconds, rss_pss_bytes
+from .procfs import allowed_cpus, cpu_seconds, process_tree, rss_pss_bytes, threads
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout (this file is tests/testkit/servers.py)."""
@@ -44,13 +46,21 @@ def subprocess_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _threads_or_none(pid: int) -> list[int]:
+    try:
+        return threads(pid)
+    except FileNotFoundError:
+        return []
+
+
 class ProcessServer:
     """``parsetier serve --port 0 *args`` in a subprocess. ``with ProcessServer(...) as s: s.target``.
 
     One process unless ``args`` ask for ``--workers``. ``command`` replaces the ``parsetier serve``
     command line (e.g. the benchmark's echo server); ``ready`` is the log line that carries the port
     (``"workers listening"`` waits for every worker); ``keep_session_ends=False`` drops the
-    per-session log lines unparsed (thousands a second under a benchmark's load).
+    per-session log lines unparsed (thousands a second under a benchmark's load); ``cpus`` starts the
+    process on those CPUs only, so every thread it starts and every worker it forks inherits them.
     """
 
     def __init__(
@@ -60,12 +70,14 @@ class ProcessServer:
         ready: str = "listening",
         env: dict[str, str] | None = None,
         keep_session_ends: bool = True,
+        cpus: set[int] | None = None,
     ) -> None:
         self.args = args
         self.command = command
         self.ready = ready
         self.env = env
         self.keep_session_ends = keep_session_ends
+        self.cpus = cpus
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
         self.logs: list[dict] = []
@@ -85,9 +97,7 @@ class ProcessServer:
             # test of one server's behaviour must not depend on how many this machine has.
             workers = () if "--workers" in self.args else ("--workers", "1")
             cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", *workers, *self.args]
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env(self.env)
-        )
+        self.proc = self._spawn(cmd)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         threading.Thread(target=self._read_stdout, daemon=True).start()
@@ -95,6 +105,25 @@ class ProcessServer:
             self.kill()
             raise RuntimeError(f"server did not start; logs: {self.logs[-20:]}")
         return self
+
+    def _spawn(self, cmd: list[str]) -> subprocess.Popen[str]:
+        """The process, started under ``cpus`` when set: this thread takes the affinity for the
+        fork (a child inherits its parent thread's) and gives it back, so nothing of the server,
+        not even the threads grpcio starts before ``pin`` could reach them, runs elsewhere."""
+
+        def popen() -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env(self.env)
+            )
+
+        if self.cpus is None:
+            return popen()
+        mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.cpus)
+        try:
+            return popen()
+        finally:
+            os.sched_setaffinity(0, mine)
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -134,8 +163,39 @@ class ProcessServer:
         return [self.proc.pid]
 
     def pin(self, cpu: int) -> None:
+        """Every thread of every process of the server on ``cpu``. ``sched_setaffinity(pid)`` sets
+        one thread (the main one): grpcio's polling and executor threads kept running on every
+        core. Threads started later inherit the affinity of the thread that starts them, which is
+        pinned too; a server started with ``cpus`` needs none of this."""
+        self.cpus = {cpu}
+        for pid in self._tree():
+            for tid in _threads_or_none(pid):
+                try:
+                    os.sched_setaffinity(tid, self.cpus)
+                except ProcessLookupError:  # the thread ended meanwhile
+                    continue
+
+    def thread_cpus(self) -> dict[tuple[int, int], set[int]]:
+        """The CPUs each thread may run on, by (process, thread), over the server's process tree:
+        what ``pin`` and ``cpus`` are checked against."""
+        found = {}
+        for pid in self._tree():
+            for tid in _threads_or_none(pid):
+                try:
+                    found[(pid, tid)] = allowed_cpus(pid, tid)
+                except FileNotFoundError:
+                    continue
+        return found
+
+    def _tree(self) -> list[int]:
+        """The server's processes and their descendants (workers, anything they start)."""
+        tree: dict[int, None] = {}
         for pid in self.pids():
-            os.sched_setaffinity(pid, {cpu})
+            try:
+                tree.update(dict.fromkeys(process_tree(pid)))
+            except FileNotFoundError:  # a worker that has exited
+                continue
+        return list(tree)
 
     def cpu(self) -> float:
         """CPU seconds used so far by the server's processes."""
