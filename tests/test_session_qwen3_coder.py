@@ -25,6 +25,7 @@ from engine_helpers import (
     tools,
 )
 from family_support import plain, split_check
+from native_diff import compare
 from parsetier.engine.events import EventKind
 from parsetier.messages import SessionOptions
 from parsetier.session import InvalidInput, Session, WrongState
@@ -314,6 +315,32 @@ def test_tool_call_marker_not_followed_by_a_function_is_text() -> None:
     so no text is lost (like Qwen3's passthrough of a malformed envelope)."""
     ids = enc("Hi <tool_call>\nnot xml\n</tool_call> there")
     assert parse_shape(QWEN3_CODER, ids, TOOLS)[0] == ("Hi <tool_call>\nnot xml\n</tool_call> there", "", ())
+
+
+_NO_GT = "<tool_call>\n<function=bad_func_no_gt\n</function>\n</tool_call>"
+_NO_GT_BEFORE_PARAMS = "<tool_call>\n<function=f\n<parameter=s>\nx\n</parameter>\n</function>\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # vLLM's regression case: the name's `>` never comes; the next line's closer is no part of it.
+        (_NO_GT + "\n" + call([("s", "x")]), (_NO_GT, "", (("f", '{"s": "x"}'),))),
+        (_NO_GT_BEFORE_PARAMS, (_NO_GT_BEFORE_PARAMS, "", ())),
+        ("<function=f\nmore text", ("<function=f\nmore text", "", ())),
+    ],
+)
+def test_a_function_name_ends_at_the_end_of_its_line(text: str, want: tuple) -> None:
+    """A ``<function=NAME`` whose ``>`` never comes names no call: the name ends at the end of its
+    line, and its block is the model's text (passed through, like any block that yields no call),
+    in both engines. It used to read on into the next line, giving a call named
+    ``"bad_func_no_gt\\n</function"`` beside the real one."""
+    ids = enc(text)
+    assert split_check(QWEN3_CODER, ids, TOOLS) == want
+    for complete in (False, True):
+        options = SessionOptions(tools=TOOLS.tools, complete_tool_calls=complete)
+        compare(QWEN3_CODER, options, [[i] for i in ids])
+        compare(QWEN3_CODER, options, [ids])
 
 
 # ================================================================================ options / errors

@@ -130,7 +130,9 @@ def _calls(
             items += [Ws(), Json(_envelope(shape, tool.name, schema)), Ws()]
             ends = shape.closers
         else:
-            items += [_name(shape.name, tool.name, g.name), Ws()]  # the parser strips a captured name
+            items.append(_name(shape.name, tool.name, g.name))
+            if shape.name.spaced:  # the parser strips a captured name
+                items.append(Ws())
             if shape.style == "elements":
                 state = g.states[shape.end_state]
                 declared = schema if strict else (tool.parameters or {})

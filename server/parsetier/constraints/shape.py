@@ -50,6 +50,9 @@ class Encoding:
     """The capture decodes XML references (``unescape = "xml"``): written values are escaped."""
     kept: bool = False
     """The end terminal is read again by the arguments (Gemma 4's ``{``): it is written once."""
+    spaced: bool = True
+    """Whitespace may stand between the item and its end terminal (the parser strips it). False
+    where whitespace ends the capture otherwise: a Qwen3-Coder name ends at the end of its line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +323,9 @@ def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozens
         raise Underivable(f"format {g.name!r}: a call name leads to several states {sorted(nexts)}")
     after = g.states[nexts.pop()]
     kept = all(tr.keep for tr in main.values())
-    return _after_name(g, Encoding(None, tuple(main), kept=kept), (), after, answers, empty, skip)
+    spaced = not any(g.terminals[t][:1].isspace() for t in name_state.on if t not in main)
+    name = Encoding(None, tuple(main), kept=kept, spaced=spaced)
+    return _after_name(g, name, (), after, answers, empty, skip)
 
 
 def _after_name(
