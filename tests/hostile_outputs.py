@@ -111,6 +111,24 @@ _WRITTEN = {
 }
 """Families without a call fixture in the suite, and those whose fixture call has no bare value
 (Llama 4's pythonic calls, Gemma 4): a call as their tests write it."""
+_WRITTEN.update(
+    {  # issue 39's families with grammars of their own (Laguna is a glm preset; Kimi-VL makes no calls)
+        "llama-nemotron": '<TOOLCALL>[{"name": "f", "arguments": {"a": ' + VALUE + "}}]</TOOLCALL>",
+        "gigachat-3": 'Ok.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "f", "arguments": {"a": '
+        + VALUE
+        + "}}</s>",
+        "gigachat-3.5": '<｜GCML｜tool_calls><｜GCML｜invoke name="f">'
+        + '<｜GCML｜parameter name="a" string="false">'
+        + VALUE
+        + "</｜GCML｜parameter></｜GCML｜invoke></｜GCML｜tool_calls>",
+        "minicpm": '<function name="f"><param name="a">' + VALUE + "</param></function>",
+        "longcat-flash": '<longcat_tool_call>{"name": "f", "arguments": {"a": '
+        + VALUE
+        + "}}</longcat_tool_call>",
+        "functiongemma": "<start_function_call>call:f{a:" + VALUE + "}<end_function_call>",
+        "granite-20b-fc": '<function_call> {"name": "f", "arguments": {"a": ' + VALUE + "}}",
+    }
+)
 
 
 @functools.cache

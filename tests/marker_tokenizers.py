@@ -263,6 +263,48 @@ PRESET_MARKERS: dict[str, str] = {
 }
 """Preset → the marker tokenizer the tests configure for it."""
 
+# --- families peers serve (issue 39, second half): no vocabulary of theirs is on PyPI -------------
+# No public source read here gave their marker ids: the markers sit above each family's vocabulary
+# (or at 200000 where its size is unknown) and hold the texts their templates and peers' parsers
+# write. Markers that are plain text in the real vocabulary (MiniCPM's <function …> tags, Granite-20B's
+# <function_call>, Kimi's ◁think▷, the role name "function call") are not tokens here either.
+_GIGACHAT3_SYNTHETIC = ("<s>", "</s>", "<|role_sep|>", "<|message_sep|>", "<|function_call|>")
+_GIGACHAT35_SYNTHETIC = ("<s>", "</s>", "<|role_sep|>", "<|message_sep|>", "｜GCML｜")
+_MINICPM_SYNTHETIC = ("<|im_start|>", "<|im_end|>", "<think>", "</think>")
+_LAGUNA_SYNTHETIC = (
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+    "</arg_value>",
+)  # fmt: skip
+_LONGCAT_SYNTHETIC = ("<longcat_think>", "</longcat_think>", "<longcat_tool_call>", "</longcat_tool_call>")
+_FUNCTIONGEMMA_SYNTHETIC = (
+    "<start_of_turn>", "<end_of_turn>", "<start_function_call>", "<end_function_call>", "<escape>",
+    "<start_function_response>",
+)  # fmt: skip
+_KIMI_VL_SYNTHETIC = ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>")
+WAVE_B_MARKERS: dict[str, dict[str, int]] = {
+    "gigachat-3": _with_synthetic({}, _GIGACHAT3_SYNTHETIC, 200000),
+    "gigachat-3.5": _with_synthetic({}, _GIGACHAT35_SYNTHETIC, 200000),
+    "minicpm": _with_synthetic({}, _MINICPM_SYNTHETIC, 73448),
+    "laguna": _with_synthetic({}, _LAGUNA_SYNTHETIC, 200000),
+    "longcat": _with_synthetic({}, _LONGCAT_SYNTHETIC, 131072),
+    "functiongemma": _with_synthetic({}, _FUNCTIONGEMMA_SYNTHETIC, 262144),
+    "granite-20b-fc": _with_synthetic({}, ("<|endoftext|>",), 49152),
+    "kimi-vl": _with_synthetic({}, _KIMI_VL_SYNTHETIC, 163840),
+}
+MARKERS.update(WAVE_B_MARKERS)
+PRESET_MARKERS.update(
+    {
+        "gigachat-3": "gigachat-3",
+        "gigachat-3.5": "gigachat-3.5",
+        "minicpm": "minicpm",
+        "laguna": "laguna",
+        "longcat-flash": "longcat",
+        "functiongemma": "functiongemma",
+        "granite-20b-fc": "granite-20b-fc",
+        "kimi-vl-thinking": "kimi-vl",
+    }
+)
+
 
 @functools.cache
 def marker_dir() -> Path:

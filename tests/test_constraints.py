@@ -79,6 +79,20 @@ UNDERIVABLE = {
     "phi4_mini",
     "xlam",
 }
+# Issue 39's families (second half): Llama-Nemotron on the real Llama 3 vocabulary, the others on
+# marker tokenizers (synthetic ids); Kimi-VL's ◁think▷ format has no calls.
+DERIVABLE.update(
+    {
+        "llama_nemotron": "llama-nemotron",
+        "gigachat3": "gigachat-3",
+        "gigachat35": "gigachat-3.5",
+        "minicpm": "minicpm",
+        "longcat": "longcat-flash",
+        "functiongemma": "functiongemma",
+        "granite20b_fc": "granite-20b-fc",
+    }
+)
+UNDERIVABLE |= {"kimi_vl"}
 WALKED = (
     "qwen3",
     "qwen3-coder",
@@ -95,6 +109,15 @@ WALKED = (
     "inkling",
 )
 """Families whose random walks are checked (each needs llguidance's ~1 s tokenizer build)."""
+WALKED = (
+    *WALKED,
+    "llama-nemotron",
+    "gigachat-3",
+    "minicpm",
+    "longcat-flash",
+    "functiongemma",
+    "granite-20b-fc",
+)
 
 REGISTRY = marker_tokenizers.registry()
 

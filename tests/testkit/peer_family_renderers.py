@@ -1,0 +1,117 @@
+"""Test scaffolding: how the families peers serve (issue 39: Llama-Nemotron, GigaChat, MiniCPM,
+Poolside Laguna, LongCat-Flash, FunctionGemma, Granite-20B-FC, Kimi-VL) write an output, given what
+it says (``format_renderers.Parts``). Neither their templates nor their vocabularies are on a package
+index next to each other, so these renderers follow the templates as published (GigaChat 3's) or as
+peers' parsers and tests read them; docs/formats/ says which. Shared by the round-trip properties and
+the differential tests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from testkit.format_renderers import Parts, json_value, raw_value
+
+
+def render_llama_nemotron(p: Parts) -> str:
+    """``detailed thinking on``: the reasoning in ``<think>`` first; the calls as one JSON list."""
+    thinking = f"<think>\n{p.reasoning}\n</think>\n\n" if p.reasoning else ""
+    calls = [{"name": n, "arguments": a} for n, a in p.calls]
+    block = "<TOOLCALL>" + json.dumps(calls, ensure_ascii=False) + "</TOOLCALL>" if calls else ""
+    return f"{thinking}{p.content}{block}<|eot_id|>"
+
+
+def render_gigachat3(p: Parts) -> str:
+    """GigaChat 3's template: the assistant message's text and separator, then (its first call
+    only) a ``function call`` message with the name spliced in and the arguments through tojson."""
+    out = p.content + "<|message_sep|>\n\n"
+    for n, a in p.calls[:1]:
+        payload = '{"name": "' + n + '", "arguments": ' + json.dumps(a, ensure_ascii=False) + "}"
+        out += "function call<|role_sep|>\n" + payload + "<|message_sep|>\n\n"
+    return out
+
+
+def render_gigachat35(p: Parts) -> str:
+    """GCML: strings raw with ``string="true"``, everything else JSON with ``string="false"``."""
+
+    def param(key: str, value: Any) -> str:
+        string = isinstance(value, str)
+        body = value if string else json_value(value)
+        return f'<｜GCML｜parameter name="{key}" string="{str(string).lower()}">{body}</｜GCML｜parameter>\n'
+
+    invokes = "".join(
+        f'<｜GCML｜invoke name="{n}">\n' + "".join(param(k, v) for k, v in a.items()) + "</｜GCML｜invoke>\n"
+        for n, a in p.calls
+    )
+    calls = f"\n\n<｜GCML｜tool_calls>\n{invokes}</｜GCML｜tool_calls>" if p.calls else ""
+    return f"{p.content}{calls}</s>"
+
+
+def minicpm_value(value: Any) -> str:
+    """Strings with a line break or markup in CDATA (verbatim), other strings raw, the rest JSON."""
+    if isinstance(value, str) and ("\n" in value or "<" in value or "&" in value):
+        return f"<![CDATA[{value}]]>"
+    return raw_value(value)
+
+
+def render_minicpm(p: Parts) -> str:
+    thinking = f"<think>\n{p.reasoning}\n</think>\n\n" if p.reasoning else ""
+    calls = "".join(
+        f'<function name="{n}">'
+        + "".join(f'<param name="{k}">{minicpm_value(v)}</param>' for k, v in a.items())
+        + "</function>\n"
+        for n, a in p.calls
+    )
+    return f"{thinking}{p.content}\n{calls}<|im_end|>"
+
+
+def render_laguna(p: Parts) -> str:
+    """GLM-4.5's shape: the name, each key and each value on its own line; values raw."""
+    calls = "".join(
+        f"<tool_call>{n}\n"
+        + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{raw_value(v)}</arg_value>\n" for k, v in a.items())
+        + "</tool_call>\n"
+        for n, a in p.calls
+    )
+    thinking = f"<think>{p.reasoning}</think>" if p.reasoning else ""
+    return f"{thinking}{p.content}\n{calls}"
+
+
+def render_longcat(p: Parts) -> str:
+    thinking = f"<longcat_think>{p.reasoning}</longcat_think>" if p.reasoning else ""
+    calls = "".join(
+        "<longcat_tool_call>"
+        + json.dumps({"name": n, "arguments": a}, ensure_ascii=False)
+        + "</longcat_tool_call>\n"
+        for n, a in p.calls
+    )
+    return f"{thinking}{p.content}\n{calls}"
+
+
+def functiongemma_value(value: Any) -> str:
+    """Object notation: bare keys, ``<escape>``-delimited raw strings, bare scalars."""
+    if isinstance(value, str):
+        return f"<escape>{value}<escape>"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{functiongemma_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(functiongemma_value(v) for v in value) + "]"
+    return json_value(value)
+
+
+def render_functiongemma(p: Parts) -> str:
+    calls = "".join(
+        f"<start_function_call>call:{n}{functiongemma_value(a)}<end_function_call>" for n, a in p.calls
+    )
+    return f"{p.content}{calls}" + ("<start_function_response>" if p.calls else "<end_of_turn>")
+
+
+def render_granite20b_fc(p: Parts) -> str:
+    calls = "\n".join("<function_call> " + json.dumps({"name": n, "arguments": a}) for n, a in p.calls)
+    return (calls or p.content) + "<|endoftext|>"
+
+
+def render_kimi_vl(p: Parts) -> str:
+    thinking = f"◁think▷{p.reasoning}◁/think▷" if p.reasoning else ""
+    return f"{thinking}{p.content}<|im_end|>"
