@@ -119,6 +119,17 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="Health.Watch streams, and reflection streams, open at once; default %(default)s",
     )
     parser.add_argument(
+        "--max-prompt-tokens",
+        type=count,
+        default=defaults.max_prompt_tokens,
+        help="longest prompt Render gives; longer ones are INVALID_ARGUMENT; default %(default)s",
+    )
+    parser.add_argument(
+        "--trust-request-templates",
+        action="store_true",
+        help="let Render requests bring their own chat template (sandboxed and bounded); default off",
+    )
+    parser.add_argument(
         "--preload",
         default="all",
         help="models to load in the background once listening: all (default), none, or NAME,NAME...; "
@@ -354,6 +365,8 @@ def _serve(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         max_loop_lag=args.max_loop_lag_ms / 1000,
         max_watch_streams=args.max_watch_streams,
+        max_prompt_tokens=args.max_prompt_tokens,
+        trust_request_templates=args.trust_request_templates,
     )
     _check_tracing(args.otel)
     security = _security(args)

@@ -130,6 +130,11 @@ class Limits:
     """Seconds the event loop may run behind before new sessions are refused (0: never)."""
     max_watch_streams: int = 256
     """Health Watch and reflection streams open at once (each kind counted on its own)."""
+    max_prompt_tokens: int = 1_048_576
+    """Longest prompt ``Render`` gives (INVALID_ARGUMENT beyond, with both numbers)."""
+    trust_request_templates: bool = False
+    """Whether ``Render`` renders a chat template the request brings (sandboxed and bounded as
+    the models' own); off: such a request is PERMISSION_DENIED."""
 
     def check_steps(self, count: int) -> None:
         if count > self.max_steps_per_message:

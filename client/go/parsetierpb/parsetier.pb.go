@@ -3503,6 +3503,377 @@ func (x *SessionStatus) GetMessage() string {
 	return ""
 }
 
+// A public API request to render into a prompt.
+type RenderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of a model the server knows (see `ListModels`); the request body's own `model` is the
+	// name the caller used and is only echoed in the output bodies (`WireOptions.model`). Unknown
+	// names are NOT_FOUND.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Which API `request_json` is a body of; it is also the returned `Open.wire.dialect`.
+	// WIRE_DIALECT_UNSPECIFIED is INVALID_ARGUMENT.
+	Dialect WireDialect `protobuf:"varint,2,opt,name=dialect,proto3,enum=parsetier.v1.WireDialect" json:"dialect,omitempty"`
+	// The request body as the gateway received it: JSON (UTF-8) of a `/v1/chat/completions`,
+	// `/v1/completions`, `/v1/responses` or `/v1/messages` request. Fields that change what the
+	// model is asked and cannot be honoured (an image for a text-only model, a second prompt in a
+	// batched completions request, a stored `previous_response_id`) are INVALID_ARGUMENT naming
+	// their JSON path; fields that change nothing the tier decides (`user`, `metadata`, `store`)
+	// are ignored. The per-dialect mapping is in docs/render.md.
+	RequestJson []byte `protobuf:"bytes,3,opt,name=request_json,json=requestJson,proto3" json:"request_json,omitempty"`
+	// The caller's request id: copied into `Open.request_id` (tool call ids derive from it).
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The response id the output bodies show (`chatcmpl-…`, `msg_…`, `resp_…`): copied into
+	// `Open.wire.response_id`. Empty: derived from `request_id` (or the prompt) with the dialect's
+	// prefix, so a retried request gets the same one.
+	ResponseId string `protobuf:"bytes,5,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	// The `created` Unix time the output bodies show: copied into `Open.wire.created`.
+	Created int64 `protobuf:"varint,6,opt,name=created,proto3" json:"created,omitempty"`
+	// A chat template to render with instead of the model's (Jinja text). Refused
+	// (PERMISSION_DENIED) unless the server runs with `--trust-request-templates`; even then it
+	// runs in the same sandbox, under the same time and output limits.
+	ChatTemplate string `protobuf:"bytes,7,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
+	// Also return the rendered prompt text (`RenderResponse.prompt_text`), for debugging.
+	ReturnPromptText bool `protobuf:"varint,8,opt,name=return_prompt_text,json=returnPromptText,proto3" json:"return_prompt_text,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RenderRequest) Reset() {
+	*x = RenderRequest{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenderRequest) ProtoMessage() {}
+
+func (x *RenderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenderRequest.ProtoReflect.Descriptor instead.
+func (*RenderRequest) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RenderRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RenderRequest) GetDialect() WireDialect {
+	if x != nil {
+		return x.Dialect
+	}
+	return WireDialect_WIRE_DIALECT_UNSPECIFIED
+}
+
+func (x *RenderRequest) GetRequestJson() []byte {
+	if x != nil {
+		return x.RequestJson
+	}
+	return nil
+}
+
+func (x *RenderRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RenderRequest) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+func (x *RenderRequest) GetCreated() int64 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *RenderRequest) GetChatTemplate() string {
+	if x != nil {
+		return x.ChatTemplate
+	}
+	return ""
+}
+
+func (x *RenderRequest) GetReturnPromptText() bool {
+	if x != nil {
+		return x.ReturnPromptText
+	}
+	return false
+}
+
+// Everything a token-in/token-out engine and the parse need for one request.
+type RenderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The prompt: exactly `tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=True,
+	// tokenize=True, **chat_template_kwargs)` for chat dialects; the prompt text's encoding with
+	// the tokenizer's own special tokens (BOS) for OpenAI completions.
+	PromptTokenIds []uint32 `protobuf:"varint,1,rep,packed,name=prompt_token_ids,json=promptTokenIds,proto3" json:"prompt_token_ids,omitempty"`
+	// The output session's parameters, ready to send as `ParseRequest.open` /
+	// `ParseOnceRequest.open` / a batch entry's open: model, request id, tools (`tools_json`, the
+	// request's tools normalised to OpenAI's shape), `tool_choice`, `parallel_tool_calls`,
+	// `include_reasoning`, `thinking` and `chat_template_kwargs` as rendered, the prompt's tail
+	// (`prompt_token_ids`), stop strings and ids, and `wire` (the request's dialect, stream,
+	// include_usage, model, response id, prompt token count). For `n` > 1, choice i is this `Open`
+	// with `choice_index` = i.
+	Open *Open `protobuf:"bytes,2,opt,name=open,proto3" json:"open,omitempty"`
+	// What the engine samples with.
+	Sampling *SamplingParams `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// The decoding constraint (`BuildConstraint`'s answer for `open`), set when the request forces
+	// a tool (`tool_choice` required or a named function) or asks for a JSON schema
+	// (`response_format` / `text.format` json_schema or json_object); unset otherwise.
+	Constraint *BuildConstraintResponse `protobuf:"bytes,4,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	// The prompt's length in tokens (the size of `prompt_token_ids`).
+	PromptTokens uint32 `protobuf:"varint,5,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// The rendered prompt text, when `return_prompt_text` was set.
+	PromptText    string `protobuf:"bytes,6,opt,name=prompt_text,json=promptText,proto3" json:"prompt_text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenderResponse) Reset() {
+	*x = RenderResponse{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenderResponse) ProtoMessage() {}
+
+func (x *RenderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenderResponse.ProtoReflect.Descriptor instead.
+func (*RenderResponse) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RenderResponse) GetPromptTokenIds() []uint32 {
+	if x != nil {
+		return x.PromptTokenIds
+	}
+	return nil
+}
+
+func (x *RenderResponse) GetOpen() *Open {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *RenderResponse) GetSampling() *SamplingParams {
+	if x != nil {
+		return x.Sampling
+	}
+	return nil
+}
+
+func (x *RenderResponse) GetConstraint() *BuildConstraintResponse {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
+func (x *RenderResponse) GetPromptTokens() uint32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *RenderResponse) GetPromptText() string {
+	if x != nil {
+		return x.PromptText
+	}
+	return ""
+}
+
+// The request's sampling parameters, as the engine needs them. Unset optional fields mean the
+// engine's (or the model's generation_config's) default.
+type SamplingParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most output tokens: chat `max_completion_tokens` (else `max_tokens`), completions and
+	// Anthropic `max_tokens`, Responses `max_output_tokens`.
+	MaxTokens *uint32 `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// Sampling temperature.
+	Temperature *float64 `protobuf:"fixed64,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	// Nucleus sampling mass.
+	TopP *float64 `protobuf:"fixed64,3,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
+	// Top-k (Anthropic `top_k`, vLLM's extension elsewhere).
+	TopK *int32 `protobuf:"varint,4,opt,name=top_k,json=topK,proto3,oneof" json:"top_k,omitempty"`
+	// The request's seed.
+	Seed *int64 `protobuf:"varint,5,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// Stop strings (chat / completions `stop`, Anthropic `stop_sequences`).
+	Stop []string `protobuf:"bytes,6,rep,name=stop,proto3" json:"stop,omitempty"`
+	// The ids that end generation: the model's end-of-turn / EOS ids, then the request's own
+	// `stop_token_ids` (vLLM's extension).
+	StopTokenIds []uint32 `protobuf:"varint,7,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	// Whether the output's logprobs are wanted (chat `logprobs`, completions `logprobs` > 0,
+	// Responses `top_logprobs` > 0).
+	Logprobs bool `protobuf:"varint,8,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// How many alternatives per position (`top_logprobs`, completions `logprobs`).
+	TopLogprobs uint32 `protobuf:"varint,9,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// How many choices (`n`); 1 when unset. Each is its own session (see `RenderResponse.open`).
+	N uint32 `protobuf:"varint,10,opt,name=n,proto3" json:"n,omitempty"`
+	// OpenAI's presence penalty.
+	PresencePenalty *float64 `protobuf:"fixed64,11,opt,name=presence_penalty,json=presencePenalty,proto3,oneof" json:"presence_penalty,omitempty"`
+	// OpenAI's frequency penalty.
+	FrequencyPenalty *float64 `protobuf:"fixed64,12,opt,name=frequency_penalty,json=frequencyPenalty,proto3,oneof" json:"frequency_penalty,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SamplingParams) Reset() {
+	*x = SamplingParams{}
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingParams) ProtoMessage() {}
+
+func (x *SamplingParams) ProtoReflect() protoreflect.Message {
+	mi := &file_parsetier_v1_parsetier_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
+func (*SamplingParams) Descriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SamplingParams) GetMaxTokens() uint32 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetTopP() float64 {
+	if x != nil && x.TopP != nil {
+		return *x.TopP
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetTopK() int32 {
+	if x != nil && x.TopK != nil {
+		return *x.TopK
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetSeed() int64 {
+	if x != nil && x.Seed != nil {
+		return *x.Seed
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetStop() []string {
+	if x != nil {
+		return x.Stop
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetStopTokenIds() []uint32 {
+	if x != nil {
+		return x.StopTokenIds
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *SamplingParams) GetTopLogprobs() uint32 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetN() uint32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetPresencePenalty() float64 {
+	if x != nil && x.PresencePenalty != nil {
+		return *x.PresencePenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetFrequencyPenalty() float64 {
+	if x != nil && x.FrequencyPenalty != nil {
+		return *x.FrequencyPenalty
+	}
+	return 0
+}
+
 var File_parsetier_v1_parsetier_proto protoreflect.FileDescriptor
 
 const file_parsetier_v1_parsetier_proto_rawDesc = "" +
@@ -3732,7 +4103,50 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x04wire\x18\t \x01(\fR\x04wire\"=\n" +
 	"\rSessionStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage*\xb6\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xaa\x02\n" +
+	"\rRenderRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
+	"\adialect\x18\x02 \x01(\x0e2\x19.parsetier.v1.WireDialectR\adialect\x12!\n" +
+	"\frequest_json\x18\x03 \x01(\fR\vrequestJson\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vresponse_id\x18\x05 \x01(\tR\n" +
+	"responseId\x12\x18\n" +
+	"\acreated\x18\x06 \x01(\x03R\acreated\x12#\n" +
+	"\rchat_template\x18\a \x01(\tR\fchatTemplate\x12,\n" +
+	"\x12return_prompt_text\x18\b \x01(\bR\x10returnPromptText\"\xad\x02\n" +
+	"\x0eRenderResponse\x12,\n" +
+	"\x10prompt_token_ids\x18\x01 \x03(\rB\x02\x10\x01R\x0epromptTokenIds\x12&\n" +
+	"\x04open\x18\x02 \x01(\v2\x12.parsetier.v1.OpenR\x04open\x128\n" +
+	"\bsampling\x18\x03 \x01(\v2\x1c.parsetier.v1.SamplingParamsR\bsampling\x12E\n" +
+	"\n" +
+	"constraint\x18\x04 \x01(\v2%.parsetier.v1.BuildConstraintResponseR\n" +
+	"constraint\x12#\n" +
+	"\rprompt_tokens\x18\x05 \x01(\rR\fpromptTokens\x12\x1f\n" +
+	"\vprompt_text\x18\x06 \x01(\tR\n" +
+	"promptText\"\xf8\x03\n" +
+	"\x0eSamplingParams\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x01 \x01(\rH\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
+	"\vtemperature\x18\x02 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12\x18\n" +
+	"\x05top_p\x18\x03 \x01(\x01H\x02R\x04topP\x88\x01\x01\x12\x18\n" +
+	"\x05top_k\x18\x04 \x01(\x05H\x03R\x04topK\x88\x01\x01\x12\x17\n" +
+	"\x04seed\x18\x05 \x01(\x03H\x04R\x04seed\x88\x01\x01\x12\x12\n" +
+	"\x04stop\x18\x06 \x03(\tR\x04stop\x12$\n" +
+	"\x0estop_token_ids\x18\a \x03(\rR\fstopTokenIds\x12\x1a\n" +
+	"\blogprobs\x18\b \x01(\bR\blogprobs\x12!\n" +
+	"\ftop_logprobs\x18\t \x01(\rR\vtopLogprobs\x12\f\n" +
+	"\x01n\x18\n" +
+	" \x01(\rR\x01n\x12.\n" +
+	"\x10presence_penalty\x18\v \x01(\x01H\x05R\x0fpresencePenalty\x88\x01\x01\x120\n" +
+	"\x11frequency_penalty\x18\f \x01(\x01H\x06R\x10frequencyPenalty\x88\x01\x01B\r\n" +
+	"\v_max_tokensB\x0e\n" +
+	"\f_temperatureB\b\n" +
+	"\x06_top_pB\b\n" +
+	"\x06_top_kB\a\n" +
+	"\x05_seedB\x13\n" +
+	"\x11_presence_penaltyB\x14\n" +
+	"\x12_frequency_penalty*\xb6\x01\n" +
 	"\vWireDialect\x12\x1c\n" +
 	"\x18WIRE_DIALECT_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18WIRE_DIALECT_OPENAI_CHAT\x10\x01\x12#\n" +
@@ -3777,7 +4191,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x19CONSTRAINT_REASONING_NONE\x10\x01\x12\x1e\n" +
 	"\x1aCONSTRAINT_REASONING_BLOCK\x10\x02\x12\"\n" +
 	"\x1eCONSTRAINT_REASONING_CONTINUED\x10\x03\x12!\n" +
-	"\x1dCONSTRAINT_REASONING_OPTIONAL\x10\x042\xa9\x03\n" +
+	"\x1dCONSTRAINT_REASONING_OPTIONAL\x10\x042\xee\x03\n" +
 	"\rParserService\x12D\n" +
 	"\x05Parse\x12\x1a.parsetier.v1.ParseRequest\x1a\x1b.parsetier.v1.ParseResponse(\x010\x01\x12L\n" +
 	"\tParseOnce\x12\x1e.parsetier.v1.ParseOnceRequest\x1a\x1f.parsetier.v1.ParseOnceResponse\x12O\n" +
@@ -3785,7 +4199,8 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"ListModels\x12\x1f.parsetier.v1.ListModelsRequest\x1a .parsetier.v1.ListModelsResponse\x12^\n" +
 	"\x0fBuildConstraint\x12$.parsetier.v1.BuildConstraintRequest\x1a%.parsetier.v1.BuildConstraintResponse\x12S\n" +
 	"\n" +
-	"ParseBatch\x12\x1f.parsetier.v1.ParseBatchRequest\x1a .parsetier.v1.ParseBatchResponse(\x010\x01B\x8d\x01\n" +
+	"ParseBatch\x12\x1f.parsetier.v1.ParseBatchRequest\x1a .parsetier.v1.ParseBatchResponse(\x010\x01\x12C\n" +
+	"\x06Render\x12\x1b.parsetier.v1.RenderRequest\x1a\x1c.parsetier.v1.RenderResponseB\x8d\x01\n" +
 	"\x10dev.parsetier.v1B\x0eParsetierProtoP\x01Z@github.com/parsetier/parsetier/client/go/parsetierpb;parsetierpb\xf8\x01\x01\xa2\x02\x03PTX\xaa\x02\fParsetier.V1\xca\x02\fParsetier\\V1b\x06proto3"
 
 var (
@@ -3801,7 +4216,7 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 }
 
 var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(WireDialect)(0),                // 0: parsetier.v1.WireDialect
 	(ToolChoiceMode)(0),             // 1: parsetier.v1.ToolChoiceMode
@@ -3847,7 +4262,10 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(*PackedOutputs)(nil),           // 41: parsetier.v1.PackedOutputs
 	(*SessionOutput)(nil),           // 42: parsetier.v1.SessionOutput
 	(*SessionStatus)(nil),           // 43: parsetier.v1.SessionStatus
-	nil,                             // 44: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(*RenderRequest)(nil),           // 44: parsetier.v1.RenderRequest
+	(*RenderResponse)(nil),          // 45: parsetier.v1.RenderResponse
+	(*SamplingParams)(nil),          // 46: parsetier.v1.SamplingParams
+	nil,                             // 47: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	8,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
@@ -3855,7 +4273,7 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	16, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
 	12, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
 	13, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	44, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	47, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	2,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
 	10, // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
 	11, // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
@@ -3903,21 +4321,27 @@ var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
 	23, // 50: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
 	24, // 51: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
 	43, // 52: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
-	7,  // 53: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	28, // 54: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	30, // 55: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	34, // 56: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	37, // 57: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
-	17, // 58: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	29, // 59: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	31, // 60: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	35, // 61: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	40, // 62: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
-	58, // [58:63] is the sub-list for method output_type
-	53, // [53:58] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	0,  // 53: parsetier.v1.RenderRequest.dialect:type_name -> parsetier.v1.WireDialect
+	8,  // 54: parsetier.v1.RenderResponse.open:type_name -> parsetier.v1.Open
+	46, // 55: parsetier.v1.RenderResponse.sampling:type_name -> parsetier.v1.SamplingParams
+	35, // 56: parsetier.v1.RenderResponse.constraint:type_name -> parsetier.v1.BuildConstraintResponse
+	7,  // 57: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	28, // 58: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	30, // 59: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	34, // 60: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	37, // 61: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	44, // 62: parsetier.v1.ParserService.Render:input_type -> parsetier.v1.RenderRequest
+	17, // 63: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	29, // 64: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	31, // 65: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	35, // 66: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	40, // 67: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	45, // 68: parsetier.v1.ParserService.Render:output_type -> parsetier.v1.RenderResponse
+	63, // [63:69] is the sub-list for method output_type
+	57, // [57:63] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -3935,13 +4359,14 @@ func file_parsetier_v1_parsetier_proto_init() {
 		(*Finish_StopTokenId)(nil),
 		(*Finish_StopString)(nil),
 	}
+	file_parsetier_v1_parsetier_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

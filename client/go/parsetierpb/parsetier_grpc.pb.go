@@ -37,6 +37,7 @@ const (
 	ParserService_ListModels_FullMethodName      = "/parsetier.v1.ParserService/ListModels"
 	ParserService_BuildConstraint_FullMethodName = "/parsetier.v1.ParserService/BuildConstraint"
 	ParserService_ParseBatch_FullMethodName      = "/parsetier.v1.ParserService/ParseBatch"
+	ParserService_Render_FullMethodName          = "/parsetier.v1.ParserService/Render"
 )
 
 // ParserServiceClient is the client API for ParserService service.
@@ -68,6 +69,16 @@ type ParserServiceClient interface {
 	// `Parse` stream fed the same messages produces. Errors end only their session (its result
 	// carries the status); only malformed framing or the stream's own limits end the stream.
 	ParseBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ParseBatchRequest, ParseBatchResponse], error)
+	// The other half of the tier: a public API request in (its JSON body as received), what
+	// generation needs out: the prompt's token ids, rendered with the model's own chat template
+	// exactly as `transformers`' `apply_chat_template` renders it and tokenized by the model's real
+	// tokenizer; the `Open` of the output session, filled from the same request (send it unchanged);
+	// the sampling parameters; and, when the request forces a tool or asks for a JSON schema, the
+	// decoding constraint. Malformed or unsupported requests are INVALID_ARGUMENT naming the JSON
+	// path; a template's own refusal (`raise_exception`) is INVALID_ARGUMENT with its message; an
+	// unknown model is NOT_FOUND; a model with no chat template is FAILED_PRECONDITION. See
+	// docs/render.md.
+	Render(ctx context.Context, in *RenderRequest, opts ...grpc.CallOption) (*RenderResponse, error)
 }
 
 type parserServiceClient struct {
@@ -134,6 +145,16 @@ func (c *parserServiceClient) ParseBatch(ctx context.Context, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ParserService_ParseBatchClient = grpc.BidiStreamingClient[ParseBatchRequest, ParseBatchResponse]
 
+func (c *parserServiceClient) Render(ctx context.Context, in *RenderRequest, opts ...grpc.CallOption) (*RenderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenderResponse)
+	err := c.cc.Invoke(ctx, ParserService_Render_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParserServiceServer is the server API for ParserService service.
 // All implementations must embed UnimplementedParserServiceServer
 // for forward compatibility.
@@ -163,6 +184,16 @@ type ParserServiceServer interface {
 	// `Parse` stream fed the same messages produces. Errors end only their session (its result
 	// carries the status); only malformed framing or the stream's own limits end the stream.
 	ParseBatch(grpc.BidiStreamingServer[ParseBatchRequest, ParseBatchResponse]) error
+	// The other half of the tier: a public API request in (its JSON body as received), what
+	// generation needs out: the prompt's token ids, rendered with the model's own chat template
+	// exactly as `transformers`' `apply_chat_template` renders it and tokenized by the model's real
+	// tokenizer; the `Open` of the output session, filled from the same request (send it unchanged);
+	// the sampling parameters; and, when the request forces a tool or asks for a JSON schema, the
+	// decoding constraint. Malformed or unsupported requests are INVALID_ARGUMENT naming the JSON
+	// path; a template's own refusal (`raise_exception`) is INVALID_ARGUMENT with its message; an
+	// unknown model is NOT_FOUND; a model with no chat template is FAILED_PRECONDITION. See
+	// docs/render.md.
+	Render(context.Context, *RenderRequest) (*RenderResponse, error)
 	mustEmbedUnimplementedParserServiceServer()
 }
 
@@ -187,6 +218,9 @@ func (UnimplementedParserServiceServer) BuildConstraint(context.Context, *BuildC
 }
 func (UnimplementedParserServiceServer) ParseBatch(grpc.BidiStreamingServer[ParseBatchRequest, ParseBatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method ParseBatch not implemented")
+}
+func (UnimplementedParserServiceServer) Render(context.Context, *RenderRequest) (*RenderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Render not implemented")
 }
 func (UnimplementedParserServiceServer) mustEmbedUnimplementedParserServiceServer() {}
 func (UnimplementedParserServiceServer) testEmbeddedByValue()                       {}
@@ -277,6 +311,24 @@ func _ParserService_ParseBatch_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ParserService_ParseBatchServer = grpc.BidiStreamingServer[ParseBatchRequest, ParseBatchResponse]
 
+func _ParserService_Render_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParserServiceServer).Render(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParserService_Render_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParserServiceServer).Render(ctx, req.(*RenderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParserService_ServiceDesc is the grpc.ServiceDesc for ParserService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -295,6 +347,10 @@ var ParserService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BuildConstraint",
 			Handler:    _ParserService_BuildConstraint_Handler,
+		},
+		{
+			MethodName: "Render",
+			Handler:    _ParserService_Render_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

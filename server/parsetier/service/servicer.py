@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import grpc
@@ -35,6 +36,7 @@ from parsetier.batch_protocol import (
 from parsetier.framing import in_parts, once_error, once_request, once_response
 from parsetier.models import Model, ModelRegistry, TokenizerState
 from parsetier.protocol import NeedModel, SessionCounts, SessionProtocol
+from parsetier.render import Renderer, RenderOptions
 from parsetier.service import metrics
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
@@ -44,6 +46,7 @@ from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip, emit_all
+from parsetier.service.render import render_request
 from parsetier.status import Code, ProtocolError, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
@@ -58,6 +61,9 @@ OFF_LOOP_BYTES = 32 * 1024
 """Client messages at least this large (about 8k token ids) are parsed in a worker thread: a
 thread hop costs tens of microseconds, such a message milliseconds to seconds. The GIL is
 handed back to the event loop every few milliseconds, so the other streams keep moving."""
+RENDER_THREADS = 2
+"""Worker threads ``Render`` runs on (templates and tokenization hold the GIL for much of their
+time, so more threads than cores buy nothing)."""
 REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused stream waits for the client's first message before the status is sent."""
 
@@ -133,6 +139,17 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self._idle = IdleWatch(limits.idle_timeout)
         self.handoff = HandOff(self.gate, self._idle)
         """The drain's hand-off of resumable streams (``service/handoff.py``)."""
+        self.renderer = Renderer(
+            RenderOptions(
+                max_request_bytes=limits.max_message_bytes,
+                max_prompt_tokens=limits.max_prompt_tokens,
+                trust_request_templates=limits.trust_request_templates,
+            )
+        )
+        """``Render``'s renderer: its prefix cache is shared by every request of this process."""
+        self._render_pool = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="parsetier-render")
+        """Renders run here, off the event loop; a bounded pool, so a burst of long renders queues
+        instead of taking every thread the loop's other work (model loads) also needs."""
 
     # --- Parse -----------------------------------------------------------------------------
 
@@ -314,6 +331,28 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         status = await self._guarded(record, run(), context)
         await _end(record, status, context)
         return result[0] if result else pb.BuildConstraintResponse()  # empty only when the client is gone
+
+    # --- Render ----------------------------------------------------------------------------
+
+    async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext) -> pb.RenderResponse:
+        record = SessionRecord(rpc="Render")
+        result: list[pb.RenderResponse] = []
+
+        async def run() -> None:
+            nonlocal request
+            request = _decoded(request)
+            record.model, record.request_id = request.model, request.request_id
+            model = await self._model(request.model)
+            loop = asyncio.get_running_loop()
+            response = await loop.run_in_executor(
+                self._render_pool, render_request, self.renderer, model, request
+            )
+            self.limits.check_reply(response.ByteSize())
+            result.append(response)
+
+        status = await self._guarded(record, run(), context)
+        await _end(record, status, context)
+        return result[0] if result else pb.RenderResponse()  # empty only when the client is gone
 
     # --- shared ----------------------------------------------------------------------------
 

@@ -578,3 +578,67 @@ class SessionStatus(_message.Message):
     code: int
     message: str
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class RenderRequest(_message.Message):
+    __slots__ = ("model", "dialect", "request_json", "request_id", "response_id", "created", "chat_template", "return_prompt_text")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    RETURN_PROMPT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    dialect: WireDialect
+    request_json: bytes
+    request_id: str
+    response_id: str
+    created: int
+    chat_template: str
+    return_prompt_text: bool
+    def __init__(self, model: _Optional[str] = ..., dialect: _Optional[_Union[WireDialect, str]] = ..., request_json: _Optional[bytes] = ..., request_id: _Optional[str] = ..., response_id: _Optional[str] = ..., created: _Optional[int] = ..., chat_template: _Optional[str] = ..., return_prompt_text: _Optional[bool] = ...) -> None: ...
+
+class RenderResponse(_message.Message):
+    __slots__ = ("prompt_token_ids", "open", "sampling", "constraint", "prompt_tokens", "prompt_text")
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    open: Open
+    sampling: SamplingParams
+    constraint: BuildConstraintResponse
+    prompt_tokens: int
+    prompt_text: str
+    def __init__(self, prompt_token_ids: _Optional[_Iterable[int]] = ..., open: _Optional[_Union[Open, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., constraint: _Optional[_Union[BuildConstraintResponse, _Mapping]] = ..., prompt_tokens: _Optional[int] = ..., prompt_text: _Optional[str] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "logprobs", "top_logprobs", "n", "presence_penalty", "frequency_penalty")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    N_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    logprobs: bool
+    top_logprobs: int
+    n: int
+    presence_penalty: float
+    frequency_penalty: float
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., n: _Optional[int] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ...) -> None: ...

@@ -5,7 +5,7 @@ import warnings
 
 from parsetier_api.v1 import parsetier_pb2 as parsetier__api_dot_v1_dot_parsetier__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -59,6 +59,11 @@ class ParserServiceStub:
                 '/parsetier.v1.ParserService/ParseBatch',
                 request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchRequest.SerializeToString,
                 response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchResponse.FromString,
+                _registered_method=True)
+        self.Render = channel.unary_unary(
+                '/parsetier.v1.ParserService/Render',
+                request_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.RenderRequest.SerializeToString,
+                response_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.RenderResponse.FromString,
                 _registered_method=True)
 
 
@@ -114,6 +119,21 @@ class ParserServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Render(self, request, context):
+        """The other half of the tier: a public API request in (its JSON body as received), what
+        generation needs out: the prompt's token ids, rendered with the model's own chat template
+        exactly as `transformers`' `apply_chat_template` renders it and tokenized by the model's real
+        tokenizer; the `Open` of the output session, filled from the same request (send it unchanged);
+        the sampling parameters; and, when the request forces a tool or asks for a JSON schema, the
+        decoding constraint. Malformed or unsupported requests are INVALID_ARGUMENT naming the JSON
+        path; a template's own refusal (`raise_exception`) is INVALID_ARGUMENT with its message; an
+        unknown model is NOT_FOUND; a model with no chat template is FAILED_PRECONDITION. See
+        docs/render.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParserServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +161,11 @@ def add_ParserServiceServicer_to_server(servicer, server):
                     servicer.ParseBatch,
                     request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchRequest.FromString,
                     response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchResponse.SerializeToString,
+            ),
+            'Render': grpc.unary_unary_rpc_method_handler(
+                    servicer.Render,
+                    request_deserializer=parsetier__api_dot_v1_dot_parsetier__pb2.RenderRequest.FromString,
+                    response_serializer=parsetier__api_dot_v1_dot_parsetier__pb2.RenderResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -279,6 +304,33 @@ class ParserService:
             '/parsetier.v1.ParserService/ParseBatch',
             parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchRequest.SerializeToString,
             parsetier__api_dot_v1_dot_parsetier__pb2.ParseBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Render(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/parsetier.v1.ParserService/Render',
+            parsetier__api_dot_v1_dot_parsetier__pb2.RenderRequest.SerializeToString,
+            parsetier__api_dot_v1_dot_parsetier__pb2.RenderResponse.FromString,
             options,
             channel_credentials,
             insecure,

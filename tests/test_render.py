@@ -1,0 +1,296 @@
+"""Render's request readers, errors and cache, sans-IO, on real tokenizers and templates; and the
+RPC's statuses through a live server (docs/render.md)."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from parsetier.models import ModelRegistry
+from parsetier.render import Renderer, RenderOptions
+from parsetier.render.encode import PrefixCache, boundaries, encode
+from parsetier.render.errors import BadRequest, NoTemplate, PromptTooLong, TemplateRaised, UntrustedTemplate
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+}
+ARGS = '{"city": "Paris"}'
+USER = {"role": "user", "content": "x"}
+CANONICAL = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "reasoning_content": "Call the tool.", "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+]
+
+
+@pytest.fixture(scope="module")
+def models() -> ModelRegistry:
+    return ModelRegistry()
+
+
+@pytest.fixture(scope="module")
+def renderer() -> Renderer:
+    return Renderer()
+
+
+def chat_body(**extra) -> dict:
+    messages = [
+        {**m, "tool_calls": [{**CALL, "function": {**CALL["function"], "arguments": '{"city": "Paris"}'}}]}
+        if m.get("tool_calls")
+        else m
+        for m in CANONICAL
+    ]
+    return {"model": "m", "messages": messages, "tools": TOOLS, **extra}
+
+
+def anthropic_body() -> dict:
+    return {
+        "model": "m",
+        "max_tokens": 100,
+        "system": "You are terse.",
+        "tools": [
+            {
+                "name": t["function"]["name"],
+                "description": t["function"]["description"],
+                "input_schema": t["function"]["parameters"],
+            }
+            for t in TOOLS
+        ],
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Call the tool.", "signature": "x"},
+                    {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}],
+            },
+        ],
+    }
+
+
+def responses_body() -> dict:
+    return {
+        "model": "m",
+        "instructions": "You are terse.",
+        "tools": [{"type": "function", **t["function"]} for t in TOOLS],
+        "input": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Call the tool."}],
+            },
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": ARGS},
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+        ],
+    }
+
+
+def render(renderer: Renderer, models: ModelRegistry, model: str, dialect: str, body: dict):
+    return renderer.render(models.get(model), dialect, json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("model", ["qwen3", "qwen3.5", "glm-4.5", "minimax-m2"])
+def test_every_dialect_renders_the_same_conversation_to_the_same_ids(renderer, models, model):
+    chat = render(renderer, models, model, "openai_chat", chat_body())
+    assert chat.conversation.messages == CANONICAL
+    for dialect, body in (("anthropic_messages", anthropic_body()), ("openai_responses", responses_body())):
+        other = render(renderer, models, model, dialect, body)
+        assert other.conversation.messages == CANONICAL, dialect
+        assert other.prompt_ids == chat.prompt_ids, dialect
+
+
+def test_anthropic_and_responses_tools_keep_their_schema(renderer, models):
+    for dialect, body in (("anthropic_messages", anthropic_body()), ("openai_responses", responses_body())):
+        conv = render(renderer, models, "qwen3", dialect, body).conversation
+        assert conv.tools == TOOLS, dialect
+
+
+@pytest.mark.parametrize(
+    ("dialect", "body", "path"),
+    [
+        ("openai_chat", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+         "messages[0].content[0].type"),
+        ("openai_chat", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+        ("openai_chat", {"messages": [{"role": "assistant", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": "[1, 2]"}}]}]},
+         "messages[0].tool_calls[0].function.arguments"),
+        ("openai_chat", {"messages": [{"role": "assistant", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": "{nope"}}]}]},
+         "messages[0].tool_calls[0].function.arguments"),
+        ("openai_chat", {"messages": [USER], "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "date"}}}]},
+         "tools[0].function.parameters"),
+        ("openai_chat", {"messages": [USER], "tool_choice": "required"}, "tool_choice"),
+        ("openai_chat", {"messages": [USER], "temperature": "hot"}, "temperature"),
+        ("openai_chat", {"messages": [USER], "logit_bias": {"1": 2}}, "logit_bias"),
+        ("anthropic_messages", {"messages": [USER]}, "max_tokens"),
+        ("anthropic_messages", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {}}]}]}, "messages[0].content[0].type"),
+        ("anthropic_messages", {"max_tokens": 5, "messages": [USER],
+                                "tools": [{"name": "f", "input_schema": 3}]}, "tools[0].input_schema"),
+        ("openai_responses", {"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ("openai_responses", {"input": [{"type": "function_call", "name": "f", "arguments": "7"}]},
+         "input[0].arguments"),
+        ("openai_completions", {"prompt": ["a", "b"]}, "prompt"),
+        ("openai_completions", {"prompt": "a", "echo": True}, "echo"),
+    ],
+)  # fmt: skip
+def test_a_bad_request_is_invalid_argument_naming_the_json_path(renderer, models, dialect, body, path):
+    with pytest.raises(BadRequest) as caught:
+        render(renderer, models, "qwen3", dialect, body)
+    assert caught.value.path == path
+    assert str(caught.value).startswith(path + ": ")
+
+
+def test_a_templates_raise_exception_is_its_message(renderer, models):
+    # Qwen3.5's template refuses a second system message
+    body = {"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "y"}]}
+    with pytest.raises(TemplateRaised) as caught:
+        render(renderer, models, "qwen3.5", "openai_chat", body)
+    assert caught.value.refused
+    assert (
+        str(caught.value) == "the chat template refused the request: System message must be at the beginning."
+    )
+
+
+def test_a_request_template_is_refused_unless_trusted(models):
+    body = {"messages": [{"role": "user", "content": "hi"}], "chat_template": "{{ messages[0].content }}!"}
+    with pytest.raises(UntrustedTemplate):
+        render(Renderer(), models, "qwen3", "openai_chat", body)
+    trusted = render(
+        Renderer(RenderOptions(trust_request_templates=True)), models, "qwen3", "openai_chat", body
+    )
+    assert trusted.text == "hi!"
+
+
+def test_a_model_without_a_template_is_failed_precondition(renderer, models):
+    with pytest.raises(NoTemplate):
+        render(renderer, models, "qwen3-coder", "openai_chat", {"messages": [USER]})
+
+
+def test_the_prompt_limit_names_both_numbers(models):
+    small = Renderer(RenderOptions(max_prompt_tokens=5))
+    with pytest.raises(PromptTooLong, match=r"has \d+ tokens; this server's limit is 5"):
+        render(small, models, "qwen3", "openai_chat", chat_body())
+
+
+def test_deepseek_templates_that_join_arguments_as_text_get_the_clients_text(renderer, models):
+    out = render(renderer, models, "deepseek-r1", "openai_chat", chat_body())
+    assert '```json\n{"city": "Paris"}\n```' in out.text
+
+
+def test_the_prefix_cache_gives_the_same_ids_as_encoding_whole(models):
+    model = models.get("qwen3")
+    bounds = boundaries(model.tokenizer)
+    assert "<|im_start|>" in bounds.ids and "<tool_call>" not in bounds.ids  # not special: not a cut
+    cache = PrefixCache()
+    turns = [{"role": "system", "content": "S " * 1500}]
+    for i in range(6):
+        turns.append({"role": "user", "content": f"question {i} é ✓ <|im_start|> look-alike " * 40})
+        text = Renderer().render(model, "openai_chat", json.dumps({"messages": turns}).encode()).text
+        assert cache.encode(model.tokenizer, bounds, "qwen3", text) == encode(model.tokenizer, text)
+        turns.append({"role": "assistant", "content": f"answer {i}\n\n" * 30})
+    assert cache.hits >= 4
+
+
+@pytest.fixture(scope="module")
+def stub(grpc_server):
+    with grpc.insecure_channel(grpc_server.target) as channel:
+        yield pb_grpc.ParserServiceStub(channel)
+
+
+def call(stub, model: str, dialect: int, body: bytes | dict, **fields) -> pb.RenderResponse:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return stub.Render(
+        pb.RenderRequest(model=model, dialect=dialect, request_json=data, **fields), timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "dialect", "body", "code"),
+    [
+        ("no-such-model", pb.WIRE_DIALECT_OPENAI_CHAT, b"{}", grpc.StatusCode.NOT_FOUND),
+        ("qwen3", pb.WIRE_DIALECT_UNSPECIFIED, b"{}", grpc.StatusCode.INVALID_ARGUMENT),
+        ("qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, b"{not json", grpc.StatusCode.INVALID_ARGUMENT),
+        ("qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, b"\xff\xfe", grpc.StatusCode.INVALID_ARGUMENT),
+        ("qwen3-coder", pb.WIRE_DIALECT_OPENAI_CHAT, {"messages": [USER]},
+         grpc.StatusCode.FAILED_PRECONDITION),
+        ("qwen3", pb.WIRE_DIALECT_OPENAI_CHAT,
+         {"messages": [USER], "chat_template": "{{ 1 }}"},
+         grpc.StatusCode.PERMISSION_DENIED),
+    ],
+)  # fmt: skip
+def test_render_statuses_through_the_service(stub, model, dialect, body, code):
+    with pytest.raises(grpc.RpcError) as caught:
+        call(stub, model, dialect, body)
+    assert caught.value.code() == code, caught.value.details()
+
+
+def test_the_open_and_sampling_come_from_the_request(stub):
+    body = chat_body(
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=False, max_completion_tokens=77, temperature=0.5, top_p=0.9, seed=3,
+        stop=["END"], n=2, logprobs=True, top_logprobs=3, stream=True,
+        stream_options={"include_usage": True}, chat_template_kwargs={"enable_thinking": False},
+    )  # fmt: skip
+    out = call(stub, "qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, body, request_id="req-1", created=1700000000)
+    assert out.prompt_tokens == len(out.prompt_token_ids) > 0
+    o = out.open
+    assert o.model == "qwen3" and o.request_id == "req-1"
+    assert json.loads(o.tools_json) == TOOLS
+    assert o.tool_choice.function_name == "get_weather" and o.parallel_tool_calls is False
+    assert o.thinking is False and o.chat_template_kwargs["enable_thinking"] == "false"
+    assert list(o.prompt_token_ids) == list(out.prompt_token_ids)[-512:]
+    assert list(o.stop) == ["END"]
+    w = o.wire
+    assert (w.dialect, w.model, w.created, w.stream, w.include_usage, w.prompt_tokens) == (
+        pb.WIRE_DIALECT_OPENAI_CHAT, "m", 1700000000, True, True, out.prompt_tokens,
+    )  # fmt: skip
+    assert w.response_id.startswith("chatcmpl-")
+    s = out.sampling
+    assert (s.max_tokens, s.temperature, s.top_p, s.seed, s.n, s.logprobs, s.top_logprobs) == (
+        77, 0.5, 0.9, 3, 2, True, 3,
+    )  # fmt: skip
+    assert 151645 in s.stop_token_ids  # <|im_end|>, the model's end of turn
+    assert out.constraint.triggers == ["<tool_call>"]  # a named function: BuildConstraint's answer
+
+
+def test_no_constraint_without_a_forced_tool_or_a_json_format(stub):
+    out = call(stub, "qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, chat_body())
+    assert not out.HasField("constraint")
+    body = {
+        "messages": [USER],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "a", "schema": {"type": "object"}},
+        },
+    }
+    out = call(stub, "qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, body)
+    assert "%json" in out.constraint.lark_grammar  # fmt: skip
