@@ -294,3 +294,36 @@ def test_no_constraint_without_a_forced_tool_or_a_json_format(stub):
     }
     out = call(stub, "qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, body)
     assert "%json" in out.constraint.lark_grammar  # fmt: skip
+
+
+def test_the_python_clients_render_and_then_parse_with_the_open_unchanged(grpc_server, registry):
+    import asyncio
+
+    from parsetier_client import AsyncClient, Client
+
+    body = {"model": "Qwen3", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
+    tok = registry.get("qwen3").tokenizer
+    output = tok.encode(
+        '<think>\nLook it up.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        "\n</tool_call><|im_end|>",
+        add_special_tokens=False,
+    ).ids
+    with Client(grpc_server.target, timeout=60) as client:
+        rendered = client.render("qwen3", body, request_id="r-1")
+        assert rendered.prompt_tokens == len(rendered.prompt_token_ids) and rendered.constraint is None
+        stream = client.open(rendered.open)
+        stream.send(output[:-1])
+        stream.finish("stop", matched_stop=output[-1])
+        deltas = list(stream.deltas())
+        message = stream.final.message
+        assert message.reasoning == "Look it up."
+        assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == [("get_weather", {"city": "Paris"})]
+        assert deltas
+        with pytest.raises(TypeError):
+            client.open(rendered.open, tools=TOOLS)
+
+    async def run() -> list[int]:
+        async with AsyncClient(grpc_server.target, timeout=60) as client:
+            return (await client.render("qwen3", json.dumps(body), "openai_chat", request_id="r-1")).prompt_token_ids
+
+    assert asyncio.run(run()) == rendered.prompt_token_ids

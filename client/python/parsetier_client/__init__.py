@@ -9,6 +9,7 @@ Imports only grpc, protobuf and the generated ``parsetier_api`` stubs — never 
 
 from parsetier_client.aio import AsyncClient, AsyncParseStream
 from parsetier_client.batch import AsyncBatch, Batch, StepBuilder, session_error
+from parsetier_client.rendering import RenderResult, render_request
 from parsetier_client.requests import finish_message, logprob_step, open_message, step_logprobs, step_message
 from parsetier_client.result import (
     ParseResult,
@@ -31,6 +32,7 @@ __all__ = [
     "Client",
     "ParseResult",
     "ParseStream",
+    "RenderResult",
     "StepBuilder",
     "Tls",
     "chat_logprobs",
@@ -42,6 +44,7 @@ __all__ = [
     "logprob_step",
     "message_dict",
     "open_message",
+    "render_request",
     "session_error",
     "step_logprobs",
     "step_message",

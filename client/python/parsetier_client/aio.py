@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from itertools import chain
 from typing import Any
 
@@ -14,6 +14,7 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch import AsyncBatch
 from parsetier_client.parts import joined_async
+from parsetier_client.rendering import RenderResult, opened, render_request
 from parsetier_client.requests import (
     StepLike,
     finish_message,
@@ -275,13 +276,11 @@ class AsyncClient:
     async def close(self) -> None:
         await self.channel.close()
 
-    async def open(self, model: str, **options: Any) -> AsyncParseStream:
+    async def open(self, model: str | pb.Open, **options: Any) -> AsyncParseStream:
         """Start a streaming session: send its Open and wait until the server accepted it
         (raises ``grpc.aio.AioRpcError`` with the server's status when it did not).
-        ``options`` as for ``requests.open_message``."""
-        stream = AsyncParseStream(
-            self.stub, open_message(model, **options), self.timeout, self.resume, self.metadata
-        )
+        ``options`` as for ``requests.open_message``; or a whole ``pb.Open`` (``render``'s)."""
+        stream = AsyncParseStream(self.stub, opened(model, options), self.timeout, self.resume, self.metadata)
         await stream._connect()
         return stream
 
@@ -339,6 +338,20 @@ class AsyncClient:
         request = pb.ListModelsRequest()
         response = await self.stub.ListModels(request, timeout=self.timeout, metadata=self.metadata)
         return list(response.models)
+
+    async def render(
+        self,
+        model: str,
+        body: Mapping[str, Any] | str | bytes,
+        dialect: str | int = "openai_chat",
+        **fields: Any,
+    ) -> RenderResult:
+        """An API request's body (``dialect``: ``openai_chat``, ``openai_completions``,
+        ``openai_responses``, ``anthropic_messages``) rendered for ``model``: the prompt's ids, the
+        output session's ``Open`` (pass it to ``open``), sampling and constraint. ``fields``:
+        ``request_id``, ``response_id``, ``created``, ``chat_template``, ``return_prompt_text``."""
+        request = render_request(model, body, dialect, **fields)
+        return RenderResult.of(await self.stub.Render(request, timeout=self.timeout, metadata=self.metadata))
 
     async def build_constraint(self, model: str, **options: Any) -> pb.BuildConstraintResponse:
         """The decoding constraint for a request with these options (``tools``, ``tool_choice``,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any
 
@@ -20,6 +20,7 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch import Batch
 from parsetier_client.parts import joined
+from parsetier_client.rendering import RenderResult, opened, render_request
 from parsetier_client.requests import (
     StepLike,
     finish_message,
@@ -196,9 +197,10 @@ class Client:
     def close(self) -> None:
         self.channel.close()
 
-    def open(self, model: str, **options: Any) -> ParseStream:
-        """Start a streaming session; ``options`` are ``requests.open_message``'s keywords."""
-        open_ = open_message(model, **options)
+    def open(self, model: str | pb.Open, **options: Any) -> ParseStream:
+        """Start a streaming session; ``options`` are ``requests.open_message``'s keywords. Or
+        give a whole ``pb.Open`` (``render``'s ``RenderResult.open``) and no options."""
+        open_ = opened(model, options)
         return ParseStream(self.stub, open_, self.timeout, self.metadata, self.resume)
 
     def parse(self, messages: Iterable[pb.ParseRequest]) -> Iterator[pb.ParseResponse]:
@@ -236,6 +238,20 @@ class Client:
     def list_models(self) -> list[pb.ModelInfo]:
         reply = self.stub.ListModels(pb.ListModelsRequest(), timeout=self.timeout, metadata=self.metadata)
         return list(reply.models)
+
+    def render(
+        self,
+        model: str,
+        body: Mapping[str, Any] | str | bytes,
+        dialect: str | int = "openai_chat",
+        **fields: Any,
+    ) -> RenderResult:
+        """An API request's body (``dialect``: ``openai_chat``, ``openai_completions``,
+        ``openai_responses``, ``anthropic_messages``) rendered for ``model``: the prompt's ids, the
+        output session's ``Open`` (pass it to ``open``), sampling and constraint. ``fields``:
+        ``request_id``, ``response_id``, ``created``, ``chat_template``, ``return_prompt_text``."""
+        request = render_request(model, body, dialect, **fields)
+        return RenderResult.of(self.stub.Render(request, timeout=self.timeout, metadata=self.metadata))
 
     def build_constraint(self, model: str, **options: Any) -> pb.BuildConstraintResponse:
         """The decoding constraint for a request with these options (``tools``, ``tool_choice``,
