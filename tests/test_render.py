@@ -301,7 +301,7 @@ def test_the_python_clients_render_and_then_parse_with_the_open_unchanged(grpc_s
 
     from parsetier_client import AsyncClient, Client
 
-    body = {"model": "Qwen3", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
+    body = {"model": "Qwen3", "messages": [CANONICAL[1]], "tools": TOOLS}
     tok = registry.get("qwen3").tokenizer
     output = tok.encode(
         '<think>\nLook it up.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
@@ -317,13 +317,15 @@ def test_the_python_clients_render_and_then_parse_with_the_open_unchanged(grpc_s
         deltas = list(stream.deltas())
         message = stream.final.message
         assert message.reasoning == "Look it up."
-        assert [(c.name, json.loads(c.arguments)) for c in message.tool_calls] == [("get_weather", {"city": "Paris"})]
+        calls = [(c.name, json.loads(c.arguments)) for c in message.tool_calls]
+        assert calls == [("get_weather", {"city": "Paris"})]
         assert deltas
         with pytest.raises(TypeError):
             client.open(rendered.open, tools=TOOLS)
 
     async def run() -> list[int]:
         async with AsyncClient(grpc_server.target, timeout=60) as client:
-            return (await client.render("qwen3", json.dumps(body), "openai_chat", request_id="r-1")).prompt_token_ids
+            again = await client.render("qwen3", json.dumps(body), "openai_chat", request_id="r-1")
+            return again.prompt_token_ids
 
     assert asyncio.run(run()) == rendered.prompt_token_ids
