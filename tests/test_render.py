@@ -304,8 +304,8 @@ def test_the_python_clients_render_and_then_parse_with_the_open_unchanged(grpc_s
     body = {"model": "Qwen3", "messages": [CANONICAL[1]], "tools": TOOLS}
     tok = registry.get("qwen3").tokenizer
     output = tok.encode(
-        '<think>\nLook it up.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
-        "\n</tool_call><|im_end|>",
+        "<think>\nLook it up.\n</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
         add_special_tokens=False,
     ).ids
     with Client(grpc_server.target, timeout=60) as client:
