@@ -44,6 +44,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--config", help="models TOML file; without it every built-in preset is served")
     parser.add_argument(
+        "--model-dir",
+        action="append",
+        metavar="[NAME=]DIR",
+        help="serve a Hugging Face tokenizer directory whose tokenizer_config.json has a "
+        "response_template, as NAME (default: the directory's name); repeatable",
+    )
+    parser.add_argument(
         "--engine",
         choices=("native", "reference"),
         default="native",
@@ -186,6 +193,20 @@ def _registry(config: str | None):
         raise UsageError("--config", f"{config}: a model entry lacks the key {exc}") from None
     except Exception as exc:  # TOML syntax, unknown format, bad format file: all the file's fault
         raise UsageError("--config", f"{config}: {type(exc).__name__}: {exc}") from None
+
+
+def _model_dirs(registry, values: list[str]) -> None:
+    """``--model-dir [NAME=]DIR``: each directory is a model served from its response_template."""
+    from pathlib import Path
+
+    for value in values:
+        name, sep, directory = value.partition("=")
+        if not sep or not name or "/" in name:
+            name, directory = "", value
+        try:
+            registry.add_model_dir(Path(directory), name or None)
+        except Exception as exc:  # no tokenizer, no template, a template that cannot be served
+            raise UsageError("--model-dir", str(exc)) from None
 
 
 def _preload(value: str, registry) -> list[str]:
@@ -350,6 +371,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     logs.configure(args.log_level)
     registry = _registry(args.config)
+    _model_dirs(registry, args.model_dir or [])
     preload = _preload(args.preload, registry)
     if args.max_reply_bytes < MIN_REPLY_BYTES:
         problem = f"{args.max_reply_bytes} is too small to send replies in; the least is {MIN_REPLY_BYTES}"

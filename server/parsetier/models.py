@@ -2,11 +2,15 @@
 
 A preset is data (``ModelSpec``); loading it reads the tokenizer and binds the grammar's token-id
 terminals to that vocabulary once, so every session of the model shares the compiled result. A
-registry owns its formats (``FormatRegistry``): the built-ins plus the user's format files.
+registry owns its formats (``FormatRegistry``): the built-ins plus the user's format files. A model
+may instead bring its own format: the ``response_template`` of its tokenizer directory's
+``tokenizer_config.json`` (or of its config entry), compiled into a grammar of the same kind
+(``parsetier.formats.response_template``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import tomllib
 from collections.abc import Mapping
@@ -20,6 +24,7 @@ import tokenizers
 from parsetier.engine.grammar import BoundGrammar, Grammar, GrammarError
 from parsetier.eos import eos_token_ids
 from parsetier.formats import FormatRegistry
+from parsetier.formats.response_template import Template, TemplateError, template_grammar, validate
 from parsetier.status import Code, StatusError
 from parsetier.token_bytes import TokenBytes
 from parsetier.tokenizers import (
@@ -27,8 +32,14 @@ from parsetier.tokenizers import (
     TokenizerUnavailable,
     load_tokenizer,
     tokenizer_available,
+    tokenizer_config,
     tokenizer_folder,
 )
+
+FORMAT_FILE = "format_file"
+"""A model whose grammar is a format file (a built-in, or one the config lists)."""
+RESPONSE_TEMPLATE = "response_template"
+"""A model whose grammar is compiled from its ``response_template``; also its ``format`` name."""
 
 
 class UnknownModel(StatusError, KeyError):
@@ -57,6 +68,14 @@ class ModelSpec:
     eos_token_ids: tuple[int, ...] = ()
     """Stop ids besides those the tokenizer's directory names (``eos``): for vocabularies shipped
     without a generation_config.json / tokenizer_config.json."""
+    response_template: Template | None = field(default=None, compare=False, hash=False)
+    """The model's own output description, validated; when set it is the model's format
+    (``format`` is then ``response_template``)."""
+
+    @property
+    def format_source(self) -> str:
+        """``response_template`` or ``format_file``: where the model's grammar comes from."""
+        return RESPONSE_TEMPLATE if self.response_template is not None else FORMAT_FILE
 
 
 class TokenizerState(Enum):
@@ -85,6 +104,8 @@ class ModelInfo:
     tokenizer_state: TokenizerState = TokenizerState.READY
     tokenizer_hint: str = ""
     """What to install or configure when the tokenizer is not ready."""
+    format_source: str = FORMAT_FILE
+    """``format_file`` or ``response_template`` (``ModelSpec.format_source``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +177,7 @@ class ModelRegistry:
         self._specs = dict(specs)
         self._loaded: dict[str, Model] = {}
         self._lock = threading.Lock()
+        self._template_grammars: dict[str, Grammar] = {}
 
     @classmethod
     def from_config(cls, path: str | Path | None) -> ModelRegistry:
@@ -193,9 +215,34 @@ class ModelRegistry:
             specs.update({spec.name: spec for spec in presets_of(grammar)})
         for entry in config.get("models", []):
             spec = _model_entry(entry, specs, path.parent)
-            formats.get(spec.format)  # fail at start-up, not on the first request
+            if spec.response_template is None:
+                formats.get(spec.format)  # fail at start-up, not on the first request
+            else:
+                template_grammar(spec.response_template, spec.name)  # likewise: compile it now
             specs[spec.name] = spec
         return cls(specs, formats)
+
+    def add_model_dir(self, directory: str | Path, name: str | None = None) -> ModelSpec:
+        """Serve a Hugging Face tokenizer directory whose ``tokenizer_config.json`` carries a
+        ``response_template`` (``parsetier serve --model-dir``): the directory is all the model
+        needs. ``name`` defaults to the directory's name; a name already served is an error."""
+        path = Path(directory).expanduser()
+        name = name or path.resolve().name
+        if name in self._specs:
+            raise GrammarError(f"{path}: a model named {name!r} is already served; name it (NAME=DIR)")
+        if not tokenizer_available(str(path)):
+            raise GrammarError(
+                f"{path}: no tokenizer there (tokenizer.json, tokenizer.model or tiktoken.model)"
+            )
+        template = directory_template(str(path))
+        if template is None:
+            raise GrammarError(f"{path}: its tokenizer_config.json has no response_template (give a format)")
+        spec = ModelSpec(
+            name, RESPONSE_TEMPLATE, str(path), "from its response_template", response_template=template
+        )
+        template_grammar(template, name)
+        self._specs[name] = spec
+        return spec
 
     def specs(self) -> list[ModelSpec]:
         return [self._specs[n] for n in self.names()]
@@ -222,17 +269,32 @@ class ModelRegistry:
             model = self._loaded.get(name)
             if model is None:
                 tokenizer = load_tokenizer(spec.tokenizer)
-                grammar = self.formats.get(spec.format).bind(tokenizer)
+                grammar = self._unbound(spec, tokenizer).bind(tokenizer)
                 stop_ids = eos_token_ids(tokenizer, tokenizer_folder(spec.tokenizer), spec.eos_token_ids)
                 model = Model(spec, tokenizer, grammar, stop_ids)
                 self._loaded[name] = model
         return model
 
+    def _unbound(self, spec: ModelSpec, tokenizer: tokenizers.Tokenizer | None = None) -> Grammar:
+        """The model's grammar before binding: its format file's, or its template compiled (with
+        the vocabulary's special tokens when ``tokenizer`` is given; see ``compile_template``)."""
+        if spec.response_template is None:
+            return self.formats.get(spec.format)
+        if tokenizer is None:
+            grammar = self._template_grammars.get(spec.name)
+            if grammar is None:
+                grammar = self._template_grammars[spec.name] = template_grammar(
+                    spec.response_template, spec.name
+                )
+            return grammar
+        specials = {tok.content for tok in tokenizer.get_added_tokens_decoder().values() if tok.special}
+        return template_grammar(spec.response_template, spec.name, specials)
+
     def describe(self) -> list[ModelInfo]:
         infos = []
         for name in self.names():
             spec = self._specs[name]
-            grammar = self.formats.get(spec.format)
+            grammar = self._unbound(spec)
             state, hint = _tokenizer_state(spec)
             infos.append(
                 ModelInfo(
@@ -246,6 +308,7 @@ class ModelRegistry:
                     serves=spec.serves,
                     tokenizer_state=state,
                     tokenizer_hint=hint,
+                    format_source=spec.format_source,
                 )
             )
         return infos
@@ -261,9 +324,38 @@ def _tokenizer_state(spec: ModelSpec) -> tuple[TokenizerState, str]:
     return TokenizerState.NOT_INSTALLED, f"no tokenizer at {spec.tokenizer!r}"
 
 
+def directory_template(source: str | None) -> Template | None:
+    """The validated ``response_template`` of a tokenizer source's ``tokenizer_config.json``, or
+    None when it has none. A template ``transformers`` would refuse is a ``TemplateError``."""
+    folder = tokenizer_folder(source)
+    if folder is None:
+        return None
+    spec = tokenizer_config(folder).get("response_template")
+    if spec is None:
+        return None
+    return validate(spec, str(folder / "tokenizer_config.json"))
+
+
+def _entry_template(entry: Mapping[str, Any], name: str, base: Path) -> Template | None:
+    """A ``[[models]]`` entry's own ``response_template``: a table, or a JSON file's path."""
+    value = entry.get("response_template")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        file = Path(value).expanduser()
+        file = file if file.is_absolute() else base / file
+        try:
+            value = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TemplateError(f"config: model {name!r}: response_template {str(file)!r}: {exc}") from None
+        return validate(value, str(file))
+    return validate(value, f"config: model {name!r}")
+
+
 def _model_entry(entry: Mapping[str, Any], specs: Mapping[str, ModelSpec], base: Path) -> ModelSpec:
-    """One ``[[models]]`` table: a new model (with ``format``), or a preset's tokenizer and
-    defaults (name of a preset, no ``format``)."""
+    """One ``[[models]]`` table: a new model (with ``format``, or with a ``response_template``: its
+    own, or its tokenizer directory's), or a preset's tokenizer and defaults (name of a preset, no
+    ``format``). A ``format`` wins over a template the directory carries."""
     name = entry.get("name")
     if not isinstance(name, str) or not name:
         raise GrammarError("config: every [[models]] entry needs a name")
@@ -272,6 +364,25 @@ def _model_entry(entry: Mapping[str, Any], specs: Mapping[str, ModelSpec], base:
         tokenizer = str(tokenizer)
         if not tokenizer_available(tokenizer) and (base / tokenizer).exists():
             tokenizer = str(base / tokenizer)
+    template = _entry_template(entry, name, base)
+    if "format" not in entry and (template is not None or name not in specs):
+        if tokenizer is None:
+            raise GrammarError(f"config: model {name!r} needs a tokenizer")
+        template = template or directory_template(tokenizer)
+        if template is None:
+            raise GrammarError(
+                f"config: model {name!r} is no preset, so it needs a format, or a tokenizer directory "
+                "whose tokenizer_config.json has a response_template"
+            )
+        return ModelSpec(
+            name=name,
+            format=RESPONSE_TEMPLATE,
+            tokenizer=tokenizer,
+            description=str(entry.get("description", "from its response_template")),
+            thinking=entry.get("thinking"),
+            eos_token_ids=tuple(int(i) for i in entry.get("eos_token_ids", ())),
+            response_template=template,
+        )
     if "format" not in entry:
         preset = specs.get(name)
         if preset is None:

@@ -355,6 +355,59 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{4}
 }
 
+// Where a model's output grammar comes from.
+type FormatSource int32
+
+const (
+	// Not set (a server older than this field).
+	FormatSource_FORMAT_SOURCE_UNSPECIFIED FormatSource = 0
+	// A format file: a built-in one or one the server's config lists.
+	FormatSource_FORMAT_SOURCE_FORMAT_FILE FormatSource = 1
+	// The model's `response_template`, compiled into the same grammar a format file gives.
+	FormatSource_FORMAT_SOURCE_RESPONSE_TEMPLATE FormatSource = 2
+)
+
+// Enum value maps for FormatSource.
+var (
+	FormatSource_name = map[int32]string{
+		0: "FORMAT_SOURCE_UNSPECIFIED",
+		1: "FORMAT_SOURCE_FORMAT_FILE",
+		2: "FORMAT_SOURCE_RESPONSE_TEMPLATE",
+	}
+	FormatSource_value = map[string]int32{
+		"FORMAT_SOURCE_UNSPECIFIED":       0,
+		"FORMAT_SOURCE_FORMAT_FILE":       1,
+		"FORMAT_SOURCE_RESPONSE_TEMPLATE": 2,
+	}
+)
+
+func (x FormatSource) Enum() *FormatSource {
+	p := new(FormatSource)
+	*p = x
+	return p
+}
+
+func (x FormatSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FormatSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_parsetier_v1_parsetier_proto_enumTypes[5].Descriptor()
+}
+
+func (FormatSource) Type() protoreflect.EnumType {
+	return &file_parsetier_v1_parsetier_proto_enumTypes[5]
+}
+
+func (x FormatSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FormatSource.Descriptor instead.
+func (FormatSource) EnumDescriptor() ([]byte, []int) {
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
+}
+
 // Where a model's tokenizer stands. Only TOKENIZER_STATUS_READY models open sessions; the others
 // fail with FAILED_PRECONDITION and the hint.
 type TokenizerStatus int32
@@ -397,11 +450,11 @@ func (x TokenizerStatus) String() string {
 }
 
 func (TokenizerStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[5].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[6].Descriptor()
 }
 
 func (TokenizerStatus) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[5]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[6]
 }
 
 func (x TokenizerStatus) Number() protoreflect.EnumNumber {
@@ -410,7 +463,7 @@ func (x TokenizerStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TokenizerStatus.Descriptor instead.
 func (TokenizerStatus) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{5}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
 }
 
 // Where a constrained message starts with respect to reasoning.
@@ -459,11 +512,11 @@ func (x ConstraintReasoning) String() string {
 }
 
 func (ConstraintReasoning) Descriptor() protoreflect.EnumDescriptor {
-	return file_parsetier_v1_parsetier_proto_enumTypes[6].Descriptor()
+	return file_parsetier_v1_parsetier_proto_enumTypes[7].Descriptor()
 }
 
 func (ConstraintReasoning) Type() protoreflect.EnumType {
-	return &file_parsetier_v1_parsetier_proto_enumTypes[6]
+	return &file_parsetier_v1_parsetier_proto_enumTypes[7]
 }
 
 func (x ConstraintReasoning) Number() protoreflect.EnumNumber {
@@ -472,7 +525,7 @@ func (x ConstraintReasoning) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConstraintReasoning.Descriptor instead.
 func (ConstraintReasoning) EnumDescriptor() ([]byte, []int) {
-	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{6}
+	return file_parsetier_v1_parsetier_proto_rawDescGZIP(), []int{7}
 }
 
 // One message of a `Parse` stream. Its parts apply in field order — `open`, then every step in
@@ -2610,6 +2663,10 @@ type ModelInfo struct {
 	TokenizerStatus TokenizerStatus `protobuf:"varint,7,opt,name=tokenizer_status,json=tokenizerStatus,proto3,enum=parsetier.v1.TokenizerStatus" json:"tokenizer_status,omitempty"`
 	// What to install or configure while the tokenizer is not ready; empty when it is.
 	TokenizerHint string `protobuf:"bytes,8,opt,name=tokenizer_hint,json=tokenizerHint,proto3" json:"tokenizer_hint,omitempty"`
+	// Where the model's output grammar comes from: a format file (built-in or configured; `format`
+	// names it), or the model's own Hugging Face `response_template` (its tokenizer directory's
+	// tokenizer_config.json or its config entry; `format` is then "response_template").
+	FormatSource  FormatSource `protobuf:"varint,9,opt,name=format_source,json=formatSource,proto3,enum=parsetier.v1.FormatSource" json:"format_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2698,6 +2755,13 @@ func (x *ModelInfo) GetTokenizerHint() string {
 		return x.TokenizerHint
 	}
 	return ""
+}
+
+func (x *ModelInfo) GetFormatSource() FormatSource {
+	if x != nil {
+		return x.FormatSource
+	}
+	return FormatSource_FORMAT_SOURCE_UNSPECIFIED
 }
 
 // What a model's output format can express.
@@ -4041,7 +4105,7 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x04wire\x18\x04 \x01(\fR\x04wire\"\x13\n" +
 	"\x11ListModelsRequest\"E\n" +
 	"\x12ListModelsResponse\x12/\n" +
-	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\xd9\x02\n" +
+	"\x06models\x18\x01 \x03(\v2\x17.parsetier.v1.ModelInfoR\x06models\"\x9a\x03\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06format\x18\x02 \x01(\tR\x06format\x12\x1c\n" +
@@ -4050,7 +4114,8 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12>\n" +
 	"\fcapabilities\x18\x06 \x01(\v2\x1a.parsetier.v1.CapabilitiesR\fcapabilities\x12H\n" +
 	"\x10tokenizer_status\x18\a \x01(\x0e2\x1d.parsetier.v1.TokenizerStatusR\x0ftokenizerStatus\x12%\n" +
-	"\x0etokenizer_hint\x18\b \x01(\tR\rtokenizerHint\"K\n" +
+	"\x0etokenizer_hint\x18\b \x01(\tR\rtokenizerHint\x12?\n" +
+	"\rformat_source\x18\t \x01(\x0e2\x1a.parsetier.v1.FormatSourceR\fformatSource\"K\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\treasoning\x18\x01 \x01(\bR\treasoning\x12\x1d\n" +
 	"\n" +
@@ -4180,7 +4245,11 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x1aEVENT_KIND_TOOL_CALL_START\x10\x05\x12\x1d\n" +
 	"\x19EVENT_KIND_TOOL_ARGUMENTS\x10\x06\x12\x1c\n" +
 	"\x18EVENT_KIND_TOOL_CALL_END\x10\a\x12\x12\n" +
-	"\x0eEVENT_KIND_END\x10\b*\x98\x01\n" +
+	"\x0eEVENT_KIND_END\x10\b*q\n" +
+	"\fFormatSource\x12\x1d\n" +
+	"\x19FORMAT_SOURCE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19FORMAT_SOURCE_FORMAT_FILE\x10\x01\x12#\n" +
+	"\x1fFORMAT_SOURCE_RESPONSE_TEMPLATE\x10\x02*\x98\x01\n" +
 	"\x0fTokenizerStatus\x12 \n" +
 	"\x1cTOKENIZER_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16TOKENIZER_STATUS_READY\x10\x01\x12\"\n" +
@@ -4215,7 +4284,7 @@ func file_parsetier_v1_parsetier_proto_rawDescGZIP() []byte {
 	return file_parsetier_v1_parsetier_proto_rawDescData
 }
 
-var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_parsetier_v1_parsetier_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_parsetier_v1_parsetier_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(WireDialect)(0),                // 0: parsetier.v1.WireDialect
@@ -4223,125 +4292,127 @@ var file_parsetier_v1_parsetier_proto_goTypes = []any{
 	(OutputKind)(0),                 // 2: parsetier.v1.OutputKind
 	(FinishReason)(0),               // 3: parsetier.v1.FinishReason
 	(EventKind)(0),                  // 4: parsetier.v1.EventKind
-	(TokenizerStatus)(0),            // 5: parsetier.v1.TokenizerStatus
-	(ConstraintReasoning)(0),        // 6: parsetier.v1.ConstraintReasoning
-	(*ParseRequest)(nil),            // 7: parsetier.v1.ParseRequest
-	(*Open)(nil),                    // 8: parsetier.v1.Open
-	(*WireOptions)(nil),             // 9: parsetier.v1.WireOptions
-	(*ResumePoint)(nil),             // 10: parsetier.v1.ResumePoint
-	(*CompletionOptions)(nil),       // 11: parsetier.v1.CompletionOptions
-	(*Tool)(nil),                    // 12: parsetier.v1.Tool
-	(*ToolChoice)(nil),              // 13: parsetier.v1.ToolChoice
-	(*Step)(nil),                    // 14: parsetier.v1.Step
-	(*StepLogprobs)(nil),            // 15: parsetier.v1.StepLogprobs
-	(*Finish)(nil),                  // 16: parsetier.v1.Finish
-	(*ParseResponse)(nil),           // 17: parsetier.v1.ParseResponse
-	(*ReplyPart)(nil),               // 18: parsetier.v1.ReplyPart
-	(*Delta)(nil),                   // 19: parsetier.v1.Delta
-	(*TokenLogprob)(nil),            // 20: parsetier.v1.TokenLogprob
-	(*TopLogprob)(nil),              // 21: parsetier.v1.TopLogprob
-	(*ToolCallDelta)(nil),           // 22: parsetier.v1.ToolCallDelta
-	(*Event)(nil),                   // 23: parsetier.v1.Event
-	(*Final)(nil),                   // 24: parsetier.v1.Final
-	(*Usage)(nil),                   // 25: parsetier.v1.Usage
-	(*AssistantMessage)(nil),        // 26: parsetier.v1.AssistantMessage
-	(*ToolCall)(nil),                // 27: parsetier.v1.ToolCall
-	(*ParseOnceRequest)(nil),        // 28: parsetier.v1.ParseOnceRequest
-	(*ParseOnceResponse)(nil),       // 29: parsetier.v1.ParseOnceResponse
-	(*ListModelsRequest)(nil),       // 30: parsetier.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),      // 31: parsetier.v1.ListModelsResponse
-	(*ModelInfo)(nil),               // 32: parsetier.v1.ModelInfo
-	(*Capabilities)(nil),            // 33: parsetier.v1.Capabilities
-	(*BuildConstraintRequest)(nil),  // 34: parsetier.v1.BuildConstraintRequest
-	(*BuildConstraintResponse)(nil), // 35: parsetier.v1.BuildConstraintResponse
-	(*MessageStartAnchor)(nil),      // 36: parsetier.v1.MessageStartAnchor
-	(*ParseBatchRequest)(nil),       // 37: parsetier.v1.ParseBatchRequest
-	(*PackedSteps)(nil),             // 38: parsetier.v1.PackedSteps
-	(*SessionInput)(nil),            // 39: parsetier.v1.SessionInput
-	(*ParseBatchResponse)(nil),      // 40: parsetier.v1.ParseBatchResponse
-	(*PackedOutputs)(nil),           // 41: parsetier.v1.PackedOutputs
-	(*SessionOutput)(nil),           // 42: parsetier.v1.SessionOutput
-	(*SessionStatus)(nil),           // 43: parsetier.v1.SessionStatus
-	(*RenderRequest)(nil),           // 44: parsetier.v1.RenderRequest
-	(*RenderResponse)(nil),          // 45: parsetier.v1.RenderResponse
-	(*SamplingParams)(nil),          // 46: parsetier.v1.SamplingParams
-	nil,                             // 47: parsetier.v1.Open.ChatTemplateKwargsEntry
+	(FormatSource)(0),               // 5: parsetier.v1.FormatSource
+	(TokenizerStatus)(0),            // 6: parsetier.v1.TokenizerStatus
+	(ConstraintReasoning)(0),        // 7: parsetier.v1.ConstraintReasoning
+	(*ParseRequest)(nil),            // 8: parsetier.v1.ParseRequest
+	(*Open)(nil),                    // 9: parsetier.v1.Open
+	(*WireOptions)(nil),             // 10: parsetier.v1.WireOptions
+	(*ResumePoint)(nil),             // 11: parsetier.v1.ResumePoint
+	(*CompletionOptions)(nil),       // 12: parsetier.v1.CompletionOptions
+	(*Tool)(nil),                    // 13: parsetier.v1.Tool
+	(*ToolChoice)(nil),              // 14: parsetier.v1.ToolChoice
+	(*Step)(nil),                    // 15: parsetier.v1.Step
+	(*StepLogprobs)(nil),            // 16: parsetier.v1.StepLogprobs
+	(*Finish)(nil),                  // 17: parsetier.v1.Finish
+	(*ParseResponse)(nil),           // 18: parsetier.v1.ParseResponse
+	(*ReplyPart)(nil),               // 19: parsetier.v1.ReplyPart
+	(*Delta)(nil),                   // 20: parsetier.v1.Delta
+	(*TokenLogprob)(nil),            // 21: parsetier.v1.TokenLogprob
+	(*TopLogprob)(nil),              // 22: parsetier.v1.TopLogprob
+	(*ToolCallDelta)(nil),           // 23: parsetier.v1.ToolCallDelta
+	(*Event)(nil),                   // 24: parsetier.v1.Event
+	(*Final)(nil),                   // 25: parsetier.v1.Final
+	(*Usage)(nil),                   // 26: parsetier.v1.Usage
+	(*AssistantMessage)(nil),        // 27: parsetier.v1.AssistantMessage
+	(*ToolCall)(nil),                // 28: parsetier.v1.ToolCall
+	(*ParseOnceRequest)(nil),        // 29: parsetier.v1.ParseOnceRequest
+	(*ParseOnceResponse)(nil),       // 30: parsetier.v1.ParseOnceResponse
+	(*ListModelsRequest)(nil),       // 31: parsetier.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),      // 32: parsetier.v1.ListModelsResponse
+	(*ModelInfo)(nil),               // 33: parsetier.v1.ModelInfo
+	(*Capabilities)(nil),            // 34: parsetier.v1.Capabilities
+	(*BuildConstraintRequest)(nil),  // 35: parsetier.v1.BuildConstraintRequest
+	(*BuildConstraintResponse)(nil), // 36: parsetier.v1.BuildConstraintResponse
+	(*MessageStartAnchor)(nil),      // 37: parsetier.v1.MessageStartAnchor
+	(*ParseBatchRequest)(nil),       // 38: parsetier.v1.ParseBatchRequest
+	(*PackedSteps)(nil),             // 39: parsetier.v1.PackedSteps
+	(*SessionInput)(nil),            // 40: parsetier.v1.SessionInput
+	(*ParseBatchResponse)(nil),      // 41: parsetier.v1.ParseBatchResponse
+	(*PackedOutputs)(nil),           // 42: parsetier.v1.PackedOutputs
+	(*SessionOutput)(nil),           // 43: parsetier.v1.SessionOutput
+	(*SessionStatus)(nil),           // 44: parsetier.v1.SessionStatus
+	(*RenderRequest)(nil),           // 45: parsetier.v1.RenderRequest
+	(*RenderResponse)(nil),          // 46: parsetier.v1.RenderResponse
+	(*SamplingParams)(nil),          // 47: parsetier.v1.SamplingParams
+	nil,                             // 48: parsetier.v1.Open.ChatTemplateKwargsEntry
 }
 var file_parsetier_v1_parsetier_proto_depIdxs = []int32{
-	8,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
-	14, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
-	16, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
-	12, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
-	13, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
-	47, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
+	9,  // 0: parsetier.v1.ParseRequest.open:type_name -> parsetier.v1.Open
+	15, // 1: parsetier.v1.ParseRequest.steps:type_name -> parsetier.v1.Step
+	17, // 2: parsetier.v1.ParseRequest.finish:type_name -> parsetier.v1.Finish
+	13, // 3: parsetier.v1.Open.tools:type_name -> parsetier.v1.Tool
+	14, // 4: parsetier.v1.Open.tool_choice:type_name -> parsetier.v1.ToolChoice
+	48, // 5: parsetier.v1.Open.chat_template_kwargs:type_name -> parsetier.v1.Open.ChatTemplateKwargsEntry
 	2,  // 6: parsetier.v1.Open.output:type_name -> parsetier.v1.OutputKind
-	10, // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
-	11, // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
-	9,  // 9: parsetier.v1.Open.wire:type_name -> parsetier.v1.WireOptions
+	11, // 7: parsetier.v1.Open.resume:type_name -> parsetier.v1.ResumePoint
+	12, // 8: parsetier.v1.Open.completion:type_name -> parsetier.v1.CompletionOptions
+	10, // 9: parsetier.v1.Open.wire:type_name -> parsetier.v1.WireOptions
 	0,  // 10: parsetier.v1.WireOptions.dialect:type_name -> parsetier.v1.WireDialect
-	14, // 11: parsetier.v1.ResumePoint.history:type_name -> parsetier.v1.Step
+	15, // 11: parsetier.v1.ResumePoint.history:type_name -> parsetier.v1.Step
 	1,  // 12: parsetier.v1.ToolChoice.mode:type_name -> parsetier.v1.ToolChoiceMode
-	15, // 13: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
+	16, // 13: parsetier.v1.Step.logprobs:type_name -> parsetier.v1.StepLogprobs
 	3,  // 14: parsetier.v1.Finish.reason:type_name -> parsetier.v1.FinishReason
-	25, // 15: parsetier.v1.Finish.other_choices_usage:type_name -> parsetier.v1.Usage
-	19, // 16: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
-	23, // 17: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
-	24, // 18: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
-	18, // 19: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
-	22, // 20: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
-	20, // 21: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
-	21, // 22: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
+	26, // 15: parsetier.v1.Finish.other_choices_usage:type_name -> parsetier.v1.Usage
+	20, // 16: parsetier.v1.ParseResponse.deltas:type_name -> parsetier.v1.Delta
+	24, // 17: parsetier.v1.ParseResponse.events:type_name -> parsetier.v1.Event
+	25, // 18: parsetier.v1.ParseResponse.final:type_name -> parsetier.v1.Final
+	19, // 19: parsetier.v1.ParseResponse.part:type_name -> parsetier.v1.ReplyPart
+	23, // 20: parsetier.v1.Delta.tool_calls:type_name -> parsetier.v1.ToolCallDelta
+	21, // 21: parsetier.v1.Delta.logprobs:type_name -> parsetier.v1.TokenLogprob
+	22, // 22: parsetier.v1.TokenLogprob.top_logprobs:type_name -> parsetier.v1.TopLogprob
 	4,  // 23: parsetier.v1.Event.kind:type_name -> parsetier.v1.EventKind
 	3,  // 24: parsetier.v1.Final.finish_reason:type_name -> parsetier.v1.FinishReason
-	25, // 25: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
-	26, // 26: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
-	20, // 27: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
-	27, // 28: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
-	8,  // 29: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
-	16, // 30: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
-	15, // 31: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
-	24, // 32: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
-	19, // 33: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
-	23, // 34: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
-	32, // 35: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
-	33, // 36: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
-	5,  // 37: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
-	8,  // 38: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
-	6,  // 39: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
-	36, // 40: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
-	39, // 41: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
-	38, // 42: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
-	8,  // 43: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
-	14, // 44: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
-	16, // 45: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
-	42, // 46: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
-	18, // 47: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
-	41, // 48: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
-	19, // 49: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
-	23, // 50: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
-	24, // 51: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
-	43, // 52: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
-	0,  // 53: parsetier.v1.RenderRequest.dialect:type_name -> parsetier.v1.WireDialect
-	8,  // 54: parsetier.v1.RenderResponse.open:type_name -> parsetier.v1.Open
-	46, // 55: parsetier.v1.RenderResponse.sampling:type_name -> parsetier.v1.SamplingParams
-	35, // 56: parsetier.v1.RenderResponse.constraint:type_name -> parsetier.v1.BuildConstraintResponse
-	7,  // 57: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
-	28, // 58: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
-	30, // 59: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
-	34, // 60: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
-	37, // 61: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
-	44, // 62: parsetier.v1.ParserService.Render:input_type -> parsetier.v1.RenderRequest
-	17, // 63: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
-	29, // 64: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
-	31, // 65: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
-	35, // 66: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
-	40, // 67: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
-	45, // 68: parsetier.v1.ParserService.Render:output_type -> parsetier.v1.RenderResponse
-	63, // [63:69] is the sub-list for method output_type
-	57, // [57:63] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	26, // 25: parsetier.v1.Final.usage:type_name -> parsetier.v1.Usage
+	27, // 26: parsetier.v1.Final.message:type_name -> parsetier.v1.AssistantMessage
+	21, // 27: parsetier.v1.Final.logprobs:type_name -> parsetier.v1.TokenLogprob
+	28, // 28: parsetier.v1.AssistantMessage.tool_calls:type_name -> parsetier.v1.ToolCall
+	9,  // 29: parsetier.v1.ParseOnceRequest.open:type_name -> parsetier.v1.Open
+	17, // 30: parsetier.v1.ParseOnceRequest.finish:type_name -> parsetier.v1.Finish
+	16, // 31: parsetier.v1.ParseOnceRequest.logprobs:type_name -> parsetier.v1.StepLogprobs
+	25, // 32: parsetier.v1.ParseOnceResponse.final:type_name -> parsetier.v1.Final
+	20, // 33: parsetier.v1.ParseOnceResponse.deltas:type_name -> parsetier.v1.Delta
+	24, // 34: parsetier.v1.ParseOnceResponse.events:type_name -> parsetier.v1.Event
+	33, // 35: parsetier.v1.ListModelsResponse.models:type_name -> parsetier.v1.ModelInfo
+	34, // 36: parsetier.v1.ModelInfo.capabilities:type_name -> parsetier.v1.Capabilities
+	6,  // 37: parsetier.v1.ModelInfo.tokenizer_status:type_name -> parsetier.v1.TokenizerStatus
+	5,  // 38: parsetier.v1.ModelInfo.format_source:type_name -> parsetier.v1.FormatSource
+	9,  // 39: parsetier.v1.BuildConstraintRequest.open:type_name -> parsetier.v1.Open
+	7,  // 40: parsetier.v1.BuildConstraintResponse.reasoning:type_name -> parsetier.v1.ConstraintReasoning
+	37, // 41: parsetier.v1.BuildConstraintResponse.message_start_anchors:type_name -> parsetier.v1.MessageStartAnchor
+	40, // 42: parsetier.v1.ParseBatchRequest.sessions:type_name -> parsetier.v1.SessionInput
+	39, // 43: parsetier.v1.ParseBatchRequest.packed:type_name -> parsetier.v1.PackedSteps
+	9,  // 44: parsetier.v1.SessionInput.open:type_name -> parsetier.v1.Open
+	15, // 45: parsetier.v1.SessionInput.steps:type_name -> parsetier.v1.Step
+	17, // 46: parsetier.v1.SessionInput.finish:type_name -> parsetier.v1.Finish
+	43, // 47: parsetier.v1.ParseBatchResponse.sessions:type_name -> parsetier.v1.SessionOutput
+	19, // 48: parsetier.v1.ParseBatchResponse.part:type_name -> parsetier.v1.ReplyPart
+	42, // 49: parsetier.v1.ParseBatchResponse.packed:type_name -> parsetier.v1.PackedOutputs
+	20, // 50: parsetier.v1.SessionOutput.deltas:type_name -> parsetier.v1.Delta
+	24, // 51: parsetier.v1.SessionOutput.events:type_name -> parsetier.v1.Event
+	25, // 52: parsetier.v1.SessionOutput.final:type_name -> parsetier.v1.Final
+	44, // 53: parsetier.v1.SessionOutput.status:type_name -> parsetier.v1.SessionStatus
+	0,  // 54: parsetier.v1.RenderRequest.dialect:type_name -> parsetier.v1.WireDialect
+	9,  // 55: parsetier.v1.RenderResponse.open:type_name -> parsetier.v1.Open
+	47, // 56: parsetier.v1.RenderResponse.sampling:type_name -> parsetier.v1.SamplingParams
+	36, // 57: parsetier.v1.RenderResponse.constraint:type_name -> parsetier.v1.BuildConstraintResponse
+	8,  // 58: parsetier.v1.ParserService.Parse:input_type -> parsetier.v1.ParseRequest
+	29, // 59: parsetier.v1.ParserService.ParseOnce:input_type -> parsetier.v1.ParseOnceRequest
+	31, // 60: parsetier.v1.ParserService.ListModels:input_type -> parsetier.v1.ListModelsRequest
+	35, // 61: parsetier.v1.ParserService.BuildConstraint:input_type -> parsetier.v1.BuildConstraintRequest
+	38, // 62: parsetier.v1.ParserService.ParseBatch:input_type -> parsetier.v1.ParseBatchRequest
+	45, // 63: parsetier.v1.ParserService.Render:input_type -> parsetier.v1.RenderRequest
+	18, // 64: parsetier.v1.ParserService.Parse:output_type -> parsetier.v1.ParseResponse
+	30, // 65: parsetier.v1.ParserService.ParseOnce:output_type -> parsetier.v1.ParseOnceResponse
+	32, // 66: parsetier.v1.ParserService.ListModels:output_type -> parsetier.v1.ListModelsResponse
+	36, // 67: parsetier.v1.ParserService.BuildConstraint:output_type -> parsetier.v1.BuildConstraintResponse
+	41, // 68: parsetier.v1.ParserService.ParseBatch:output_type -> parsetier.v1.ParseBatchResponse
+	46, // 69: parsetier.v1.ParserService.Render:output_type -> parsetier.v1.RenderResponse
+	64, // [64:70] is the sub-list for method output_type
+	58, // [58:64] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_parsetier_v1_parsetier_proto_init() }
@@ -4365,7 +4436,7 @@ func file_parsetier_v1_parsetier_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_parsetier_v1_parsetier_proto_rawDesc), len(file_parsetier_v1_parsetier_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      8,
 			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,

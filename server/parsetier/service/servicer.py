@@ -34,7 +34,7 @@ from parsetier.batch_protocol import (
     to_the_end,
 )
 from parsetier.framing import in_parts, once_error, once_request, once_response
-from parsetier.models import Model, ModelRegistry, TokenizerState
+from parsetier.models import FORMAT_FILE, RESPONSE_TEMPLATE, Model, ModelRegistry, TokenizerState
 from parsetier.protocol import NeedModel, SessionCounts, SessionProtocol
 from parsetier.render import Renderer, RenderOptions
 from parsetier.service import metrics
@@ -55,6 +55,10 @@ _TOKENIZER_STATUS = {
     TokenizerState.READY: pb.TOKENIZER_STATUS_READY,
     TokenizerState.NOT_INSTALLED: pb.TOKENIZER_STATUS_NOT_INSTALLED,
     TokenizerState.NOT_CONFIGURED: pb.TOKENIZER_STATUS_NOT_CONFIGURED,
+}
+_FORMAT_SOURCE = {
+    FORMAT_FILE: pb.FORMAT_SOURCE_FORMAT_FILE,
+    RESPONSE_TEMPLATE: pb.FORMAT_SOURCE_RESPONSE_TEMPLATE,
 }
 
 OFF_LOOP_BYTES = 32 * 1024
@@ -308,6 +312,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                     tokenizer_hint=info.tokenizer_hint,
                     description=info.description,
                     capabilities=pb.Capabilities(reasoning=info.reasoning, tool_calls=info.tool_calls),
+                    format_source=_FORMAT_SOURCE[info.format_source],
                 )
                 for info in self.registry.describe()
             ]

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from parsetier.tokenizers import directory, packaged
 from parsetier.tokenizers.cache import cache_dir
+from parsetier.tokenizers.directory import tokenizer_config
 from parsetier.tokenizers.errors import TokenizerUnavailable
 from parsetier.tokenizers.packaged import SOURCES, SourceInfo, source_for_repo
 
@@ -27,6 +28,7 @@ __all__ = [
     "load_tokenizer",
     "source_for_repo",
     "tokenizer_available",
+    "tokenizer_config",
     "tokenizer_folder",
 ]
 

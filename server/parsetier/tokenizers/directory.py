@@ -50,7 +50,7 @@ def load_directory(source: str) -> Tokenizer:
         )
     if path.suffix == ".json":
         return Tokenizer.from_file(str(path))
-    config = _config(path.parent)
+    config = tokenizer_config(path.parent)
     if path.name == "tiktoken.model":
         if not config.get("added_tokens_decoder"):
             raise TokenizerUnavailable(
@@ -61,7 +61,10 @@ def load_directory(source: str) -> Tokenizer:
     return cached_conversion("sentencepiece", path, lambda p: convert.sentencepiece_to_tokenizer(p, config))
 
 
-def _config(directory: Path) -> dict[str, Any]:
+def tokenizer_config(directory: Path) -> dict[str, Any]:
+    """The directory's ``tokenizer_config.json`` (``{}`` when there is none): the special tokens'
+    ids of a tiktoken vocabulary, the chat template, the ``response_template``. Shared by
+    everything that reads a model directory; an unreadable file is ``TokenizerUnavailable``."""
     file = directory / "tokenizer_config.json"
     if not file.is_file():
         return {}

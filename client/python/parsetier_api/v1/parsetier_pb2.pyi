@@ -50,6 +50,12 @@ class EventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EVENT_KIND_TOOL_CALL_END: _ClassVar[EventKind]
     EVENT_KIND_END: _ClassVar[EventKind]
 
+class FormatSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FORMAT_SOURCE_UNSPECIFIED: _ClassVar[FormatSource]
+    FORMAT_SOURCE_FORMAT_FILE: _ClassVar[FormatSource]
+    FORMAT_SOURCE_RESPONSE_TEMPLATE: _ClassVar[FormatSource]
+
 class TokenizerStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TOKENIZER_STATUS_UNSPECIFIED: _ClassVar[TokenizerStatus]
@@ -92,6 +98,9 @@ EVENT_KIND_TOOL_CALL_START: EventKind
 EVENT_KIND_TOOL_ARGUMENTS: EventKind
 EVENT_KIND_TOOL_CALL_END: EventKind
 EVENT_KIND_END: EventKind
+FORMAT_SOURCE_UNSPECIFIED: FormatSource
+FORMAT_SOURCE_FORMAT_FILE: FormatSource
+FORMAT_SOURCE_RESPONSE_TEMPLATE: FormatSource
 TOKENIZER_STATUS_UNSPECIFIED: TokenizerStatus
 TOKENIZER_STATUS_READY: TokenizerStatus
 TOKENIZER_STATUS_NOT_INSTALLED: TokenizerStatus
@@ -434,7 +443,7 @@ class ListModelsResponse(_message.Message):
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "format", "tokenizer", "tokenizer_available", "description", "capabilities", "tokenizer_status", "tokenizer_hint")
+    __slots__ = ("name", "format", "tokenizer", "tokenizer_available", "description", "capabilities", "tokenizer_status", "tokenizer_hint", "format_source")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_FIELD_NUMBER: _ClassVar[int]
@@ -443,6 +452,7 @@ class ModelInfo(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_STATUS_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_HINT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_SOURCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     format: str
     tokenizer: str
@@ -451,7 +461,8 @@ class ModelInfo(_message.Message):
     capabilities: Capabilities
     tokenizer_status: TokenizerStatus
     tokenizer_hint: str
-    def __init__(self, name: _Optional[str] = ..., format: _Optional[str] = ..., tokenizer: _Optional[str] = ..., tokenizer_available: _Optional[bool] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., tokenizer_status: _Optional[_Union[TokenizerStatus, str]] = ..., tokenizer_hint: _Optional[str] = ...) -> None: ...
+    format_source: FormatSource
+    def __init__(self, name: _Optional[str] = ..., format: _Optional[str] = ..., tokenizer: _Optional[str] = ..., tokenizer_available: _Optional[bool] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., tokenizer_status: _Optional[_Union[TokenizerStatus, str]] = ..., tokenizer_hint: _Optional[str] = ..., format_source: _Optional[_Union[FormatSource, str]] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("reasoning", "tool_calls")
