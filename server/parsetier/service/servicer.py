@@ -43,7 +43,7 @@ from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable, read_batch_request
 from parsetier.service.errors import grpc_code, status_for
 from parsetier.service.handoff import HandOff, trailer_for
-from parsetier.service.idle import IdleWatch
+from parsetier.service.idle import IdleWatch, WriteTimeout
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip, emit_all
 from parsetier.service.render import render_request
@@ -90,10 +90,18 @@ class ClientGone(Exception):
     """A write failed because the client is no longer there (it cancelled or disconnected)."""
 
 
-async def _write(context: grpc.aio.ServicerContext, reply: Message) -> None:
+def not_reading(timeout: float) -> ProtocolError:
+    """The status of a stream whose client took no reply for the idle timeout."""
+    return ProtocolError(
+        Code.DEADLINE_EXCEEDED, f"the client read no reply for {timeout:g} s; the stream was dropped"
+    )
+
+
+async def _write(idle: IdleWatch, context: grpc.aio.ServicerContext, reply: Message) -> None:
+    """Write one reply, within the idle timeout (``IdleWatch.write``)."""
     try:
-        await context.write(reply)
-    except asyncio.CancelledError:
+        await idle.write(context, reply)
+    except (asyncio.CancelledError, WriteTimeout):
         raise
     except Exception as exc:
         raise ClientGone() from exc
@@ -200,7 +208,12 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 await context.send_initial_metadata(())
             if reply.response is not None:
                 for part in in_parts(reply.response, self.limits.max_reply_bytes):
-                    await _write(context, part)
+                    try:
+                        await _write(self._idle, context, part)
+                    except WriteTimeout:
+                        error = protocol.fail(not_reading(self.limits.idle_timeout))
+                        assert error is not None
+                        raise error from None
 
     async def _load(self, protocol: SessionProtocol, need: NeedModel) -> Model:
         """The model; a load failure fails the protocol with the contract's error."""
@@ -268,7 +281,10 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                     self.handoff.check_batch(batch)  # the drain may have begun meanwhile
                     reply = await _in_slices(request, batch.supplying_models(loaded))
                 for part in in_parts(reply, self.limits.max_reply_bytes, pb.ParseBatchResponse):
-                    await _write(context, part)
+                    try:
+                        await _write(self._idle, context, part)
+                    except WriteTimeout:
+                        raise not_reading(self.limits.idle_timeout) from None
         except StatusError as exc:
             error = exc
         except asyncio.CancelledError:

@@ -1,0 +1,73 @@
+"""Clients that misbehave at the HTTP/2 level, for the tests of what a server owes other clients:
+a real grpc client with small flow-control windows (no BDP probing, 16 KiB of lookahead) that
+writes and then neither reads nor writes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client import open_message
+
+SMALL_WINDOWS = (("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 16384))
+"""Channel options of a client that lets little of the server's replies in before it reads."""
+
+STEP = pb.ParseRequest(steps=[pb.Step(token_ids=[9707])] * 1024)
+"""1,024 one-id steps: a reply of several KiB, so a few fill a small window."""
+BATCH_OPEN = pb.ParseBatchRequest(sessions=[pb.SessionInput(key="a", open=open_message("qwen3"))])
+BATCH_STEP = pb.ParseBatchRequest(sessions=[pb.SessionInput(key="a", steps=STEP.steps)])
+"""The same on a ``ParseBatch`` stream, for its one session ``a``."""
+
+
+class StuckStream:
+    """A ``Parse`` stream (``ParseBatch`` with ``batch``) whose client writes ``messages`` step
+    messages (those flow control lets through) and then neither reads nor writes, until
+    ``read_all`` or ``cancel``."""
+
+    def __init__(self, stub: pb_grpc.ParserServiceStub, messages: int = 40, batch: bool = False) -> None:
+        self.call = stub.ParseBatch() if batch else stub.Parse()
+        parse_open = pb.ParseRequest(open=open_message("qwen3"))
+        self.first, self.step = (BATCH_OPEN, BATCH_STEP) if batch else (parse_open, STEP)
+        self.messages = messages
+        self.written = 0
+        self._writer: asyncio.Task | None = None
+
+    async def start(self) -> StuckStream:
+        await self.call.write(self.first)
+        self._writer = asyncio.create_task(self._write())
+        return self
+
+    async def _write(self) -> None:
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            for _ in range(self.messages):
+                await self.call.write(self.step)
+                self.written += 1
+
+    async def stalled(self, quiet: float = 0.5, timeout: float = 20.0) -> None:
+        """Wait until the writes make no progress for ``quiet`` seconds (flow control holds them,
+        or all are written)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last = -1
+        while self.written != last and loop.time() < deadline:
+            last = self.written
+            await asyncio.sleep(quiet)
+
+    async def read_all(self) -> tuple[int, grpc.StatusCode, str]:
+        """Read what the server sent: the replies, then the status and its message."""
+        replies = 0
+        try:
+            async for _ in self.call:
+                replies += 1
+        except grpc.aio.AioRpcError as exc:
+            return replies, exc.code(), exc.details() or ""
+        return replies, await self.call.code(), await self.call.details()
+
+    def cancel(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+        self.call.cancel()
