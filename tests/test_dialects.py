@@ -45,7 +45,7 @@ class Loopback:
     as a public API would: ``text/event-stream`` for a stream, ``application/json`` for a body."""
 
     def __init__(self) -> None:
-        self.bodies: queue.SimpleQueue[tuple[bytes, bool]] = queue.SimpleQueue()
+        self.bodies: queue.SimpleQueue[tuple[bytes, bool, int]] = queue.SimpleQueue()
         self.paths: list[str] = []
         loopback = self
 
@@ -53,8 +53,8 @@ class Loopback:
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 loopback.paths.append(self.path)
-                body, stream = loopback.bodies.get_nowait()
-                self.send_response(200)
+                body, stream, status = loopback.bodies.get_nowait()
+                self.send_response(status)
                 self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -68,8 +68,9 @@ class Loopback:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def serve(self, body: bytes, stream: bool) -> None:
-        self.bodies.put((body, stream))
+    def serve(self, body: bytes, stream: bool, status: int = 200) -> None:
+        """Answer the next POST with ``body``, with HTTP ``status`` (an error body's)."""
+        self.bodies.put((body, stream, status))
 
     def close(self) -> None:
         self.server.shutdown()

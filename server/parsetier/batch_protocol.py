@@ -23,7 +23,7 @@ from typing import TypeVar
 from parsetier import native
 from parsetier.messages import Delta
 from parsetier.models import Model
-from parsetier.protocol import Limits, SessionCounts, SessionProtocol
+from parsetier.protocol import Limits, SessionCounts, SessionProtocol, refused_wire
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -392,7 +392,7 @@ class BatchProtocol:
         named (an accepted one's protocol reads them: ``open_with``)."""
         counts.model, counts.request_id = open_.model, open_.request_id
         counts.client_messages += 1
-        _status(outputs, key, error)
+        _status(outputs, key, error, refused_wire(open_, error.code.name, error.message))
         self.hooks.ended(counts, error, False)
         return None
 
@@ -403,8 +403,10 @@ class BatchProtocol:
         return self.models[name]
 
     def _end_with(self, outputs, key: str, protocol: SessionProtocol | None, error: ProtocolError) -> None:
-        """End a session with ``error`` and say so in the reply."""
-        _status(outputs, key, error)
+        """End a session with ``error`` and say so in the reply (in its wire dialect too, if it
+        asked for one)."""
+        wire = protocol.error_wire(error.code.name, error.message) if protocol is not None else b""
+        _status(outputs, key, error, wire)
         if protocol is not None and self.sessions.get(key) is protocol:
             self._drop(key)
             protocol.fail(error)
@@ -602,7 +604,10 @@ def _session_error(exc: Exception) -> StatusError:
     return error
 
 
-def _status(outputs, key: str, error: ProtocolError) -> None:
+def _status(outputs, key: str, error: ProtocolError, wire: bytes = b"") -> None:
+    """``key``'s session ended with ``error``; ``wire``: that error in its dialect, if it asked."""
     output = outputs.add(key=key)
     output.status.code = int(error.code)
     output.status.message = error.message
+    if wire:
+        output.status.wire = wire

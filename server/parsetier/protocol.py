@@ -81,7 +81,8 @@ from typing import NamedTuple
 from parsetier import convert, native, resume
 from parsetier import session as core
 from parsetier.completion import CompletionSession
-from parsetier.dialects import Renderer, renderer
+from parsetier.dialects import Renderer, WireRequest, renderer
+from parsetier.dialects.errors import error_bytes
 from parsetier.engine.events import Event
 from parsetier.ledger import Ledger, new_ledger
 from parsetier.messages import Delta, Final, Usage
@@ -298,6 +299,28 @@ def _joined(outputs: list[core.StepOutput]) -> core.StepOutput:
     return core.StepOutput([d for o in outputs for d in o.deltas], [e for o in outputs for e in o.events])
 
 
+def _wire_kept(open_: pb.Open) -> tuple[WireRequest, bool] | None:
+    """What an error needs to render in an Open's dialect: its wire request and ``resumable``
+    (None when its dialect is unset: the session is refused for that, in no dialect)."""
+    try:
+        return convert.wire_request_of(open_), open_.resumable
+    except StatusError:
+        return None
+
+
+def refused_wire(open_: pb.Open, code: str, message: str) -> bytes:
+    """``SessionProtocol.error_wire`` of a session refused at its Open, before it had a protocol
+    (a ``ParseBatch`` stream's limit or admission)."""
+    return _error_wire(_wire_kept(open_) if open_.HasField("wire") else None, code, message, 0)
+
+
+def _error_wire(kept: tuple[WireRequest, bool] | None, code: str, message: str, sequence: int) -> bytes:
+    """``SessionProtocol.error_wire``'s rule, on what ``_wire_kept`` kept."""
+    if kept is None or code == "CANCELLED" or (code == "UNAVAILABLE" and kept[1]):
+        return b""
+    return error_bytes(kept[0], code, message, sequence)
+
+
 class SessionProtocol:
     """The rules of one session (see the module docstring). Not thread-safe: one caller at a
     time, though that caller may hand a large message to a worker thread."""
@@ -314,6 +337,7 @@ class SessionProtocol:
         "unary",
         "want_deltas",
         "want_events",
+        "wire_error",
     )
     """One per session, made and dropped with it: no instance dict to build and free."""
 
@@ -334,6 +358,10 @@ class SessionProtocol:
         """The client can resume elsewhere: a draining server hands the session off."""
         self.renderer: Renderer | None = None
         """The session's wire dialect (``Open.wire``), fed every delta; None when not asked for."""
+        self.wire_error: tuple[WireRequest, bool] | None = None
+        """The Open's wire request and ``resumable``, when it asked for wire bytes in a dialect:
+        an error that ends the session renders in it (``error_wire``), even one raised before
+        the session started (copied out: the Open's message is not kept alive)."""
 
     @property
     def finished(self) -> bool:
@@ -358,6 +386,8 @@ class SessionProtocol:
             self._check_order(message)
             self.limits.check_steps(len(message.steps))
             if message.HasField("open"):
+                if message.open.HasField("wire"):
+                    self._keep_wire(message.open)
                 self.counts.model = message.open.model
                 self.counts.request_id = message.open.request_id
                 self._pending = message
@@ -542,6 +572,8 @@ class SessionProtocol:
         if len(steps) > self.limits.max_steps_per_message:
             with self._failing():
                 self.limits.check_steps(len(steps))
+        if open_.HasField("wire"):
+            self._keep_wire(open_)
         counts = self.counts
         counts.model = name = open_.model
         counts.request_id = request_id = open_.request_id
@@ -617,6 +649,17 @@ class SessionProtocol:
         self._leave(State.FAILED)
         self._pending = None
         return error_of(exc)
+
+    def _keep_wire(self, open_: pb.Open) -> None:
+        """Keep what ``error_wire`` needs of an Open that asked for wire bytes."""
+        self.wire_error = _wire_kept(open_)
+
+    def error_wire(self, code: str, message: str) -> bytes:
+        """The bytes that end the session's response with the status ``code`` (its name) and
+        ``message`` in its wire dialect (``dialects.errors``); b"" when the Open asked for none,
+        for a cancel (the client's own), and for a resumable session ended UNAVAILABLE (handed
+        off: its client resumes it elsewhere)."""
+        return _error_wire(self.wire_error, code, message, getattr(self.renderer, "sequence", 0))
 
     def receive_eof(self) -> None:
         """The client closed its side: fine after Finish, an error before."""

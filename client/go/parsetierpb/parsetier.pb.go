@@ -609,10 +609,12 @@ type Open struct {
 	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The tools offered to the model (OpenAI function tools). Use either `tools` or `tools_json`.
 	Tools []*Tool `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
-	// The same tools as the OpenAI request's `tools` array, verbatim JSON text
-	// (`[{"type": "function", "function": {"name": ..., "parameters": {...}}}]`): convenient for
-	// stacks that forward a chat-completions request. Malformed JSON is INVALID_ARGUMENT; setting
-	// both `tools` and `tools_json` is INVALID_ARGUMENT.
+	// The request's `tools` array, verbatim JSON text, in the shape of any API the gateway serves:
+	// OpenAI chat (`[{"type": "function", "function": {"name": ..., "parameters": {...}}}]`),
+	// OpenAI Responses (`{"type": "function", "name": ..., "parameters": {...}}`) or Anthropic
+	// (`{"name": ..., "input_schema": {...}}`). A tool that is not a function (`web_search`,
+	// Anthropic server tools), malformed JSON, or setting both `tools` and `tools_json` is
+	// INVALID_ARGUMENT, naming the JSON path (`tools_json[2].input_schema`).
 	ToolsJson string `protobuf:"bytes,4,opt,name=tools_json,json=toolsJson,proto3" json:"tools_json,omitempty"`
 	// Which tool calls the model may make. Unset means AUTO.
 	ToolChoice *ToolChoice `protobuf:"bytes,5,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
@@ -3518,7 +3520,12 @@ type SessionStatus struct {
 	// code a `Parse` stream would have ended with.
 	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
 	// A message for the person debugging the client.
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// With `Open.wire`: the error in the session's dialect, to forward as its last bytes (an
+	// error event for a stream, the API's error body otherwise; docs/service.md, "Errors in the
+	// dialect"). A `Parse` stream or `ParseOnce` call carries the same bytes in its trailing
+	// metadata `parsetier-wire-bin`. Empty for CANCELLED and for a resumable session handed off.
+	Wire          []byte `protobuf:"bytes,3,opt,name=wire,proto3" json:"wire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3565,6 +3572,13 @@ func (x *SessionStatus) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *SessionStatus) GetWire() []byte {
+	if x != nil {
+		return x.Wire
+	}
+	return nil
 }
 
 // A public API request to render into a prompt.
@@ -4165,10 +4179,11 @@ const file_parsetier_v1_parsetier_proto_rawDesc = "" +
 	"\x05final\x18\x06 \x01(\v2\x13.parsetier.v1.FinalR\x05final\x123\n" +
 	"\x06status\x18\a \x01(\v2\x1b.parsetier.v1.SessionStatusR\x06status\x12#\n" +
 	"\routput_digest\x18\b \x01(\aR\foutputDigest\x12\x12\n" +
-	"\x04wire\x18\t \x01(\fR\x04wire\"=\n" +
+	"\x04wire\x18\t \x01(\fR\x04wire\"Q\n" +
 	"\rSessionStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xaa\x02\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
+	"\x04wire\x18\x03 \x01(\fR\x04wire\"\xaa\x02\n" +
 	"\rRenderRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x123\n" +
 	"\adialect\x18\x02 \x01(\x0e2\x19.parsetier.v1.WireDialectR\adialect\x12!\n" +

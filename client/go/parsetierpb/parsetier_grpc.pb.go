@@ -50,6 +50,8 @@ type ParserServiceClient interface {
 	// produces them, then a `Finish`; the server answers every client message that produced output
 	// with one `ParseResponse`, and the last server message carries the `Final` result.
 	// Errors end the stream with a gRPC status (see docs/service.md); they never affect other streams.
+	// A session with `Open.wire` gets the error in its dialect as well, in the trailing metadata
+	// `parsetier-wire-bin` (as `SessionStatus.wire`).
 	Parse(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ParseRequest, ParseResponse], error)
 	// Whole output in, assembled message out: the same result as a `Parse` stream fed all the
 	// tokens at once.
@@ -165,6 +167,8 @@ type ParserServiceServer interface {
 	// produces them, then a `Finish`; the server answers every client message that produced output
 	// with one `ParseResponse`, and the last server message carries the `Final` result.
 	// Errors end the stream with a gRPC status (see docs/service.md); they never affect other streams.
+	// A session with `Open.wire` gets the error in its dialect as well, in the trailing metadata
+	// `parsetier-wire-bin` (as `SessionStatus.wire`).
 	Parse(grpc.BidiStreamingServer[ParseRequest, ParseResponse]) error
 	// Whole output in, assembled message out: the same result as a `Parse` stream fed all the
 	// tokens at once.

@@ -23,6 +23,7 @@ from parsetier_client.result import (
 )
 from parsetier_client.security import Tls
 from parsetier_client.sync import Client, ParseStream
+from parsetier_client.wire import WireJoin, wire_error
 
 __all__ = [
     "AsyncBatch",
@@ -35,6 +36,7 @@ __all__ = [
     "RenderResult",
     "StepBuilder",
     "Tls",
+    "WireJoin",
     "chat_logprobs",
     "completion_logprobs",
     "delta_dict",
@@ -48,5 +50,6 @@ __all__ = [
     "session_error",
     "step_logprobs",
     "step_message",
+    "wire_error",
     "wire_of",
 ]

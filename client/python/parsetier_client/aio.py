@@ -27,6 +27,7 @@ from parsetier_client.result import ParseResult, collect
 from parsetier_client.resume import ResumePolicy, policy_of
 from parsetier_client.security import Tls, aio_channel, tls_of, token_metadata
 from parsetier_client.session_core import StreamCore, wire_chunks
+from parsetier_client.wire import wire_error
 
 
 async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:
@@ -240,10 +241,17 @@ class AsyncParseStream(StreamCore):
                 yield delta
 
     async def wire(self) -> AsyncIterator[bytes]:
-        """With ``Open.wire``: the bytes to forward as they come (``ParseStream.wire``)."""
-        async for message in self:
-            for chunk in wire_chunks(message):
-                yield chunk
+        """With ``Open.wire``: the bytes to forward as they come (``ParseStream.wire``), the
+        error in the dialect last when the stream ends with a status (then it raises)."""
+        try:
+            async for message in self:
+                for chunk in wire_chunks(message):
+                    yield chunk
+        except grpc.aio.AioRpcError as exc:
+            error = wire_error(exc)
+            if error:
+                yield error
+            raise
 
 
 class AsyncClient:

@@ -77,12 +77,15 @@ def collect(messages: list[pb.ParseResponse]) -> ParseResult:
 
 def wire_of(replies: Iterable[pb.ParseResponse | pb.SessionOutput]) -> bytes:
     """The wire bytes of a session's replies (``ParseResponse`` or ``SessionOutput``) joined:
-    each reply's ``wire``, and the final result's after the last."""
+    each reply's ``wire``, and the final result's after the last (or, for a ``SessionOutput``
+    that ended the session with a status, its error in the dialect: ``SessionStatus.wire``)."""
     parts: list[bytes] = []
     for reply in replies:
         parts.append(reply.wire)
         if reply.HasField("final"):
             parts.append(reply.final.wire)
+        elif isinstance(reply, pb.SessionOutput) and reply.HasField("status"):
+            parts.append(reply.status.wire)
     return b"".join(parts)
 
 

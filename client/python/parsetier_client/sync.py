@@ -33,6 +33,7 @@ from parsetier_client.result import ParseResult, collect
 from parsetier_client.resume import ResumePolicy, policy_of
 from parsetier_client.security import Tls, sync_channel, tls_of, token_metadata
 from parsetier_client.session_core import StreamCore, wire_chunks
+from parsetier_client.wire import wire_error
 
 _CLOSE = object()
 
@@ -161,9 +162,16 @@ class ParseStream(StreamCore):
 
     def wire(self) -> Iterator[bytes]:
         """With ``Open.wire``: the bytes to forward to the caller as they come (each reply's
-        ``wire``, then ``final.wire``), never empty."""
-        for message in self:
-            yield from wire_chunks(message)
+        ``wire``, then ``final.wire``), never empty. A stream that ends with a status yields its
+        error in the dialect (``wire_error``) last, then raises."""
+        try:
+            for message in self:
+                yield from wire_chunks(message)
+        except grpc.RpcError as exc:
+            error = wire_error(exc)
+            if error:
+                yield error
+            raise
 
 
 class Client:

@@ -116,6 +116,11 @@ class ResponsesRenderer:
         self._pending: list[TokenLogprob] = []
         """Logprobs of tokens whose text is not out yet: they go with the next output text."""
 
+    @property
+    def sequence(self) -> int:
+        """The ``sequence_number`` the next event would carry (an error event goes on from it)."""
+        return self._sequence
+
     # ---------------------------------------------------------------- events
     def _event(self, name: str, fields: dict[str, Any], out: list[str]) -> None:
         """One event. Its ``sequence_number`` advances by 1; a text delta's (``_delta``) by the
@@ -154,7 +159,7 @@ class ResponsesRenderer:
             usage = final.usage
             body["usage"] = {
                 "input_tokens": request.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                 "output_tokens": usage.completion_tokens,
                 "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
                 "total_tokens": request.prompt_tokens + usage.completion_tokens,

@@ -8,11 +8,20 @@ confined to the one session that hit it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import grpc
 
 from parsetier.status import StatusError, error_of
 
-__all__ = ["grpc_code", "status_for"]
+if TYPE_CHECKING:
+    from parsetier.protocol import SessionProtocol
+
+__all__ = ["WIRE_TRAILER", "grpc_code", "status_for", "wire_trailer"]
+
+WIRE_TRAILER = "parsetier-wire-bin"
+"""Trailing metadata of a ``Parse`` stream or ``ParseOnce`` call that ended with an error and
+asked for wire bytes (``Open.wire``): the error in its dialect, to forward (``dialects.errors``)."""
 
 
 def grpc_code(error: StatusError) -> grpc.StatusCode:
@@ -25,3 +34,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     if error is None:
         return None
     return grpc_code(error), error.message
+
+
+def wire_trailer(protocol: SessionProtocol | None, code: str, message: str) -> tuple[tuple[str, bytes], ...]:
+    """The trailer that carries a failed session's error in its wire dialect; none when it asked
+    for no wire bytes (or the status is one that has none: ``SessionProtocol.error_wire``)."""
+    data = protocol.error_wire(code, message) if protocol is not None else b""
+    return ((WIRE_TRAILER, data),) if data else ()

@@ -41,7 +41,7 @@ from parsetier.service import metrics
 from parsetier.service.admission import Admission
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable, read_batch_request
-from parsetier.service.errors import grpc_code, status_for
+from parsetier.service.errors import grpc_code, status_for, wire_trailer
 from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch, WriteTimeout
 from parsetier.service.limits import Limits, SessionGate
@@ -169,10 +169,11 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self, request_iterator: AsyncIterator[pb.ParseRequest], context: grpc.aio.ServicerContext
     ) -> None:
         record = SessionRecord(rpc="Parse")
-        status = await self._guarded(record, self._run_stream(record, context), context)
+        protocol = SessionProtocol(self.limits, record)
+        status = await self._guarded(record, self._run_stream(protocol, context), context)
         if status is not None and record.client_messages == 0:
             await self._await_first_message(context)
-        await _end(record, status, context)
+        await _end(record, status, context, protocol)
 
     @staticmethod
     async def _await_first_message(context: grpc.aio.ServicerContext) -> None:
@@ -184,8 +185,9 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         with contextlib.suppress(Exception):
             await asyncio.wait_for(context.read(), REFUSAL_READ_TIMEOUT)
 
-    async def _run_stream(self, record: SessionRecord, context: grpc.aio.ServicerContext) -> Status | None:
-        protocol = SessionProtocol(self.limits, record)
+    async def _run_stream(
+        self, protocol: SessionProtocol, context: grpc.aio.ServicerContext
+    ) -> Status | None:
         while True:
             try:
                 message = await self.handoff.next_message(context, protocol)
@@ -249,7 +251,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             result.append(response)
 
         status = await self._guarded(record, run(), context)
-        await _end(record, status, context)
+        await _end(record, status, context, protocol)
         return result[0] if result else pb.ParseOnceResponse()  # empty only when the client is gone
 
     # --- ParseBatch ------------------------------------------------------------------------
@@ -420,8 +422,14 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             self.gate.leave()
 
 
-async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.ServicerContext) -> None:
-    """Send the session's error status, if any, and log its end.
+async def _end(
+    record: SessionRecord,
+    status: Status | None,
+    context: grpc.aio.ServicerContext,
+    protocol: SessionProtocol | None = None,
+) -> None:
+    """Send the session's error status, if any, and log its end. With ``protocol`` (a session
+    that asked for wire bytes), the status's trailer carries them in its dialect (``wire_trailer``).
 
     grpc reports a client that cancelled while the server waited for its next message as an
     ordinary end of stream; only sending the status then shows that nobody is listening (the
@@ -429,8 +437,9 @@ async def _end(record: SessionRecord, status: Status | None, context: grpc.aio.S
     try:
         if status is not None:
             record.outcome, record.error = status[0].name, status[1]
-            trailer = trailer_for(status[1])
-            await context.abort(status[0], clip(status[1], MAX_MESSAGE_CHARS), trailing_metadata=trailer)
+            message = clip(status[1], MAX_MESSAGE_CHARS)
+            trailer = trailer_for(status[1]) + wire_trailer(protocol, status[0].name, message)
+            await context.abort(status[0], message, trailing_metadata=trailer)
     except grpc.aio.AbortError:
         raise  # the status is on its way: this is how grpc.aio ends a call with a status
     except Exception:

@@ -583,12 +583,14 @@ class SessionOutput(_message.Message):
     def __init__(self, key: _Optional[str] = ..., sequence: _Optional[int] = ..., client_messages: _Optional[int] = ..., deltas: _Optional[_Iterable[_Union[Delta, _Mapping]]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., final: _Optional[_Union[Final, _Mapping]] = ..., status: _Optional[_Union[SessionStatus, _Mapping]] = ..., output_digest: _Optional[int] = ..., wire: _Optional[bytes] = ...) -> None: ...
 
 class SessionStatus(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "wire")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    WIRE_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    wire: bytes
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., wire: _Optional[bytes] = ...) -> None: ...
 
 class RenderRequest(_message.Message):
     __slots__ = ("model", "dialect", "request_json", "request_id", "response_id", "created", "chat_template", "return_prompt_text")

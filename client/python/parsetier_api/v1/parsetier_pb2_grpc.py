@@ -5,7 +5,7 @@ import warnings
 
 from parsetier_api.v1 import parsetier_pb2 as parsetier__api_dot_v1_dot_parsetier__pb2
 
-GRPC_GENERATED_VERSION = '1.85.4'
+GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -76,6 +76,8 @@ class ParserServiceServicer:
         produces them, then a `Finish`; the server answers every client message that produced output
         with one `ParseResponse`, and the last server message carries the `Final` result.
         Errors end the stream with a gRPC status (see docs/service.md); they never affect other streams.
+        A session with `Open.wire` gets the error in its dialect as well, in the trailing metadata
+        `parsetier-wire-bin` (as `SessionStatus.wire`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

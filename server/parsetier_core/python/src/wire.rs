@@ -189,6 +189,12 @@ impl WireRenderer {
         Ok(PyBytes::new(py, self.out.as_bytes()))
     }
 
+    /// The `sequence_number` the next event would carry (`ResponsesRenderer.sequence`).
+    #[getter]
+    fn sequence(&self) -> u64 {
+        self.renderer.sequence()
+    }
+
     /// `Renderer.finish` (`final`: a `Final`; its finish reason and usage are read).
     #[pyo3(signature = (deltas, r#final, stop_string=None))]
     fn finish<'py>(

@@ -90,6 +90,12 @@ pub trait WireDialect: Send + Sync {
         self.end(finish, last, closing);
     }
 
+    /// The `sequence_number` the next event would carry (Responses; 0 for dialects without
+    /// one): an error event that ends the stream goes on from it (`dialects/errors.py`).
+    fn sequence(&self) -> u64 {
+        0
+    }
+
     /// `step` over a native step's deltas (one kind each), without building Python values.
     fn step_native(&mut self, step: &StepOut, out: &mut String) {
         if let [d] = step.deltas.as_slice() {

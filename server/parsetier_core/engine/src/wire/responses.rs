@@ -224,7 +224,8 @@ impl Responses {
         }
         let prompt = request.prompt_tokens;
         out.push_str(&format!(
-            "],\"usage\":{{\"input_tokens\":{prompt},\"input_tokens_details\":{{\"cached_tokens\":0}},\
+            "],\"usage\":{{\"input_tokens\":{prompt},\"input_tokens_details\":{{\"cached_tokens\":0,\
+             \"cache_write_tokens\":0}},\
              \"output_tokens\":{},\"output_tokens_details\":{{\"reasoning_tokens\":{}}},\"total_tokens\":{}}}}}",
             finish.completion_tokens,
             finish.reasoning_tokens,
@@ -349,6 +350,10 @@ impl Responses {
 }
 
 impl WireDialect for Responses {
+    fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
     fn step(&mut self, deltas: &[WireDelta<'_>], out: &mut String) {
         if !self.started {
             self.started = true;
