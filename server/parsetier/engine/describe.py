@@ -171,6 +171,8 @@ def _transition(bound: BoundGrammar, index: Mapping[str, int], t: Transition | N
         "follow": [bound.patterns[name] for name in t.follow if name != "end"],
         "follow_end": "end" in t.follow,
         "has_follow": bool(t.follow),
+        "turn_close": bound.patterns[t.turn_close] if t.turn_close else "",
+        "turn_unless": [bound.patterns[name] for name in t.turn_unless],
     }
 
 

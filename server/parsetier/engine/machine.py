@@ -266,6 +266,15 @@ class Machine:
                     self._kind.text(self, buf[start:end])
                     pos = end
                     continue
+            if transition.turn_close:
+                verdict = self._ends_turn(transition, pattern, buf, end)
+                if verdict is None:  # cannot tell yet: wait, from the terminal on
+                    self._hold = buf[start:]
+                    return
+                if not verdict:  # a call described, not made: the state's own text
+                    self._kind.text(self, buf[start:end])
+                    pos = end
+                    continue
             pos = end
             if transition.keep:
                 pos = start
@@ -307,6 +316,33 @@ class Machine:
         # At the end, a follow terminal cut short (``<tool_call>\n<funct``) still counts: markup
         # inside a call block is never content.
         return "end" in transition.follow
+
+    def _ends_turn(self, transition: Transition, opener: str, buf: str, at: int) -> bool | None:
+        """Whether the calls an ``ends_turn`` terminal (``opener``, ending at ``buf[at]``) opens end
+        the model's turn: True, False, or None while the text so far cannot tell. After each
+        ``turn_close`` closer only whitespace, the opener again, or the end of the output may
+        follow; a ``turn_unless`` terminal (the reasoning's closer) before that says no."""
+        patterns = self._bound.patterns
+        close = patterns[transition.turn_close]
+        unless = [patterns[name] for name in transition.turn_unless]
+        pos = at
+        while True:
+            found = buf.find(close, pos)
+            for p in unless:
+                u = buf.find(p, pos)
+                if u != -1 and (found == -1 or u < found):
+                    return False
+            if found == -1:
+                return True if self._ending else None
+            rest = _first_non_space(buf, found + len(close), len(buf))
+            if rest == len(buf):
+                return True if self._ending else None
+            if buf.startswith(opener, rest):
+                pos = rest + len(opener)
+                continue
+            if opener.startswith(buf[rest:]) and not self._ending:
+                return None
+            return False
 
     def _unread(self) -> None:
         """What a reader held and will never write (a key cut off by a marker or by the end of

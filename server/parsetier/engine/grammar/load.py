@@ -62,7 +62,12 @@ def _transition(where: str, spec: Any) -> Transition:
         if bad:
             raise GrammarError(f"{where}: unknown action(s) {sorted(bad)}; known: {sorted(ACTIONS)}")
         follow = tuple(str(t) for t in spec.get("follow", ()))
-        return Transition(str(spec["next"]), actions, bool(spec.get("keep", False)), follow)
+        turn = spec.get("ends_turn", {})
+        if not isinstance(turn, Mapping) or set(turn) - {"close", "unless"} or (turn and "close" not in turn):
+            raise GrammarError(f"{where}: ends_turn is {{close = terminal, unless = [terminals]}}")
+        close = str(turn.get("close", ""))
+        unless = tuple(str(t) for t in turn.get("unless", ()))
+        return Transition(str(spec["next"]), actions, bool(spec.get("keep", False)), follow, close, unless)
     raise GrammarError(f"{where}: a transition is a state name or {{next = …, do = [...]}}")
 
 
@@ -92,6 +97,9 @@ def grammar_from_dict(data: Mapping[str, Any], source: str = "<format>") -> Gram
             unknown = set(on[tname].follow) - set(terminals) - {"end"}
             if unknown:
                 raise GrammarError(f"{where} on {tname!r}: follow names unknown terminals {sorted(unknown)}")
+            unknown = {on[tname].turn_close, *on[tname].turn_unless} - set(terminals) - {""}
+            if unknown:
+                raise GrammarError(f"{where} on {tname!r}: ends_turn names unknown {sorted(unknown)}")
         done = _transition(f"{where} done", spec["done"]) if "done" in spec else None
         end = _transition(f"{where} end", spec["end"]) if "end" in spec else None
         rules = []

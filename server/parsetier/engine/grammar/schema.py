@@ -71,6 +71,14 @@ class Transition:
     (or, for ``"end"``, the end of the output) follows; elsewhere its text is the state's own text.
     For closers that may also be data: ``</function>`` inside a parameter value is text unless the
     call's structure goes on after it. The machine waits (holds back) only until it can tell."""
+    turn_close: str = ""
+    """If set (``ends_turn.close``), the terminal opens calls only where they end the model's turn:
+    where, after each ``turn_close`` closer, only whitespace, the terminal again, or the end of the
+    output follows, and no ``turn_unless`` terminal comes before. Elsewhere (the reasoning goes on
+    after the block, or closes) its text is the state's own text: a call the model describes in its
+    reasoning is not executed. The machine holds from the terminal on until it can tell."""
+    turn_unless: tuple[str, ...] = ()
+    """``ends_turn.unless``: terminals that, met before the decision, make the terminal text."""
 
 
 @dataclass(frozen=True, slots=True)

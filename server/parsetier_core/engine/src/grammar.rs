@@ -46,6 +46,15 @@ pub struct Follow {
     pub end: bool,
 }
 
+/// An `ends_turn` check: the terminal opens calls only where they end the model's turn (after
+/// each `close`, only whitespace, the terminal again, or the end of the output; no `unless`
+/// terminal before that).
+#[derive(Clone, Debug)]
+pub struct Turn {
+    pub close: String,
+    pub unless: Vec<String>,
+}
+
 #[derive(Clone, Debug)]
 pub struct Transition {
     /// `None`: the rule's next (capture rules with no `next` keep the terminal's).
@@ -53,6 +62,7 @@ pub struct Transition {
     pub actions: Vec<Action>,
     pub keep: bool,
     pub follow: Option<Follow>,
+    pub turn: Option<Turn>,
 }
 
 impl Transition {
@@ -62,6 +72,7 @@ impl Transition {
             actions: Vec::new(),
             keep: false,
             follow: None,
+            turn: None,
         }
     }
 }
@@ -269,6 +280,10 @@ struct TransitionDesc {
     follow_end: bool,
     has_follow: bool,
     #[serde(default)]
+    turn_close: String,
+    #[serde(default)]
+    turn_unless: Vec<String>,
+    #[serde(default)]
     pattern: String,
 }
 
@@ -284,6 +299,10 @@ impl TransitionDesc {
             follow: self.has_follow.then(|| Follow {
                 patterns: self.follow.clone(),
                 end: self.follow_end,
+            }),
+            turn: (!self.turn_close.is_empty()).then(|| Turn {
+                close: self.turn_close.clone(),
+                unless: self.turn_unless.clone(),
             }),
         })
     }

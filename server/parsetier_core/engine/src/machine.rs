@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::Value as Schema;
 
 use crate::events::{Event, EventKind, StepOut};
-use crate::grammar::{Action, Dialect, Follow, Grammar, Kind, Transition};
+use crate::grammar::{Action, Dialect, Follow, Grammar, Kind, Transition, Turn};
 use crate::readers::elements::ElementArgsReader;
 use crate::readers::envelope::EnvelopeReader;
 use crate::readers::gemma::GemmaArgsReader;
@@ -742,6 +742,20 @@ impl Machine {
                     Some(true) => {}
                 }
             }
+            if let Some(turn) = &t.turn {
+                match ends_turn(turn, pattern, buf, m.end, self.ending) {
+                    None => {
+                        self.hold.push_str(&buf[m.start..]);
+                        return;
+                    }
+                    Some(false) => {
+                        self.kind_text(pattern);
+                        pos = m.end;
+                        continue;
+                    }
+                    Some(true) => {}
+                }
+            }
             if t.keep {
                 pos = m.start;
                 self.fire(t, "", state);
@@ -1049,6 +1063,45 @@ pub(crate) fn followed(f: &Follow, buf: &str, at: usize, ending: bool) -> Option
         return None;
     }
     Some(f.end)
+}
+
+/// Whether the calls an `ends_turn` terminal (`opener`, ending at `buf[at]`) opens end the
+/// model's turn: Some(true/false), or None while the text so far cannot tell (`ending`: nothing
+/// more will come). After each closer only whitespace, the opener again, or the end may follow;
+/// an `unless` terminal before that says no.
+pub(crate) fn ends_turn(
+    turn: &Turn,
+    opener: &str,
+    buf: &str,
+    at: usize,
+    ending: bool,
+) -> Option<bool> {
+    let mut pos = at;
+    loop {
+        let found = buf[pos..].find(turn.close.as_str()).map(|i| pos + i);
+        for p in &turn.unless {
+            if let Some(u) = buf[pos..].find(p.as_str()).map(|i| pos + i) {
+                if found.is_none_or(|c| u < c) {
+                    return Some(false);
+                }
+            }
+        }
+        let Some(found) = found else {
+            return ending.then_some(true);
+        };
+        let rest = first_non_space(buf, found + turn.close.len(), buf.len());
+        if rest == buf.len() {
+            return ending.then_some(true);
+        }
+        if buf[rest..].starts_with(opener) {
+            pos = rest + opener.len();
+            continue;
+        }
+        if opener.starts_with(&buf[rest..]) && !ending {
+            return None;
+        }
+        return Some(false);
+    }
 }
 
 enum FollowMatch {
