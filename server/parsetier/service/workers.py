@@ -10,7 +10,13 @@ Each worker builds its own server with ``SO_REUSEPORT`` on that port, so the ker
 Signals: SIGTERM/SIGINT to the supervisor is forwarded to every worker, which drains as a single
 server does (health NOT_SERVING, new sessions refused, open ones get the grace). The supervisor
 exits when all workers have: 0 when every drain was clean, else 1. A worker that dies while the
-supervisor is not draining is logged and started again.
+supervisor is not draining is logged and started again at once (a worker that keeps dying, at
+most once per ``RESPAWN_DELAY``), forked from the supervisor as the first ones were.
+
+Descriptors: a worker closes the supervisor's own descriptors (the port reservation during start-up,
+the start-up pipe's read end) after the fork. ``_Descriptors`` is the one ledger of them: the
+supervisor closes them through it, so a later fork (a replacement worker) is never handed a number
+that was closed, or that the kernel has since given to something else.
 
 Every log line of a worker carries ``"worker": <index>`` (and the supervisor's ``"worker":
 "supervisor"``), so interleaved JSON lines stay attributable.
@@ -37,7 +43,9 @@ from parsetier.service.logs import SERVER_LOG
 READY_TIMEOUT = 120.0
 """Seconds the supervisor waits for every worker to listen."""
 RESPAWN_DELAY = 1.0
-"""Seconds between restarts of a worker that keeps dying."""
+"""Least seconds between two starts of one worker: a worker that dies sooner after its start (a bad
+configuration, a crash at start-up) is restarted no more often than this; one that served longer is
+restarted at once."""
 
 
 def default_workers() -> int:
@@ -104,11 +112,11 @@ def serve_workers(
     supervisor = _Supervisor(registry, limits, host, port, grace, preload, log_level)
     supervisor.server_options = dict(server_options or {})
     supervisor.metrics_on = metrics_on
-    supervisor.close_in_workers.append(reservation.fileno())
+    reserved = supervisor.own.add(reservation.detach())  # the ledger closes it, below
     try:
         supervisor.start(workers)
     finally:
-        reservation.close()
+        supervisor.own.close(reserved)
     if after_fork is not None and not supervisor.failed:
         after_fork()
     if announce is not None:
@@ -116,6 +124,31 @@ def serve_workers(
     else:
         print(f"parsetier: listening on {host}:{port} (gRPC, {workers} worker processes)", flush=True)
     return supervisor.wait()
+
+
+class _Descriptors:
+    """The supervisor's own descriptors, which a worker closes after its fork.
+
+    A descriptor enters when the supervisor opens it and leaves in the call that closes it, so the
+    set names only descriptors open now. (A list of numbers that outlived their close made every
+    replacement worker fail with EBADF, or close a descriptor that had reused the number.)"""
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+
+    def add(self, fd: int) -> int:
+        self._open.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        """Close one of them in the supervisor."""
+        self._open.remove(fd)
+        os.close(fd)
+
+    def close_in_worker(self) -> None:
+        """In a freshly forked worker: close every one (the supervisor keeps its own)."""
+        for fd in self._open:
+            os.close(fd)
 
 
 class _Supervisor:
@@ -132,24 +165,24 @@ class _Supervisor:
         self.registry, self.limits, self.host, self.port = registry, limits, host, port
         self.grace, self.preload, self.log_level = grace, tuple(preload), log_level
         self.pids: dict[int, int] = {}  # pid -> worker index
+        self.started: dict[int, float] = {}  # worker index -> monotonic time of its last fork
         self.draining = False
         self.failed = False
         self.server_options: dict[str, Any] = {}
         self.metrics_on = False
-        self.close_in_workers: list[int] = []
+        self.own = _Descriptors()
         """The supervisor's descriptors a worker must not keep open."""
 
     def start(self, workers: int) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         ready_read, ready_write = os.pipe()
-        self.close_in_workers.append(ready_read)
+        self.own.add(ready_read)
         for index in range(workers):
             self._fork(index, ready_write)
         os.close(ready_write)
         ready = _read_ready(ready_read, workers, READY_TIMEOUT)
-        os.close(ready_read)
-        self.close_in_workers.remove(ready_read)
+        self.own.close(ready_read)
         if ready < workers:
             SERVER_LOG.error("workers did not start", extra={"fields": {"ready": ready, "workers": workers}})
             self.failed = True
@@ -160,13 +193,14 @@ class _Supervisor:
             extra={"fields": {"port": self.port, "workers": workers, "pids": sorted(self.pids)}},
         )
 
-    def _fork(self, index: int, ready_write: int | None) -> None:
+    def _fork(self, index: int, ready_write: int | None) -> int:
+        """Start worker ``index``; its pid."""
+        self.started[index] = time.monotonic()
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1
             try:
-                for fd in self.close_in_workers:
-                    os.close(fd)
+                self.own.close_in_worker()
                 code = _worker_main(self, index, ready_write)
             except BaseException as exc:
                 SERVER_LOG.error("worker failed", exc_info=exc)
@@ -174,6 +208,7 @@ class _Supervisor:
                 logging.shutdown()
                 os._exit(code)
         self.pids[pid] = index
+        return pid
 
     def _on_signal(self, signum: int, frame: object) -> None:
         if not self.draining:
@@ -206,9 +241,10 @@ class _Supervisor:
                 extra={"fields": {"worker_index": index, "pid": pid, "exit_code": code}},
             )
             if not self.draining:
-                time.sleep(RESPAWN_DELAY)
+                time.sleep(max(0.0, self.started[index] + RESPAWN_DELAY - time.monotonic()))
                 if not self.draining:
-                    self._fork(index, None)
+                    pid = self._fork(index, None)
+                    SERVER_LOG.info("worker restarted", extra={"fields": {"worker_index": index, "pid": pid}})
         SERVER_LOG.info("stopped", extra={"fields": {"clean": not self.failed}})
         return 1 if self.failed else 0
 
