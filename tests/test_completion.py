@@ -14,8 +14,6 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from grpc_servers import ThreadServer
-from parsetier.completion import CompletionSession
-from parsetier.messages import CompletionOptions, SessionOptions, StepLogprobs
 from parsetier.models import ModelRegistry, ModelSpec, builtin_presets
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, finish_message, logprob_step, open_message
@@ -297,27 +295,3 @@ def test_several_choices_are_several_sessions_of_one_request(client, registry):
     for stream, text in zip(streams, texts, strict=True):
         stream.finish("length", steps=[tokenizer.encode(text, add_special_tokens=False).ids])
     assert ["".join(d.content for d in stream.deltas()) for stream in streams] == texts
-
-
-def test_a_cut_inside_a_character_ends_in_a_replacement_no_logprob_token_carries(registry):
-    """The one exception to "the logprob tokens join to the output" (docs/service.md, Logprobs):
-    a completion cut by ``length`` in the middle of a character ends in U+FFFD, as
-    ``tokenizer.decode`` gives it, while the token whose bytes began the character settled ``""``
-    when it was sent; the U+FFFD comes with ``finish`` and no token carries it. Through the
-    session API: each step with its logprob, then ``finish("length")``."""
-    model = registry.get("qwen3")
-    ids = model.tokenizer.encode("Cut in the middle of 🦜", add_special_tokens=False).ids[:-1]
-    session = CompletionSession(model, SessionOptions(completion=CompletionOptions()))
-    content: list[str] = []
-    tokens: list[str] = []
-    for tid in ids:
-        for delta in session.feed([tid], StepLogprobs([-0.25])).deltas:
-            content.append(delta.content)
-            tokens += [lp.token for lp in delta.logprobs]
-    last = session.finish("length")
-    content += [d.content for d in last.deltas]
-    text = "".join(content)
-    assert text == model.tokenizer.decode(ids) == "Cut in the middle of \ufffd"
-    assert last.final.message.content == text
-    assert len(tokens) == len(ids) and tokens[-1] == ""
-    assert "".join(tokens) + "\ufffd" == text

@@ -145,6 +145,7 @@ class CompletionSession:
             if at >= 0:
                 text = text[: at + len(matched_stop)] if keep_stop else text[:at]
         deltas = [Delta(content=text)] if text else []
+        self._annotator.finish(deltas)  # tokens of a character the end cut
         self._content.append(text)
         usage = Usage(self._tokens, 0)
         message = Message(content="".join(self._content))

@@ -13,12 +13,20 @@ each of them (sans-IO, one ``LogprobResolver`` per session):
   character, across step boundaries. A token that settles nothing resolves to ``""``. Joining the
   sampled tokens' texts gives the decoded output; bytes that never form a character become U+FFFD,
   as ``tokenizer.decode`` gives them.
+* *held tokens*: a token after which bytes are carried (it began or continued a character that is
+  not complete yet) is held back, with its logprob, until the character settles: the token that
+  completes it (or breaks it) releases the held ones just before itself, and the end of the output
+  (``flush``) releases them with the last one carrying what the unfinished character decodes to
+  (U+FFFD, as the output ends). Whether the character completes is not known when the token is
+  fed, and nothing sent is retracted; so the tokens join to the output even when it is cut (by
+  ``length``) in the middle of a character. A held token's entry thus goes out with a later step.
 * an alternative's ``token`` is the text it would have settled had it been sampled at that
   position (same carried bytes); its ``bytes`` are its own.
 * ``text_offset``: the code-point offset of the token's text in the joined texts (OpenAI
   completions' ``text_offset``, relative to the start of the output).
 
-The carried bytes and the offset are the whole state, so resolving a step costs O(step · (1 + k)).
+The carried bytes, the held tokens (at most three) and the offset are the whole state, so resolving a
+step costs O(step · (1 + k)).
 
 ``StepAnnotator`` attaches what a step reports besides text — its resolved logprobs and, with
 ``return_token_ids``, its ids — to the last delta that step produced (a delta with no text when the
@@ -77,26 +85,40 @@ def check(ids: Sequence[int], step: StepLogprobs, check_ids: Callable[[Sequence[
 
 
 class LogprobResolver:
-    """One session's logprob state: the bytes of an unfinished character, and the text offset."""
+    """One session's logprob state: the bytes of an unfinished character, the tokens held until it
+    settles, and the text offset."""
 
-    __slots__ = ("_decoder", "_errors", "_offset", "_vocab")
+    __slots__ = ("_decoder", "_errors", "_held", "_offset", "_vocab")
 
     def __init__(self, vocab: TokenBytes) -> None:
         self._vocab = vocab
         self._errors = vocab.errors
         self._decoder = _UTF8(self._errors)
         self._offset = 0
+        self._held: list[tuple[TokenLogprob, bool]] = []
+        """Tokens of the unfinished character, each with whether it is shown."""
 
-    def resolve(self, ids: Sequence[int], step: StepLogprobs, k: int) -> list[TokenLogprob]:
-        """The step's tokens, resolved (already ``check``ed; ``k`` alternatives per id)."""
-        vocab, decode = self._vocab, self._decoder.decode
+    @property
+    def holding(self) -> bool:
+        """Tokens are held until their character settles (``flush`` releases them at the end)."""
+        return bool(self._held)
+
+    def resolve(
+        self, ids: Sequence[int], step: StepLogprobs, k: int, hidden: Sequence[bool] | None = None
+    ) -> list[TokenLogprob]:
+        """The step's settled tokens, resolved, in order, each after the held tokens it releases
+        (already ``check``ed; ``k`` alternatives per id). ``hidden``: per id, whether its entry is
+        dropped (reasoning not shown); it still counts in the text and the offset."""
+        vocab, decoder = self._vocab, self._decoder
+        decode, state = decoder.decode, decoder.getstate
         top_ids, top_lps = step.top_token_ids, step.top_logprobs
+        held = self._held
         out: list[TokenLogprob] = []
+        carried = state()[0]
         for i, tid in enumerate(ids):
             top: tuple[TopLogprob, ...] = ()
             if k:
                 alts, lps = top_ids[i * k : (i + 1) * k], top_lps[i * k : (i + 1) * k]
-                carried = self._decoder.getstate()[0]
                 pairs = zip(alts, lps, strict=True)
                 if carried:
                     after = self._carried_text
@@ -106,9 +128,32 @@ class LogprobResolver:
                     top = tuple([TopLogprob(a, *(get(a) or entry(a)), lp) for a, lp in pairs])
             data = vocab[tid]
             text = decode(data)
-            out.append(TokenLogprob(tid, text, data, step.token_logprobs[i], self._offset, top))
+            resolved = TokenLogprob(tid, text, data, step.token_logprobs[i], self._offset, top)
             self._offset += len(text)
+            shown = hidden is None or not hidden[i]
+            carried = state()[0]
+            if carried:  # part of a character still open: held until it settles
+                held.append((resolved, shown))
+                continue
+            if held:
+                out += [entry for entry, visible in held if visible]
+                held.clear()
+            if shown:
+                out.append(resolved)
         return out
+
+    def flush(self) -> list[TokenLogprob]:
+        """At the end of the output: the held tokens (shown ones), the last carrying what the
+        unfinished character decodes to, as the output's text ends (U+FFFD). Empty when none."""
+        if not self._held:
+            return []
+        tail = self._decoder.decode(b"", True)
+        self._decoder.reset()
+        held, self._held = self._held, []
+        last, shown = held[-1]
+        held[-1] = (last._replace(token=last.token + tail), shown)
+        self._offset += len(tail)
+        return [entry for entry, visible in held if visible]
 
     def _carried_text(self, token_id: int, carried: bytes) -> str:
         """An alternative's text after the bytes of an unfinished character."""
@@ -162,10 +207,21 @@ class StepAnnotator:
         if step is not None:
             if self._resolver is None:
                 self._resolver = LogprobResolver(self._vocab)
-            resolved = self._resolver.resolve(ids, step, k)
-            if reasoning is not None and not self._show_reasoning:
-                resolved = [lp for lp, hidden in zip(resolved, reasoning, strict=True) if not hidden]
+            hidden = None if reasoning is None or self._show_reasoning else reasoning
+            resolved = self._resolver.resolve(ids, step, k, hidden)
         token_ids = tuple(ids) if self._return_ids else ()
+        return self._attach(deltas, resolved, token_ids)
+
+    def finish(self, deltas: list[Delta]) -> list[Delta]:
+        """``deltas`` (the finish's, changed in place) with the tokens still held (a character cut
+        at the end of the output) on the last one."""
+        if self._resolver is None or not self._resolver.holding:
+            return deltas
+        return self._attach(deltas, self._resolver.flush(), ())
+
+    def _attach(
+        self, deltas: list[Delta], resolved: list[TokenLogprob], token_ids: tuple[int, ...]
+    ) -> list[Delta]:
         if not resolved and not token_ids:
             return deltas
         if self._collect:
@@ -181,8 +237,9 @@ class StepAnnotator:
         return deltas
 
     def holds(self) -> bool:
-        """Something was collected for ``Final`` (logprobs or ids)."""
-        return bool(self._logprobs or self._ids)
+        """Something was collected for ``Final`` (logprobs or ids), or tokens are held that the
+        finish releases (``finish``)."""
+        return bool(self._logprobs or self._ids) or (self._resolver is not None and self._resolver.holding)
 
     def collected(self) -> tuple[tuple[TokenLogprob, ...], tuple[int, ...]]:
         """Everything annotated so far, for ``Final`` (empty unless collecting)."""

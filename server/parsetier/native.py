@@ -484,6 +484,8 @@ class NativeSession:
             else:
                 stop_text = matched_stop
         out, last = self._core.finish(reason, held, stop_text or None)
+        if "_annotator" in self.__dict__:
+            self._annotator.finish(out.deltas)  # tokens of a character the end cut
         finish_reason, completion, reasoning_tokens, content, reasoning, calls = last
         out.final = Final(
             finish_reason,

@@ -276,6 +276,7 @@ class Session:
                 events += self._machine.feed_piece(stop_text, 0)
         events += self._machine.finish(cut=reason != "stop")
         out = self._output(events)
+        self._annotator.finish(out.deltas)  # tokens of a character the end cut
         finish_reason: FinishReason = reason  # type: ignore[assignment]
         named = self.options.tool_choice not in ("auto", "none", "required")  # a forced function
         if reason == "stop" and self._assembler.tool_call_count and not named:
