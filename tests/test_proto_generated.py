@@ -44,6 +44,17 @@ def test_generated_code_is_up_to_date(tmp_path):
     assert not stale, f"generated code is stale, run `make proto`: {stale}"
 
 
+def test_the_rust_crate_carries_the_same_proto():
+    """client/rust compiles its own copy of the contract (so the crate builds outside the
+    repository); `make proto` (client/python/generate.py) writes it."""
+    rust = ROOT / "client" / "rust" / "proto" / "parsetier" / "v1"
+    ours = {p.name: p.read_bytes() for p in PROTO.parent.glob("*.proto")}
+    theirs = {p.name: p.read_bytes() for p in rust.glob("*.proto")}
+    assert sorted(theirs) == sorted(ours), "run `make proto`"
+    stale = [name for name in ours if theirs[name] != ours[name]]
+    assert not stale, f"client/rust/proto differs from protos/, run `make proto`: {stale}"
+
+
 def test_every_field_enum_value_and_message_is_documented():
     """A comment line directly above every declaration: the proto is the public API's reference."""
     lines = PROTO.read_text(encoding="utf-8").splitlines()

@@ -1,11 +1,12 @@
 """The Rust client (client/rust) against the real server: the contract is language-neutral.
 
-`cargo test` runs the crate's unit tests and its live tests (`client/rust/tests/live`) with
+`cargo test -- --include-ignored` runs the crate's unit tests and its live tests
+(`client/rust/tests/live`, ignored by a plain `cargo test`, which has no server) with
 PARSETIER_SERVER pointing at a `parsetier serve` subprocess on loopback; the modules that need a
-server of their own (mutual TLS and tokens, a small reply limit) are run by their own tests
-below, each with its server. Cargo is required, not optional: without it these tests fail
-saying so. The build cache is `client/rust/target` (gitignored; CI may keep it between runs):
-the first build compiles tonic and takes minutes on two cores.
+server of their own (mutual TLS and tokens, a small reply limit, a server that reads nothing)
+are run by their own tests below, each with its server. Cargo is required, not optional:
+without it these tests fail saying so. The build cache is `client/rust/target` (gitignored; CI
+may keep it between runs): the first build compiles tonic and takes minutes on two cores.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 
+import grpc
 import pytest
 
 from commands import run_bounded
 from fleet_outputs import TOOLS
 from grpc_servers import ROOT, ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from test_fleet_nginx import Nginx, free_port, nginx_binary
 from test_fleet_resume import SESSIONS, STEP_PAUSE, Fleet3, backend, outputs, ready, reference, wire
 from tls_support import Authority
@@ -64,8 +69,9 @@ def passed(output: str) -> set[str]:
 
 
 def cargo_test(env: dict[str, str], *filters: str) -> str:
-    """`cargo test --locked` of every target (unit, live and doc tests) with test filters."""
-    code, output = run_cargo(["test", "--locked", "-j", "2", "--", *filters], env)
+    """`cargo test --locked` of every target (unit, live and doc tests) with test filters, the
+    live tests included (`--include-ignored`: they are ignored without a server)."""
+    code, output = run_cargo(["test", "--locked", "-j", "2", "--", "--include-ignored", *filters], env)
     assert code == 0, f"cargo test failed (exit {code}):\n{output}"
     return output
 
@@ -73,7 +79,7 @@ def cargo_test(env: dict[str, str], *filters: str) -> str:
 def test_rust_client_against_real_server():
     with ProcessServer("--preload", "qwen3") as server:
         env = cargo_env(PARSETIER_SERVER=server.target)
-        output = cargo_test(env, "--skip", "secure::", "--skip", "parts::")
+        output = cargo_test(env, "--skip", "secure::", "--skip", "parts::", "--skip", "backpressure::")
         logs = list(server.logs)
         ends = [r for r in logs if r.get("msg") == "session_end" and r.get("request_id") == RUST_REQUEST]
     for name in (
@@ -122,6 +128,34 @@ def test_rust_client_joins_a_reply_sent_in_parts():
         assert name in passed(output), f"{name} did not pass:\n{output}"
 
 
+class StalledParser(pb_grpc.ParserServiceServicer):
+    """Accepts a `Parse` stream (its response headers go out) and then reads nothing."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def Parse(self, request_iterator, context):
+        context.send_initial_metadata(())
+        self.release.wait(60)
+        return iter(())
+
+
+def test_rust_client_sends_wait_when_the_server_reads_nothing():
+    """A session's sends are bounded (`ClientBuilder::send_capacity`): against a server that reads
+    nothing they stop completing, where an unbounded channel accepted every one."""
+    servicer = StalledParser()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_ParserServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        output = cargo_test(cargo_env(PARSETIER_STALLED_SERVER=f"127.0.0.1:{port}"), "backpressure::")
+    finally:
+        servicer.release.set()
+        server.stop(0)
+    assert "sends_wait_when_the_server_reads_nothing" in passed(output), output
+
+
 def test_rust_client_tls_mtls_and_tokens(tmp_path):
     """Tls::from_files / ClientBuilder::tls / token against a server with mutual TLS and tokens."""
     ca = Authority(tmp_path, "ca")
@@ -146,6 +180,33 @@ def test_rust_client_tls_mtls_and_tokens(tmp_path):
         "secure_tls_file_errors",
     ):
         assert name in passed(output), f"{name} did not pass:\n{output}"
+
+
+def test_rust_client_is_a_crate_of_its_own_that_needs_no_protoc():
+    """`cargo package` builds the crate from its packaged files alone (outside the repository:
+    its proto is inside it), with any protoc made unusable (`PROTOC` points nowhere: protox
+    compiles the proto); and its `rust-version` is no older than any locked dependency's."""
+    code, output = run_cargo(
+        ["package", "--locked", "--allow-dirty", "-j", "2"], cargo_env(PROTOC="/nonexistent/protoc")
+    )
+    assert code == 0, f"cargo package:\n{output}"
+    code, listing = run_cargo(["package", "--list", "--allow-dirty"])
+    assert code == 0 and "proto/parsetier/v1/parsetier.proto" in listing.split(), listing
+    code, text = run_cargo(["metadata", "--format-version", "1", "--locked"])
+    assert code == 0, text
+    metadata = json.loads(text[text.index("{") :])
+    packages = {package["id"]: package for package in metadata["packages"]}
+    crate = packages[metadata["resolve"]["root"]]
+
+    def version(package: dict) -> tuple[int, ...]:
+        return tuple(int(part) for part in (package.get("rust_version") or "0").split("."))
+
+    needed = max(
+        (version(packages[node["id"]]), packages[node["id"]]["name"])
+        for node in metadata["resolve"]["nodes"]
+        if node["id"] != crate["id"]
+    )
+    assert version(crate)[:2] >= needed[0][:2], f"rust-version {crate['rust_version']} < {needed}"
 
 
 def test_rust_client_is_linted_and_formatted():

@@ -1,11 +1,13 @@
-//! Generates the parsetier.v1 messages and the ParserService client from protos/ (the contract),
-//! with Debian's protoc (or $PROTOC), so the crate never carries generated code that can go stale.
+//! Generates the parsetier.v1 messages and the ParserService client from the crate's copy of the
+//! contract (`proto/`), compiled by protox (a protobuf compiler written in Rust): the crate builds
+//! outside the repository and without `protoc`, and never carries generated code that can go stale.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The crate's folder as cargo gives it when the script runs, not as it was when the script
     // was compiled: a target directory copied from another checkout reuses the compiled script.
-    let protos = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../protos");
+    let protos = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     let file = protos.join("parsetier/v1/parsetier.proto");
     println!("cargo:rerun-if-changed={}", file.display());
-    tonic_prost_build::configure().build_server(false).compile_protos(&[file], &[protos])?;
+    let descriptors = protox::compile([&file], [&protos])?;
+    tonic_prost_build::configure().build_server(false).compile_fds(descriptors)?;
     Ok(())
 }

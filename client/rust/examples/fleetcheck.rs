@@ -90,16 +90,16 @@ async fn run(
     let steps = plan.ids;
     tokio::spawn(async move {
         for id in steps {
-            if sender.send([[id]]).is_err() {
+            if sender.send([[id]]).await.is_err() {
                 return;
             }
             let n = sent.fetch_add(1, Ordering::Relaxed) + 1;
-            if n % 200 == 0 {
+            if n.is_multiple_of(200) {
                 println!("sent {n}");
             }
             tokio::time::sleep(pause).await;
         }
-        let _ = sender.finish(Finish::stop());
+        let _ = sender.finish(Finish::stop()).await;
     });
     let mut all = Vec::new();
     while let Some(reply) = replies.recv().await {

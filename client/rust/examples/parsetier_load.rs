@@ -68,9 +68,9 @@ async fn run_session(client: &Client, args: &Args) -> Result<usize> {
     let (ids, per_message) = (args.ids.clone(), args.per_message);
     let sending = tokio::spawn(async move {
         for chunk in ids.chunks(per_message) {
-            sender.send(chunk.iter().map(|&id| vec![id]))?;
+            sender.send(chunk.iter().map(|&id| vec![id])).await?;
         }
-        sender.finish(Finish::stop_token(STOP_TOKEN))
+        sender.finish(Finish::stop_token(STOP_TOKEN)).await
     });
     let mut deltas = replies.deltas();
     while let Some(delta) = deltas.recv().await {

@@ -123,7 +123,7 @@ async fn run_batch(script: &Value) -> Value {
         for op in script["ops"].as_array().into_iter().flatten() {
             if let Some(actions) = op["send"].as_array() {
                 queue(&mut batch, actions);
-                batch.send()?;
+                batch.send().await?;
             } else if let Some(count) = op.get("receive") {
                 let count = count.as_u64().map_or(batch.in_flight(), |n| n as usize);
                 for _ in 0..count {
@@ -179,10 +179,14 @@ async fn run_parse(script: &Value) -> Value {
                 },
                 // A session that has ended says why in its replies (resume off, or its own error).
                 "feed" => {
-                    let _ = senders.get(&key).map(|s| s.send([ids(&action["ids"])]));
+                    if let Some(sender) = senders.get(&key) {
+                        let _ = sender.send([ids(&action["ids"])]).await;
+                    }
                 }
                 "finish" => {
-                    let _ = senders.get(&key).map(|s| s.finish(finish(action)));
+                    if let Some(sender) = senders.get(&key) {
+                        let _ = sender.finish(finish(action)).await;
+                    }
                 }
                 op => panic!("unknown op {op:?}"),
             }

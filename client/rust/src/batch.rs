@@ -4,7 +4,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::Streaming;
 
 use crate::batch_ledger::BatchLedger;
@@ -26,7 +27,10 @@ use crate::resume::{retryable, ResumePolicy};
 /// Session errors (an unknown model, a bad id, a per-session limit) do not fail the step: they
 /// are in that session's output ([`session_error`] reads them). `step`/`recv` fail only when the
 /// stream itself ended, which ends every session on it. [`Batch::send`] and [`Batch::recv`]
-/// split a step for a loop that overlaps the round trip with its own work.
+/// split a step for a loop that overlaps the round trip with its own work; `send` waits while
+/// [`crate::ClientBuilder::send_capacity`] steps are queued that the stream has not taken
+/// (back-pressure), so a loop that only sends stalls once the server stops reading: receive
+/// what is in flight.
 ///
 /// Entries that are one step of token ids of an open session go packed
 /// (`ParseBatchRequest.packed`); their packed outputs come back as `SessionOutput`s.
@@ -35,7 +39,8 @@ pub struct Batch {
     address: usize, // the current stream's
     policy: Option<ResumePolicy>,
     ledger: Option<BatchLedger>, // with resume on
-    out: Option<mpsc::UnboundedSender<pb::ParseBatchRequest>>,
+    out: Option<mpsc::Sender<pb::ParseBatchRequest>>,
+    capacity: usize, // of each stream's outbound channel
     inbound: Streaming<pb::ParseBatchResponse>,
     joiner: Joiner,
     order: Vec<pb::SessionInput>,
@@ -51,13 +56,14 @@ impl Client {
     /// the next step's reply as if nothing had happened. An open refused with `Unavailable` (a
     /// draining or overloaded server) moves the stream too.
     pub async fn batch(&self) -> Result<Batch> {
-        let (address, out, inbound) = open_stream(&self.targets, Vec::new()).await?;
+        let (address, out, inbound) = open_stream(&self.targets, Vec::new(), self.send_capacity).await?;
         Ok(Batch {
             targets: self.targets.clone(),
             address,
             policy: self.resume,
             ledger: self.resume.map(|_| BatchLedger::default()),
             out: Some(out),
+            capacity: self.send_capacity,
             inbound,
             joiner: Joiner::default(),
             order: Vec::new(),
@@ -129,9 +135,10 @@ impl Batch {
         self.ledger.as_ref().map_or(self.sent.len(), BatchLedger::in_flight)
     }
 
-    /// Sends the queued entries as one message (one engine step) and starts a new step. An
-    /// error is the status that ended the stream.
-    pub fn send(&mut self) -> Result<()> {
+    /// Sends the queued entries as one message (one engine step) and starts a new step; waits
+    /// while the stream has no room (see [`Batch`]). An error is the status that ended the
+    /// stream.
+    pub async fn send(&mut self) -> Result<()> {
         if let Some(error) = &self.failed {
             return Err(Error::Status(tonic::Status::new(error.code(), error.message())));
         }
@@ -142,7 +149,7 @@ impl Batch {
             None => self.sent.push_back(entries.iter().map(|e| (e.key.clone(), packable(e))).collect()),
         }
         if let Some(out) = &self.out {
-            let _ = out.send(wire_request(entries)); // a broken stream shows in recv
+            let _ = out.send(wire_request(entries)).await; // a broken stream shows in recv
         }
         Ok(())
     }
@@ -220,7 +227,7 @@ impl Batch {
             breaks += 1;
             self.targets.failed(self.address);
             let replay = ledger.replay().into_iter().map(wire_request).collect();
-            match open_stream(&self.targets, replay).await {
+            match open_stream(&self.targets, replay, self.capacity).await {
                 Ok((address, out, inbound)) => {
                     self.address = address;
                     self.out = Some(out);
@@ -236,7 +243,7 @@ impl Batch {
 
     /// Sends the queued entries and waits for their reply.
     pub async fn step(&mut self) -> Result<Vec<pb::SessionOutput>> {
-        self.send()?;
+        self.send().await?;
         self.recv().await
     }
 
@@ -257,18 +264,17 @@ impl Batch {
     }
 }
 
-/// Opens a `ParseBatch` stream through the current address with `first` (a replay) queued, and
-/// waits for the server to accept it.
+/// Opens a `ParseBatch` stream through the current address with `first` (a replay) ahead of
+/// what the batch writes to the returned sender (`capacity` messages at most), and waits for
+/// the server to accept it.
 async fn open_stream(
     targets: &Targets,
     first: Vec<pb::ParseBatchRequest>,
-) -> Result<(usize, mpsc::UnboundedSender<pb::ParseBatchRequest>, Streaming<pb::ParseBatchResponse>)> {
-    let (out, rx) = mpsc::unbounded_channel();
-    for msg in first {
-        let _ = out.send(msg);
-    }
+    capacity: usize,
+) -> Result<(usize, mpsc::Sender<pb::ParseBatchRequest>, Streaming<pb::ParseBatchResponse>)> {
+    let (out, rx) = mpsc::channel(capacity);
     let (address, mut stub) = targets.pick();
-    let response = stub.parse_batch(UnboundedReceiverStream::new(rx)).await;
+    let response = stub.parse_batch(tokio_stream::iter(first).chain(ReceiverStream::new(rx))).await;
     targets.note(address, &response);
     Ok((address, out, response?.into_inner()))
 }

@@ -21,6 +21,12 @@ use crate::resume::ResumePolicy;
 /// never sends more than its own limit; larger replies arrive in parts, which the client joins).
 pub const MAX_REPLY_BYTES: usize = 64 << 20;
 
+/// How many messages a session or batch holds that its stream has not taken yet, by default
+/// ([`ClientBuilder::send_capacity`]): past that, sends wait (back-pressure). 64 decode steps
+/// are a few milliseconds of a fast engine's output, enough to ride out a scheduling hiccup,
+/// and bound what a stalled server can make the client keep.
+pub const SEND_CAPACITY: usize = 64;
+
 /// The generated stub with the client's bearer token on every call.
 pub type Stub = ParserServiceClient<InterceptedService<Channel, Auth>>;
 
@@ -133,6 +139,7 @@ pub struct ClientBuilder {
     keepalive: Keepalive,
     resume: Option<ResumePolicy>,
     connect_timeout: Option<Duration>,
+    send_capacity: usize,
 }
 
 impl ClientBuilder {
@@ -175,6 +182,15 @@ impl ClientBuilder {
         self
     }
 
+    /// How many messages each session (and batch) may hold that its stream has not taken yet;
+    /// a send past that waits until the stream takes one ([`SEND_CAPACITY`] unless set; at
+    /// least 1). HTTP/2 flow control holds back what the server has not read, so a slow server
+    /// slows the sender instead of filling the client's memory.
+    pub fn send_capacity(mut self, messages: usize) -> Self {
+        self.send_capacity = messages;
+        self
+    }
+
     /// Bounds how long making a connection may take.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
@@ -184,6 +200,9 @@ impl ClientBuilder {
     /// The client. The connection is made lazily, on the first call; a configuration error
     /// (no security chosen, a malformed target or token) is `Error::Config`.
     pub fn build(self) -> Result<Client> {
+        if self.send_capacity == 0 {
+            return Err(Error::config("send_capacity must be at least 1"));
+        }
         let scheme = match &self.security {
             Security::Unchosen => return Err(Error::config(
                 "no transport security chosen: call tls(...), or insecure() for a plaintext loopback or sidecar hop",
@@ -208,7 +227,7 @@ impl ClientBuilder {
             })
             .collect::<Result<Vec<_>>>()?;
         let targets = Targets { stubs: stubs.into(), current: Arc::new(AtomicUsize::new(0)) };
-        Ok(Client { targets, resume: self.resume })
+        Ok(Client { targets, resume: self.resume, send_capacity: self.send_capacity })
     }
 
     fn endpoint(&self, scheme: &str, address: &str) -> Result<Endpoint> {
@@ -277,6 +296,7 @@ pub(crate) fn gone(status: &tonic::Status) -> bool {
 pub struct Client {
     pub(crate) targets: Targets,
     pub(crate) resume: Option<ResumePolicy>,
+    pub(crate) send_capacity: usize,
 }
 
 impl Client {
@@ -291,6 +311,7 @@ impl Client {
             keepalive: Keepalive::default(),
             resume: Some(ResumePolicy::default()),
             connect_timeout: None,
+            send_capacity: SEND_CAPACITY,
         }
     }
 

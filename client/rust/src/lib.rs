@@ -1,13 +1,14 @@
 //! A Rust client for parsetier, the parse tier: token ids in, OpenAI-style reasoning, content and
-//! tool-call deltas (and semantic events) out, over gRPC (`protos/parsetier/v1/parsetier.proto`).
+//! tool-call deltas (and semantic events) out, over gRPC (the contract is `proto/parsetier/v1/parsetier.proto`,
+//! compiled into [`pb`] when the crate builds).
 //!
 //! ```no_run
 //! use parsetier_client::{Client, Finish, OpenOptions};
 //! # async fn run() -> parsetier_client::Result<()> {
 //! let client = Client::builder("127.0.0.1:50051").insecure().build()?;
 //! let mut session = client.open(OpenOptions::new("qwen3")).await?;
-//! session.send([[9707u32]])?; // one decode step: "Hello"
-//! session.finish(Finish::stop_token(151645))?;
+//! session.send([[9707u32]]).await?; // one decode step: "Hello"
+//! session.finish(Finish::stop_token(151645)).await?;
 //! while let Some(reply) = session.recv().await {
 //!     for delta in reply?.deltas {
 //!         print!("{}", delta.content);
@@ -31,6 +32,7 @@ mod parts;
 mod resume;
 mod session;
 mod session_ledger;
+mod wire;
 
 /// The generated messages and stub of `parsetier.v1`.
 pub mod pb {
@@ -39,7 +41,7 @@ pub mod pb {
 }
 
 pub use batch::{session_error, Batch};
-pub use client::{Auth, Client, ClientBuilder, Keepalive, Stub, Tls, MAX_REPLY_BYTES};
+pub use client::{Auth, Client, ClientBuilder, Keepalive, Stub, Tls, MAX_REPLY_BYTES, SEND_CAPACITY};
 pub use error::{Code, Error, Result};
 pub use logprobs::{
     logprob_step, logprobs, rune_offset, to_chat, to_completion, Alternative, ChatLogprob, ChatLogprobs,
@@ -47,4 +49,5 @@ pub use logprobs::{
 };
 pub use options::{Finish, OpenOptions};
 pub use resume::{retryable, ResumePolicy};
-pub use session::{Deltas, Replies, Session, SessionSender};
+pub use session::{Deltas, Replies, Session, SessionSender, Wire};
+pub use wire::{wire_of, WireReply};

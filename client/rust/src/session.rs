@@ -2,8 +2,14 @@
 //!
 //! A task of its own drives the stream: it writes what the caller sends, receives and joins the
 //! server's replies, and (with resume on) moves the session to a new stream when one breaks. The
-//! caller holds a [`SessionSender`] (cheap, never blocks) and a [`Replies`] stream, together in a
+//! caller holds a [`SessionSender`] (cheap to clone) and a [`Replies`] stream, together in a
 //! [`Session`] or apart after [`Session::split`], so one task can send while another receives.
+//!
+//! Sends are bounded: the task takes a caller's message only when the stream has room for it
+//! (its channel to the transport holds [`crate::ClientBuilder::send_capacity`] messages, and
+//! HTTP/2 flow control holds the rest back), so a server that reads slowly makes `send` wait
+//! instead of letting messages pile up in memory. Replies are never held back: the server
+//! sends at most one per message it reads, and the task reads them as they come.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -13,7 +19,8 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tokio_stream::StreamExt;
 use tonic::Streaming;
 
 use crate::client::{Client, Targets};
@@ -35,11 +42,13 @@ pub struct Session {
     replies: Replies,
 }
 
-/// The sending half of a session. Sends never block and never report a broken stream that the
-/// session will resume; after the session has ended they are [`Error::Ended`].
+/// The sending half of a session. A send waits while the session already holds
+/// [`crate::ClientBuilder::send_capacity`] messages the stream has not taken (back-pressure), and
+/// never reports a broken stream that the session will resume; after the session has ended
+/// sends are [`Error::Ended`].
 #[derive(Clone)]
 pub struct SessionSender {
-    commands: mpsc::UnboundedSender<pb::ParseRequest>,
+    commands: mpsc::Sender<pb::ParseRequest>,
 }
 
 /// The receiving half of a session: the server's replies in order, each whole (parts joined),
@@ -59,8 +68,10 @@ impl Client {
         open.resumable = self.resume.is_some();
         let policy = self.resume;
         let mut ledger = Ledger::new(open);
-        let (address, out, inbound) = connect_retrying(&self.targets, policy.as_ref(), &mut ledger, 0).await?;
-        let (commands_tx, commands) = mpsc::unbounded_channel();
+        let capacity = self.send_capacity;
+        let (address, out, inbound) =
+            connect_retrying(&self.targets, policy.as_ref(), &mut ledger, capacity, 0).await?;
+        let (commands_tx, commands) = mpsc::channel(capacity);
         let (replies_tx, replies) = mpsc::unbounded_channel();
         let resumes = Arc::new(AtomicUsize::new(0));
         let task = Driver {
@@ -69,6 +80,8 @@ impl Client {
             policy,
             ledger,
             out: Some(out),
+            capacity,
+            pending: None,
             inbound,
             joiner: Joiner::default(),
             commands,
@@ -93,17 +106,27 @@ impl Client {
         steps: impl IntoIterator<Item = Vec<u32>>,
         finish: Finish,
     ) -> Result<(pb::Final, Vec<pb::Delta>)> {
+        let steps: Vec<Vec<u32>> = steps.into_iter().collect();
         let session = self.open(options).await?;
-        for step in steps {
-            session.send([step])?;
-        }
-        session.finish(finish)?;
-        let (_, replies) = session.split();
-        let mut deltas = replies.deltas();
-        let mut collected = Vec::new();
-        while let Some(delta) = deltas.recv().await {
-            collected.push(delta?);
-        }
+        let (sender, replies) = session.split();
+        // Sending and receiving at once: a send waits for room, which reading the replies makes.
+        let sending = async move {
+            for step in steps {
+                sender.send([step]).await?;
+            }
+            sender.finish(finish).await
+        };
+        let receiving = async {
+            let mut deltas = replies.deltas();
+            let mut collected = Vec::new();
+            while let Some(delta) = deltas.recv().await {
+                collected.push(delta?);
+            }
+            Ok::<_, Error>((deltas, collected))
+        };
+        let (sent, received) = tokio::join!(sending, receiving);
+        let (deltas, collected) = received?;
+        sent?;
         let final_message = deltas.final_message().cloned();
         final_message.map(|f| (f, collected)).ok_or_else(|| Error::protocol("stream ended without a final message"))
     }
@@ -111,19 +134,20 @@ impl Client {
 
 impl Session {
     /// Sends decode steps (each the token ids of one forward pass) in one message. Several
-    /// steps per message give the same result as one message each; none is a keep-alive.
-    pub fn send<S: Into<Vec<u32>>>(&self, steps: impl IntoIterator<Item = S>) -> Result<()> {
-        self.sender.send(steps)
+    /// steps per message give the same result as one message each; none is a keep-alive. Waits
+    /// while the session holds `send_capacity` messages the stream has not taken.
+    pub async fn send<S: Into<Vec<u32>>>(&self, steps: impl IntoIterator<Item = S>) -> Result<()> {
+        self.sender.send(steps).await
     }
 
     /// Sends ready-made steps (a [`crate::logprob_step`], a text step) in one message.
-    pub fn send_steps(&self, steps: Vec<pb::Step>) -> Result<()> {
-        self.sender.send_steps(steps)
+    pub async fn send_steps(&self, steps: Vec<pb::Step>) -> Result<()> {
+        self.sender.send_steps(steps).await
     }
 
     /// Ends the output; the server answers with the reply that carries `Final`.
-    pub fn finish(&self, finish: Finish) -> Result<()> {
-        self.sender.finish(finish)
+    pub async fn finish(&self, finish: Finish) -> Result<()> {
+        self.sender.finish(finish).await
     }
 
     /// The next reply: `None` after the final one (or after the error that ended the session).
@@ -149,23 +173,23 @@ impl Session {
 
 impl SessionSender {
     /// As [`Session::send`].
-    pub fn send<S: Into<Vec<u32>>>(&self, steps: impl IntoIterator<Item = S>) -> Result<()> {
+    pub async fn send<S: Into<Vec<u32>>>(&self, steps: impl IntoIterator<Item = S>) -> Result<()> {
         let steps = steps.into_iter().map(|ids| pb::Step { token_ids: ids.into(), ..Default::default() }).collect();
-        self.send_steps(steps)
+        self.send_steps(steps).await
     }
 
     /// As [`Session::send_steps`].
-    pub fn send_steps(&self, steps: Vec<pb::Step>) -> Result<()> {
-        self.put(pb::ParseRequest { steps, ..Default::default() })
+    pub async fn send_steps(&self, steps: Vec<pb::Step>) -> Result<()> {
+        self.put(pb::ParseRequest { steps, ..Default::default() }).await
     }
 
     /// As [`Session::finish`].
-    pub fn finish(&self, finish: Finish) -> Result<()> {
-        self.put(pb::ParseRequest { finish: Some(finish.into_message()), ..Default::default() })
+    pub async fn finish(&self, finish: Finish) -> Result<()> {
+        self.put(pb::ParseRequest { finish: Some(finish.into_message()), ..Default::default() }).await
     }
 
-    fn put(&self, msg: pb::ParseRequest) -> Result<()> {
-        self.commands.send(msg).map_err(|_| Error::Ended)
+    async fn put(&self, msg: pb::ParseRequest) -> Result<()> {
+        self.commands.send(msg).await.map_err(|_| Error::Ended)
     }
 }
 
@@ -188,6 +212,12 @@ impl Replies {
     /// The deltas of the replies, in order across them.
     pub fn deltas(self) -> Deltas {
         Deltas { replies: self, buffered: VecDeque::new() }
+    }
+
+    /// With `Open.wire` ([`crate::OpenOptions::wire`]): the bytes to forward, as they come (each
+    /// reply's `wire`, then `Final.wire`; empty pieces left out).
+    pub fn wire(self) -> Wire {
+        Wire { replies: self, buffered: VecDeque::new() }
     }
 }
 
@@ -250,17 +280,62 @@ impl Stream for Deltas {
     }
 }
 
-type Outbound = mpsc::UnboundedSender<pb::ParseRequest>;
+/// A session's bytes to forward (see [`Replies::wire`]); [`Wire::final_message`] holds the
+/// outcome once the stream has ended.
+pub struct Wire {
+    replies: Replies,
+    buffered: VecDeque<Vec<u8>>,
+}
 
-/// Opens a stream whose first message is the ledger's `Open` (with its resume point once the
-/// session has moved) and waits for the server to accept it (its response headers).
-async fn connect(targets: &Targets, ledger: &mut Ledger) -> std::result::Result<Connected, tonic::Status> {
-    let (out, rx) = mpsc::unbounded_channel();
-    for msg in ledger.restart() {
-        let _ = out.send(msg);
+impl Wire {
+    /// The next piece of bytes; `None` once the final reply's are out.
+    pub async fn recv(&mut self) -> Option<Result<Vec<u8>>> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
     }
+
+    /// The session's outcome, once its final reply has been received.
+    pub fn final_message(&self) -> Option<&pb::Final> {
+        self.replies.final_message()
+    }
+}
+
+impl Stream for Wire {
+    type Item = Result<Vec<u8>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            if let Some(piece) = self.buffered.pop_front() {
+                return Poll::Ready(Some(Ok(piece)));
+            }
+            match Pin::new(&mut self.replies).poll_next(cx) {
+                Poll::Ready(Some(Ok(mut reply))) => {
+                    let final_wire = reply.r#final.as_mut().map(|f| std::mem::take(&mut f.wire));
+                    let pieces = [std::mem::take(&mut reply.wire)].into_iter().chain(final_wire);
+                    self.buffered.extend(pieces.filter(|piece| !piece.is_empty()));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+type Outbound = mpsc::Sender<pb::ParseRequest>;
+
+/// Opens a stream whose first messages are the ledger's `Open` (with its resume point once the
+/// session has moved) and what it re-sends, then what the session writes to the returned
+/// sender (`capacity` messages at most), and waits for the server to accept it (its response
+/// headers).
+async fn connect(
+    targets: &Targets,
+    ledger: &mut Ledger,
+    capacity: usize,
+) -> std::result::Result<Connected, tonic::Status> {
+    let (out, rx) = mpsc::channel(capacity);
+    let first = tokio_stream::iter(ledger.restart());
     let (address, mut stub) = targets.pick();
-    let response = stub.parse(UnboundedReceiverStream::new(rx)).await;
+    let response = stub.parse(first.chain(ReceiverStream::new(rx))).await;
     targets.note(address, &response);
     Ok((address, out, response?.into_inner()))
 }
@@ -274,10 +349,11 @@ async fn connect_retrying(
     targets: &Targets,
     policy: Option<&ResumePolicy>,
     ledger: &mut Ledger,
+    capacity: usize,
     mut attempt: u32,
 ) -> Result<Connected> {
     loop {
-        match connect(targets, ledger).await {
+        match connect(targets, ledger, capacity).await {
             Ok(stream) => return Ok(stream),
             Err(status) => match policy {
                 Some(policy) if retryable(&status) && attempt < policy.attempts => {
@@ -296,10 +372,12 @@ struct Driver {
     address: usize, // the current stream's
     policy: Option<ResumePolicy>,
     ledger: Ledger,
-    out: Option<Outbound>, // None once the sending side is closed (after Finish)
+    out: Option<Outbound>,             // None once the sending side is closed (after Finish)
+    capacity: usize,                   // of each stream's outbound channel
+    pending: Option<pb::ParseRequest>, // taken from the caller, waiting for room on the stream
     inbound: Streaming<pb::ParseResponse>,
     joiner: Joiner,
-    commands: mpsc::UnboundedReceiver<pb::ParseRequest>,
+    commands: mpsc::Receiver<pb::ParseRequest>,
     commands_open: bool,
     replies: mpsc::UnboundedSender<Result<pb::ParseResponse>>,
     resumes: Arc<AtomicUsize>,
@@ -317,7 +395,9 @@ impl Driver {
         loop {
             tokio::select! {
                 _ = self.replies.closed() => return Ok(()), // the caller is gone: cancel the call
-                command = self.commands.recv(), if self.commands_open => match command {
+                // A caller's message is taken only when the last one has gone out: the bounded
+                // channels carry the stream's back-pressure to the caller's sends.
+                command = self.commands.recv(), if self.commands_open && self.pending.is_none() => match command {
                     Some(msg) => self.write(msg),
                     None => {
                         // Every sender is gone: close the sending side, so the server ends
@@ -325,6 +405,16 @@ impl Driver {
                         self.commands_open = false;
                         self.out = None;
                     }
+                },
+                permit = reserve(&self.out), if self.pending.is_some() && self.out.is_some() => match permit {
+                    Some(permit) => {
+                        if let Some(msg) = self.pending.take() {
+                            self.put(msg, permit);
+                        }
+                    }
+                    // The stream's sending side is gone: the break shows on the receiving side,
+                    // and the ledger re-sends what was not answered on the next stream.
+                    None => self.out = None,
                 },
                 received = self.joiner.next(&mut self.inbound) => match received? {
                     Received::Reply(reply) => {
@@ -344,13 +434,25 @@ impl Driver {
         }
     }
 
-    /// Writes a caller's message to the current stream (and records it in the ledger).
+    /// Writes a caller's message to the current stream (and records it in the ledger), or keeps
+    /// it pending while the stream has no room.
     fn write(&mut self, msg: pb::ParseRequest) {
+        match self.out.as_ref().map(|out| out.clone().try_reserve_owned()) {
+            Some(Ok(permit)) => self.put(msg, permit),
+            Some(Err(mpsc::error::TrySendError::Full(_))) => self.pending = Some(msg),
+            // No stream to write to (after Finish, or a broken one): the ledger re-sends it.
+            Some(Err(mpsc::error::TrySendError::Closed(_))) | None => {
+                self.out = None;
+                self.ledger.sent(&msg);
+            }
+        }
+    }
+
+    /// Writes `msg` into the room `permit` holds on the current stream.
+    fn put(&mut self, msg: pb::ParseRequest, permit: mpsc::OwnedPermit<pb::ParseRequest>) {
         let finish = msg.finish.is_some();
         self.ledger.sent(&msg);
-        if let Some(out) = &self.out {
-            let _ = out.send(msg); // a broken stream shows on the receiving side
-        }
+        permit.send(msg);
         if finish {
             self.out = None; // closes the sending side, as the server expects after Finish
         }
@@ -378,11 +480,17 @@ impl Driver {
         self.ledger.broke();
         self.targets.failed(self.address);
         let (address, out, inbound) =
-            connect_retrying(&self.targets, Some(&policy), &mut self.ledger, self.breaks).await?;
+            connect_retrying(&self.targets, Some(&policy), &mut self.ledger, self.capacity, self.breaks).await?;
         self.address = address;
         self.inbound = inbound;
         self.out = if self.ledger.finish_sent() { None } else { Some(out) };
         self.resumes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Room for one message on `out`; `None` once its stream has stopped reading. (The sender is
+/// cloned only when the future is polled: a disabled `select!` branch costs nothing.)
+async fn reserve(out: &Option<Outbound>) -> Option<mpsc::OwnedPermit<pb::ParseRequest>> {
+    out.clone()?.reserve_owned().await.ok()
 }

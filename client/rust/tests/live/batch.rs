@@ -14,6 +14,7 @@ fn weather(request_id: &str) -> OpenOptions {
 /// expected parse, and the same deltas and final as a Parse stream fed the same steps (the same
 /// request id gives the same tool call ids). The steps after the open go packed.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn batch_many_sessions_one_token_per_step() {
     let client = client();
     let mut batch = client.batch().await.expect("batch");
@@ -53,6 +54,7 @@ async fn batch_many_sessions_one_token_per_step() {
 /// Packed and unpacked entries in one step (an open with steps, text, several ids, a finish)
 /// come back in the order of the entries, each as a Parse stream would give it.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn batch_packed_and_unpacked_entries_in_one_step() {
     let client = client();
     let mut batch = client.batch().await.expect("batch");
@@ -81,6 +83,7 @@ use parsetier_client::Finish;
 /// A session's error is in its output; the stream and the other sessions go on; a key is free
 /// again once its session ended.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn batch_session_errors() {
     let client = client();
     let mut batch = client.batch().await.expect("batch");
@@ -115,6 +118,7 @@ async fn batch_session_errors() {
 
 /// Only the stream's own limits end the stream, and the step reports them.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn batch_empty_key_ends_the_stream() {
     let mut batch = client().batch().await.expect("batch");
     batch.feed("", [9707]);

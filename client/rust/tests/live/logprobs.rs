@@ -9,14 +9,15 @@ use crate::common::*;
 const EMOJI_OUTPUT: [u32; 8] = [13048, 220, 108386, 11162, 236, 231, 144349, 145375];
 
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn logprob_steps_resolve_in_both_openai_shapes() {
     let session = client().open(OpenOptions::new("qwen3").return_token_ids()).await.expect("open");
     for (i, &id) in EMOJI_OUTPUT.iter().enumerate() {
         let top =
             vec![vec![Alternative { token_id: id, logprob: -0.25 }, Alternative { token_id: 13048, logprob: -3.0 }]];
-        session.send_steps(vec![logprob_step(vec![id], vec![-(i as f32) / 4.0], &top)]).expect("send");
+        session.send_steps(vec![logprob_step(vec![id], vec![-(i as f32) / 4.0], &top)]).await.expect("send");
     }
-    session.finish(Finish::stop()).expect("finish");
+    session.finish(Finish::stop()).await.expect("finish");
     let (_, replies) = session.split();
     let mut stream = replies.deltas();
     let mut deltas = Vec::new();
@@ -49,9 +50,10 @@ async fn logprob_steps_resolve_in_both_openai_shapes() {
 
 /// A bad logprob step is the server's InvalidArgument naming the field.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn bad_logprobs_are_invalid_argument() {
     let mut session = client().open(OpenOptions::new("qwen3")).await.expect("open");
-    session.send_steps(vec![logprob_step(vec![9707, 220], vec![-0.5], &[])]).expect("send");
+    session.send_steps(vec![logprob_step(vec![9707, 220], vec![-0.5], &[])]).await.expect("send");
     let error = loop {
         match session.recv().await {
             Some(Err(error)) => break error,

@@ -24,9 +24,9 @@ async fn run_session(client: &Client, per_message: usize) -> Vec<pb::ParseRespon
     });
     let steps = one_per_step(&QWEN3_OUTPUT);
     for chunk in steps.chunks(per_message) {
-        sender.send(chunk.to_vec()).expect("send");
+        sender.send(chunk.to_vec()).await.expect("send");
     }
-    sender.finish(stop_at_im_end()).expect("finish");
+    sender.finish(stop_at_im_end()).await.expect("finish");
     let (replies, final_message) = receiver.await.expect("receiver");
     // The contract: sequence counts 1, 2, 3...; only the last reply carries final;
     // client_messages never decreases and, on the last reply, counts every message sent.
@@ -48,6 +48,7 @@ fn deltas_of(replies: &[pb::ParseResponse]) -> Vec<pb::Delta> {
 }
 
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn list_models_has_qwen3() {
     let models = client().list_models().await.expect("list_models");
     let qwen3 = models.iter().find(|m| m.name == "qwen3").expect("qwen3 listed");
@@ -63,6 +64,7 @@ async fn list_models_has_qwen3() {
 /// One token per message, as a decode loop sends them: the deltas stream (several fragments
 /// for a call's arguments) and join to exactly the final message.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn session_one_token_per_message() {
     let replies = run_session(&client(), 1).await;
     let final_message = replies.last().and_then(|r| r.r#final.clone()).expect("final");
@@ -76,6 +78,7 @@ async fn session_one_token_per_message() {
 
 /// Batching steps changes how many messages travel, never the result.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn session_several_steps_per_message() {
     let client = client();
     let one = without_ids(&join_deltas(&deltas_of(&run_session(&client, 1).await)));
@@ -88,6 +91,7 @@ async fn session_several_steps_per_message() {
 
 /// The one-call stream and the unary call agree with each other and with the expected parse.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn parse_stream_equals_parse_once() {
     let client = client();
     let (final_message, deltas) =
@@ -104,12 +108,13 @@ async fn parse_stream_equals_parse_once() {
 
 /// The deltas stream yields every delta in order and holds the final once it ends.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn deltas_stream() {
     let session = client().open(weather()).await.expect("open");
     for step in one_per_step(&QWEN3_OUTPUT) {
-        session.send([step]).expect("send");
+        session.send([step]).await.expect("send");
     }
-    session.finish(stop_at_im_end()).expect("finish");
+    session.finish(stop_at_im_end()).await.expect("finish");
     let (_, replies) = session.split();
     let mut deltas = replies.deltas();
     let mut all = Vec::new();
@@ -133,6 +138,7 @@ fn assert_code<T: std::fmt::Debug>(what: &str, result: Result<T, Error>, code: C
 
 /// Errors carry the server's gRPC status, where they are caused.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn errors_carry_the_status() {
     let client = client();
     const OUT_OF_VOCABULARY: u32 = 10_000_000;
@@ -144,7 +150,7 @@ async fn errors_carry_the_status() {
     assert!(error.status().is_some(), "the server's status is kept");
 
     let mut session = client.open(OpenOptions::new("qwen3")).await.expect("open");
-    session.send([QWEN3_OUTPUT[..3].to_vec(), vec![OUT_OF_VOCABULARY]]).expect("send");
+    session.send([QWEN3_OUTPUT[..3].to_vec(), vec![OUT_OF_VOCABULARY]]).await.expect("send");
     let mut last = None;
     while let Some(reply) = session.recv().await {
         if let Err(error) = reply {
@@ -155,7 +161,7 @@ async fn errors_carry_the_status() {
     assert_eq!(error.code(), Code::InvalidArgument, "{error}");
     assert!(error.message().contains("10000000"), "{error}");
     // The session has ended: sending more says so.
-    let error = session.send([[9707u32]]).expect_err("send after the end");
+    let error = session.send([[9707u32]]).await.expect_err("send after the end");
     assert_eq!(error.code(), Code::FailedPrecondition);
 
     let mut steps = one_per_step(&QWEN3_OUTPUT[..5]);
@@ -168,6 +174,7 @@ async fn errors_carry_the_status() {
 
 /// The options reach the server: tool_choice in its three shapes, output kinds, stop strings.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn options_reach_the_server() {
     let client = client();
     let none = client
@@ -207,6 +214,7 @@ async fn options_reach_the_server() {
 
 /// The constraint arrives in both forms, and bad options get their codes.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn build_constraint() {
     let client = client();
     let constraint =
@@ -227,6 +235,7 @@ async fn build_constraint() {
 
 /// Completion sessions: plain text, stop strings cut at finish, choices of one request.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn completion_sessions() {
     let client = client();
     let content = |deltas: &[pb::Delta]| deltas.iter().map(|d| d.content.as_str()).collect::<String>();
@@ -280,6 +289,7 @@ async fn builder_needs_credentials() {
 /// without data, none without calls), and a session through it survives a quiet spell in which
 /// a client pinging every second is closed with GOAWAY too_many_pings.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn keepalive_defaults_within_server_policy() {
     let keepalive = Keepalive::default();
     assert!(keepalive.interval >= Duration::from_secs(300) && !keepalive.while_idle, "{keepalive:?}");
@@ -289,12 +299,12 @@ async fn keepalive_defaults_within_server_policy() {
         let client =
             Client::builder(env("PARSETIER_SERVER")).insecure().keepalive(keepalive).without_resume().build()?;
         let mut session = client.open(OpenOptions::new("qwen3")).await?;
-        session.send([[9707u32]])?;
+        session.send([[9707u32]]).await?;
         session.recv().await.expect("a reply")?;
         tokio::time::sleep(Duration::from_secs(6)).await;
         // A session the server closed meanwhile says why in its replies, not here.
-        let _ = session.send([[9707u32]]);
-        let _ = session.finish(Finish::stop());
+        let _ = session.send([[9707u32]]).await;
+        let _ = session.finish(Finish::stop()).await;
         while let Some(reply) = session.recv().await {
             reply?;
         }
@@ -309,10 +319,11 @@ async fn keepalive_defaults_within_server_policy() {
 
 /// Dropping a session before its end cancels it; the server frees it.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn dropping_a_session_cancels_it() {
     let client = client();
     let session = client.open(weather()).await.expect("open");
-    session.send([QWEN3_OUTPUT[..3].to_vec()]).expect("send");
+    session.send([QWEN3_OUTPUT[..3].to_vec()]).await.expect("send");
     drop(session);
     // The connection is still fine for the next session.
     let (final_message, _) =
@@ -322,6 +333,7 @@ async fn dropping_a_session_cancels_it() {
 
 /// `OpenOptions::wire`: each reply's bytes, then the final's, are the API's own stream or body.
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn wire_bytes_to_forward() {
     let client = client();
     let chat = pb::WireOptions {
@@ -332,20 +344,20 @@ async fn wire_bytes_to_forward() {
         include_usage: true,
         ..Default::default()
     };
-    let mut session = client.open(weather().output(pb::OutputKind::FinalOnly).wire(chat.clone())).await.expect("open");
+    let session = client.open(weather().output(pb::OutputKind::FinalOnly).wire(chat.clone())).await.expect("open");
     for step in one_per_step(&QWEN3_OUTPUT) {
-        session.send([step]).expect("send");
+        session.send([step]).await.expect("send");
     }
-    session.finish(stop_at_im_end()).expect("finish");
+    session.finish(stop_at_im_end()).await.expect("finish");
+    let (_, replies) = session.split();
+    let mut pieces = replies.wire();
     let mut wire = Vec::new();
-    while let Some(reply) = session.recv().await {
-        let reply = reply.expect("reply");
-        wire.extend_from_slice(&reply.wire);
-        if let Some(final_message) = &reply.r#final {
-            check_final(final_message);
-            wire.extend_from_slice(&final_message.wire);
-        }
+    while let Some(piece) = pieces.recv().await {
+        let piece = piece.expect("piece");
+        assert!(!piece.is_empty());
+        wire.extend_from_slice(&piece);
     }
+    check_final(pieces.final_message().expect("final"));
     let wire = String::from_utf8(wire).expect("UTF-8");
     assert!(wire.starts_with(r#"data: {"id":"chatcmpl-rust","object":"chat.completion.chunk""#), "{wire}");
     assert!(wire.contains(r#""finish_reason":"tool_calls""#) && wire.ends_with("data: [DONE]\n\n"), "{wire}");
@@ -362,6 +374,7 @@ async fn wire_bytes_to_forward() {
 /// `Unavailable`; a list of addresses is used in order, so the second one serves when the first
 /// is gone (pick_first).
 #[tokio::test]
+#[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn unreachable_open_spends_the_budget_and_addresses_are_used_in_order() {
     use parsetier_client::ResumePolicy;
     let closed = {
