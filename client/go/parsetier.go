@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
@@ -208,9 +209,11 @@ func (c *Client) ListModels(ctx context.Context) ([]*pb.ModelInfo, error) {
 // token at once. The response holds only Final unless WithOutput asks for deltas or events.
 func (c *Client) ParseOnce(ctx context.Context, model string, tokenIDs []uint32, finish Finish,
 	opts ...OpenOption) (*pb.ParseOnceResponse, error) {
-	return c.stub.ParseOnce(ctx, &pb.ParseOnceRequest{
+	var trailer metadata.MD
+	reply, err := c.stub.ParseOnce(ctx, &pb.ParseOnceRequest{
 		Open: openMessage(model, opts), TokenIds: tokenIDs, Finish: finish.message(),
-	})
+	}, grpc.Trailer(&trailer))
+	return reply, withWire(err, trailer) // WireError(err): the error in the dialect of WithWire
 }
 
 // BuildConstraint derives the decoding constraint for a request with these options (tools,

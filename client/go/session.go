@@ -112,7 +112,7 @@ func (s *Session) accepted(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, withWire(err, stream.Trailer())
 	}
 	return stream, nil
 }
@@ -227,7 +227,7 @@ func (s *Session) Recv() (*pb.ParseResponse, error) {
 			if complete && s.policy != nil {
 				return nil, io.EOF // the session is complete; only its stream's ending broke
 			}
-			return nil, err
+			return nil, withWire(err, stream.Trailer())
 		}
 		s.mu.Unlock()
 		if err := s.resume(); err != nil {
@@ -306,11 +306,15 @@ func (s *Session) Deltas() iter.Seq2[*pb.Delta, error] {
 // Wire iterates over the bytes a session opened WithWire renders, in the order to forward them:
 // each reply's wire bytes, then the final result's (the closing events, or the whole body). A
 // gateway writes each to its caller as it comes, with no mapping of its own. A non-nil error is
-// the status that ended the session, and the last thing yielded.
+// the status that ended the session, and the last thing yielded; just before it come the
+// error's bytes in the session's dialect (WireError), when the server sent them.
 func (s *Session) Wire() iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
 		for msg, err := range s.Messages() {
 			if err != nil {
+				if failed := WireError(err); len(failed) > 0 && !yield(failed, nil) {
+					return
+				}
 				yield(nil, err)
 				return
 			}

@@ -8,6 +8,7 @@ confined to the one session that hit it.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import grpc
@@ -39,5 +40,11 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
 def wire_trailer(protocol: SessionProtocol | None, code: str, message: str) -> tuple[tuple[str, bytes], ...]:
     """The trailer that carries a failed session's error in its wire dialect; none when it asked
     for no wire bytes (or the status is one that has none: ``SessionProtocol.error_wire``)."""
-    data = protocol.error_wire(code, message) if protocol is not None else b""
+    if protocol is None:
+        return ()
+    try:
+        data = protocol.error_wire(code, message)
+    except Exception:  # a bug here must not cost the client its status (``_end`` would lose it)
+        logging.getLogger("parsetier.server").exception("rendering an error in its wire dialect failed")
+        return ()
     return ((WIRE_TRAILER, data),) if data else ()
