@@ -11,7 +11,7 @@ function, ``disable_parallel_tool_use`` turns parallel calls off.
 
 from __future__ import annotations
 
-from parsetier.render.common import common_sampling, stops, tool_choice
+from parsetier.render.common import common_sampling, stops, template_switches, tool_choice
 from parsetier.render.content import text_of
 from parsetier.render.conversation import Conversation, Message, tool_call
 from parsetier.render.errors import BadRequest
@@ -115,6 +115,7 @@ def read(body: Obj) -> Conversation:
         if choice.boolean("disable_parallel_tool_use"):
             conv.parallel_tool_calls = False
     conv.tool_choice = tool_choice(mode, body.at("tool_choice"), conv.tools, named)
+    template_switches(body, conv)
     thinking = body.obj("thinking")
     if thinking is not None:
         kind_ = thinking.string("type")

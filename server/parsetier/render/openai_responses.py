@@ -11,7 +11,7 @@ a JSON answer (the constraint).
 
 from __future__ import annotations
 
-from parsetier.render.common import common_sampling, response_schema, tool_choice
+from parsetier.render.common import common_sampling, response_schema, template_switches, tool_choice
 from parsetier.render.content import text_of
 from parsetier.render.conversation import Conversation, Message, tool_call
 from parsetier.render.fields import Obj
@@ -127,6 +127,7 @@ def read(body: Obj) -> Conversation:
         raise body.fail("tool_choice", "expected a string or an object")
     conv.tool_choice = tool_choice(choice, body.at("tool_choice"), conv.tools, named)
     conv.parallel_tool_calls = body.boolean("parallel_tool_calls")
+    template_switches(body, conv)
     reasoning = body.obj("reasoning")
     if reasoning is not None:
         effort = reasoning.string("effort")
