@@ -10,6 +10,8 @@ its path: never silently schemaless.
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 from parsetier.constraints.request import InvalidTool
@@ -19,7 +21,22 @@ from parsetier.render.errors import BadRequest
 from parsetier.render.fields import Obj, kind
 
 Shape = str
+SCHEMA_CHECKS_KEPT = 256
+"""Schemas whose meta-schema check is remembered (a deployment sends the same tools again and again;
+the check costs milliseconds, more than the rest of a short render)."""
 """``openai_chat``, ``openai_responses`` or ``anthropic_messages``."""
+
+
+@functools.lru_cache(maxsize=SCHEMA_CHECKS_KEPT)
+def _schema_problem(name: str, schema_text: str) -> str | None:
+    """Why the schema (as canonical JSON text) is not a JSON Schema, or None."""
+    try:
+        check_schema(name, json.loads(schema_text))
+    except InvalidTool as exc:
+        return str(exc)
+    except Underivable:
+        pass  # an external $ref is a valid schema; only a constraint cannot follow it
+    return None
 
 
 def _function(name: Any, description: Any, parameters: Any, strict: Any, at: Obj, schema_key: str) -> dict:
@@ -31,12 +48,9 @@ def _function(name: Any, description: Any, parameters: Any, strict: Any, at: Obj
         parameters = {"type": "object", "properties": {}}
     if not isinstance(parameters, dict):
         raise at.fail(schema_key, f"must be a JSON Schema object, got {kind(parameters)}")
-    try:
-        check_schema(name, parameters)
-    except InvalidTool as exc:
-        raise BadRequest(at.at(schema_key), str(exc)) from None
-    except Underivable:
-        pass  # an external $ref is a valid schema; only a constraint cannot follow it
+    problem = _schema_problem(name, json.dumps(parameters, sort_keys=True))
+    if problem is not None:
+        raise BadRequest(at.at(schema_key), problem)
     function: dict[str, Any] = {"name": name}
     if description is not None:
         function["description"] = description

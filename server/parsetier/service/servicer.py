@@ -366,10 +366,16 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             request = _decoded(request)
             record.model, record.request_id = request.model, request.request_id
             model = await self._model(request.model)
-            loop = asyncio.get_running_loop()
-            response = await loop.run_in_executor(
-                self._render_pool, render_request, self.renderer, model, request
-            )
+            if len(request.request_json) < OFF_LOOP_BYTES and not self.limits.trust_request_templates:
+                # a short request rendered by a model's own template takes about a millisecond,
+                # less than the hop; a long one (a long conversation) goes to the pool, and so does
+                # every render of a server that runs request templates (code of unknown cost)
+                response = render_request(self.renderer, model, request)
+            else:
+                loop = asyncio.get_running_loop()
+                response = await loop.run_in_executor(
+                    self._render_pool, render_request, self.renderer, model, request
+                )
             self.limits.check_reply(response.ByteSize())
             result.append(response)
 
