@@ -114,17 +114,17 @@ def main() -> None:
             return time.perf_counter() - start, reply.prompt_tokens
 
         render(conversation(500, "warm-up"))
-        print(
-            "| prompt tokens | baseline ms | Render whole ms | ratio | next turn ms | next / whole | server CPU µs / token |"
-        )
+        columns = ("prompt tokens", "baseline ms", "Render whole ms", "ratio", "next turn ms", "next / whole")
+        print("| " + " | ".join((*columns, "server CPU µs / token")) + " |")
         print("|---|---|---|---|---|---|---|")
         for size in (1000, 8000, 32000):
             base, whole, nexts, cpu, counted = [], [], [], 0.0, 0
             for rep in range(args.reps):
                 messages = conversation(size, f"rep {rep} of {size}")
                 start = time.perf_counter()
-                ids = tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True, tokenize=True,
-                                              return_dict=False)  # fmt: skip
+                ids = tok.apply_chat_template(
+                    messages, tools=TOOLS, add_generation_prompt=True, tokenize=True, return_dict=False
+                )
                 base.append(time.perf_counter() - start)
                 before = cpu_seconds(pid)
                 seconds, count = render(messages)
