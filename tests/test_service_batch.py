@@ -13,7 +13,7 @@ import pytest
 from grpc_servers import wait_for
 from parsetier.service import Limits
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client import AsyncClient, StepBuilder, open_message, session_error
+from parsetier_client import AsyncClient, Delta, StepBuilder, open_message, session_error
 from service_samples import WEATHER_TOOLS
 
 Code = grpc.StatusCode
@@ -152,8 +152,8 @@ def test_one_reply_per_message_and_errors_stay_in_their_session(client, encode):
     assert session_error(reply.sessions[1])[0] == Code.INVALID_ARGUMENT
 
     expected = client.parse_stream("qwen3", [ids[:5], ids[5:]], **_options(0))
-    assert good[-1].final == expected.final
-    assert [d for out in good for d in out.deltas] == expected.deltas
+    assert good[-1].final == expected.final.proto
+    assert [Delta.of(d) for out in good for d in out.deltas] == expected.deltas
 
 
 LIMITS = Limits(

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client import AsyncClient, finish_message, open_message
+from parsetier_client import AsyncClient, Delta, FinishReason, Usage, finish_message, open_message
 from service_samples import (
     EXPECTED_CALLS,
     PLAIN_ANSWER,
@@ -86,8 +86,10 @@ def test_final_message_equals_parse_once(client, encode):
     streamed = client.parse_stream("qwen3", one_per_step(ids), "stop", tools=WEATHER_TOOLS)
     once = client.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS)
     assert message_key(once.final.message) == message_key(streamed.message)
-    assert once.final.finish_reason == streamed.final.finish_reason
-    assert once.final.usage == streamed.final.usage
+    assert once.final.finish_reason == streamed.final.finish_reason  # the enum is the proto's number
+    assert f"{streamed.final.finish_reason}" == streamed.finish_reason == "tool_calls"
+    assert Usage.of(once.final.usage) == streamed.final.usage == streamed.usage
+    assert streamed.final.proto.usage == once.final.usage
     assert not once.deltas  # ParseOnce sends only the final result unless asked
 
     with_deltas = client.parse_once("qwen3", ids, "stop", tools=WEATHER_TOOLS, output="deltas")
@@ -264,6 +266,9 @@ def test_async_client_one_call_and_sync_streaming(grpc_server, client, encode):
     assert stream.final is not None
     assert message_key(stream.final.message) == message_key(async_result.message)
     assert join(deltas).tool_calls() == EXPECTED_CALLS
+    # Both clients' results are the typed records, equal but for the random call ids.
+    assert async_result.final.finish_reason is stream.final.finish_reason is FinishReason.TOOL_CALLS
+    assert async_result.final.usage == stream.final.usage and isinstance(async_result.deltas[0], Delta)
 
 
 def test_async_client_unary_calls_equal_the_sync_clients(grpc_server, client, encode):

@@ -23,6 +23,7 @@ from parsetier_client.result import (
 )
 from parsetier_client.security import Tls
 from parsetier_client.sync import Client, ParseStream
+from parsetier_client.typed import Delta, Final, FinishReason, Message, ToolCall, ToolCallDelta, Usage
 from parsetier_client.wire import WireJoin, wire_error
 
 __all__ = [
@@ -31,11 +32,18 @@ __all__ = [
     "AsyncParseStream",
     "Batch",
     "Client",
+    "Delta",
+    "Final",
+    "FinishReason",
+    "Message",
     "ParseResult",
     "ParseStream",
     "RenderResult",
     "StepBuilder",
     "Tls",
+    "ToolCall",
+    "ToolCallDelta",
+    "Usage",
     "WireJoin",
     "chat_logprobs",
     "completion_logprobs",

@@ -27,6 +27,7 @@ from parsetier_client.result import ParseResult, collect
 from parsetier_client.resume import ResumePolicy, policy_of
 from parsetier_client.security import Tls, aio_channel, tls_of, token_metadata
 from parsetier_client.session_core import StreamCore, wire_chunks
+from parsetier_client.typed import Delta
 from parsetier_client.wire import wire_error
 
 
@@ -235,10 +236,11 @@ class AsyncParseStream(StreamCore):
             self.resumes += 1
             await self._pump()
 
-    async def deltas(self) -> AsyncIterator[pb.Delta]:
+    async def deltas(self) -> AsyncIterator[Delta]:
+        """The replies' deltas in order, as typed records (iterate the stream for the raw replies)."""
         async for message in self:
             for delta in message.deltas:
-                yield delta
+                yield Delta.of(delta)
 
     async def wire(self) -> AsyncIterator[bytes]:
         """With ``Open.wire``: the bytes to forward as they come (``ParseStream.wire``), the

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_client.typed import Delta, Final, Message, Usage
 
 FINISH_REASON_NAMES = {
     pb.FINISH_REASON_UNSPECIFIED: "",
@@ -18,14 +19,16 @@ FINISH_REASON_NAMES = {
 
 class ParseResult(tuple):
     """``(message, deltas)`` — unpacks like a pair — with the rest of the outcome as attributes:
-    ``final`` (finish reason, usage, message), ``events`` and the raw server ``messages``."""
+    ``final`` (finish reason, usage, message), ``events`` and the raw server ``messages``. The
+    message, deltas and final are typed records (``typed``); ``final.proto`` and ``messages`` are
+    the server's own messages."""
 
-    final: pb.Final
+    final: Final
     events: list[pb.Event]
     messages: list[pb.ParseResponse]
 
     def __new__(
-        cls, final: pb.Final, deltas: list[pb.Delta], events: list[pb.Event], messages: list[pb.ParseResponse]
+        cls, final: Final, deltas: list[Delta], events: list[pb.Event], messages: list[pb.ParseResponse]
     ) -> ParseResult:
         result = super().__new__(cls, (final.message, deltas))
         result.final = final
@@ -34,19 +37,20 @@ class ParseResult(tuple):
         return result
 
     @property
-    def message(self) -> pb.AssistantMessage:
+    def message(self) -> Message:
         return self[0]
 
     @property
-    def deltas(self) -> list[pb.Delta]:
+    def deltas(self) -> list[Delta]:
         return self[1]
 
     @property
     def finish_reason(self) -> str:
-        return FINISH_REASON_NAMES[self.final.finish_reason]
+        """The finish reason's name (``"tool_calls"``); ``final.finish_reason`` is the enum."""
+        return str(self.final.finish_reason)
 
     @property
-    def usage(self) -> pb.Usage:
+    def usage(self) -> Usage:
         return self.final.usage
 
     @property
@@ -68,11 +72,11 @@ class ParseResult(tuple):
 
 def collect(messages: list[pb.ParseResponse]) -> ParseResult:
     """Join a stream's server messages into a ``ParseResult``."""
-    deltas = [d for m in messages for d in m.deltas]
+    deltas = [Delta.of(d) for m in messages for d in m.deltas]
     events = [e for m in messages for e in m.events]
     if not messages or not messages[-1].HasField("final"):
         raise RuntimeError("the stream ended without a final message")
-    return ParseResult(messages[-1].final, deltas, events, messages)
+    return ParseResult(Final.of(messages[-1].final), deltas, events, messages)
 
 
 def wire_of(replies: Iterable[pb.ParseResponse | pb.SessionOutput]) -> bytes:
@@ -89,7 +93,7 @@ def wire_of(replies: Iterable[pb.ParseResponse | pb.SessionOutput]) -> bytes:
     return b"".join(parts)
 
 
-def logprobs_of(deltas: Iterable[pb.Delta]) -> list[pb.TokenLogprob]:
+def logprobs_of(deltas: Iterable[pb.Delta | Delta]) -> list[pb.TokenLogprob]:
     return [lp for d in deltas for lp in d.logprobs]
 
 
@@ -120,7 +124,7 @@ def completion_logprobs(logprobs: Iterable[pb.TokenLogprob], text_offset: int = 
     }
 
 
-def delta_dict(delta: pb.Delta) -> dict[str, Any]:
+def delta_dict(delta: pb.Delta | Delta) -> dict[str, Any]:
     """Only the kinds the delta carries; tool-call fragments keep their index even when 0."""
     out: dict[str, Any] = {}
     if delta.reasoning:
@@ -157,7 +161,7 @@ def event_dict(event: pb.Event) -> dict[str, Any]:
     return out
 
 
-def message_dict(message: pb.AssistantMessage) -> dict[str, Any]:
+def message_dict(message: pb.AssistantMessage | Message) -> dict[str, Any]:
     return {
         "content": message.content,
         "reasoning": message.reasoning,
@@ -165,7 +169,7 @@ def message_dict(message: pb.AssistantMessage) -> dict[str, Any]:
     }
 
 
-def final_dict(final: pb.Final) -> dict[str, Any]:
+def final_dict(final: pb.Final | Final) -> dict[str, Any]:
     return {
         "finish_reason": FINISH_REASON_NAMES[final.finish_reason],
         "usage": {

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client.resume import Ledger, ResumePolicy, as_request, retryable
+from parsetier_client.typed import Final
 
 
 class StreamCore:
@@ -24,7 +25,8 @@ class StreamCore:
         if policy is not None:
             open_.resumable = True  # a draining server hands the session off
         self._ledger = Ledger(open_)
-        self.final: pb.Final | None = None
+        self.final: Final | None = None
+        """The outcome once the final reply has come (typed; ``final.proto`` is the raw message)."""
         self.resumes = 0
         """How many times the session moved to a new stream."""
 
@@ -46,7 +48,7 @@ class StreamCore:
         if self._policy is not None:
             self._ledger.received(message.sequence, message.client_messages, message.output_digest)
         if message.HasField("final"):
-            self.final = message.final
+            self.final = Final.of(message.final)
 
     def _ended_whole(self) -> bool:
         """A stream broke after the final result: only its ending broke, nothing is lost."""

@@ -33,6 +33,7 @@ from parsetier_client.result import ParseResult, collect
 from parsetier_client.resume import ResumePolicy, policy_of
 from parsetier_client.security import Tls, sync_channel, tls_of, token_metadata
 from parsetier_client.session_core import StreamCore, wire_chunks
+from parsetier_client.typed import Delta
 from parsetier_client.wire import wire_error
 
 _CLOSE = object()
@@ -156,9 +157,11 @@ class ParseStream(StreamCore):
             self.resumes += 1
             self._call = self._start(resuming=True)
 
-    def deltas(self) -> Iterator[pb.Delta]:
+    def deltas(self) -> Iterator[Delta]:
+        """The replies' deltas in order, as typed records (iterate the stream for the raw replies)."""
         for message in self:
-            yield from message.deltas
+            for delta in message.deltas:
+                yield Delta.of(delta)
 
     def wire(self) -> Iterator[bytes]:
         """With ``Open.wire``: the bytes to forward to the caller as they come (each reply's
