@@ -83,6 +83,15 @@ def test_shapes_mix_in_one_array_and_keep_their_order() -> None:
     ]
 
 
+def test_a_responses_tool_may_have_null_parameters() -> None:
+    """The Responses API types a flat function tool's ``parameters`` as nullable; elsewhere null
+    is refused (a chat function's or a bare object's, an Anthropic ``input_schema``)."""
+    (tool,) = tool_shapes.tools_of_json([{"type": "function", "name": "now", "parameters": None}], "tools")
+    assert (tool.name, tool.parameters) == ("now", {})
+    with pytest.raises(ProtocolError, match=re.escape("tools[0].parameters must be a JSON object, got null")):
+        tool_shapes.tools_of_json([{"name": "now", "parameters": None}], "tools")
+
+
 REFUSED = [
     ([{"name": "f", "input_schema": [1]}], "tools_json[0].input_schema must be a JSON object, got list"),
     ([{"name": "f", "input_schema": None}], "tools_json[0].input_schema must be a JSON object, got null"),

@@ -107,6 +107,8 @@ class Case:
     options: dict[str, Any] = field(default_factory=dict)
     finish: str = "stop"
     matched_stop: int | str | None = None
+    message: dict[str, Any] = field(default_factory=dict)
+    """The message the ids were rendered from (the round-trip table's), when there is one."""
 
 
 def _family_case(family: rt.Family, registry) -> Case:
@@ -126,7 +128,7 @@ def _family_case(family: rt.Family, registry) -> Case:
     options: dict[str, Any] = {"tools": rt.TOOLS, "prompt_token_ids": prompt_ids}
     if family.thinking_switch:
         options["thinking"] = thinking
-    return Case(family.label, family.preset, rt.random_groups(rng, ids), options)
+    return Case(family.label, family.preset, rt.random_groups(rng, ids), options, message=msg)
 
 
 PACKAGED = [f for f in rt.FAMILIES if f.tokenizer != "marker"]
@@ -449,6 +451,14 @@ def _family_sdk_cases() -> list:
                         )
                     )
     return cases
+
+
+def test_the_family_cases_hold_reasoning_and_parallel_calls(registry) -> None:
+    """What the SDK runs below prove rests on the messages holding every kind of part: reasoning
+    where a family has it, parallel calls where it allows them, content."""
+    cases = [_family_case(family, registry) for family in PACKAGED]
+    assert sum(bool(c.message.get("reasoning_content")) for c in cases) >= 2 * len(cases) // 3
+    assert all(len(c.message.get("tool_calls", ())) >= 2 for c in cases)
 
 
 @pytest.mark.parametrize(("family", "dialect", "stream", "rpc"), _family_sdk_cases())

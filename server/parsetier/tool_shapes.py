@@ -7,7 +7,7 @@ else:
 - OpenAI chat completions: ``{"type": "function", "function": {"name", "description",
   "parameters", "strict"}}`` (the bare function object, without ``type``, is read too);
 - OpenAI Responses: the flat ``{"type": "function", "name", "description", "parameters",
-  "strict"}``;
+  "strict"}`` (``parameters`` may be null there, as that API types it: no parameters);
 - Anthropic Messages: ``{"name", "description", "input_schema", "strict"}``, ``type`` absent or
   ``"custom"``.
 
@@ -75,7 +75,10 @@ def tool_of_json(item: Any, path: str) -> Tool:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise invalid(f"{path}.name must be a non-empty string (the function's name)")
-    parameters = schema(function[key], f"{path}.{key}") if key is not None else {}
+    value = function[key] if key is not None else None
+    if value is None and key == "parameters" and kind == "function" and function is item:
+        key = None  # Responses types a flat function tool's parameters as nullable: none
+    parameters = schema(value, f"{path}.{key}") if key is not None else {}
     description = function.get("description")
     if description is None:
         description = ""
