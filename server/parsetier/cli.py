@@ -31,6 +31,7 @@ parts would cost a message each for almost nothing."""
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from parsetier.service.limits import Limits
+    from parsetier.service.server import HANDSHAKE_TIMEOUT
 
     defaults = Limits()
     parser.add_argument(
@@ -176,6 +177,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="OpenTelemetry tracing, one span per session (needs parsetier[otel]; OTEL_* variables)",
     )
+    # Connections (issue 37): how long a connection may take to say anything.
+    parser.add_argument(
+        "--handshake-timeout",
+        type=positive_float,
+        default=HANDSHAKE_TIMEOUT,
+        help="seconds a new connection has to finish its TLS handshake and HTTP/2 preface, and any "
+        "connection to acknowledge the server's settings; silent ones are closed; default %(default)g",
+    )
     parser.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="default %(default)s"
     )
@@ -319,6 +328,7 @@ def _serve_workers(args: argparse.Namespace, workers: int, registry, limits, pre
                 "reflection_on": REFLECTION[args.reflection],
                 "security": security,
                 "otel": args.otel,  # each worker makes its tracer: exporter threads do not survive a fork
+                "handshake_timeout": args.handshake_timeout,
             },
             metrics_on=metrics_on,
             after_fork=(lambda: _start_metrics(args)) if metrics_on else None,
@@ -416,6 +426,7 @@ def _serve(args: argparse.Namespace) -> int:
                 security=security,
                 metrics_on=metrics_on,
                 otel=args.otel,
+                handshake_timeout=args.handshake_timeout,
             )
         )
     except ListenError as exc:

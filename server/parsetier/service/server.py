@@ -120,6 +120,14 @@ streams' trailers reach the clients (through proxies) before the connections are
 STOP_GRACE = 2.0
 """Seconds ``stop`` gives calls still in flight (refusals) once the server stops."""
 
+HANDSHAKE_TIMEOUT = 60.0
+"""Seconds a new connection has to complete its handshake (TLS, then the HTTP/2 preface and the
+client's SETTINGS) and, later, to acknowledge each SETTINGS frame the server sends; a connection
+that stays silent or stops half-way is closed then (``--handshake-timeout``). grpc's core applies
+it as ``grpc.server_handshake_timeout_ms`` (the handshake, TLS included; its own default is 120 s)
+and ``grpc.http2.settings_timeout`` (the SETTINGS acknowledgement; its default is 60 s, twice the
+keepalive timeout at least)."""
+
 ADMITTED_RPCS = ("Parse", "ParseOnce", "ParseBatch", "BuildConstraint")
 """The RPCs admission refuses under load: while it does, they get extra accepts."""
 
@@ -135,6 +143,7 @@ async def build_server(
     metrics_on: bool = False,
     tracer: Any = None,
     reuse_port: bool = False,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT,
 ) -> ServerHandle:
     """Create, bind and start the server; ``port=0`` picks a free port (see ``handle.port``).
 
@@ -145,7 +154,7 @@ async def build_server(
     HTTP endpoint is served separately (``metrics.serve_http``). ``tracer``: an OpenTelemetry tracer
     for one span per RPC (``parsetier.service.tracing``); None leaves tracing out entirely.
     ``reuse_port`` shares the port with other processes (``--workers``); otherwise a port already
-    in use is an error."""
+    in use is an error. ``handshake_timeout``: see ``HANDSHAKE_TIMEOUT``."""
     limits = limits or Limits()
     guard = SecurityState(security) if security is not None else None
     interceptors: list[grpc.aio.ServerInterceptor] = []
@@ -163,6 +172,8 @@ async def build_server(
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             ("grpc.max_send_message_length", limits.max_reply_bytes),
             ("grpc.so_reuseport", 1 if reuse_port else 0),
+            ("grpc.server_handshake_timeout_ms", round(handshake_timeout * 1000)),
+            ("grpc.http2.settings_timeout", round(handshake_timeout * 1000)),
         ],
     )
     servicer = ParserServicer(registry, limits)
