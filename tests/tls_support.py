@@ -22,7 +22,8 @@ class Pair:
 
 
 class Authority:
-    """A throwaway CA in ``directory`` that signs leaf certificates (EC P-256, valid a day)."""
+    """A throwaway CA in ``directory`` that signs leaf certificates (EC P-256, valid 30 days: longer
+    than the server's expiry warning)."""
 
     def __init__(self, directory: Path, name: str) -> None:
         self.directory = directory
@@ -32,7 +33,7 @@ class Authority:
         self.key = directory / f"{name}.key"
         _openssl(
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", self.key.name, "-out", self.cert.name, "-days", "1", "-subj", f"/CN={name}",
+            "-keyout", self.key.name, "-out", self.cert.name, "-days", "30", "-subj", f"/CN={name}",
             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign",
             cwd=directory,
         )  # fmt: skip
@@ -51,7 +52,34 @@ class Authority:
         )  # fmt: skip
         _openssl(
             "x509", "-req", "-in", f"{stem}.csr", "-CA", self.cert.name, "-CAkey", self.key.name,
-            "-CAcreateserial", "-out", f"{stem}.crt", "-days", "1", "-extfile", extensions.name,
+            "-CAcreateserial", "-out", f"{stem}.crt", "-days", "30", "-extfile", extensions.name,
+            cwd=self.directory,
+        )  # fmt: skip
+        return Pair(self.directory / f"{stem}.crt", self.directory / f"{stem}.key")
+
+    def dated(self, common_name: str, not_before: str, not_after: str) -> Pair:
+        """A server leaf valid from ``not_before`` to ``not_after`` (``YYYYMMDDHHMMSSZ``, past dates
+        too: an expired certificate), signed with ``openssl ca``, which takes both dates."""
+        stem = f"{self.name}-{common_name}"
+        (self.directory / f"{stem}.ext").write_text(
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"
+        )
+        (self.directory / f"{stem}.cnf").write_text(
+            "[ca]\ndefault_ca = dated\n[dated]\n"
+            f"database = {stem}.index\nnew_certs_dir = .\nserial = {stem}.serial\n"
+            "default_md = sha256\npolicy = anything\nunique_subject = no\n[anything]\ncommonName = supplied\n"
+        )
+        (self.directory / f"{stem}.index").write_text("")
+        (self.directory / f"{stem}.serial").write_text("01\n")
+        _openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", f"{stem}.key", "-out", f"{stem}.csr", "-subj", f"/CN={common_name}",
+            cwd=self.directory,
+        )  # fmt: skip
+        _openssl(
+            "ca", "-batch", "-config", f"{stem}.cnf", "-cert", self.cert.name, "-keyfile", self.key.name,
+            "-in", f"{stem}.csr", "-out", f"{stem}.crt", "-startdate", not_before, "-enddate", not_after,
+            "-notext", "-extfile", f"{stem}.ext",
             cwd=self.directory,
         )  # fmt: skip
         return Pair(self.directory / f"{stem}.crt", self.directory / f"{stem}.key")

@@ -12,6 +12,12 @@ Reloading: the certificate, key, client CA and token files are re-read when one 
 certificate, the token file must hold a token); a bad set is logged and the old one stays. New TLS
 settings apply to new connections, through grpc's certificate-configuration fetcher, which grpc
 calls at each handshake; open connections keep the certificate they were made with.
+
+Expiry: at start-up and at each reload, a certificate (chain or client CA) that has expired or
+expires within a week is logged as a warning (``parsetier.service.cert_expiry``).
+
+Refusals: calls refused for their credentials are logged as a warning, one line per minute at most
+with how many were refused since the last (``parsetier.service.refusal_log``).
 """
 
 from __future__ import annotations
@@ -23,14 +29,16 @@ import hmac
 import inspect
 import ssl
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from parsetier.service.cert_expiry import warn_expiring
 from parsetier.service.handlers import kind_of, rebuilt
 from parsetier.service.logs import SERVER_LOG
+from parsetier.service.refusal_log import RefusalLog
 
 POLL_SECONDS = 2.0
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
@@ -233,7 +241,18 @@ class SecurityState:
         self.tokens = tokens
         fields = {"reason": reason, "tls": tls is not None, "tokens": len(tokens) if tokens else 0}
         SERVER_LOG.info("credentials reloaded", extra={"fields": fields})
+        self.warn_expiring()
         return True
+
+    def warn_expiring(self) -> int:
+        """Warn about the live certificates that have expired or expire within a week; how many."""
+        files, material = self.security.tls, self._tls
+        if files is None or material is None:
+            return 0
+        warned = warn_expiring("TLS certificate", files.cert, material.cert)
+        if files.client_ca is not None and material.client_ca is not None:
+            warned += warn_expiring("client CA", files.client_ca, material.client_ca)
+        return warned
 
     def request_reload(self) -> None:
         """For the SIGHUP handler (on the event loop)."""
@@ -241,6 +260,8 @@ class SecurityState:
             self._reload_now.set()
 
     def start(self) -> None:
+        """Serving starts: warn about expiring certificates, and watch the files."""
+        self.warn_expiring()
         if self._files() and self._task is None:
             self._reload_now = asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._watch())
@@ -271,13 +292,24 @@ REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused streaming call waits for the client's first message (see ``_refusal``)."""
 
 
-def _refusal(handler: grpc.RpcMethodHandler, failure: Failure) -> grpc.RpcMethodHandler:
-    """``handler``'s shape, answering only ``failure``. A streaming request's first message is read
-    first (briefly): grpc's asyncio client reports INTERNAL rather than the status when a write is
-    in flight as the status arrives (grpc/grpc#36066), and clients write their Open at once."""
+MISSING_TOKEN: Failure = (
+    grpc.StatusCode.UNAUTHENTICATED,
+    "missing credentials: send authorization: Bearer <token>",
+)
+INVALID_TOKEN: Failure = (grpc.StatusCode.UNAUTHENTICATED, "invalid bearer token")
+
+
+def _refusal(
+    handler: grpc.RpcMethodHandler, failure: Failure, noted: Callable[[str], None]
+) -> grpc.RpcMethodHandler:
+    """``handler``'s shape, answering only ``failure`` (``noted(peer)`` first). A streaming
+    request's first message is read first (briefly): grpc's asyncio client reports INTERNAL rather
+    than the status when a write is in flight as the status arrives (grpc/grpc#36066), and clients
+    write their Open at once."""
     kind = kind_of(handler)
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        noted(context.peer())
         if kind.startswith("stream"):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(anext(aiter(request)), REFUSAL_READ_TIMEOUT)
@@ -311,18 +343,23 @@ def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], Failure | No
 @dataclass(slots=True)
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Bearer tokens (from request metadata) and client-certificate names, for every RPC except
-    the open services (health)."""
+    the open services (health). Refusals are logged, rate-limited (``refusals``)."""
 
     state: SecurityState
+    refusals: RefusalLog = field(default_factory=RefusalLog)
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(OPEN_SERVICES):
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_SERVICES):
             return handler
         failure = self._check_token(handler_call_details.invocation_metadata)
         if failure is not None:
-            return _refusal(handler, failure)
-        return _guarded(handler, self._check_names) if self.state.client_names else handler
+            reason = "missing token" if failure is MISSING_TOKEN else "invalid token"
+            return _refusal(handler, failure, lambda peer: self.refusals.refused(reason, method, peer))
+        if not self.state.client_names:
+            return handler
+        return _guarded(handler, lambda context: self._check_names(context, method))
 
     def _check_token(self, metadata: Any) -> Failure | None:
         tokens = self.state.tokens
@@ -330,14 +367,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return None
         token = bearer_token(metadata)
         if token is None:
-            return grpc.StatusCode.UNAUTHENTICATED, "missing credentials: send authorization: Bearer <token>"
+            return MISSING_TOKEN
         if not tokens.accepts(token):
-            return grpc.StatusCode.UNAUTHENTICATED, "invalid bearer token"
+            return INVALID_TOKEN
         return None
 
-    def _check_names(self, context: grpc.aio.ServicerContext) -> Failure | None:
+    def _check_names(self, context: grpc.aio.ServicerContext, method: str) -> Failure | None:
         names = peer_names(context.auth_context())
         if names & self.state.client_names:
             return None
+        self.refusals.refused("client name not allowed", method, context.peer())
         shown = ", ".join(sorted(names)) or "none"
         return grpc.StatusCode.PERMISSION_DENIED, f"client certificate names ({shown}) are not allowed"
