@@ -42,16 +42,21 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --no-deps $(TEST_NO_DEPS)
 	touch $@ $(SERVE_STAMP)
 
-## native: (re)build the native core (server/parsetier_core) in place as parsetier/_core.abi3.so;
+## native: (re)build the native core (server/parsetier_core) as parsetier/_core.abi3.so;
 ## `pip install` builds it too, this is the inner loop after editing Rust (cargo is incremental).
 ## Same profile, feature and PyO3 environment as pip's build (setuptools-rust sets PYO3_PYTHON to the
 ## interpreter and PYO3_BUILD_EXTENSION_MODULE; pyo3's build script reruns when they change), so
 ## right after `pip install` this is a no-op rather than a second build.
+## The library is copied beside the old one and renamed over it (as setuptools-rust installs it):
+## a server running from this tree has the old file mapped, and a copy over it in place would change
+## the pages under it (SIGSEGV); renamed, the old inode lives on until that server exits.
 NATIVE_TARGET := server/parsetier_core/target
+NATIVE_LIB := server/parsetier/_core.abi3.so
+NATIVE_NEW := server/parsetier/_core.new-$$$$.so
 native: $(SERVE_STAMP)
 	PYO3_PYTHON=$(abspath $(PY)) PYO3_BUILD_EXTENSION_MODULE=1 cargo build --release --quiet \
 		--manifest-path server/parsetier_core/Cargo.toml -p parsetier-core-python --features pyo3/extension-module
-	cp $(NATIVE_TARGET)/release/lib_core.so server/parsetier/_core.abi3.so
+	cp $(NATIVE_TARGET)/release/lib_core.so $(NATIVE_NEW) && mv -f $(NATIVE_NEW) $(NATIVE_LIB)
 
 ## serve: install and run the gRPC server on the embedded Qwen3 presets (HOST, PORT, SERVE_ARGS)
 serve: native
