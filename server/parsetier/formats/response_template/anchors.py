@@ -39,6 +39,8 @@ class Capture:
     """A named group: text up to whatever ends it (the next literal, or the content)."""
 
     name: str
+    stops: tuple[str, ...] = ()
+    """Characters a negated class (``[^>\n]+``) leaves out: the group cannot hold them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ def _item(op, av, names: dict[int, str], value_group: bool) -> list[list[Part]]:
             return _sequence(list(sub), names, value_group)
         if not _is_run(list(sub)):
             raise Unsupported(f"the group {name!r} must be a run of characters (such as [^>]+, \\w+ or .*?)")
-        return [[Value() if (value_group and name == "value") else Capture(name)]]
+        return [[Value() if (value_group and name == "value") else Capture(name, _excluded(list(sub)))]]
     if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
         low, _high, sub = av
         if low == 0 and _is_space(list(sub)):
@@ -116,6 +118,16 @@ def _is_run(sub: list) -> bool:
         return False
     inner = list(sub[0][1][2])
     return len(inner) == 1 and inner[0][0] in (sre.IN, sre.ANY, sre.NOT_LITERAL, sre.CATEGORY)
+
+
+def _excluded(sub: list) -> tuple[str, ...]:
+    """The literal characters of a negated class the run repeats (``[^>\n]`` → ``>``, ``\n``)."""
+    inner = list(sub[0][1][2])
+    if inner[0][0] is sre.NOT_LITERAL:
+        return (chr(inner[0][1]),)
+    if inner[0][0] is not sre.IN or not inner[0][1] or inner[0][1][0][0] is not sre.NEGATE:
+        return ()
+    return tuple(chr(v) for kind, v in inner[0][1][1:] if kind is sre.LITERAL)
 
 
 _SPACE = frozenset(" \t\n\r\f\v")

@@ -349,7 +349,7 @@ def _call_openers(
         if group is None:
             b.chain(where, base, _literals(template, where, alt), state, f"{f.name}_open")
             continue
-        if len(captures) != 1 or alt[captures[0]] != Capture(group):
+        if len(captures) != 1 or getattr(alt[captures[0]], "name", None) != group:
             raise _unsupported(
                 template, where, f"the opener must capture the name as the group {group!r}, once"
             )
@@ -359,6 +359,11 @@ def _call_openers(
         if after:
             path = _literals(template, where, after)
             b.chain(where, name_state, path, state, "name_end", do=["call_begin"])
+            capture = alt[captures[0]]
+            assert isinstance(capture, Capture)
+            for char in capture.stops:  # the name cannot hold it: no call (the opener is the model's text)
+                if char != path[0][:1]:
+                    b.on(where, name_state, char, base, "name_stop")
         elif f.content == "json":
             b.on(where, name_state, "{", {"next": state, "do": ["call_begin"], "keep": True}, "brace")
         else:
@@ -384,7 +389,7 @@ def _xml_params(b: _Builder, template: Template, f: Field, body: str) -> str:
     if len(alts) != 1:
         raise _unsupported(template, f"{where}.tag_pattern", "one spelling of a parameter, no alternatives")
     seq = _strip(alts[0])
-    keys = [i for i, p in enumerate(seq) if p == Capture("key")]
+    keys = [i for i, p in enumerate(seq) if isinstance(p, Capture) and p.name == "key"]
     values = [i for i, p in enumerate(seq) if isinstance(p, Value)]
     others = [p for p in seq if isinstance(p, Capture) and p.name != "key"]
     if len(keys) != 1 or len(values) != 1 or others or keys[0] > values[0]:
