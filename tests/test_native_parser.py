@@ -180,6 +180,25 @@ def test_family_outputs_parse_identically(family: rt.Family, registry) -> None:
         run_both(model, options, [[i] for i in ids[:cut]], reason=rng.choice(["stop", "abort"]))
 
 
+@pytest.mark.parametrize(
+    ("preset", "text"),
+    [
+        ("seed-oss", "<seed:tool_call>\n<function=f>\n<parameter=q>\nsunny П"),
+        ("gigachat-3.5", '<｜GCML｜tool_calls><｜GCML｜invoke name="f"><｜GCML｜parameter name="q">sunny П'),
+        ("kimi-vl-thinking", "◁think▷sunny П"),
+    ],
+)
+def test_a_cut_inside_a_character_finishes_in_one_delivery(preset: str, text: str, registry) -> None:
+    """Output cut one byte into a character (byte-level vocabularies): the session's finish feeds
+    the held byte's replacement character and ends the machine, and both reach the client in one
+    delivery; the native parser's finish delivers them together too (one merged delta per call)."""
+    model = registry.get(preset)
+    ids = model.tokenizer.encode(text, add_special_tokens=False).ids[:-1]
+    tools = (Tool("f", {"type": "object", "properties": {"q": {"type": "string"}}}),)
+    for groups in ([ids], [[i] for i in ids]):
+        run_both(model, SessionOptions(tools=tools), groups, reason="length")
+
+
 @pytest.mark.slow  # every preset x payload; the quick lane has test_native_session's hostile outputs
 @pytest.mark.parametrize("preset", sorted(hostile_outputs.samples()))
 @pytest.mark.parametrize("payload", sorted(hostile_outputs.PAYLOADS))

@@ -131,13 +131,13 @@ impl PyParser {
     ) -> PyResult<(Vec<EventTuple>, Vec<DeltaTuple>, FinalTuple)> {
         let reason = FinishReason::parse(reason)
             .ok_or_else(|| PyValueError::new_err("unknown finish reason"))?;
-        self.parser.deliver(&mut self.out);
-        let pending = deltas(&self.out);
-        self.out.clear();
+        // Events fed since the last delivery are delivered together with the finish's own, in
+        // one delivery (as `Session.finish` adds its text flush and the machine's end at once):
+        // their fragments of one call merge into one delta.
+        let from = self.out.events.len();
         let f = self.parser.finish(reason, stop_text, &mut self.out);
-        let events = events_since(&self.out, 0);
-        let mut d = pending;
-        d.extend(deltas(&self.out));
+        let events = events_since(&self.out, from);
+        let d = deltas(&self.out);
         self.out.clear();
         Ok((
             events,
