@@ -294,3 +294,30 @@ def test_wire_join_ends_with_a_failed_choice(client, oai, loopback) -> None:
     with pytest.raises(openai.APIError, match="is not in the vocabulary"):
         for _ in oai.chat.completions.create(model="m", messages=[], stream=True):
             pass
+
+
+def test_a_session_refused_before_its_open_is_read_ends_in_its_dialect(registry) -> None:
+    """The server full (RESOURCE_EXHAUSTED before the Open is applied): Parse and ParseOnce still
+    carry the error in the Open's dialect."""
+    from grpc_servers import ThreadServer
+    from parsetier.service import Limits
+    from parsetier_client import Client
+
+    limits = Limits(max_sessions=1, idle_timeout=60.0)
+    with ThreadServer(registry, limits) as server, Client(server.target, timeout=30, resume=False) as client:
+        held = client.open("qwen3")
+        held.send([GOOD[0]])
+        next(iter(held))  # the first session is open on the server
+        refused = client.open("qwen3", wire=td.wire("anthropic_messages", True))
+        refused.finish("stop")
+        with pytest.raises(grpc.RpcError) as error:
+            list(refused.wire())
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        event = wire_error(error.value)
+        assert event.startswith(b"event: error\n") and b'"rate_limit_error"' in event
+        with pytest.raises(grpc.RpcError) as error:
+            client.parse_once("qwen3", GOOD, wire=td.wire("openai_chat", False))
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert json.loads(wire_error(error.value))["error"]["type"] == "rate_limit_error"
+        held.finish("stop")
+        assert list(held)[-1].HasField("final")

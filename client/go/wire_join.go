@@ -47,7 +47,7 @@ func withWire(err error, trailer metadata.MD) error {
 // ended with err (from Open, Recv, Messages or Wire): the bytes to forward to the caller as the
 // response's last, an error event for a stream or the API's error body otherwise (send a body
 // with the HTTP status docs/service.md gives for the code). Nil when there is none: the session
-// asked for no wire bytes, was cancelled or handed off, or failed before the server read its Open.
+// asked for no wire bytes or named no dialect, or was cancelled or handed off.
 func WireError(err error) []byte {
 	var w *wireError
 	if errors.As(err, &w) {

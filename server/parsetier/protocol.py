@@ -386,8 +386,7 @@ class SessionProtocol:
             self._check_order(message)
             self.limits.check_steps(len(message.steps))
             if message.HasField("open"):
-                if message.open.HasField("wire"):
-                    self._keep_wire(message.open)
+                self.keep_wire(message.open)
                 self.counts.model = message.open.model
                 self.counts.request_id = message.open.request_id
                 self._pending = message
@@ -572,8 +571,7 @@ class SessionProtocol:
         if len(steps) > self.limits.max_steps_per_message:
             with self._failing():
                 self.limits.check_steps(len(steps))
-        if open_.HasField("wire"):
-            self._keep_wire(open_)
+        self.keep_wire(open_)
         counts = self.counts
         counts.model = name = open_.model
         counts.request_id = request_id = open_.request_id
@@ -650,9 +648,11 @@ class SessionProtocol:
         self._pending = None
         return error_of(exc)
 
-    def _keep_wire(self, open_: pb.Open) -> None:
-        """Keep what ``error_wire`` needs of an Open that asked for wire bytes."""
-        self.wire_error = _wire_kept(open_)
+    def keep_wire(self, open_: pb.Open) -> None:
+        """Keep what ``error_wire`` needs of ``open_`` if it asks for wire bytes (the service
+        calls it too, with the Open of a stream refused before its first message was applied)."""
+        if open_.HasField("wire"):
+            self.wire_error = _wire_kept(open_)
 
     def error_wire(self, code: str, message: str) -> bytes:
         """The bytes that end the session's response with the status ``code`` (its name) and

@@ -27,8 +27,7 @@ WIRE_TRAILER = "parsetier-wire-bin"
 def wire_error(error: grpc.RpcError | grpc.aio.AioRpcError | pb.SessionOutput) -> bytes:
     """The error in the session's dialect, to forward as the response's last bytes: from a failed
     call's trailing metadata, or a ``ParseBatch`` output's ``status``. b"" when there is none (the
-    session asked for no wire bytes, was cancelled or handed off, or the call failed before the
-    server read its Open)."""
+    session asked for no wire bytes or named no dialect, or was cancelled or handed off)."""
     if isinstance(error, pb.SessionOutput):
         return error.status.wire if error.HasField("status") else b""
     trailer = getattr(error, "trailing_metadata", None)

@@ -172,18 +172,22 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         protocol = SessionProtocol(self.limits, record)
         status = await self._guarded(record, self._run_stream(protocol, context), context)
         if status is not None and record.client_messages == 0:
-            await self._await_first_message(context)
+            first = await self._await_first_message(context)
+            if isinstance(first, pb.ParseRequest) and first.HasField("open"):
+                protocol.keep_wire(first.open)  # refused unread: its error in its dialect too
         await _end(record, status, context, protocol)
 
     @staticmethod
-    async def _await_first_message(context: grpc.aio.ServicerContext) -> None:
-        """Let a refused client's first write land before the status goes out.
+    async def _await_first_message(context: grpc.aio.ServicerContext) -> object:
+        """Let a refused client's first write land before the status goes out; the message read
+        (None if none came in time).
 
         grpc's asyncio client reports INTERNAL instead of the server's status when a write is in
         flight as the status arrives (grpc/grpc#36066); clients write Open at once, so waiting
         for it (briefly) lets them see RESOURCE_EXHAUSTED / UNAVAILABLE / NOT_FOUND as sent."""
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(context.read(), REFUSAL_READ_TIMEOUT)
+            return await asyncio.wait_for(context.read(), REFUSAL_READ_TIMEOUT)
+        return None
 
     async def _run_stream(
         self, protocol: SessionProtocol, context: grpc.aio.ServicerContext
@@ -251,6 +255,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             result.append(response)
 
         status = await self._guarded(record, run(), context)
+        if status is not None and record.client_messages == 0 and isinstance(request, pb.ParseOnceRequest):
+            protocol.keep_wire(request.open)  # refused before it was read (the server full)
         await _end(record, status, context, protocol)
         return result[0] if result else pb.ParseOnceResponse()  # empty only when the client is gone
 
