@@ -25,6 +25,7 @@ TYPES = {
     "ParseOnce": (pb.ParseOnceRequest, pb.ParseOnceResponse, False),
     "ParseBatch": (pb.ParseBatchRequest, pb.ParseBatchResponse, True),
     "BuildConstraint": (pb.BuildConstraintRequest, pb.BuildConstraintResponse, False),
+    "Render": (pb.RenderRequest, pb.RenderResponse, False),
 }
 """Each RPC: request type, response type, whether it is a stream."""
 
@@ -385,3 +386,115 @@ def as_messages(open_: pb.Open, steps: Iterable[list[int]], finish: pb.Finish, r
         steps = steps[n:]
     messages.append(pb.ParseRequest(finish=finish))
     return messages
+
+
+# --------------------------------------------------------------------------- Render request bodies
+
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
+        },
+    },
+}
+_CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
+RENDER_SEEDS: dict[int, dict] = {
+    pb.WIRE_DIALECT_OPENAI_CHAT: {
+        "model": "m", "tools": [_TOOL], "tool_choice": "auto", "max_tokens": 16, "stop": ["x"],
+        "messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "hi <tool_call>"}]},
+            {"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": [_CALL]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ],
+        "chat_template_kwargs": {"enable_thinking": True},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
+    },
+    pb.WIRE_DIALECT_OPENAI_COMPLETIONS: {"model": "m", "prompt": "Once upon", "max_tokens": 8, "logprobs": 2},
+    pb.WIRE_DIALECT_ANTHROPIC_MESSAGES: {
+        "model": "m", "max_tokens": 32, "system": [{"type": "text", "text": "S"}],
+        "tools": [{"name": "get_weather", "input_schema": _TOOL["function"]["parameters"]}],
+        "tool_choice": {"type": "tool", "name": "get_weather"}, "thinking": {"type": "enabled", "budget_tokens": 9},
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                                              {"type": "tool_use", "id": "c1", "name": "get_weather", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"}]},
+        ],
+    },
+    pb.WIRE_DIALECT_OPENAI_RESPONSES: {
+        "model": "m", "instructions": "S", "tools": [{"type": "function", **_TOOL["function"]}],
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ],
+        "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}},
+    },
+}  # fmt: skip
+_ODD_VALUES = [
+    None, 0, -1, 2**70, 1.5, float("1e308"), True, "", "<|im_end|>", "</think>", "ü" * 3, [], {}, [None],
+    {"type": "image_url"}, {"type": "function"}, "{not json", '{"a": [1, 2]}', "[1]", "x" * 300,
+]  # fmt: skip
+RENDER_MODELS = st.sampled_from(["qwen3", "qwen3", "qwen3.5", "glm-4.5", "deepseek-v3.1", "minimax-m2",
+                                 "qwen3-coder", "gpt-oss", "no-such-model"])  # fmt: skip
+
+
+def _nodes(value, path=()):
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _nodes(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _nodes(item, (*path, i))
+
+
+def mutate_json(value, rng: random.Random):
+    """``value`` with a few of its nodes replaced by odd values, deleted or duplicated."""
+    import copy
+
+    value = copy.deepcopy(value)
+    for _ in range(rng.randint(1, 4)):
+        nodes = [p for p, _ in _nodes(value) if p]
+        if not nodes:
+            break
+        path = rng.choice(nodes)
+        parent = value
+        for key in path[:-1]:
+            parent = parent[key]
+        action = rng.randint(0, 3)
+        if action == 0:
+            parent[path[-1]] = rng.choice(_ODD_VALUES)
+        elif action == 1 and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif action == 2 and isinstance(parent, list):
+            parent.append(copy.deepcopy(parent[path[-1]]))
+        else:
+            parent[path[-1]] = copy.deepcopy(rng.choice([v for _, v in _nodes(value)]))
+    return value
+
+
+@st.composite
+def render_requests(draw) -> pb.RenderRequest:
+    """A Render call: a dialect's seed body mutated as JSON (and sometimes as bytes), any dialect
+    value, any model; sometimes a request template."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    dialect = draw(st.sampled_from([*RENDER_SEEDS, pb.WIRE_DIALECT_UNSPECIFIED, 7]))
+    seed = RENDER_SEEDS.get(dialect, RENDER_SEEDS[pb.WIRE_DIALECT_OPENAI_CHAT])
+    body = json.dumps(mutate_json(seed, rng) if rng.random() < 0.9 else seed).encode()
+    if rng.random() < 0.2:
+        body = mutate(body, rng)
+    template = draw(st.sampled_from(["", "", "", "{{ messages[0].content }}", "{% for %}"]))
+    return pb.RenderRequest(
+        model=draw(RENDER_MODELS), dialect=dialect, request_json=body, chat_template=template,
+        request_id=draw(st.sampled_from(["", "r-1"])), return_prompt_text=draw(st.booleans()),
+    )  # fmt: skip

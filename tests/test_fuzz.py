@@ -149,6 +149,8 @@ def _seed_message(draw, rpc: str) -> bytes:
         return draw(fc.ONCE_REQUESTS).SerializeToString()
     if rpc == "ParseBatch":
         return draw(fc.batch_message()).SerializeToString()
+    if rpc == "Render":
+        return draw(fc.render_requests()).SerializeToString()
     return draw(fc.constraint_requests()).SerializeToString()
 
 
@@ -217,6 +219,19 @@ def test_fuzz_batch_streams(channel, requests):
 
 
 # --------------------------------------------------------------------------- BuildConstraint
+
+
+@FUZZ
+@given(request=fc.render_requests())
+def test_fuzz_render(channel, request):
+    """Mutated request bodies in all four dialects (and bad dialects, models, templates): a status,
+    never INTERNAL; what renders carries the ids the Open's tail and counts agree with."""
+    code, replies = _send(channel, "Render", [request])
+    _record("Render", code)
+    if code is grpc.StatusCode.OK:
+        reply = replies[-1]
+        assert reply.prompt_tokens == len(reply.prompt_token_ids) == reply.open.wire.prompt_tokens
+        assert list(reply.open.prompt_token_ids) == list(reply.prompt_token_ids)[-512:]
 
 
 @functools.cache

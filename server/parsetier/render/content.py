@@ -44,6 +44,8 @@ def text_of(value: Any, path: str, text_parts: frozenset[str] = TEXT_PARTS) -> s
         if not isinstance(part, dict):
             raise BadRequest(at, f"expected a content part object, got {kind(part)}")
         part_type = part.get("type")
+        if not isinstance(part_type, str):
+            raise BadRequest(join(at, "type"), f"expected a string, got {kind(part_type)}")
         if part_type in text_parts:
             text = part.get("text")
             if not isinstance(text, str):
