@@ -405,6 +405,7 @@ _CALL = {
     "type": "function",
     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
 }
+_OBJECT = {"type": "object"}
 RENDER_SEEDS: dict[int, dict] = {
     pb.WIRE_DIALECT_OPENAI_CHAT: {
         "model": "m", "tools": [_TOOL], "tool_choice": "auto", "max_tokens": 16, "stop": ["x"],
@@ -415,17 +416,20 @@ RENDER_SEEDS: dict[int, dict] = {
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         ],
         "chat_template_kwargs": {"enable_thinking": True},
-        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": _OBJECT}},
     },
     pb.WIRE_DIALECT_OPENAI_COMPLETIONS: {"model": "m", "prompt": "Once upon", "max_tokens": 8, "logprobs": 2},
     pb.WIRE_DIALECT_ANTHROPIC_MESSAGES: {
         "model": "m", "max_tokens": 32, "system": [{"type": "text", "text": "S"}],
         "tools": [{"name": "get_weather", "input_schema": _TOOL["function"]["parameters"]}],
-        "tool_choice": {"type": "tool", "name": "get_weather"}, "thinking": {"type": "enabled", "budget_tokens": 9},
+        "tool_choice": {"type": "tool", "name": "get_weather"},
+        "thinking": {"type": "enabled", "budget_tokens": 9},
         "messages": [
             {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
-                                              {"type": "tool_use", "id": "c1", "name": "get_weather", "input": {}}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "t", "signature": "s"},
+                {"type": "tool_use", "id": "c1", "name": "get_weather", "input": {}},
+            ]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "ok"}]},
         ],
     },
@@ -437,7 +441,7 @@ RENDER_SEEDS: dict[int, dict] = {
             {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": "ok"},
         ],
-        "text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object"}}},
+        "text": {"format": {"type": "json_schema", "name": "a", "schema": _OBJECT}},
     },
 }  # fmt: skip
 _ODD_VALUES = [
