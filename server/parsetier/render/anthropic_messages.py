@@ -100,7 +100,8 @@ def read(body: Obj) -> Conversation:
             raise m.fail("role", f"expected 'user' or 'assistant', got {role!r}")
     if not any(msg["role"] != "system" for msg in conv.messages):
         raise body.fail("messages", "a Messages request needs at least one message")
-    conv.tools = normalise_tools(body, "tools", "anthropic_messages")
+    conv.tools = normalise_tools(body, "tools")
+    conv.tools_given = body.raw("tools") if conv.tools else None
     choice = body.obj("tool_choice")
     mode, named = None, None
     if choice is not None:

@@ -43,6 +43,8 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     """OpenAI chat's shape: ``{"type": "function", "function": {"name", "description", "parameters"}}``."""
+    tools_given: list[Any] | None = None
+    """The request's ``tools`` array as it came (``Open.tools_json`` reads every dialect's shape)."""
     tool_choice: str = "auto"
     """``auto``, ``none``, ``required``, or the one function's name."""
     parallel_tool_calls: bool | None = None

@@ -94,7 +94,8 @@ def read(body: Obj) -> Conversation:
     conv.messages = [message_of(m, conv.argument_texts) for m in body.objects("messages")]
     if not conv.messages:
         raise body.fail("messages", "a chat request needs at least one message")
-    conv.tools = normalise_tools(body, "tools", "openai_chat")
+    conv.tools = normalise_tools(body, "tools")
+    conv.tools_given = body.raw("tools") if conv.tools else None
     named = None
     choice = body.raw("tool_choice")
     if isinstance(choice, dict):

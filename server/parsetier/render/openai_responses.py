@@ -113,7 +113,8 @@ def read(body: Obj) -> Conversation:
     read_input(body, items)
     if not conv.messages:
         raise body.fail("input", "a Responses request needs at least one input item")
-    conv.tools = normalise_tools(body, "tools", "openai_responses")
+    conv.tools = normalise_tools(body, "tools")
+    conv.tools_given = body.raw("tools") if conv.tools else None
     choice = body.raw("tool_choice")
     named = None
     if isinstance(choice, dict):

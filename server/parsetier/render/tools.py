@@ -1,11 +1,12 @@
-"""Tools in each dialect's shape, as the one shape chat templates and ``Open.tools_json`` read.
+"""Tools in each dialect's shape, as the one shape chat templates read.
 
-OpenAI chat sends ``{"type": "function", "function": {"name", "description", "parameters",
-"strict"}}``; OpenAI Responses sends the function's fields flat (``{"type": "function", "name",
-...}``); Anthropic sends ``{"name", "description", "input_schema"}``. All become OpenAI chat's
-shape, the one Hugging Face templates are written for. A tool of another kind (a hosted web search,
-a custom grammar tool) or a ``parameters`` that is not a JSON Schema is INVALID_ARGUMENT naming
-its path: never silently schemaless.
+Reading is ``parsetier.tool_shapes``' (the one reader of OpenAI chat's ``{"type": "function",
+"function": {...}}``, Responses' flat function tools and Anthropic's ``input_schema`` tools, which
+``Open.tools_json`` and ``BuildConstraint`` use too): a tool is read whole or refused naming its
+JSON path. Render adds two things: the schema must be a JSON Schema by its meta-schema
+(INVALID_ARGUMENT naming the path otherwise, never silently schemaless), and the template gets
+OpenAI chat's shape, the one Hugging Face templates are written for: a chat-shaped tool exactly
+as the client sent it, the others rebuilt in it.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ import functools
 import json
 from typing import Any
 
+from parsetier import tool_shapes
 from parsetier.constraints.request import InvalidTool
 from parsetier.constraints.schemas import check_schema
 from parsetier.constraints.shape import Underivable
 from parsetier.render.errors import BadRequest
-from parsetier.render.fields import Obj, kind
+from parsetier.render.fields import Obj, join
 
-Shape = str
 SCHEMA_CHECKS_KEPT = 256
-"""Schemas whose meta-schema check is remembered (a deployment sends the same tools again and again;
-the check costs milliseconds, more than the rest of a short render)."""
-"""``openai_chat``, ``openai_responses`` or ``anthropic_messages``."""
+"""Schemas whose meta-schema check is remembered (a deployment sends the same tools again and
+again; the check costs milliseconds, more than the rest of a short render)."""
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+"""What a tool sent without a schema (a Responses tool's null ``parameters``) shows the template."""
 
 
 @functools.lru_cache(maxsize=SCHEMA_CHECKS_KEPT)
@@ -39,65 +41,38 @@ def _schema_problem(name: str, schema_text: str) -> str | None:
     return None
 
 
-def _function(name: Any, description: Any, parameters: Any, strict: Any, at: Obj, schema_key: str) -> dict:
-    if not isinstance(name, str) or not name:
-        raise at.fail("name", "a tool needs a non-empty string name")
-    if description is not None and not isinstance(description, str):
-        raise at.fail("description", f"expected a string, got {kind(description)}")
-    if parameters is None:
-        parameters = {"type": "object", "properties": {}}
-    if not isinstance(parameters, dict):
-        raise at.fail(schema_key, f"must be a JSON Schema object, got {kind(parameters)}")
-    problem = _schema_problem(name, json.dumps(parameters, sort_keys=True))
-    if problem is not None:
-        raise BadRequest(at.at(schema_key), problem)
-    function: dict[str, Any] = {"name": name}
-    if description is not None:
-        function["description"] = description
-    function["parameters"] = parameters
-    if strict is True:
+def template_tool(item: dict[str, Any], path: str) -> dict[str, Any]:
+    """One tool of a request (any shape), read and checked, in OpenAI chat's shape."""
+    tool = tool_shapes.tool_of_json(item, path)
+    chat_shaped = "function" in item and item.get("type") != "custom"
+    holder = item["function"] if chat_shaped else item
+    key = next((k for k in tool_shapes.SCHEMA_KEYS if holder.get(k) is not None), None)
+    if key is not None:
+        at = join(join(path, "function"), key) if chat_shaped else join(path, key)
+        problem = _schema_problem(tool.name, json.dumps(tool.parameters, sort_keys=True))
+        if problem is not None:
+            raise BadRequest(at, problem)
+    if chat_shaped:
+        return item  # rendered exactly as the client sent it
+    function: dict[str, Any] = {"name": tool.name}
+    if isinstance(item.get("description"), str):
+        function["description"] = item["description"]
+    function["parameters"] = tool.parameters if key is not None else EMPTY_PARAMETERS
+    if tool.strict:
         function["strict"] = True
     return {"type": "function", "function": function}
 
 
-def normalise_tool(tool: Obj, shape: Shape) -> dict[str, Any]:
-    """One tool of a request, in OpenAI chat's shape."""
-    value = tool.value
-    if shape == "anthropic_messages":
-        kind_ = value.get("type")
-        if kind_ not in (None, "custom"):
-            raise tool.fail(
-                "type", f"tool type {kind_!r} is not a client tool this server can offer the model"
-            )
-        return _function(
-            value.get("name"), value.get("description"), value.get("input_schema"), None, tool, "input_schema"
-        )
-    if value.get("type", "function") != "function":
-        raise tool.fail("type", f"tool type {value.get('type')!r} is not supported (only function tools)")
-    if shape == "openai_responses" and "function" not in value:
-        return _function(
-            value.get("name"), value.get("description"), value.get("parameters"), value.get("strict"),
-            tool, "parameters",
-        )  # fmt: skip
-    function = tool.obj("function")
-    if function is None:
-        raise tool.fail("function", "a function tool needs its function object")
-    fv = function.value
-    _function(
-        fv.get("name"), fv.get("description"), fv.get("parameters"), fv.get("strict"), function, "parameters"
-    )
-    return value  # already the templates' shape: rendered exactly as the client sent it
-
-
-def normalise_tools(body: Obj, key: str, shape: Shape) -> list[dict[str, Any]] | None:
-    """The request's tools (None when it has none), names unique."""
+def normalise_tools(body: Obj, key: str) -> list[dict[str, Any]] | None:
+    """The request's tools in OpenAI chat's shape (None when it has none), names unique."""
     if not body.has(key):
         return None
-    tools = [normalise_tool(t, shape) for t in body.objects(key)]
+    raw = body.array(key) or []
+    tools = [template_tool(item, join(body.at(key), i)) for i, item in enumerate(raw)]
     seen: set[str] = set()
     for i, tool in enumerate(tools):
-        name = tool["function"]["name"]
+        name = tool["function"]["name"] if "function" in tool else tool["name"]
         if name in seen:
-            raise BadRequest(f"{body.at(key)}[{i}].name", f"duplicate tool name {name!r}")
+            raise BadRequest(join(join(body.at(key), i), "name"), f"duplicate tool name {name!r}")
         seen.add(name)
     return tools or None

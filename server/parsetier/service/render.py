@@ -86,8 +86,8 @@ def open_of(request: pb.RenderRequest, rendered: Rendered, dialect: str) -> pb.O
     if dialect == "openai_completions":
         open_.completion.SetInParent()
     else:
-        if conv.tools:
-            open_.tools_json = json.dumps(conv.tools, ensure_ascii=False)
+        if conv.tools_given:
+            open_.tools_json = json.dumps(conv.tools_given, ensure_ascii=False)
         if conv.tool_choice in ("auto", "none", "required"):
             if conv.tool_choice != "auto":
                 open_.tool_choice.mode = {
