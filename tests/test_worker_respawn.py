@@ -14,6 +14,7 @@ are printed; pytest shows them with ``-s``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -181,6 +182,26 @@ def test_a_sigkilled_worker_is_replaced_and_serves(encode, tmp_path: Path, flags
         extra, ca = ("--tls-cert", str(pair.cert), "--tls-key", str(pair.key)), authority.cert
     with ProcessServer(*SERVER_ARGS, *extra) as server:
         _run(server, Connections(server.target, ca), ids, [0, 1], flags)
+        if flags == "metrics":  # the supervisor's endpoint stays its own
+            port = server.wait_for_log("metrics listening")["port"]
+            assert _listening_on(server.proc.pid, port)
+            for index in (0, 1):
+                assert not _listening_on(_worker_pid(server, index), port), f"replacement {index}"
+
+
+def _listening_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port``."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return bool(inodes & held)
 
 
 def test_a_replacement_sigkilled_in_its_turn_is_replaced_again(encode):

@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from parsetier_args import (
     OneLineParser,
@@ -283,23 +284,23 @@ def _check_tracing(on: bool) -> None:
         raise UsageError("--otel", str(exc)) from None
 
 
-def _start_metrics(args: argparse.Namespace) -> bool:
-    """Start the Prometheus endpoint when --metrics-port is given; whether metrics are on."""
+def _start_metrics(args: argparse.Namespace) -> Any:
+    """Start the Prometheus endpoint when --metrics-port is given: its HTTP server, else None."""
     if args.metrics_port is None:
-        return False
+        return None
     from parsetier.service import metrics
     from parsetier.service.logs import SERVER_LOG
 
     host = args.metrics_host or args.host
     metrics.enable()
     try:
-        _server, port = metrics.serve_http(host, args.metrics_port)
+        server, port = metrics.serve_http(host, args.metrics_port)
     except OSError as exc:
         problem = f"cannot listen on {host}:{args.metrics_port}: {exc.strerror}"
         raise UsageError("--metrics-port", problem) from None
     SERVER_LOG.info("metrics listening", extra={"fields": {"host": host, "port": port, "path": "/metrics"}})
     print(f"parsetier: Prometheus metrics on http://{host}:{port}/metrics", flush=True)
-    return True
+    return server
 
 
 def _serve_workers(args: argparse.Namespace, workers: int, registry, limits, preload, security) -> int:
@@ -331,7 +332,7 @@ def _serve_workers(args: argparse.Namespace, workers: int, registry, limits, pre
                 "handshake_timeout": args.handshake_timeout,
             },
             metrics_on=metrics_on,
-            after_fork=(lambda: _start_metrics(args)) if metrics_on else None,
+            after_fork=(lambda: [_start_metrics(args).socket]) if metrics_on else None,
             announce=_workers_summary(args, workers, registry, security),
         )
     except OSError as exc:
@@ -411,7 +412,7 @@ def _serve(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else default_workers()
     if workers > 1:
         return _serve_workers(args, workers, registry, limits, preload, security)
-    metrics_on = _start_metrics(args)
+    metrics_on = _start_metrics(args) is not None
     try:
         clean = asyncio.run(
             serve(

@@ -13,10 +13,11 @@ exits when all workers have: 0 when every drain was clean, else 1. A worker that
 supervisor is not draining is logged and started again at once (a worker that keeps dying, at
 most once per ``RESPAWN_DELAY``), forked from the supervisor as the first ones were.
 
-Descriptors: a worker closes the supervisor's own descriptors (the port reservation during start-up,
-the start-up pipe's read end) after the fork. ``_Descriptors`` is the one ledger of them: the
-supervisor closes them through it, so a later fork (a replacement worker) is never handed a number
-that was closed, or that the kernel has since given to something else.
+Descriptors: a worker closes the supervisor's own descriptors (the port reservation during
+start-up, the start-up pipe's read end, the metrics endpoint's listener) after the fork.
+``_Descriptors`` is the one ledger of them: the supervisor closes them through it, so a later fork
+(a replacement worker) is never handed a number that was closed, or that the kernel has since
+given to something else.
 
 Every log line of a worker carries ``"worker": <index>`` (and the supervisor's ``"worker":
 "supervisor"``), so interleaved JSON lines stay attributable.
@@ -32,7 +33,7 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from parsetier.models import ModelRegistry
@@ -78,7 +79,7 @@ def serve_workers(
     load_before_fork: bool = True,
     server_options: dict[str, Any] | None = None,
     metrics_on: bool = False,
-    after_fork: Callable[[], object] | None = None,
+    after_fork: Callable[[], Iterable[socket.socket]] | None = None,
     announce: Callable[[int], object] | None = None,
 ) -> int:
     """Run ``workers`` server processes on ``host:port`` until SIGTERM/SIGINT; the exit code.
@@ -88,8 +89,9 @@ def serve_workers(
     ``server_options`` go to every worker's ``build_server`` (reflection, TLS, auth);
     ``metrics_on`` gives each worker its Prometheus metrics (labelled with its index);
     ``after_fork`` runs in the supervisor once all listen
-    (the metrics endpoint: a thread, so it must not exist at the fork); then ``announce(port)``
-    prints the start-up summary (by default one line)."""
+    (the metrics endpoint: a thread, so it must not exist at the fork) and returns the sockets it
+    opened, which workers started later (replacements) close; then ``announce(port)`` prints the
+    start-up summary (by default one line)."""
     logs.configure(log_level, fields={"worker": "supervisor"})
     # Nothing below may start the tokenizers' thread pool before the fork: children would then
     # run without it, and the library warns on every fork.
@@ -118,7 +120,8 @@ def serve_workers(
     finally:
         supervisor.own.close(reserved)
     if after_fork is not None and not supervisor.failed:
-        after_fork()
+        for opened in after_fork():
+            supervisor.own.keep(opened)
     if announce is not None:
         announce(port)
     else:
@@ -131,10 +134,17 @@ class _Descriptors:
 
     A descriptor enters when the supervisor opens it and leaves in the call that closes it, so the
     set names only descriptors open now. (A list of numbers that outlived their close made every
-    replacement worker fail with EBADF, or close a descriptor that had reused the number.)"""
+    replacement worker fail with EBADF, or close a descriptor that had reused the number.) Sockets
+    that a Python object owns (the metrics endpoint's listener, ``keep``) are closed in a worker
+    through that object, so the object's own close can never hit a number reused since."""
 
     def __init__(self) -> None:
         self._open: set[int] = set()
+        self._sockets: list[socket.socket] = []
+
+    def keep(self, sock: socket.socket) -> None:
+        """A socket the supervisor keeps for its life, which workers forked from now on close."""
+        self._sockets.append(sock)
 
     def add(self, fd: int) -> int:
         self._open.add(fd)
@@ -149,6 +159,8 @@ class _Descriptors:
         """In a freshly forked worker: close every one (the supervisor keeps its own)."""
         for fd in self._open:
             os.close(fd)
+        for sock in self._sockets:
+            sock.close()
 
 
 class _Supervisor:
