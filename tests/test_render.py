@@ -330,3 +330,29 @@ def test_the_python_clients_render_and_then_parse_with_the_open_unchanged(grpc_s
             return again.prompt_token_ids
 
     assert asyncio.run(run()) == rendered.prompt_token_ids
+
+
+def test_a_long_render_and_every_constraint_run_off_the_event_loop(stub, monkeypatch):
+    import threading
+
+    from parsetier.service import render as render_module
+    from parsetier.service import servicer
+
+    threads: list[str] = []
+
+    def recording(work):
+        def run(*args):
+            threads.append(threading.current_thread().name)
+            return work(*args)
+
+        return run
+
+    monkeypatch.setattr(servicer, "render_request", recording(servicer.render_request))
+    long = chat_body()
+    long["messages"][1] = {"role": "user", "content": "Weather? " * 5000}  # a body past OFF_LOOP_BYTES
+    call(stub, "qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, long)
+    assert len(threads) == 1 and threads[0].startswith("parsetier-render")
+    forced = chat_body(tool_choice="required")
+    monkeypatch.setattr(render_module, "build_constraint", recording(render_module.build_constraint))
+    assert call(stub, "qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, forced).constraint.triggers
+    assert len(threads) == 2 and threads[1].startswith("parsetier-render")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 
 from parsetier.models import Model
 from parsetier.render import Rendered, Renderer
@@ -45,6 +46,18 @@ def dialect_of(request: pb.RenderRequest) -> str:
 
 def render_request(renderer: Renderer, model: Model, request: pb.RenderRequest) -> pb.RenderResponse:
     """The whole of a ``Render`` call's work (run in a worker thread)."""
+    response, constrain = render_prompt(renderer, model, request)
+    if constrain is not None:
+        constrain()
+    return response
+
+
+def render_prompt(
+    renderer: Renderer, model: Model, request: pb.RenderRequest
+) -> tuple[pb.RenderResponse, Callable[[], None] | None]:
+    """The response without its constraint, and the work that sets the constraint when the
+    request needs one (llguidance compiles it: milliseconds to more, so the service may run it
+    elsewhere than the render)."""
     dialect = dialect_of(request)
     rendered = renderer.render(
         model, dialect, request.request_json, chat_template=request.chat_template or None
@@ -59,12 +72,16 @@ def render_request(renderer: Renderer, model: Model, request: pb.RenderRequest) 
     if request.return_prompt_text and rendered.text is not None:
         response.prompt_text = rendered.text
     conv = rendered.conversation
-    if conv.prompt_ids is None and conv.prompt_text is None:
-        if conv.tool_choice != "auto" and conv.tool_choice != "none" and conv.tools:
-            response.constraint.CopyFrom(build_constraint(model, open_))
-        elif conv.response_schema is not None:
-            response.constraint.CopyFrom(response_format_constraint(model, open_, conv.response_schema))
-    return response
+    if conv.prompt_ids is not None or conv.prompt_text is not None:
+        return response, None
+    if conv.tool_choice not in ("auto", "none") and conv.tools:
+        return response, lambda: response.constraint.CopyFrom(build_constraint(model, open_))
+    schema = conv.response_schema
+    if schema is not None:
+        return response, lambda: response.constraint.CopyFrom(
+            response_format_constraint(model, open_, schema)
+        )
+    return response, None
 
 
 def response_id(request: pb.RenderRequest, rendered: Rendered, dialect: str) -> str:

@@ -46,7 +46,7 @@ from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch, WriteTimeout
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip, emit_all
-from parsetier.service.render import render_request
+from parsetier.service.render import render_prompt, render_request
 from parsetier.status import Code, ProtocolError, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
@@ -372,13 +372,16 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             request = _decoded(request)
             record.model, record.request_id = request.model, request.request_id
             model = await self._model(request.model)
+            loop = asyncio.get_running_loop()
             if len(request.request_json) < OFF_LOOP_BYTES and not self.limits.trust_request_templates:
                 # a short request rendered by a model's own template takes about a millisecond,
                 # less than the hop; a long one (a long conversation) goes to the pool, and so does
-                # every render of a server that runs request templates (code of unknown cost)
-                response = render_request(self.renderer, model, request)
+                # every render of a server that runs request templates (code of unknown cost), and
+                # every constraint (llguidance's compile)
+                response, constrain = render_prompt(self.renderer, model, request)
+                if constrain is not None:
+                    await loop.run_in_executor(self._render_pool, constrain)
             else:
-                loop = asyncio.get_running_loop()
                 response = await loop.run_in_executor(
                     self._render_pool, render_request, self.renderer, model, request
                 )
