@@ -71,4 +71,6 @@ def deepseek_v4(module: ModuleType, conv: Conversation, thinking: bool) -> str:
         )
     except Exception as exc:
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        raise TemplateRaised(f"the model's official encoder refused the request: {detail}", refused=True) from None
+        raise TemplateRaised(
+            f"the model's official encoder refused the request: {detail}", refused=True
+        ) from None

@@ -13,7 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parsetier.models import Model
-from parsetier.render import anthropic_messages, jinja, official, openai_chat, openai_completions, openai_responses
+from parsetier.render import (
+    anthropic_messages,
+    jinja,
+    official,
+    openai_chat,
+    openai_completions,
+    openai_responses,
+)
 from parsetier.render.conversation import Conversation, text_arguments
 from parsetier.render.encode import Boundaries, PrefixCache, boundaries
 from parsetier.render.errors import BadRequest, NoTemplate, PromptTooLong, TemplateRaised, UntrustedTemplate
