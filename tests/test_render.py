@@ -356,3 +356,18 @@ def test_a_long_render_and_every_constraint_run_off_the_event_loop(stub, monkeyp
     monkeypatch.setattr(render_module, "build_constraint", recording(render_module.build_constraint))
     assert call(stub, "qwen3", pb.WIRE_DIALECT_OPENAI_CHAT, forced).constraint.triggers
     assert len(threads) == 2 and threads[1].startswith("parsetier-render")
+
+
+def test_a_templates_output_and_time_are_bounded(models):
+    from parsetier.render.errors import TemplateLimit
+    from parsetier.render.jinja import TemplateLimits
+
+    body = {"messages": [USER], "chat_template": "{% for i in range(100000) %}{{ i }} {% endfor %}"}
+    small = Renderer(RenderOptions(trust_request_templates=True, template=TemplateLimits(max_chars=1000)))
+    with pytest.raises(TemplateLimit, match="passed 1000 characters"):
+        render(small, models, "qwen3", "openai_chat", body)
+    hasty = Renderer(RenderOptions(trust_request_templates=True, template=TemplateLimits(max_seconds=0.0)))
+    with pytest.raises(TemplateLimit, match="took more than"):
+        render(hasty, models, "qwen3", "openai_chat", body)
+    assert len(render(Renderer(RenderOptions(trust_request_templates=True)), models, "qwen3", "openai_chat",
+                      body).text) > 1000  # fmt: skip

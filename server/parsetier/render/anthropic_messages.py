@@ -83,8 +83,16 @@ def _user(m: Obj) -> list[Message]:
     return out
 
 
+REFUSED = {
+    "mcp_servers": "MCP servers are run by the API provider: this model's server connects to none",
+    "container": "code execution containers are not available",
+}
+
+
 def read(body: Obj) -> Conversation:
     conv = Conversation("anthropic_messages")
+    for key, why in REFUSED.items():
+        body.refuse(key, why)
     system = body.raw("system")
     if system is not None:
         conv.messages.append(

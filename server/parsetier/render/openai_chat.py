@@ -37,6 +37,7 @@ REFUSED = {
     "continue_final_message": "continue_final_message is not supported",
     "echo": "echo is not supported",
     "documents": "documents are not supported",
+    "web_search_options": "hosted web search is not available: the model's server runs no tools",
 }
 
 
