@@ -13,22 +13,32 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client import open_message
 
-SMALL_WINDOWS = (("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 16384))
+SMALL_WINDOWS = (
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.http2.lookahead_bytes", 16384),
+    ("grpc.use_local_subchannel_pool", 1),  # a connection of its own: windows are per connection too
+)
 """Channel options of a client that lets little of the server's replies in before it reads."""
 
-STEP = pb.ParseRequest(steps=[pb.Step(token_ids=[9707])] * 1024)
-"""1,024 one-id steps: a reply of several KiB, so a few fill a small window."""
+LONG_TOKEN = 89180
+"""A qwen3 token of 114 characters (``//---…``): its steps' replies are far larger than they are."""
+STEP = pb.ParseRequest(steps=[pb.Step(token_ids=[LONG_TOKEN])] * 1024)
+"""1,024 one-id steps (5 KiB): a reply of over 100 KiB, more than a small window lets out."""
 BATCH_OPEN = pb.ParseBatchRequest(sessions=[pb.SessionInput(key="a", open=open_message("qwen3"))])
 BATCH_STEP = pb.ParseBatchRequest(sessions=[pb.SessionInput(key="a", steps=STEP.steps)])
 """The same on a ``ParseBatch`` stream, for its one session ``a``."""
 
 
 class StuckStream:
-    """A ``Parse`` stream (``ParseBatch`` with ``batch``) whose client writes ``messages`` step
-    messages (those flow control lets through) and then neither reads nor writes, until
-    ``read_all`` or ``cancel``."""
+    """A ``Parse`` stream (``ParseBatch`` with ``batch``), on a connection of its own, whose client
+    writes ``messages`` step messages (those flow control lets through) and then neither reads nor
+    writes, until ``read_all`` or ``close``. The default, 10 (50 KiB), fits in what the server reads
+    before its writes block plus its window, so no write is in flight when the status comes
+    (grpc's asyncio client reports INTERNAL then instead of the status: grpc/grpc#36066)."""
 
-    def __init__(self, stub: pb_grpc.ParserServiceStub, messages: int = 40, batch: bool = False) -> None:
+    def __init__(self, target: str, messages: int = 10, batch: bool = False) -> None:
+        self.channel = grpc.aio.insecure_channel(target, options=SMALL_WINDOWS)
+        stub = pb_grpc.ParserServiceStub(self.channel)
         self.call = stub.ParseBatch() if batch else stub.Parse()
         parse_open = pb.ParseRequest(open=open_message("qwen3"))
         self.first, self.step = (BATCH_OPEN, BATCH_STEP) if batch else (parse_open, STEP)
@@ -38,6 +48,7 @@ class StuckStream:
 
     async def start(self) -> StuckStream:
         await self.call.write(self.first)
+        await self.call.initial_metadata()  # as the clients do: a refusal comes before any step
         self._writer = asyncio.create_task(self._write())
         return self
 
@@ -67,7 +78,8 @@ class StuckStream:
             return replies, exc.code(), exc.details() or ""
         return replies, await self.call.code(), await self.call.details()
 
-    def cancel(self) -> None:
+    async def close(self) -> None:
         if self._writer is not None:
             self._writer.cancel()
         self.call.cancel()
+        await self.channel.close()

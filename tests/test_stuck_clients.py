@@ -1,4 +1,5 @@
-"""A client that stops reading (and sending) holds no slot past the idle timeout (issue 37)."""
+"""A client that stops reading (and sending) holds no slot past the idle timeout, and what such
+clients make the server hold is bounded by its buffer budget (issue 37)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import time
 import grpc
 import pytest
 
-from parsetier.service import Limits
-from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from grpc_servers import ProcessServer
+from parsetier.service.budget import STREAM_WINDOW
 from parsetier_client import AsyncClient
-from stuck_clients import SMALL_WINDOWS, StuckStream
+from stuck_clients import StuckStream
 
 Code = grpc.StatusCode
-LIMITS = Limits(max_sessions=2, idle_timeout=1.0)
+
+
+@pytest.fixture(scope="module")
+def small_server():
+    """A server process with two slots and a 1 s idle timeout. A process, not a thread of the test
+    (whose own grpc client shares the library): there the small client windows did not always hold
+    the server's writes."""
+    with ProcessServer("--preload", "qwen3", "--max-sessions", "2", "--idle-timeout", "1") as server:
+        yield server
 
 
 async def _admitted_within(target: str, seconds: float) -> float:
@@ -39,24 +48,23 @@ def test_a_stream_that_stops_reading_frees_its_slot(small_server, batch):
     the write blocked on flow control was not watched and they held their slots for good."""
 
     async def run():
-        async with grpc.aio.insecure_channel(small_server.target, options=SMALL_WINDOWS) as channel:
-            stub = pb_grpc.ParserServiceStub(channel)
-            stuck = [await StuckStream(stub, batch=batch).start() for _ in range(2)]
-            try:
-                for stream in stuck:
-                    await stream.stalled()
-                waited = await _admitted_within(small_server.target, 15.0)
-                outcomes = [await stream.read_all() for stream in stuck]
-            finally:
-                for stream in stuck:
-                    stream.cancel()
-            return waited, outcomes
+        stuck = [await StuckStream(small_server.target, batch=batch).start() for _ in range(2)]
+        try:
+            for stream in stuck:
+                await stream.stalled()
+            await asyncio.sleep(2.5)  # the idle timeout and a sweep, for the later of the two
+            waited = await _admitted_within(small_server.target, 15.0)
+            outcomes = [await stream.read_all() for stream in stuck]
+        finally:
+            for stream in stuck:
+                await stream.close()
+        return waited, outcomes
 
     waited, outcomes = asyncio.run(run())
     assert waited < 15.0
     for replies, code, details in outcomes:
         assert code == Code.DEADLINE_EXCEEDED, (code, details)
-        assert "read no reply for 1 s" in details
+        assert "read no reply for 1 s" in details, (replies, details)
         assert replies >= 1  # the replies the client's window let out came first
 
 
@@ -65,19 +73,50 @@ def test_a_reading_client_is_not_cut(small_server):
     past the idle timeout: progress, not the whole stream, is what the timeout bounds."""
 
     async def run():
-        async with grpc.aio.insecure_channel(small_server.target, options=SMALL_WINDOWS) as channel:
-            stream = await StuckStream(pb_grpc.ParserServiceStub(channel), messages=8).start()
-            await stream.stalled(quiet=0.3)
-            replies = 0
-            started = time.monotonic()
-            async for _ in stream.call:
-                replies += 1
-                if replies == 8:
-                    break
-                await asyncio.sleep(0.4)
-            lived = time.monotonic() - started
-            stream.cancel()
-            return replies, lived
+        stream = await StuckStream(small_server.target, messages=8).start()
+        await stream.stalled(quiet=0.3)
+        replies = 0
+        started = time.monotonic()
+        async for _ in stream.call:
+            replies += 1
+            if replies == 8:
+                break
+            await asyncio.sleep(0.4)
+        lived = time.monotonic() - started
+        await stream.close()
+        return replies, lived
 
     replies, lived = asyncio.run(run())
     assert replies == 8 and lived > 2.0
+
+
+def test_the_buffer_budget_bounds_stuck_streams():
+    """Streams that write and stop reading each hold their window, their last message and a
+    reply in the server's buffer budget: past the budget the next stream is refused with
+    RESOURCE_EXHAUSTED naming --max-buffered-bytes, whatever the session limit, and the server
+    holds no more than the budget. Before, nothing counted them (200 took ~800 MB)."""
+    budget = 6 * STREAM_WINDOW
+
+    async def run(target: str):
+        stuck: list[StuckStream] = []
+        try:
+            for _ in range(12):
+                stream = await StuckStream(target).start()
+                stuck.append(stream)
+                await stream.stalled(quiet=0.3)
+                if stream.call.done():
+                    break
+            refused = stuck[-1]
+            return len(stuck), await refused.call.code(), await refused.call.details()
+        finally:
+            for stream in stuck:
+                await stream.close()
+
+    with ProcessServer("--preload", "qwen3", "--max-buffered-bytes", str(budget)) as server:
+        opened, code, details = asyncio.run(run(server.target))
+        assert code == Code.RESOURCE_EXHAUSTED, (code, details)
+        assert "--max-buffered-bytes" in details and str(budget) in details
+        assert 2 <= opened <= 6  # each holds at least its window, so at most 5 fit
+        # Every stream's share is given back once it ended: as many fit again.
+        again, code, _ = asyncio.run(run(server.target))
+        assert again == opened and code == Code.RESOURCE_EXHAUSTED

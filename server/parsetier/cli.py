@@ -122,6 +122,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "default %(default)g",
     )
     parser.add_argument(
+        "--max-buffered-bytes",
+        type=count,
+        default=None,
+        help="bytes of client input and unsent replies a worker holds across its streams; a stream "
+        "past it gets RESOURCE_EXHAUSTED; default: a quarter of the memory, shared by the workers",
+    )
+    parser.add_argument(
         "--max-watch-streams",
         type=count,
         default=defaults.max_watch_streams,
@@ -376,6 +383,7 @@ def _workers_summary(args: argparse.Namespace, workers: int, registry, security)
 
 def _serve(args: argparse.Namespace) -> int:
     from parsetier.service import Limits, logs, serve
+    from parsetier.service.budget import default_budget
     from parsetier.service.security import SecurityConfigError, SecurityState
     from parsetier.service.server import ListenError
     from parsetier.service.workers import default_workers
@@ -387,6 +395,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_reply_bytes < MIN_REPLY_BYTES:
         problem = f"{args.max_reply_bytes} is too small to send replies in; the least is {MIN_REPLY_BYTES}"
         raise UsageError("--max-reply-bytes", problem)
+    workers = args.workers if args.workers is not None else default_workers()
     limits = Limits(
         max_message_bytes=args.max_message_bytes,
         max_reply_bytes=args.max_reply_bytes,
@@ -400,6 +409,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_watch_streams=args.max_watch_streams,
         max_prompt_tokens=args.max_prompt_tokens,
         trust_request_templates=args.trust_request_templates,
+        max_buffered_bytes=args.max_buffered_bytes or default_budget(workers),
     )
     _check_tracing(args.otel)
     security = _security(args)
@@ -409,7 +419,6 @@ def _serve(args: argparse.Namespace) -> int:
         except SecurityConfigError as exc:
             raise UsageError(exc.flag, str(exc)) from None
     _select_engine(args.engine, registry, preload)
-    workers = args.workers if args.workers is not None else default_workers()
     if workers > 1:
         return _serve_workers(args, workers, registry, limits, preload, security)
     metrics_on = _start_metrics(args) is not None

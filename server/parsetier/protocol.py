@@ -136,6 +136,9 @@ class Limits:
     trust_request_templates: bool = False
     """Whether ``Render`` renders a chat template the request brings (sandboxed and bounded as
     the models' own); off: such a request is PERMISSION_DENIED."""
+    max_buffered_bytes: int = 1024 * 1024 * 1024
+    """Bytes of client input and unsent replies the server holds across all streams
+    (``service/budget.py``); ``parsetier serve`` defaults it to a quarter of the memory."""
 
     def check_steps(self, count: int) -> None:
         if count > self.max_steps_per_message:

@@ -25,6 +25,7 @@ from parsetier.models import ModelRegistry
 from parsetier.service import collector, metrics, reflection
 from parsetier.service.accepts import ExtraAccepts
 from parsetier.service.admission import CountedHealthServicer, StreamCount
+from parsetier.service.budget import STREAM_WINDOW
 from parsetier.service.decoding import add_servicer
 from parsetier.service.heap import HeapTrimmer
 from parsetier.service.limits import Limits
@@ -174,6 +175,11 @@ async def build_server(
             ("grpc.so_reuseport", 1 if reuse_port else 0),
             ("grpc.server_handshake_timeout_ms", round(handshake_timeout * 1000)),
             ("grpc.http2.settings_timeout", round(handshake_timeout * 1000)),
+            # A fixed window per stream: what gRPC holds of a client's unread input is bounded, and
+            # counted in the buffer budget (``service/budget.py``). The bandwidth probe grew it to
+            # megabytes for a client that writes and stops reading.
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", STREAM_WINDOW),
         ],
     )
     servicer = ParserServicer(registry, limits)

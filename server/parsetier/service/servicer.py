@@ -27,9 +27,7 @@ from parsetier import native
 from parsetier.batch_protocol import (
     BatchHooks,
     BatchProtocol,
-    BatchRequest,
     NeedModels,
-    ReadBatch,
     Slices,
     to_the_end,
 )
@@ -39,6 +37,7 @@ from parsetier.protocol import NeedModel, SessionCounts, SessionProtocol
 from parsetier.render import Renderer, RenderOptions
 from parsetier.service import metrics
 from parsetier.service.admission import Admission
+from parsetier.service.budget import STREAM_WINDOW, BufferBudget, Share
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable, read_batch_request
 from parsetier.service.errors import grpc_code, status_for, wire_trailer
@@ -97,14 +96,25 @@ def not_reading(timeout: float) -> ProtocolError:
     )
 
 
-async def _write(idle: IdleWatch, context: grpc.aio.ServicerContext, reply: Message) -> None:
-    """Write one reply, within the idle timeout (``IdleWatch.write``)."""
+async def _write(idle: IdleWatch, context: grpc.aio.ServicerContext, reply: bytes, share: Share) -> None:
+    """Write one serialized reply, within the idle timeout (``IdleWatch.write``), held in the
+    stream's ``share`` of the buffer budget until the client has taken it."""
+    share.take(len(reply))
     try:
         await idle.write(context, reply)
     except (asyncio.CancelledError, WriteTimeout):
         raise
     except Exception as exc:
         raise ClientGone() from exc
+    finally:
+        share.give(len(reply))
+
+
+def _wire_parts(reply: Message | bytes, limit: int, kind: type[Message] = pb.ParseResponse) -> list[bytes]:
+    """A streamed reply's messages (``framing.in_parts``), serialized: their sizes are what the
+    buffer budget holds while they wait for the client (the serializer passes bytes through)."""
+    data = reply if type(reply) is bytes else reply.SerializeToString()  # type: ignore[union-attr]
+    return [part if type(part) is bytes else part.SerializeToString() for part in in_parts(data, limit, kind)]
 
 
 def _decoded(message: T | Undecodable) -> T:
@@ -116,18 +126,17 @@ def _decoded(message: T | Undecodable) -> T:
     return message
 
 
-async def _off_loop_if_large(message: Message, work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)``, in a worker thread when ``message`` is large enough to stall the loop."""
-    if message.ByteSize() >= OFF_LOOP_BYTES:
+async def _off_loop_if_large(size: int, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``, in a worker thread when its message's ``size`` is enough to stall the loop."""
+    if size >= OFF_LOOP_BYTES:
         return await asyncio.to_thread(work, *args)
     return work(*args)
 
 
-async def _in_slices(message: BatchRequest, work: Slices[T]) -> T:
-    """Sliced protocol work (``BatchProtocol.receiving``) for ``message``: on the event loop,
-    which serves the other streams between two slices; in a worker thread, whole, when the message
-    is large enough for that (as ``_off_loop_if_large``)."""
-    size = message.size if isinstance(message, ReadBatch) else message.ByteSize()
+async def _in_slices(size: int, work: Slices[T]) -> T:
+    """Sliced protocol work (``BatchProtocol.receiving``) for a message of ``size`` bytes: on the
+    event loop, which serves the other streams between two slices; in a worker thread, whole, when
+    the message is large enough for that (as ``_off_loop_if_large``)."""
     if size >= OFF_LOOP_BYTES:
         return await asyncio.to_thread(to_the_end, work)
     while True:
@@ -148,6 +157,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         self.limits = limits
         self.gate = SessionGate(limits.max_sessions)
         self.admission = Admission(limits.max_loop_lag)
+        self.budget = BufferBudget(limits.max_buffered_bytes)
+        """Client input and unsent replies held across streams (``service/budget.py``)."""
         self._idle = IdleWatch(limits.idle_timeout)
         self.handoff = HandOff(self.gate, self._idle)
         """The drain's hand-off of resumable streams (``service/handoff.py``)."""
@@ -170,12 +181,17 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
     ) -> None:
         record = SessionRecord(rpc="Parse")
         protocol = SessionProtocol(self.limits, record)
-        status = await self._guarded(record, self._run_stream(protocol, context), context)
-        if status is not None and record.client_messages == 0:
-            first = await self._await_first_message(context)
-            if isinstance(first, pb.ParseRequest) and first.HasField("open"):
-                protocol.keep_wire(first.open)  # refused unread: its error in its dialect too
-        await _end(record, status, context, protocol)
+        share = self.budget.share()
+        try:
+            work = self._run_stream(protocol, context, share)
+            status = await self._guarded(record, work, context, share)
+            if status is not None and record.client_messages == 0:
+                first = await self._await_first_message(context)
+                if isinstance(first, pb.ParseRequest) and first.HasField("open"):
+                    protocol.keep_wire(first.open)  # refused unread: its error in its dialect too
+            await _end(record, status, context, protocol)
+        finally:
+            share.close()  # only now: until its status is out, gRPC still holds the stream's buffers
 
     @staticmethod
     async def _await_first_message(context: grpc.aio.ServicerContext) -> object:
@@ -190,7 +206,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         return None
 
     async def _run_stream(
-        self, protocol: SessionProtocol, context: grpc.aio.ServicerContext
+        self, protocol: SessionProtocol, context: grpc.aio.ServicerContext, share: Share
     ) -> Status | None:
         while True:
             try:
@@ -204,22 +220,25 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 protocol.receive_eof()
                 return None
             message = _decoded(message)
-            reply = await _off_loop_if_large(message, protocol.receive_serialized, message)
+            size = message.ByteSize()
+            share.take(size)
+            reply = await _off_loop_if_large(size, protocol.receive_serialized, message)
             if isinstance(reply, NeedModel):
                 model = await self._load(protocol, reply)
-                reply = await _off_loop_if_large(message, protocol.supply_model, model)
+                reply = await _off_loop_if_large(size, protocol.supply_model, model)
             if reply.opened:
                 # Headers go out only once the Open is accepted: a client may wait for them
                 # before sending steps, so errors in the Open never race its next writes.
                 await context.send_initial_metadata(())
             if reply.response is not None:
-                for part in in_parts(reply.response, self.limits.max_reply_bytes):
+                for part in _wire_parts(reply.response, self.limits.max_reply_bytes):
                     try:
-                        await _write(self._idle, context, part)
+                        await _write(self._idle, context, part, share)
                     except WriteTimeout:
                         error = protocol.fail(not_reading(self.limits.idle_timeout))
                         assert error is not None
                         raise error from None
+            share.give(size)
 
     async def _load(self, protocol: SessionProtocol, need: NeedModel) -> Model:
         """The model; a load failure fails the protocol with the contract's error."""
@@ -243,21 +262,31 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         async def run() -> None:
             nonlocal request
             request = _decoded(request)
+            size = request.ByteSize()
+            share.take(size)
             first = protocol.receive(once_request(request))
             assert isinstance(first, NeedModel)
             model = await self._load(protocol, first)
             try:
-                reply = await _off_loop_if_large(request, protocol.supply_model, model)
+                reply = await _off_loop_if_large(size, protocol.supply_model, model)
             except StatusError as exc:
                 raise once_error(exc) from None
             response = once_response(reply)
             self.limits.check_reply(response.ByteSize())
             result.append(response)
 
-        status = await self._guarded(record, run(), context)
-        if status is not None and record.client_messages == 0 and isinstance(request, pb.ParseOnceRequest):
-            protocol.keep_wire(request.open)  # refused before it was read (the server full)
-        await _end(record, status, context, protocol)
+        share = self.budget.share()
+        try:
+            status = await self._guarded(record, run(), context)
+            if (
+                status is not None
+                and record.client_messages == 0
+                and isinstance(request, pb.ParseOnceRequest)
+            ):
+                protocol.keep_wire(request.open)  # refused before it was read (the server full)
+            await _end(record, status, context, protocol)
+        finally:
+            share.close()
         return result[0] if result else pb.ParseOnceResponse()  # empty only when the client is gone
 
     # --- ParseBatch ------------------------------------------------------------------------
@@ -268,6 +297,22 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         if self.gate.draining:
             await self._await_first_message(context)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
+        share = self.budget.share()
+        try:
+            try:
+                share.take(STREAM_WINDOW)
+            except StatusError as exc:
+                await self._await_first_message(context)
+                await context.abort(grpc_code(exc), exc.message)
+            error = await self._run_batch(context, share)
+            if error is not None:
+                trailer = trailer_for(error.message)
+                await context.abort(grpc_code(error), error.message, trailing_metadata=trailer)
+        finally:
+            share.close()  # after the status: until then gRPC still holds the stream's buffers
+
+    async def _run_batch(self, context: grpc.aio.ServicerContext, share: Share) -> StatusError | None:
+        """Serve a ``ParseBatch`` stream; the error that ends it, if any (its sessions are closed)."""
         hooks = _GatedSessions(self.gate, self.admission, frozenset(self.registry.names()))
         batch = BatchProtocol(self.limits, hooks)
         error: StatusError | None = None
@@ -278,21 +323,24 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                     message = await self.handoff.next_batch_message(context, batch)
                 except TimeoutError:
                     batch.idle()
-                    return
+                    return None
                 if message is grpc.aio.EOF:
                     batch.receive_eof()
-                    return
+                    return None
+                size = len(message)  # the request's bytes (``RAW_REQUESTS``)
+                share.take(size)
                 request = _decoded(read_batch_request(message))
-                reply = await _in_slices(request, batch.receiving(request))
+                reply = await _in_slices(size, batch.receiving(request))
                 if isinstance(reply, NeedModels):
                     loaded = {name: await self._model_or_error(name) for name in reply.names}
                     self.handoff.check_batch(batch)  # the drain may have begun meanwhile
-                    reply = await _in_slices(request, batch.supplying_models(loaded))
-                for part in in_parts(reply, self.limits.max_reply_bytes, pb.ParseBatchResponse):
+                    reply = await _in_slices(size, batch.supplying_models(loaded))
+                for part in _wire_parts(reply, self.limits.max_reply_bytes, pb.ParseBatchResponse):
                     try:
-                        await _write(self._idle, context, part)
+                        await _write(self._idle, context, part, share)
                     except WriteTimeout:
                         raise not_reading(self.limits.idle_timeout) from None
+                share.give(size)
         except StatusError as exc:
             error = exc
         except asyncio.CancelledError:
@@ -300,15 +348,14 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             raise
         except ClientGone:
             batch.close(ProtocolError(Code.CANCELLED, "the client went away"))
-            return
+            return None
         except Exception as exc:
             SERVER_LOG.error("internal error in ParseBatch stream", exc_info=exc)
             error = ProtocolError(Code.INTERNAL, "internal server error; the server log has the details")
         finally:
             if error is not None:
                 batch.close(ProtocolError(error.code, f"the stream ended: {error.message}"))
-        if error is not None:
-            await context.abort(grpc_code(error), error.message, trailing_metadata=trailer_for(error.message))
+        return error
 
     async def _model_or_error(self, name: str) -> Model | BaseException:
         try:
@@ -409,15 +456,20 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         enough to stall every other session if the event loop did them)."""
         return native.prepare(self.registry.get(name))
 
-    async def _guarded(self, record: SessionRecord, work, context: grpc.aio.ServicerContext) -> Status | None:
+    async def _guarded(
+        self, record: SessionRecord, work, context: grpc.aio.ServicerContext, window: Share | None = None
+    ) -> Status | None:
         """Run one session's work inside the session gate; return its error status (``_end``
-        sends it and logs the session).
+        sends it and logs the session). ``window``: a stream's share of the buffer budget, which
+        takes the stream's window first (the caller closes it).
 
         Every exception stays inside this session: callers only ever abort their own RPC. A
         client that went away is recorded as CANCELLED, whatever the work was doing then."""
         try:
             self.gate.check_open()
             self.admission.check(record.rpc)
+            if window is not None:
+                window.take(STREAM_WINDOW)
             self.gate.enter()
         except StatusError as exc:
             work.close()
