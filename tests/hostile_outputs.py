@@ -130,6 +130,27 @@ _WRITTEN.update(
     }
 )
 
+_WRITTEN.update(
+    {  # issue 39's families, first half (Intern-S1 shares InternLM2's calls)
+        "step-3": "r</think><｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>"
+        + '<steptml:invoke name="f"><steptml:parameter name="a">'
+        + VALUE
+        + "</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        "internlm2": '<|action_start|><|plugin|>\n{"name": "f", "parameters": {"a": '
+        + VALUE
+        + "}}<|action_end|>",
+        "hunyuan-a13b": '<answer>\n<tool_calls>[{"name": "f", "arguments": {"a": '
+        + VALUE
+        + "}}]</tool_calls>",
+        "hy-v4": "<tool_calls:opensource><tool_call:opensource>f<arg_key:opensource>a</arg_key:opensource>"
+        + "<arg_value:opensource>"
+        + VALUE
+        + "</arg_value:opensource></tool_call:opensource></tool_calls:opensource>",
+        "minimax-m1": '<tool_calls>\n{"name": "f", "arguments": {"a": ' + VALUE + "}}\n</tool_calls>",
+        "jamba": '<tool_calls>[{"name": "f", "arguments": {"a": ' + VALUE + "}}]</tool_calls>",
+    }
+)
+
 
 @functools.cache
 def samples() -> dict[str, CallSample]:

