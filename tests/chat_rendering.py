@@ -44,18 +44,13 @@ def package_file(module: str, relative: str) -> Path:
 
 
 def template_text(module: str, directory: str) -> str:
-    """The chat template of a packaged tokenizer: chat_template.jinja, else tokenizer_config.json's."""
-    base = package_file(module, f"{directory}/tokenizer_config.json").parent
-    jinja = base / "chat_template.jinja"
-    if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
-    config = json.loads((base / "tokenizer_config.json").read_text(encoding="utf-8"))
-    template = config["chat_template"]
-    return (
-        template
-        if isinstance(template, str)
-        else next(t["template"] for t in template if t["name"] == "default")
-    )
+    """The chat template of a packaged tokenizer, read as Render reads it (chat_template.jinja,
+    else tokenizer_config.json's; the ``default`` of named ones)."""
+    from parsetier.render.templates import read_folder
+
+    found = read_folder(package_file(module, f"{directory}/tokenizer_config.json").parent)
+    assert found is not None, f"{module}/{directory} ships no chat template"
+    return found.pick(has_tools=False)
 
 
 def _config(module: str, directory: str) -> dict[str, Any]:
