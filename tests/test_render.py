@@ -371,3 +371,40 @@ def test_a_templates_output_and_time_are_bounded(models):
         render(hasty, models, "qwen3", "openai_chat", body)
     assert len(render(Renderer(RenderOptions(trust_request_templates=True)), models, "qwen3", "openai_chat",
                       body).text) > 1000  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dialect", "body"),
+    [
+        (pb.WIRE_DIALECT_OPENAI_CHAT, chat_body()),
+        (pb.WIRE_DIALECT_ANTHROPIC_MESSAGES, anthropic_body()),
+        (pb.WIRE_DIALECT_OPENAI_RESPONSES, responses_body()),
+        (pb.WIRE_DIALECT_OPENAI_COMPLETIONS, {"model": "m", "prompt": "Once upon a time", "max_tokens": 5}),
+    ],
+)
+def test_the_rendered_open_parses_into_the_requests_own_api_body(stub, registry, dialect, body):
+    """Render's Open, sent unchanged, gives the body the request's API returns, valid for the
+    official SDK's own type, strictly."""
+    import anthropic.types
+    import openai.types
+    import openai.types.chat
+    import openai.types.responses
+
+    types = {
+        pb.WIRE_DIALECT_OPENAI_CHAT: openai.types.chat.ChatCompletion,
+        pb.WIRE_DIALECT_ANTHROPIC_MESSAGES: anthropic.types.Message,
+        pb.WIRE_DIALECT_OPENAI_RESPONSES: openai.types.responses.Response,
+        pb.WIRE_DIALECT_OPENAI_COMPLETIONS: openai.types.Completion,
+    }
+    rendered = call(stub, "qwen3", dialect, body, request_id="r-7", created=1700000000)
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    if dialect == pb.WIRE_DIALECT_OPENAI_COMPLETIONS:
+        text = " there was a"
+    output = registry.get("qwen3").tokenizer.encode(text, add_special_tokens=False).ids
+    request = pb.ParseOnceRequest(open=rendered.open, token_ids=output)
+    final = stub.ParseOnce(request, timeout=60).final
+    parsed = json.loads(final.wire)
+    types[dialect].model_validate(parsed, strict=True)
+    if dialect != pb.WIRE_DIALECT_OPENAI_COMPLETIONS:
+        assert "get_weather" in final.wire.decode() and "Paris" in final.wire.decode()
+    assert str(rendered.prompt_tokens) in final.wire.decode()  # the usage counts the rendered prompt
