@@ -204,6 +204,14 @@ def test_error_bytes_per_dialect_and_code() -> None:
     assert len(json.loads(long)["error"]["message"]) == 1024
 
 
+def test_the_clients_http_status_is_the_servers() -> None:
+    """A gateway sends an error body with ``parsetier_client.http_status``: the server's table."""
+    from parsetier_client import http_status as client_http_status
+
+    for code in grpc.StatusCode:
+        assert client_http_status(code) == client_http_status(code.name) == http_status(code.name), code
+
+
 def _protocol(open_: pb.Open) -> SessionProtocol:
     protocol = SessionProtocol(Limits())
     protocol.receive(pb.ParseRequest(open=open_))

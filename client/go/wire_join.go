@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -54,6 +55,29 @@ func WireError(err error) []byte {
 		return w.wire
 	}
 	return nil
+}
+
+// HTTPStatus is the HTTP status to send a non-streamed error body (WireError) with, for the
+// status err carries: the one the SDKs map to their error classes (docs/service.md, "Errors in
+// the dialect"); 500 for any other code.
+func HTTPStatus(err error) int {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return 400
+	case codes.Unauthenticated:
+		return 401
+	case codes.PermissionDenied:
+		return 403
+	case codes.NotFound:
+		return 404
+	case codes.ResourceExhausted:
+		return 429
+	case codes.DeadlineExceeded:
+		return 504
+	case codes.Unavailable:
+		return 503
+	}
+	return 500
 }
 
 // WireJoin joins the wire bytes of n sessions, the choices 0 .. n-1 of one OpenAI chat or

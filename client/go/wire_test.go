@@ -157,7 +157,8 @@ func TestWireError(t *testing.T) {
 	var body struct {
 		Error struct{ Type, Message string } `json:"error"`
 	}
-	if status.Code(err) != codes.NotFound || json.Unmarshal(parsetier.WireError(err), &body) != nil ||
+	if status.Code(err) != codes.NotFound || parsetier.HTTPStatus(err) != 404 ||
+		json.Unmarshal(parsetier.WireError(err), &body) != nil ||
 		body.Error.Type != "not_found_error" || body.Error.Message != status.Convert(err).Message() {
 		t.Fatalf("open: %v, %q", err, parsetier.WireError(err))
 	}

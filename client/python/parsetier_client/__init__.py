@@ -24,7 +24,7 @@ from parsetier_client.result import (
 from parsetier_client.security import Tls
 from parsetier_client.sync import Client, ParseStream
 from parsetier_client.typed import Delta, Final, FinishReason, Message, ToolCall, ToolCallDelta, Usage
-from parsetier_client.wire import WireJoin, wire_error
+from parsetier_client.wire import WireJoin, http_status, wire_error
 
 __all__ = [
     "AsyncBatch",
@@ -51,6 +51,7 @@ __all__ = [
     "event_dict",
     "final_dict",
     "finish_message",
+    "http_status",
     "logprob_step",
     "message_dict",
     "open_message",

@@ -38,6 +38,27 @@ def wire_error(error: grpc.RpcError | grpc.aio.AioRpcError | pb.SessionOutput) -
     return b""
 
 
+_HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "RESOURCE_EXHAUSTED": 429,
+    "DEADLINE_EXCEEDED": 504,
+    "UNAVAILABLE": 503,
+}
+
+
+def http_status(code: grpc.StatusCode | str) -> int:
+    """The HTTP status to send a non-streamed error body (``wire_error``) with, for the status
+    code the session ended with (its ``grpc.StatusCode`` or name): the one the SDKs map to their
+    error classes (docs/service.md, "Errors in the dialect"); 500 for any other code."""
+    name = code if isinstance(code, str) else code.name
+    return _HTTP_STATUS.get(name, 500)
+
+
 class WireJoin:
     """The bytes of ``n`` sessions, the choices 0 .. n-1 of one OpenAI chat or completions
     request, joined into the one response its caller reads. Feed each session's replies
