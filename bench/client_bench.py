@@ -1,7 +1,8 @@
 """Client benchmark: the Python asyncio and sync, Go, C++ and Rust clients against one server, in one run.
 
-Run:  .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8] [--reps 3]
-                                             [--clients python,go,cpp,rust]
+Run:  .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8[,256,...]] [--reps 3]
+                                             [--clients python,go,cpp,rust] [--modes parse,batch,mux]
+                                             [--per-message 1,8]
 
 Each client runs as its own process (the Python ones are this script with ``--python-load``,
 ``--sync`` for the blocking client, ``--no-resume`` for resume off; Go's is
@@ -18,6 +19,12 @@ Per client, RPC and batching it reports the load it achieved (tokens/s), its own
 (the child's rusage), and the server's CPU per token (``/proc/<pid>/stat``), each the median of
 ``--reps`` runs interleaved across clients so machine noise spreads evenly, and the ratios against
 the Python async client in the same run. Nothing passes or fails on an absolute figure.
+
+``--modes mux`` adds the Python clients' multiplexed sessions (``multiplex=True``): the same
+sessions as the ``Parse`` mode, each with its own session object, riding one shared
+``ParseBatch`` stream (``parsetier_client.mux``); the table then also shows client + server CPU
+per token, the figure a gateway pays. ``--concurrency`` takes a list (each run uses at least as
+many sessions as it keeps open).
 
 The Go, C++ and Rust load programs are built first (``go build``; CMake into build/cpp;
 ``cargo build --release`` into client/rust/target), so the first run takes a few minutes.
@@ -80,7 +87,13 @@ def encode_output() -> list[int]:
 
 
 async def python_load(
-    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int, resume: bool = True
+    server: str,
+    ids: list[int],
+    sessions: int,
+    concurrency: int,
+    per_message: int,
+    resume: bool = True,
+    multiplex: bool = False,
 ) -> int:
     from parsetier_client import AsyncClient
 
@@ -107,7 +120,7 @@ async def python_load(
             done = await one_session(client)  # awaited first: `tokens += await ...` loses updates
             tokens += done
 
-    async with AsyncClient(server, timeout=120, resume=resume) as client:
+    async with AsyncClient(server, timeout=120, resume=resume, multiplex=multiplex) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return tokens
 
@@ -169,7 +182,13 @@ async def python_batch_load(
 
 
 def sync_load(
-    server: str, ids: list[int], sessions: int, concurrency: int, per_message: int, resume: bool
+    server: str,
+    ids: list[int],
+    sessions: int,
+    concurrency: int,
+    per_message: int,
+    resume: bool,
+    multiplex: bool = False,
 ) -> int:
     """``python_load`` with the blocking client: ``concurrency`` threads, each running sessions
     one after the other (each session reads its replies on a thread of its own)."""
@@ -199,7 +218,7 @@ def sync_load(
             with lock:
                 tokens[0] += stream.final.usage.completion_tokens
 
-    with Client(server, timeout=120, resume=resume) as client:
+    with Client(server, timeout=120, resume=resume, multiplex=multiplex) as client:
         threads = [threading.Thread(target=worker, args=(client,)) for _ in range(concurrency)]
         for thread in threads:
             thread.start()
@@ -225,10 +244,12 @@ def run_python_load(args: argparse.Namespace) -> None:
     ids = [int(x) for x in Path(args.ids).read_text().split()]
     start = time.perf_counter()
     work = (args.server, ids, args.sessions, args.concurrency, args.steps_per_message, not args.no_resume)
-    if args.sync:
-        tokens = (sync_batch_load if args.batch else sync_load)(*work)
+    if args.batch:
+        tokens = sync_batch_load(*work) if args.sync else asyncio.run(python_batch_load(*work))
+    elif args.sync:
+        tokens = sync_load(*work, multiplex=args.multiplex)
     else:
-        tokens = asyncio.run((python_batch_load if args.batch else python_load)(*work))
+        tokens = asyncio.run(python_load(*work, multiplex=args.multiplex))
     print(json.dumps({"tokens": tokens, "sessions": args.sessions, "seconds": time.perf_counter() - start}))
 
 
@@ -249,13 +270,15 @@ PYTHON_CLIENTS = {
 }
 
 
-def build_clients(which: set[str]) -> dict[str, list[str]]:
-    """The command line of each client's load program (without the per-run flags)."""
+def build_clients(which: set[str], python: set[str] | None = None) -> dict[str, list[str]]:
+    """The command line of each client's load program (without the per-run flags); ``python``:
+    which of ``PYTHON_CLIENTS`` (all by default)."""
     clients = {}
     if "python" in which:
         clients = {
             name: [sys.executable, __file__, "--python-load", *flags]
             for name, flags in PYTHON_CLIENTS.items()
+            if python is None or name in python
         }
     if "go" in which:
         clients["Go"] = build_go()
@@ -354,6 +377,11 @@ class Run:
     server_cpu: float
 
 
+MODES = ("parse", "batch", "mux")
+"""How the sessions travel: a ``Parse`` stream each, the batch API (one ``ParseBatch`` stream, one
+message per step of every live session), or multiplexed sessions (Python clients only)."""
+
+
 def run_once(
     command: list[str],
     server: Server,
@@ -361,15 +389,17 @@ def run_once(
     sessions: int,
     concurrency: int,
     per_message: int,
-    batch: bool = False,
+    mode: str = "parse",
 ) -> Run:
     argv = [
         *command,
         "--server", f"127.0.0.1:{server.port}", "--ids", ids_path, "--sessions", str(sessions),
         "--concurrency", str(concurrency), "--steps-per-message", str(per_message),
     ]  # fmt: skip
-    if batch:
+    if mode == "batch":
         argv.append("--batch")
+    elif mode == "mux":
+        argv.append("--multiplex")
     if "--python-load" not in command:
         argv += ["--tools-json", TOOLS_JSON]
     server_before = server.cpu_seconds()
@@ -385,6 +415,10 @@ def run_once(
     return Run(result["tokens"], result["seconds"], usage.ru_utime + usage.ru_stime, server_cpu)
 
 
+Key = tuple[str, str, int, int]
+"""(client, mode, steps per message, sessions open at once)."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python-load", action="store_true", help=argparse.SUPPRESS)
@@ -393,103 +427,117 @@ def main() -> None:
     parser.add_argument("--tools-json", help=argparse.SUPPRESS)
     parser.add_argument("--steps-per-message", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--batch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--multiplex", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-resume", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--clients", default="python,go,cpp,rust", help="which clients to run (comma-separated)"
     )
-    parser.add_argument("--sessions", type=int, default=120, help="sessions per run")
-    parser.add_argument("--concurrency", type=int, default=8, help="sessions open at once")
+    parser.add_argument("--modes", default="parse,batch", help="parse, batch, mux (comma-separated)")
+    parser.add_argument("--per-message", default="1,8", help="steps per message (comma-separated)")
+    parser.add_argument(
+        "--sessions", type=int, default=120, help="sessions per run (at least the concurrency)"
+    )
+    parser.add_argument("--concurrency", default="8", help="sessions open at once (comma-separated)")
     parser.add_argument("--reps", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument(
+        "--python", help=f"which Python clients (comma-separated names of {', '.join(PYTHON_CLIENTS)})"
+    )
     args = parser.parse_args()
     if args.python_load:
+        args.concurrency = int(args.concurrency)
         run_python_load(args)
         return
 
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    per_messages = [int(n) for n in args.per_message.split(",")]
+    concurrencies = [int(n) for n in args.concurrency.split(",")]
     ids = encode_output()
-    clients = build_clients(set(args.clients.split(",")))
+    python = set(args.python.split(",")) if args.python else None
+    clients = build_clients(set(args.clients.split(",")), python)
     with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as ids_file:
         ids_file.write(" ".join(map(str, ids)))
     server = Server()
+    runs: dict[Key, list[Run]] = {}
     try:
         for command in clients.values():  # warm-up: model load, connection, code paths
-            for batch in (False, True):
-                run_once(command, server, ids_file.name, 8, 4, 1, batch)
-        runs: dict[tuple[str, bool, int], list[Run]] = {}
+            for mode in modes:
+                if mode != "mux" or "--python-load" in command:
+                    run_once(command, server, ids_file.name, 8, 4, 1, mode)
         for _ in range(args.reps):
-            for batch in (False, True):
-                for per_message in (1, 8):
-                    for name, command in clients.items():
-                        run = run_once(
-                            command,
-                            server,
-                            ids_file.name,
-                            args.sessions,
-                            args.concurrency,
-                            per_message,
-                            batch,
-                        )
-                        runs.setdefault((name, batch, per_message), []).append(run)
+            for concurrency in concurrencies:
+                sessions = max(args.sessions, concurrency)
+                for mode in modes:
+                    for per_message in per_messages if mode != "mux" else per_messages[:1]:
+                        for name, command in clients.items():
+                            if mode == "mux" and "--python-load" not in command:
+                                continue  # multiplexed sessions: the Python clients so far
+                            run = run_once(
+                                command, server, ids_file.name, sessions, concurrency, per_message, mode
+                            )
+                            runs.setdefault((name, mode, per_message, concurrency), []).append(run)
     finally:
         server.stop()
         os.unlink(ids_file.name)
     report(runs, len(ids), args)
 
 
-def report(
-    runs: dict[tuple[str, bool, int], list[Run]], output_tokens: int, args: argparse.Namespace
-) -> None:
+def report(runs: dict[Key, list[Run]], output_tokens: int, args: argparse.Namespace) -> None:
     def median(values: list[float]) -> float:
         return statistics.median(values)
 
     print(
-        f"\nClients against one server: {args.sessions} sessions per run, {args.concurrency} open at once, "
-        f"a {output_tokens}-token Qwen3 output, median of {args.reps} runs; load average "
-        f"{os.getloadavg()[0]:.1f} at the end\n"
+        f"\nClients against one server: {args.sessions} sessions per run (at least the concurrency), "
+        f"{args.concurrency} open at once, a {output_tokens}-token Qwen3 output, median of {args.reps} "
+        f"runs; load average {os.getloadavg()[0]:.1f} at the end\n"
     )
-    base_name = "Python async" if ("Python async", False, 1) in runs else runs_order(runs)[0]
-    print(f"| client | RPC | steps per message | load (tokens/s) | load vs {base_name} | client CPU µs/token "
-          f"| client CPU vs {base_name} | server CPU µs/token |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
-    for batch in (False, True):
-        for per_message in (1, 8):
-            base = runs[(base_name, batch, per_message)]
-            base_load = median([r.tokens / r.seconds for r in base])
-            base_cpu = median([r.client_cpu / r.tokens for r in base])
-            for name in runs_order(runs):
-                rs = runs[(name, batch, per_message)]
-                load = median([r.tokens / r.seconds for r in rs])
-                cpu = median([r.client_cpu / r.tokens for r in rs])
-                server = median([r.server_cpu / r.tokens for r in rs])
-                rpc = f"ParseBatch ({args.concurrency} sessions)" if batch else "Parse"
-                print(
-                    f"| {name} | {rpc} | {per_message} | {load:,.0f} | {load / base_load:.2f} "
-                    f"| {cpu * 1e6:.1f} | {cpu / base_cpu:.2f} | {server * 1e6:.1f} |"
-                )
+    names = runs_order(runs)
+    base_name = "Python async" if any(k[0] == "Python async" for k in runs) else names[0]
+    print(
+        f"| client | RPC | open at once | steps per message | load (tokens/s) | load vs {base_name} "
+        f"| client CPU µs/token | client CPU vs {base_name} | server CPU µs/token "
+        "| client + server µs/token |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    rpc_names = {"parse": "Parse", "mux": "multiplexed (ParseBatch)"}
+    for key in sorted(runs, key=lambda k: (k[3], MODES.index(k[1]), k[2], names.index(k[0]))):
+        name, mode, per_message, concurrency = key
+        rs = runs[key]
+        base = runs.get((base_name, mode, per_message, concurrency)) or runs.get(
+            (base_name, "parse", per_message, concurrency), rs
+        )
+        load = median([r.tokens / r.seconds for r in rs])
+        cpu = median([r.client_cpu / r.tokens for r in rs])
+        server = median([r.server_cpu / r.tokens for r in rs])
+        base_load = median([r.tokens / r.seconds for r in base])
+        base_cpu = median([r.client_cpu / r.tokens for r in base])
+        rpc = rpc_names.get(mode, f"ParseBatch ({concurrency} sessions)")
+        print(
+            f"| {name} | {rpc} | {concurrency} | {per_message} | {load:,.0f} | {load / base_load:.2f} "
+            f"| {cpu * 1e6:.1f} | {cpu / base_cpu:.2f} | {server * 1e6:.1f} | {(cpu + server) * 1e6:.1f} |"
+        )
     print("\nResume on vs off, client CPU per token (same run, medians):\n")
-    print("| client | RPC | steps per message | resume on µs/token | resume off µs/token | on / off |")
-    print("|---|---|---|---|---|---|")
-    for name in ("Python async", "Python sync", "Go", "C++"):
-        for batch in (False, True):
-            for per_message in (1, 8):
-                on, off = (
-                    runs.get((name, batch, per_message)),
-                    runs.get((f"{name}, resume off", batch, per_message)),
-                )
-                if not on or not off:
-                    continue
-                cpu_on = median([r.client_cpu / r.tokens for r in on])
-                cpu_off = median([r.client_cpu / r.tokens for r in off])
-                rpc = f"ParseBatch ({args.concurrency} sessions)" if batch else "Parse"
-                print(
-                    f"| {name} | {rpc} | {per_message} | {cpu_on * 1e6:.1f} | {cpu_off * 1e6:.1f} "
-                    f"| {cpu_on / cpu_off:.2f} |"
-                )
+    print(
+        "| client | RPC | open at once | steps per message | resume on µs/token "
+        "| resume off µs/token | on / off |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for (name, mode, per_message, concurrency), on in runs.items():
+        off = runs.get((f"{name}, resume off", mode, per_message, concurrency))
+        if not off:
+            continue
+        cpu_on = median([r.client_cpu / r.tokens for r in on])
+        cpu_off = median([r.client_cpu / r.tokens for r in off])
+        rpc = rpc_names.get(mode, f"ParseBatch ({concurrency} sessions)")
+        print(
+            f"| {name} | {rpc} | {concurrency} | {per_message} | {cpu_on * 1e6:.1f} | {cpu_off * 1e6:.1f} "
+            f"| {cpu_on / cpu_off:.2f} |"
+        )
 
 
-def runs_order(runs: dict[tuple[str, bool, int], list[Run]]) -> list[str]:
+def runs_order(runs: dict[Key, list[Run]]) -> list[str]:
     """Client names in the order they first ran."""
-    return list(dict.fromkeys(name for name, _, _ in runs))
+    return list(dict.fromkeys(name for name, _, _, _ in runs))
 
 
 if __name__ == "__main__":

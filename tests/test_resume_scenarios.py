@@ -220,3 +220,40 @@ def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_
         fleet.close()
     corpus.judge(scenario, got, want)
     print(f"\n{name} ({driver}): resumes {corpus.resumes(got)}")
+
+
+MULTIPLEXED_DRIVERS: dict[str, Callable[[], list[str]]] = {
+    "python-sync-mux": lambda: [sys.executable, str(PYTHON_DRIVER), "sync-mux"],
+    "python-async-mux": lambda: [sys.executable, str(PYTHON_DRIVER), "async-mux"],
+}
+"""The clients' multiplexed mode (sessions on one shared ParseBatch stream, the session API
+unchanged): the scenarios of ``Parse`` sessions, whose replies must equal the ``Parse`` streams'."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", sorted(MULTIPLEXED_DRIVERS))
+@pytest.mark.parametrize(
+    "name",
+    _marked(
+        [n for n in corpus.names() if corpus.load(n).get("api") == "parse"],
+        lambda n: corpus.load(n).get("via") == "nginx",
+    ),
+)
+def test_scenario_multiplexed(name: str, driver: str, reference_backend: ProcessServer, tmp_path: Path):
+    """A ``Parse`` scenario through multiplexed sessions: every session's replies are its
+    uninterrupted ``Parse`` stream's (the reference), and it resumes across the same breaks."""
+    scenario = corpus.load(name)
+    want = reference(name, scenario, reference_backend)
+    fleet = Fleet(scenario, tmp_path)
+    try:
+        script = corpus.script(scenario, fleet.target, nginx=fleet.nginx is not None)
+
+        def at_pause(pause: str) -> None:
+            for action in scenario.get("at", {}).get(pause, []):
+                fleet.act(action)
+
+        got = drive(MULTIPLEXED_DRIVERS[driver](), script, at_pause)
+    finally:
+        fleet.close()
+    corpus.judge(scenario, got, want)
+    print(f"\n{name} ({driver}): resumes {corpus.resumes(got)}")

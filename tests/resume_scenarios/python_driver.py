@@ -1,11 +1,13 @@
 """The Python clients' driver for the resume scenario corpus (tests/resume_scenarios/README.md).
 
-    python python_driver.py sync|async  < script (one JSON line), then "go" lines at pauses
+    python python_driver.py sync|async|sync-mux|async-mux  < script (one JSON line), then "go" lines
 
 It reads one driver script, runs its ops through ``Client`` (sync) or ``AsyncClient`` (async) —
-the batch API or one ``Parse`` stream per key — prints ``{"paused": NAME}`` at each pause and waits
-for a line on stdin, and ends with one ``{"result": ...}`` line. Nothing here knows a scenario:
-the harness (tests/test_resume_scenarios.py) expands the corpus and judges the result.
+the batch API or one ``Parse`` stream per key (``-mux``: the client's multiplexed sessions, every
+key's session riding one shared ``ParseBatch`` stream, with the same session API) — prints
+``{"paused": NAME}`` at each pause and waits for a line on stdin, and ends with one
+``{"result": ...}`` line. Nothing here knows a scenario: the harness
+(tests/test_resume_scenarios.py) expands the corpus and judges the result.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def sync_batch(script: dict) -> dict:
         return {"replies": replies, "resumes": batch.resumes, "error": None}
 
 
-def sync_parse(script: dict) -> dict:
+def sync_parse(script: dict, multiplex: bool = False) -> dict:
     channel = grpc.insecure_channel(script["target"], options=options(script))
     results: dict[str, dict] = {}
     streams: dict[str, Any] = {}
@@ -118,7 +120,11 @@ def sync_parse(script: dict) -> dict:
         result["resumes"] = streams[key].resumes
 
     with Client(
-        script["target"], channel=channel, timeout=script["timeout"], resume=script["resume"]
+        script["target"],
+        channel=channel,
+        timeout=script["timeout"],
+        resume=script["resume"],
+        multiplex=multiplex,
     ) as client:
         for op in script["ops"]:
             for action in op.get("send", ()):
@@ -174,7 +180,7 @@ async def async_batch(script: dict) -> dict:
         return {"replies": replies, "resumes": batch.resumes, "error": None}
 
 
-async def async_parse(script: dict) -> dict:
+async def async_parse(script: dict, multiplex: bool = False) -> dict:
     channel = grpc.aio.insecure_channel(script["target"], options=options(script))
     results: dict[str, dict] = {}
     streams: dict[str, Any] = {}
@@ -190,7 +196,11 @@ async def async_parse(script: dict) -> dict:
         result["resumes"] = streams[key].resumes
 
     async with AsyncClient(
-        script["target"], channel=channel, timeout=script["timeout"], resume=script["resume"]
+        script["target"],
+        channel=channel,
+        timeout=script["timeout"],
+        resume=script["resume"],
+        multiplex=multiplex,
     ) as client:
         for op in script["ops"]:
             for action in op.get("send", ()):
@@ -214,13 +224,15 @@ async def async_parse(script: dict) -> dict:
 
 
 def main() -> None:
-    flavour = sys.argv[1]
+    flavour, _, mode = sys.argv[1].partition("-")
+    multiplex = mode == "mux"
     script = json.loads(sys.stdin.readline())
     if flavour == "sync":
-        result = sync_batch(script) if script["api"] == "batch" else sync_parse(script)
+        result = sync_batch(script) if script["api"] == "batch" else sync_parse(script, multiplex)
+    elif script["api"] == "batch":
+        result = asyncio.run(async_batch(script))
     else:
-        run = async_batch if script["api"] == "batch" else async_parse
-        result = asyncio.run(run(script))
+        result = asyncio.run(async_parse(script, multiplex))
     say({"result": result})
 
 

@@ -13,6 +13,8 @@ import grpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch import AsyncBatch
+from parsetier_client.mux import AsyncMultiplexer, AsyncMuxStream
+from parsetier_client.mux_core import MAX_BATCH
 from parsetier_client.parts import joined_async
 from parsetier_client.rendering import RenderResult, opened, render_request
 from parsetier_client.requests import (
@@ -268,14 +270,31 @@ class AsyncClient:
         tls: Tls | bool | None = None,
         token: str | None = None,
         resume: bool | ResumePolicy = True,
+        multiplex: bool = False,
+        flush_interval: float = 0.0,
+        max_batch: int = MAX_BATCH,
     ) -> None:
-        """``tls`` and ``token`` as for ``sync.Client``."""
+        """``tls``, ``token``, ``multiplex``, ``flush_interval`` and ``max_batch`` as for
+        ``sync.Client`` (``flush_interval`` 0: flush on the event loop's next turn)."""
         self.channel = channel or aio_channel(target, tls_of(tls))
         self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
         self.metadata = token_metadata(token)
         self.resume = policy_of(resume)
         """How streams resume after a break (``ResumePolicy``), or None: resume off."""
+        self._mux_options = (flush_interval, max_batch) if multiplex else None
+        self._multiplexer: AsyncMultiplexer | None = None
+
+    @property
+    def multiplexer(self) -> AsyncMultiplexer | None:
+        """The shared stream of multiplexed sessions (made on first use, on the running loop), or
+        None when the client is not multiplexed."""
+        if self._mux_options is not None and self._multiplexer is None:
+            interval, max_batch = self._mux_options
+            self._multiplexer = AsyncMultiplexer(
+                self.stub, self.metadata, self.resume, interval, max_batch, self.timeout
+            )
+        return self._multiplexer
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -284,12 +303,18 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._multiplexer is not None:
+            await self._multiplexer.close()
         await self.channel.close()
 
-    async def open(self, model: str | pb.Open, **options: Any) -> AsyncParseStream:
+    async def open(self, model: str | pb.Open, **options: Any) -> AsyncParseStream | AsyncMuxStream:
         """Start a streaming session: send its Open and wait until the server accepted it
         (raises ``grpc.aio.AioRpcError`` with the server's status when it did not).
-        ``options`` as for ``requests.open_message``; or a whole ``pb.Open`` (``render``'s)."""
+        ``options`` as for ``requests.open_message``; or a whole ``pb.Open`` (``render``'s).
+        Multiplexed, the session rides the shared stream (``AsyncMuxStream``, the same API)."""
+        mux = self.multiplexer
+        if mux is not None:
+            return await mux.open(opened(model, options))
         stream = AsyncParseStream(self.stub, opened(model, options), self.timeout, self.resume, self.metadata)
         await stream._connect()
         return stream
@@ -300,6 +325,21 @@ class AsyncClient:
         """One call: stream ``steps`` through a session; ``(message, deltas)`` as a ``ParseResult``
         (``options`` as for ``sync.Client.parse_stream``)."""
         open_, messages = stream_messages(model, steps, finish_reason, **options)
+        mux = self.multiplexer
+        if mux is not None:
+            session = await mux.open(open_)
+
+            async def send_all() -> None:
+                for message in messages:
+                    await mux.send_request(session.key, message)
+
+            sender = asyncio.create_task(send_all())
+            try:
+                replies = [message async for message in session]
+            finally:
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+            return collect(replies)
         if self.resume is None:
             opened = chain([pb.ParseRequest(open=open_)], messages)
             return collect([message async for message in self.parse(opened)])

@@ -78,10 +78,11 @@ class StepBuilder:
                 entry.steps.add().token_ids.extend(ids)
         return entry
 
-    def open(self, key: str, model: str, **options: Any) -> None:
-        """Open session ``key``; ``options`` as for ``requests.open_message``."""
+    def open(self, key: str, model: str | pb.Open, **options: Any) -> None:
+        """Open session ``key``; ``options`` as for ``requests.open_message`` (or a whole
+        ``pb.Open`` and no options)."""
         entry = self._entry(key)
-        entry.open.CopyFrom(open_message(model, **options))
+        entry.open.CopyFrom(model if isinstance(model, pb.Open) else open_message(model, **options))
         if self._resumable:
             entry.open.resumable = True
 
@@ -111,7 +112,11 @@ class StepBuilder:
     ) -> None:
         """End session ``key``'s output; its output in the reply carries ``final``
         (``other_choices_usage``: see ``finish_message``)."""
-        self._entry(key).finish.CopyFrom(finish_message(reason, matched_stop, other_choices_usage))
+        self.finish_with(key, finish_message(reason, matched_stop, other_choices_usage))
+
+    def finish_with(self, key: str, finish: pb.Finish) -> None:
+        """``finish`` with a ready ``Finish`` message."""
+        self._entry(key).finish.CopyFrom(finish)
 
     def cancel(self, key: str) -> None:
         """Drop session ``key`` (its output in the reply carries the status CANCELLED)."""

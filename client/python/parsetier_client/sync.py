@@ -19,6 +19,8 @@ import grpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch import Batch
+from parsetier_client.mux import Multiplexer, MuxStream
+from parsetier_client.mux_core import MAX_BATCH
 from parsetier_client.parts import joined
 from parsetier_client.rendering import RenderResult, opened, render_request
 from parsetier_client.requests import (
@@ -189,15 +191,27 @@ class Client:
         tls: Tls | bool | None = None,
         token: str | None = None,
         resume: bool | ResumePolicy = True,
+        multiplex: bool = False,
+        flush_interval: float = 0.0,
+        max_batch: int = MAX_BATCH,
     ) -> None:
         """``tls``: ``True`` (system roots) or a ``Tls`` (CA, client certificate for mTLS, server
-        name); ``token``: a bearer token sent with every call."""
+        name); ``token``: a bearer token sent with every call. ``multiplex``: sessions ride one
+        shared ``ParseBatch`` stream (``mux``), their sends coalesced into one message per flush:
+        at ``max_batch`` entries, or ``flush_interval`` seconds after the first (0: as soon as
+        the flushing thread runs)."""
         self.channel = channel or sync_channel(target, tls_of(tls))
         self.stub = pb_grpc.ParserServiceStub(self.channel)
         self.timeout = timeout
         self.metadata = token_metadata(token)
         self.resume = policy_of(resume)
         """How streams resume after a break (``ResumePolicy``), or None: resume off."""
+        self.multiplexer = (
+            Multiplexer(self.stub, self.metadata, self.resume, flush_interval, max_batch, timeout)
+            if multiplex
+            else None
+        )
+        """The shared stream of multiplexed sessions, or None (a ``Parse`` stream per session)."""
 
     def __enter__(self) -> Client:
         return self
@@ -206,12 +220,17 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        if self.multiplexer is not None:
+            self.multiplexer.close()
         self.channel.close()
 
-    def open(self, model: str | pb.Open, **options: Any) -> ParseStream:
+    def open(self, model: str | pb.Open, **options: Any) -> ParseStream | MuxStream:
         """Start a streaming session; ``options`` are ``requests.open_message``'s keywords. Or
-        give a whole ``pb.Open`` (``render``'s ``RenderResult.open``) and no options."""
+        give a whole ``pb.Open`` (``render``'s ``RenderResult.open``) and no options. Multiplexed,
+        the session rides the shared stream (``MuxStream``, the same API)."""
         open_ = opened(model, options)
+        if self.multiplexer is not None:
+            return MuxStream(self.multiplexer, open_)
         return ParseStream(self.stub, open_, self.timeout, self.metadata, self.resume)
 
     def parse(self, messages: Iterable[pb.ParseRequest]) -> Iterator[pb.ParseResponse]:
@@ -226,6 +245,11 @@ class Client:
         ``options``: ``requests.stream_messages``' keywords (``matched_stop``, ``tools``,
         ``steps_per_message``, ``other_choices_usage``) and ``open_message``'s."""
         open_, messages = stream_messages(model, steps, finish_reason, **options)
+        if self.multiplexer is not None:
+            mux = MuxStream(self.multiplexer, open_)
+            for message in messages:
+                self.multiplexer.send_request(mux.key, message)
+            return collect(list(mux))
         if self.resume is None:
             return collect(list(self.parse(chain([pb.ParseRequest(open=open_)], messages))))
         stream = ParseStream(self.stub, open_, self.timeout, self.metadata, self.resume)
