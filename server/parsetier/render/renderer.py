@@ -142,8 +142,12 @@ class Renderer:
             chat_template or conv.chat_template
         ):
             thinking = conv.thinking if conv.thinking is not None else bool(model.spec.thinking)
-            text = encoder(conv, thinking)
-            ids = self.cache.encode(model.tokenizer, self._boundaries(model), salt or model.name, text)
+            encoded = encoder(conv, thinking)
+            if isinstance(encoded, str):
+                text = encoded
+                ids = self.cache.encode(model.tokenizer, self._boundaries(model), salt or model.name, text)
+            else:
+                text, ids = model.tokenizer.decode(encoded, skip_special_tokens=False), encoded
         else:
             template = self.template(model, conv, chat_template)
             text = self._text(template, conv, _special_tokens(model))
