@@ -79,6 +79,11 @@ def test_go_client_against_real_server():
             "ExampleClient_Open",
             "ExampleClient_ParseOnce",
             "ExampleClient_ParseStream",
+            "TestRenderThenParseWithItsOpen",
+            "TestRenderAnthropicMessages",
+            "TestRenderChoicesAndConstraint",
+            "TestRenderErrors",
+            "ExampleClient_Render",
         ):
             assert f"--- PASS: {name}" in output, f"{name} did not run:\n{output}"
         # The sessions were the Go client's, on this server: its five runSession sessions ended OK.

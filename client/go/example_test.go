@@ -2,6 +2,7 @@ package parsetier_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
@@ -101,4 +102,45 @@ func ExampleClient_ParseStream() {
 	fmt.Println(len(deltas) > 1, final.GetMessage().GetContent())
 	// Output:
 	// true Checking both cities.
+}
+
+// One call before generation, one stream after: the request body as it arrived is rendered into
+// the prompt's ids and the output session's Open, and the engine's output is parsed with that
+// Open unchanged into the bytes the caller's API expects (here a chat completion body).
+func ExampleClient_Render() {
+	client, err := parsetier.NewClient(os.Getenv("PARSETIER_SERVER"), parsetier.WithInsecure())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	body := []byte(`{"model": "my-model", "messages": [{"role": "user", "content": "Weather in Paris and Tokyo?"}],
+		"tools": [{"type": "function", "function": {"name": "get_weather"}}]}`)
+	rendered, err := client.Render(ctx, "qwen3", parsetier.OpenAIChat, body)
+	if err != nil {
+		log.Fatal(err) // codes.InvalidArgument naming the JSON path; parsetier.WireError(err) in the dialect
+	}
+	// The engine generates from rendered.PromptTokenIDs with rendered.Sampling; here it "produced"
+	// recordedOutput, ending on <|im_end|>.
+	fmt.Println(len(rendered.PromptTokenIDs) > 0, rendered.Sampling.GetStopTokenIds()[0])
+
+	stop := parsetier.Finish{Reason: parsetier.Stop, Matched: parsetier.StopToken(151645)}
+	once, err := client.ParseOnce(ctx, rendered.Open.GetModel(), recordedOutput, stop, parsetier.WithOpen(rendered.Open))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var completion struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(once.GetFinal().GetWire(), &completion); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(completion.Model, completion.Choices[0].FinishReason)
+	// Output:
+	// true 151645
+	// my-model tool_calls
 }

@@ -9,20 +9,24 @@ confined to the one session that hit it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
 from parsetier.status import StatusError, error_of
 
-if TYPE_CHECKING:
-    from parsetier.protocol import SessionProtocol
-
-__all__ = ["WIRE_TRAILER", "grpc_code", "status_for", "wire_trailer"]
+__all__ = ["WIRE_TRAILER", "ErrorWire", "grpc_code", "status_for", "wire_trailer"]
 
 WIRE_TRAILER = "parsetier-wire-bin"
 """Trailing metadata of a ``Parse`` stream or ``ParseOnce`` call that ended with an error and
 asked for wire bytes (``Open.wire``): the error in its dialect, to forward (``dialects.errors``)."""
+
+
+class ErrorWire(Protocol):
+    """What renders a call's error in its dialect: a session's ``SessionProtocol``, or a failed
+    ``Render``'s ``render.RenderErrorWire``."""
+
+    def error_wire(self, code: str, message: str) -> bytes: ...
 
 
 def grpc_code(error: StatusError) -> grpc.StatusCode:
@@ -37,9 +41,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     return grpc_code(error), error.message
 
 
-def wire_trailer(protocol: SessionProtocol | None, code: str, message: str) -> tuple[tuple[str, bytes], ...]:
-    """The trailer that carries a failed session's error in its wire dialect; none when it asked
-    for no wire bytes (or the status is one that has none: ``SessionProtocol.error_wire``)."""
+def wire_trailer(protocol: ErrorWire | None, code: str, message: str) -> tuple[tuple[str, bytes], ...]:
+    """The trailer that carries a failed call's error in its wire dialect; none when it asked for
+    no wire bytes (or the status is one that has none: ``SessionProtocol.error_wire``,
+    ``RenderErrorWire``)."""
     if protocol is None:
         return ()
     try:

@@ -12,6 +12,8 @@ import hashlib
 import json
 from collections.abc import Callable
 
+from parsetier.dialects import WireRequest
+from parsetier.dialects.errors import error_bytes
 from parsetier.models import Model
 from parsetier.render import Rendered, Renderer
 from parsetier.render.common import kwargs_as_strings
@@ -42,6 +44,25 @@ def dialect_of(request: pb.RenderRequest) -> str:
     if dialect is None:
         raise BadRequest("dialect", f"{request.dialect} is not a dialect (set one of WIRE_DIALECT_*)")
     return dialect
+
+
+class RenderErrorWire:
+    """A failed ``Render``'s error in its request's dialect (the ``parsetier-wire-bin`` trailer):
+    the API's error body, which a gateway forwards with the code's HTTP status as it forwards a
+    session's bytes. A body even for a streamed request: nothing has been sent yet, and an API
+    refuses a bad streamed request with an error status and body before any event (the SDKs
+    raise their error class from it). None for an unset dialect (that is the error) or a cancel."""
+
+    __slots__ = ("dialect",)
+
+    def __init__(self, dialect: int) -> None:
+        self.dialect = dialect
+
+    def error_wire(self, code: str, message: str) -> bytes:
+        name = DIALECTS.get(self.dialect)
+        if name is None or code == "CANCELLED":
+            return b""
+        return error_bytes(WireRequest(dialect=name, stream=False), code, message)
 
 
 def render_request(renderer: Renderer, model: Model, request: pb.RenderRequest) -> pb.RenderResponse:

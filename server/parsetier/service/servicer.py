@@ -40,12 +40,12 @@ from parsetier.service.admission import Admission
 from parsetier.service.budget import STREAM_WINDOW, BufferBudget, Share
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable, read_batch_request
-from parsetier.service.errors import grpc_code, status_for, wire_trailer
+from parsetier.service.errors import ErrorWire, grpc_code, status_for, wire_trailer
 from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch, WriteTimeout
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip, emit_all
-from parsetier.service.render import render_prompt, render_request
+from parsetier.service.render import RenderErrorWire, render_prompt, render_request
 from parsetier.status import Code, ProtocolError, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
@@ -436,7 +436,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             result.append(response)
 
         status = await self._guarded(record, run(), context)
-        await _end(record, status, context)
+        await _end(record, status, context, RenderErrorWire(request.dialect))
         return result[0] if result else pb.RenderResponse()  # empty only when the client is gone
 
     # --- shared ----------------------------------------------------------------------------
@@ -493,10 +493,11 @@ async def _end(
     record: SessionRecord,
     status: Status | None,
     context: grpc.aio.ServicerContext,
-    protocol: SessionProtocol | None = None,
+    protocol: ErrorWire | None = None,
 ) -> None:
     """Send the session's error status, if any, and log its end. With ``protocol`` (a session
-    that asked for wire bytes), the status's trailer carries them in its dialect (``wire_trailer``).
+    that asked for wire bytes, or a ``Render``), the status's trailer carries them in its dialect
+    (``wire_trailer``).
 
     grpc reports a client that cancelled while the server waited for its next message as an
     ordinary end of stream; only sending the status then shows that nobody is listening (the
