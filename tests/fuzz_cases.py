@@ -448,8 +448,10 @@ _ODD_VALUES = [
     None, 0, -1, 2**70, 1.5, float("1e308"), True, "", "<|im_end|>", "</think>", "ü" * 3, [], {}, [None],
     {"type": "image_url"}, {"type": "function"}, "{not json", '{"a": [1, 2]}', "[1]", "x" * 300,
 ]  # fmt: skip
-RENDER_MODELS = st.sampled_from(["qwen3", "qwen3", "qwen3.5", "glm-4.5", "deepseek-v3.1", "minimax-m2",
-                                 "qwen3-coder", "gpt-oss", "no-such-model"])  # fmt: skip
+RENDER_MODELS = st.sampled_from([
+    "qwen3", "qwen3", "qwen3.5", "glm-4.5", "deepseek-v3.1", "minimax-m2", "deepseek-v4", "mistral-7b-v0.3",
+    "qwen3-coder", "gpt-oss", "no-such-model",
+])  # fmt: skip
 
 
 def _nodes(value, path=()):
