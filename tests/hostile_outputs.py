@@ -131,12 +131,15 @@ _WRITTEN.update(
 )
 
 _WRITTEN.update(
-    {  # issue 39's families, first half (Intern-S1 shares InternLM2's calls)
+    {  # issue 39's families, first half
         "step-3": "r</think><｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>"
         + '<steptml:invoke name="f"><steptml:parameter name="a">'
         + VALUE
         + "</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
         "internlm2": '<|action_start|><|plugin|>\n{"name": "f", "parameters": {"a": '
+        + VALUE
+        + "}}<|action_end|>",
+        "intern-s1": '<think>r</think><|action_start|><|plugin|>{"name": "f", "parameters": {"a": '
         + VALUE
         + "}}<|action_end|>",
         "hunyuan-a13b": '<answer>\n<tool_calls>[{"name": "f", "arguments": {"a": '

@@ -343,6 +343,20 @@ def test_a_function_name_ends_at_the_end_of_its_line(text: str, want: tuple) -> 
         compare(QWEN3_CODER, options, [ids])
 
 
+def test_a_parameter_key_ends_at_the_end_of_its_line() -> None:
+    """``<parameter=KEY`` whose ``>`` never comes is that key, and its value starts on the next line
+    (inside a call the key is not in doubt), in both engines; it used to read on into the value and
+    its closer (a key ``"city\\nDallas\\n</parameter"``)."""
+    body = "<parameter=s\nDallas\n</parameter>\n<parameter=i\n3\n</parameter>\n"
+    text = f"<tool_call>\n<function=f>\n{body}</function>\n</tool_call>"
+    ids = enc(text)
+    assert split_check(QWEN3_CODER, ids, TOOLS) == ("", "", (("f", '{"s": "Dallas", "i": 3}'),))
+    for complete in (False, True):
+        options = SessionOptions(tools=TOOLS.tools, complete_tool_calls=complete)
+        compare(QWEN3_CODER, options, [[i] for i in ids])
+        compare(QWEN3_CODER, options, [ids])
+
+
 # ================================================================================ options / errors
 def test_tool_choice_and_parallel() -> None:
     ids = enc("OK.\n\n" + call([("s", "x")]) + "\n" + call([("s", "y")], "g"))
