@@ -129,6 +129,25 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "past it gets RESOURCE_EXHAUSTED; default: a quarter of the memory, shared by the workers",
     )
     parser.add_argument(
+        "--max-tools",
+        type=count,
+        default=defaults.max_tools,
+        help="tools in one request; more are INVALID_ARGUMENT; default %(default)s",
+    )
+    parser.add_argument(
+        "--max-schema-bytes",
+        type=count,
+        default=defaults.max_schema_bytes,
+        help="bytes of one tool's JSON (its parameters schema); larger is INVALID_ARGUMENT; "
+        "default %(default)s",
+    )
+    parser.add_argument(
+        "--constraint-timeout",
+        type=positive_float,
+        default=defaults.constraint_timeout,
+        help="seconds a BuildConstraint may take (DEADLINE_EXCEEDED beyond); default %(default)s",
+    )
+    parser.add_argument(
         "--max-watch-streams",
         type=count,
         default=defaults.max_watch_streams,
@@ -410,6 +429,9 @@ def _serve(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens,
         trust_request_templates=args.trust_request_templates,
         max_buffered_bytes=args.max_buffered_bytes or default_budget(workers),
+        max_tools=args.max_tools,
+        max_schema_bytes=args.max_schema_bytes,
+        constraint_timeout=args.constraint_timeout,
     )
     _check_tracing(args.otel)
     security = _security(args)

@@ -89,6 +89,7 @@ from parsetier.messages import Delta, Final, Usage
 from parsetier.models import Model
 from parsetier.native import bind_ledger, open_session
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
+from parsetier.tool_limits import check_tools
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 Input = pb.ParseRequest | pb.SessionInput
@@ -139,6 +140,16 @@ class Limits:
     max_buffered_bytes: int = 1024 * 1024 * 1024
     """Bytes of client input and unsent replies the server holds across all streams
     (``service/budget.py``); ``parsetier serve`` defaults it to a quarter of the memory."""
+    max_tools: int = 1024
+    """Tools in one request's ``Open`` (INVALID_ARGUMENT beyond: ``parsetier.tool_limits``)."""
+    max_schema_bytes: int = 64 * 1024
+    """Bytes of one tool's JSON (its parameters schema) in an ``Open``."""
+    constraint_timeout: float = 30.0
+    """Seconds a ``BuildConstraint`` may take (DEADLINE_EXCEEDED beyond)."""
+
+    def check_tools(self, open_: pb.Open) -> None:
+        """An Open's tools within ``max_tools`` and ``max_schema_bytes`` (INVALID_ARGUMENT)."""
+        check_tools(open_, self.max_tools, self.max_schema_bytes)
 
     def check_steps(self, count: int) -> None:
         if count > self.max_steps_per_message:
@@ -701,6 +712,7 @@ class SessionProtocol:
         Each per-session field of the Open is read once (``request_id``: when the caller read
         it); an Open that sets none but the model shares its ``Opening`` by its bytes
         (``convert.opening_of``'s ``shared_only``)."""
+        self.limits.check_tools(open_)
         if request_id is None:
             request_id = open_.request_id
         prompt, choice = open_.prompt_token_ids, open_.choice_index

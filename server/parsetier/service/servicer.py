@@ -67,6 +67,8 @@ handed back to the event loop every few milliseconds, so the other streams keep 
 RENDER_THREADS = 2
 """Worker threads ``Render`` runs on (templates and tokenization hold the GIL for much of their
 time, so more threads than cores buy nothing)."""
+CONSTRAINT_THREADS = 2
+"""Worker threads ``BuildConstraint`` runs on."""
 REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused stream waits for the client's first message before the status is sent."""
 
@@ -171,6 +173,12 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         )
         """``Render``'s renderer: its prefix cache is shared by every request of this process."""
         self._render_pool = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="parsetier-render")
+        self._constraint_pool = ThreadPoolExecutor(
+            CONSTRAINT_THREADS, thread_name_prefix="parsetier-constraint"
+        )
+        """``BuildConstraint`` runs here, off the event loop; bounded as the render pool is (a build
+        past ``--constraint-timeout`` is answered DEADLINE_EXCEEDED, but its thread runs to its
+        end: the per-request tool bounds are what bound that)."""
         """Renders run here, off the event loop; a bounded pool, so a burst of long renders queues
         instead of taking every thread the loop's other work (model loads) also needs."""
 
@@ -402,11 +410,28 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             request = _decoded(request)
             record.model, record.request_id = request.open.model, request.open.request_id
             model = await self._model(request.open.model)
-            result.append(build_constraint(model, request.open))
+            loop = asyncio.get_running_loop()
+            work = loop.run_in_executor(self._constraint_pool, self._constraint, model, request.open)
+            try:
+                result.append(await asyncio.wait_for(work, self.limits.constraint_timeout))
+            except TimeoutError:
+                raise ProtocolError(
+                    Code.DEADLINE_EXCEEDED,
+                    f"the constraint took more than {self.limits.constraint_timeout:g} s to build "
+                    "(--constraint-timeout); fewer or simpler tools build faster",
+                ) from None
 
         status = await self._guarded(record, run(), context)
         await _end(record, status, context)
         return result[0] if result else pb.BuildConstraintResponse()  # empty only when the client is gone
+
+    def _constraint(self, model: Model, open_: pb.Open) -> pb.BuildConstraintResponse:
+        """A worker thread's job: the request's tool bounds, then the constraint. Deriving it is
+        Python, compiling it llguidance, which releases the GIL; in a thread the event loop gets
+        the GIL back every few milliseconds (``bench/constraint_stall.py``: a probe stream's p99
+        went from the whole build, seconds, to milliseconds)."""
+        self.limits.check_tools(open_)
+        return build_constraint(model, open_)
 
     # --- Render ----------------------------------------------------------------------------
 
