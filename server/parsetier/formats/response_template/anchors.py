@@ -4,9 +4,10 @@ capture that a following literal (or the content) ends, and ``xml-inline``'s val
 A format file's terminals are literal texts, so a regex anchor is compiled only when it is made of
 such parts: ``\\s*<tool_call>\\s*<function=(?P<name>[^>\\n]+)>`` is whitespace, ``<tool_call>``,
 whitespace, ``<function=``, the capture ``name``, ``>``. Alternations of literals (``(?:a|b)``)
-expand into alternative sequences. Anything else (lookarounds, backreferences, a repeated literal,
-a character class standing alone) is refused with ``Unsupported``, naming the construct: the
-template is valid, but parsetier cannot serve it without a format file.
+and optional parts (``(?:<wrapper>)?``) expand into alternative sequences. Anything else
+(lookarounds, backreferences, a repeated literal, a character class standing alone) is refused
+with ``Unsupported``, naming the construct: the template is valid, but parsetier cannot serve it
+without a format file.
 """
 
 from __future__ import annotations
@@ -103,10 +104,12 @@ def _item(op, av, names: dict[int, str], value_group: bool) -> list[list[Part]]:
             raise Unsupported(f"the group {name!r} must be a run of characters (such as [^>]+, \\w+ or .*?)")
         return [[Value() if (value_group and name == "value") else Capture(name, _excluded(list(sub)))]]
     if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
-        low, _high, sub = av
+        low, high, sub = av
         if low == 0 and _is_space(list(sub)):
             return [[Ws()]]
-        raise Unsupported("a repeat other than optional whitespace (\\s*) outside a named group")
+        if low == 0 and high == 1:  # an optional part: the sequences with it and without it
+            return [[], *_sequence(list(sub), names, value_group)]
+        raise Unsupported("a repeat other than optional whitespace (\\s*) or an optional part (?)")
     if op is sre.IN and len(av) == 1 and av[0][0] is sre.LITERAL:
         return [[Lit(chr(av[0][1]))]]
     raise Unsupported(f"the construct {str(op).lower()} has no place in a marker")

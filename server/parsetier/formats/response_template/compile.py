@@ -47,6 +47,7 @@ class _Builder:
         self._by_text: dict[str, str] = {}
         self.states: dict[str, dict[str, Any]] = {}
         self._via: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.value_trim = "newline"
 
     def term(self, text: str, hint: str) -> str:
         if text in self._by_text:
@@ -185,6 +186,7 @@ def compile_template(template: Template, name: str, special_tokens: Collection[s
         "name": name,
         "description": "from the model's response_template",
         "initial": base,
+        "value_trim": b.value_trim,
         "terminals": dict(b.terminals),
         "prompt": prompt,
         "states": b.states,
@@ -297,6 +299,7 @@ def _calls(b: _Builder, template: Template, f: Field, base: str) -> None:
     )
     done: dict[str, Any] | None = None if close_alts else {"next": base, "do": ["call_end"]}
     value_state: str | None = None
+    param_opener: tuple[list[str], str] | None = None
     if f.content == "json" and style == "whole":
         if f.content_args:
             raise _unsupported(template, f"{where}.content_args", "a whole function object is plain JSON")
@@ -310,7 +313,7 @@ def _calls(b: _Builder, template: Template, f: Field, base: str) -> None:
         if not close_alts:
             raise _unsupported(template, where, "xml-inline calls need a closer")
         b.state(state, "skip")
-        value_state = _xml_params(b, template, f, state)
+        value_state, param_opener = _xml_params(b, template, f, state)
     else:
         raise _unsupported(
             template,
@@ -318,7 +321,7 @@ def _calls(b: _Builder, template: Template, f: Field, base: str) -> None:
             f"content {f.content!r} with this transform (json, xml-inline with a captured name, or "
             "python-call-list with transform_each)",
         )
-    _call_openers(b, template, f, base, state, group, close_alts)
+    _call_openers(b, template, f, base, state, group, close_alts, param_opener)
     for path in close_alts:
         b.chain(f"{where}.{f.close.key}", state, path, base, f"{f.name}_close", do=["call_end"])  # type: ignore[union-attr]
         if value_state is not None:
@@ -340,7 +343,12 @@ def _call_openers(
     state: str,
     group: str | None,
     close_alts: list[list[str]],
+    param_opener: tuple[list[str], str] | None,
 ) -> None:
+    """The opener's paths into the call. A captured name ends at the literal after its group; with
+    none, at the ``{`` of ``json`` content (kept for the reader), or for ``xml-inline`` at a
+    parameter's opener (kept), the call's closer (a call without arguments) or a character its
+    class leaves out (``[^\n<]+`` ends at a newline)."""
     assert f.open is not None
     where = f"fields.{f.name}.{f.open.key}"
     for alt in _alternatives(template, f"fields.{f.name}", f.open):
@@ -366,14 +374,26 @@ def _call_openers(
                     b.on(where, name_state, char, base, "name_stop")
         elif f.content == "json":
             b.on(where, name_state, "{", {"next": state, "do": ["call_begin"], "keep": True}, "brace")
+        elif param_opener is not None:
+            # The name runs to the first parameter (stripped: GLM-4.5's newline after it is
+            # markup), or to the closer or the end of the output (a call without arguments);
+            # an empty name is no call, as the group needs a character.
+            opener, key_state = param_opener
+            b.chain(where, name_state, opener, key_state, "param_open", do=["call_begin"])
+            for path in close_alts:
+                b.chain(where, name_state, path, base, f"{f.name}_close", do=["call_begin", "call_end"])
+            b.states[name_state]["rules"] = [{"match": r"^\s*$"}]
+            b.states[name_state]["end"] = {"next": base, "do": ["call_begin", "call_end"]}
+            continue
         else:
             raise _unsupported(template, where, "a literal must end the captured name")
         for path in close_alts:  # a closer before the arguments: no call
             b.chain(where, name_state, path, base, f"{f.name}_close")
 
 
-def _xml_params(b: _Builder, template: Template, f: Field, body: str) -> str:
-    """``xml-inline``'s tag_pattern as states: key capture, value; returns the value state."""
+def _xml_params(b: _Builder, template: Template, f: Field, body: str) -> tuple[str, tuple[list[str], str]]:
+    """``xml-inline``'s tag_pattern as states: key capture, value; returns the value state, and
+    a parameter's opener with the key state it leads to."""
     where = f"fields.{f.name}.content_args"
     args = f.content_args
     unknown = set(args) - {"tag_pattern", "value_parser", "merge_duplicates"}
@@ -405,7 +425,12 @@ def _xml_params(b: _Builder, template: Template, f: Field, body: str) -> str:
     key_state = b.state(f"{f.name}_key", "capture")
     value_state = b.state(f"{f.name}_value", "value")
     tag = f"{where}.tag_pattern"
-    b.chain(tag, body, _literals(template, tag, before), key_state, "param_open")
+    opener = _literals(template, tag, before)
+    b.chain(tag, body, opener, key_state, "param_open")
     b.chain(tag, key_state, _literals(template, tag, between), value_state, "key_end", do=["param_begin"])
     b.chain(tag, value_state, _literals(template, tag, after), body, "param_close", do=["param_end"])
-    return value_state
+    # ``\s*`` beside the value: the template's newlines around it are markup (one each side, as
+    # the XML format files take them); without it the value is verbatim.
+    spaced = isinstance(seq[v - 1], Ws) or (v + 1 < len(seq) and isinstance(seq[v + 1], Ws))
+    b.value_trim = "newline" if spaced else "none"
+    return value_state, (opener, key_state)
