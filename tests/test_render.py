@@ -408,3 +408,23 @@ def test_the_rendered_open_parses_into_the_requests_own_api_body(stub, registry,
     if dialect != pb.WIRE_DIALECT_OPENAI_COMPLETIONS:
         assert "get_weather" in final.wire.decode() and "Paris" in final.wire.decode()
     assert str(rendered.prompt_tokens) in final.wire.decode()  # the usage counts the rendered prompt
+
+
+def test_thinking_switched_off_reaches_the_template_and_the_open_alike(stub):
+    """Each dialect's own "no thinking" renders Qwen3.5 without its opened <think> and tells the
+    parser so (the prompt tail and Open.thinking agree)."""
+    offs = [
+        (
+            pb.WIRE_DIALECT_OPENAI_CHAT,
+            {"messages": [USER], "chat_template_kwargs": {"enable_thinking": False}},
+        ),
+        (
+            pb.WIRE_DIALECT_ANTHROPIC_MESSAGES,
+            {"messages": [USER], "max_tokens": 5, "thinking": {"type": "disabled"}},
+        ),
+        (pb.WIRE_DIALECT_OPENAI_RESPONSES, {"input": "x", "reasoning": {"effort": "none"}}),
+    ]
+    for dialect, body in offs:
+        out = call(stub, "qwen3.5", dialect, body, return_prompt_text=True)
+        assert out.prompt_text.endswith("<think>\n\n</think>\n\n"), (dialect, out.prompt_text[-40:])
+        assert out.open.thinking is False

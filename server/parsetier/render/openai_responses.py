@@ -134,8 +134,10 @@ def read(body: Obj) -> Conversation:
         effort = reasoning.string("effort")
         if effort is not None:
             conv.template_kwargs["reasoning_effort"] = effort
-            if effort == "none":
+            if effort == "none":  # the prompt and the parser agree: thinking off in both
                 conv.thinking = False
+                conv.template_kwargs.setdefault("enable_thinking", False)
+                conv.template_kwargs.setdefault("thinking", False)
     common_sampling(body, conv)
     s = conv.sampling
     s.max_tokens = body.integer("max_output_tokens", minimum=1, maximum=2**32 - 1)
