@@ -84,6 +84,7 @@ def test_go_client_against_real_server():
             "TestRenderChoicesAndConstraint",
             "TestRenderErrors",
             "ExampleClient_Render",
+            "TestWireJoinOneChoicePassesThrough",
         ):
             assert f"--- PASS: {name}" in output, f"{name} did not run:\n{output}"
         # The sessions were the Go client's, on this server: its five runSession sessions ended OK.

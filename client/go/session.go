@@ -139,6 +139,13 @@ func (s *Session) Finish(reason pb.FinishReason, matchedStop MatchedStop) error 
 	return s.put(&pb.ParseRequest{Finish: Finish{Reason: reason, Matched: matchedStop}.message()}, true)
 }
 
+// FinishWith is Finish with every field of finish: OtherChoicesUsage too, which the last of a
+// request's n > 1 choices to finish sends (the others' usage summed) so that its wire bytes count
+// every choice.
+func (s *Session) FinishWith(finish Finish) error {
+	return s.put(&pb.ParseRequest{Finish: finish.message()}, true)
+}
+
 func (s *Session) put(msg *pb.ParseRequest, finish bool) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()

@@ -81,7 +81,8 @@ func HTTPStatus(err error) int {
 }
 
 // WireJoin joins the wire bytes of n sessions, the choices 0 .. n-1 of one OpenAI chat or
-// completions request (n > 1), into the one response its caller reads. Feed each session's
+// completions request (n > 1), into the one response its caller reads; with n = 1, any dialect's
+// bytes pass through unchanged, so one code path serves every request. Feed each session's
 // replies as they come (AddResponse, AddOutput) and forward what they return.
 //
 // Streamed: a choice's events are held until every choice before it has sent its first (the
@@ -188,6 +189,9 @@ func (j *WireJoin) release() []byte {
 }
 
 func (j *WireJoin) joinedBody() ([]byte, error) {
+	if j.n == 1 {
+		return j.finals[0], nil // one choice's body is the response's, in any dialect
+	}
 	var joined map[string]json.RawMessage
 	type indexed struct {
 		index int

@@ -285,3 +285,20 @@ func checkJoinedStream(t *testing.T, out []byte, total uint32) {
 		t.Fatalf("choices first seen in order %v, %d usage chunks", seen, usages)
 	}
 }
+
+// One choice's bytes pass through unchanged, whatever the dialect: a gateway joins every
+// request's sessions with one WireJoin, n = 1 included.
+func TestWireJoinOneChoicePassesThrough(t *testing.T) {
+	body := []byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"<&>"}]}`)
+	join := parsetier.NewWireJoin(1, false)
+	out, err := join.AddResponse(0, &pb.ParseResponse{Final: &pb.Final{Wire: body}})
+	if err != nil || !bytes.Equal(out, body) || !join.Ended() {
+		t.Fatalf("joined %q, %v; want the body unchanged", out, err)
+	}
+	events := parsetier.NewWireJoin(1, true)
+	first, _ := events.AddResponse(0, &pb.ParseResponse{Wire: []byte("event: a\n\n")})
+	last, _ := events.AddResponse(0, &pb.ParseResponse{Wire: []byte("event: b\n\n"), Final: &pb.Final{Wire: []byte("event: c\n\n")}})
+	if string(first)+string(last) != "event: a\n\nevent: b\n\nevent: c\n\n" || !events.Ended() {
+		t.Fatalf("streamed %q %q", first, last)
+	}
+}

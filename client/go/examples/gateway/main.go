@@ -1,407 +1,243 @@
-// Command gateway is a small HTTP front end that answers OpenAI and Anthropic clients with the
-// bytes parsetier renders (Open.wire): the handler opens one Parse session per request (per
-// choice, for OpenAI's n > 1), feeds it the token ids its engine generates, and writes each
-// reply's wire bytes to the caller as they come, then the final result's. It maps nothing itself:
-// role chunks, call ids, finish reasons, usage, logprobs and the SSE framing all come from the
-// server.
+// Command gateway is an OpenAI- and Anthropic-compatible HTTP front end for a token-in/token-out
+// engine, built on two parsetier calls: one before generation and one stream after.
 //
-//	gateway -parsetier 127.0.0.1:50051 -listen 127.0.0.1:8080 -model qwen3 -steps steps.json -tools tools.json
+//	HTTP body ──Render──► prompt ids, sampling ──► engine ──► output ids ──Parse(Render's Open)──► HTTP bytes
 //
-// The "engine" here replays recorded decode steps (-steps: a JSON array of token-id arrays), so
-// the example runs without a GPU; a real gateway feeds its engine's steps in the same loop.
-// -steps may be given several times: choice i of a request replays the (i mod count)-th file.
-// Routes: /v1/chat/completions, /v1/completions, /v1/messages, /v1/responses. It prints
+// For each request it forwards the body, as it arrived, to Render with the route's dialect; gives
+// the prompt's token ids and the sampling parameters to the engine; opens one Parse session per
+// choice with the Open that Render returned, unchanged (its wire options answer in the request's
+// own dialect); feeds the session the engine's output ids step by step; and writes the session's
+// wire bytes to the caller as they come. It reads no field of any request and writes no field of
+// any response: the prompt, tools, tool choice, thinking switch, stop ids, stream flag, response
+// id, role chunks, call ids, finish reasons, usage, SSE framing and error bodies all come from
+// the server. A request the server refuses gets the error body Render returned in its dialect,
+// with the code's HTTP status.
+//
+//	gateway -parsetier 127.0.0.1:50051 -listen 127.0.0.1:8080 -model qwen3 -script script.json
+//
+// Routes: /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages. It prints
 // "listening on http://ADDR" once it accepts connections.
 //
-// A chat or completions request with n > 1 is n sessions, one per choice (the same Open but its
-// choice_index). Streamed, every session's bytes are forwarded as they come, and the closing
-// bytes (the usage chunk, data: [DONE]) of the last choice to finish only; that choice's Finish
-// waits for the other choices' final results and carries their usage (Finish.other_choices_usage),
-// so the one usage chunk counts every choice, as OpenAI reports it. Not streamed, each session
-// renders a body holding its own choice: the gateway joins their choices, in index order, into
-// the last one's body, whose usage counts every choice the same way.
+// The engine here is a scripted stand-in (engine.go), so the example runs without a model: a table
+// from a prompt (the SHA-256 of its token ids) to the output ids to emit, which it emits a few ids
+// per decode step and ends as an engine does, on a stop id or at max_tokens. A real gateway calls
+// its engine at the same place with the same two inputs.
+//
+// A chat or completions request with n > 1 is n sessions, one per choice (Rendered.Choice(i)),
+// whose bytes parsetier.WireJoin joins: streamed, a choice's events after the first events of the
+// choices before it, and the closing bytes (usage, data: [DONE]) of the last choice to finish
+// only, whose Finish carries the other choices' usage (choices.go) so that they count every
+// choice; not streamed, one body holding every choice in index order.
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
-
+	parsetier "github.com/parsetier/parsetier/client/go"
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
 
-// route is one public API: its wire dialect and the prefix of its response ids.
-type route struct {
-	dialect pb.WireDialect
-	prefix  string
+// routes is the one thing the gateway knows of each API: which dialect its path speaks.
+var routes = map[string]pb.WireDialect{
+	"/v1/chat/completions": parsetier.OpenAIChat,
+	"/v1/completions":      parsetier.OpenAICompletions,
+	"/v1/responses":        parsetier.OpenAIResponses,
+	"/v1/messages":         parsetier.AnthropicMessages,
 }
 
-var routes = map[string]route{
-	"/v1/chat/completions": {pb.WireDialect_WIRE_DIALECT_OPENAI_CHAT, "chatcmpl-"},
-	"/v1/completions":      {pb.WireDialect_WIRE_DIALECT_OPENAI_COMPLETIONS, "cmpl-"},
-	"/v1/messages":         {pb.WireDialect_WIRE_DIALECT_ANTHROPIC_MESSAGES, "msg_"},
-	"/v1/responses":        {pb.WireDialect_WIRE_DIALECT_OPENAI_RESPONSES, "resp_"},
-}
-
-// request is what the handler reads of a caller's body: the rest is the engine's business.
-type request struct {
-	Model         string `json:"model"`
-	Stream        bool   `json:"stream"`
-	N             int    `json:"n"` // OpenAI's choices per request (chat and completions)
-	StreamOptions struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
-// maxChoices bounds n: each choice is a session of its own.
-const maxChoices = 16
+const (
+	maxBodyBytes = 32 << 20 // the largest request body read
+	maxChoices   = 16       // n: each choice is a session of its own
+)
 
 type gateway struct {
-	stub    pb.ParserServiceClient
-	model   string       // the parsetier model (Open.model)
-	tools   string       // the tools the engine's prompt offered, as OpenAI's JSON array
-	outputs [][][]uint32 // the replayed engine outputs (choice i replays outputs[i % len])
-	next    atomic.Int64
+	client *parsetier.Client
+	model  string // the parsetier model (RenderRequest.model)
+	engine *engine
+	next   atomic.Int64
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt, ok := routes[r.URL.Path]
+	dialect, ok := routes[r.URL.Path]
 	if !ok || r.Method != http.MethodPost {
 		http.NotFound(w, r)
 		return
 	}
-	var req request
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 		return
 	}
-	n := 1
-	if rt.dialect == pb.WireDialect_WIRE_DIALECT_OPENAI_CHAT || rt.dialect == pb.WireDialect_WIRE_DIALECT_OPENAI_COMPLETIONS {
-		n = max(req.N, 1)
-	}
-	if n > maxChoices {
-		http.Error(w, fmt.Sprintf("n is %d; this gateway serves at most %d choices", n, maxChoices), http.StatusBadRequest)
+	id := "gw-" + strconv.FormatInt(g.next.Add(1), 10)
+	// One call before generation: the body as it came, in its dialect.
+	rendered, err := g.client.Render(r.Context(), g.model, dialect, body,
+		parsetier.RenderRequestID(id), parsetier.RenderCreated(time.Now().Unix()))
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	id := rt.prefix + strconv.FormatInt(g.next.Add(1), 10)
-	open := &pb.Open{
-		Model:     g.model,
-		RequestId: id,
-		ToolsJson: g.tools,
-		Output:    pb.OutputKind_OUTPUT_KIND_FINAL_ONLY, // only the bytes are wanted
-		Wire: &pb.WireOptions{
-			Dialect:      rt.dialect,
-			ResponseId:   id,
-			Model:        req.Model,
-			Created:      time.Now().Unix(),
-			Stream:       req.Stream,
-			IncludeUsage: req.StreamOptions.IncludeUsage,
-		},
+	if rendered.N() > maxChoices {
+		http.Error(w, fmt.Sprintf("n is %d; this gateway serves at most %d choices", rendered.N(), maxChoices),
+			http.StatusBadRequest)
+		return
 	}
-	if rt.dialect == pb.WireDialect_WIRE_DIALECT_OPENAI_COMPLETIONS {
-		open.Completion = &pb.CompletionOptions{}
-		open.ToolsJson = ""
+	outputs, err := g.engine.generate(rendered)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
 	}
-	opens := make([]*pb.Open, n) // one session per choice: the same Open but its choice_index
-	for i := range opens {
-		opens[i] = proto.CloneOf(open)
-		opens[i].ChoiceIndex = uint32(i)
-	}
-	if err := g.forward(r.Context(), w, opens, req.Stream); err != nil {
+	// One stream after: a Parse session per choice, opened with Render's Open.
+	if err := g.forward(r.Context(), w, rendered, outputs); err != nil {
 		log.Printf("%s: %v", id, err)
 	}
 }
 
-// forward runs one session per choice and writes their bytes to w as they come (see the package
-// comment for n > 1).
-func (g *gateway) forward(ctx context.Context, w http.ResponseWriter, opens []*pb.Open, stream bool) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	out := newOutput(w, len(opens), stream)
-	c := newChoices(len(opens))
-	bodies := make([][]byte, len(opens)) // not streamed: each choice's body
-	errs := make(chan error, len(opens))
-	var first error
-	sessions := 0
-	for i, open := range opens {
-		session, err := g.stub.Parse(ctx)
-		if err != nil {
-			cancel() // the choices started end with it
-			first = err
-			break
-		}
-		sessions++
-		go g.engine(ctx, session, open, g.outputs[i%len(g.outputs)], c, i)
-		go func() {
-			final, err := receive(session, out, c, i, stream)
-			bodies[i] = final
-			if err != nil {
-				cancel() // one choice failed: the response cannot be whole
-			}
-			errs <- err
-		}()
-	}
-	for range sessions {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	if first == nil && !stream {
-		body, err := joinBodies(bodies, c.lastChoice())
-		if err == nil {
-			err = out.write(0, body)
-		}
-		first = err
-	}
-	if first != nil && !out.started {
-		http.Error(w, first.Error(), http.StatusBadGateway)
-	}
-	return first
-}
-
-// engine plays one choice's engine: one message per decode step, then the finish (for the last
-// choice to finish, once the others' usage is known).
-func (g *gateway) engine(ctx context.Context, session pb.ParserService_ParseClient, open *pb.Open, steps [][]uint32, c *choices, i int) {
-	if session.Send(&pb.ParseRequest{Open: open}) != nil {
+// writeError answers a refused request with the error body the server wrote in the request's
+// dialect (its HTTP status from the code), or a plain 502 when the server could not be reached.
+func writeError(w http.ResponseWriter, err error) {
+	body := parsetier.WireError(err)
+	if body == nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	for _, step := range steps {
-		if session.Send(&pb.ParseRequest{Steps: []*pb.Step{{TokenIds: step}}}) != nil {
-			return
-		}
-	}
-	finish, err := c.finish(ctx, i)
-	if err == nil && session.Send(&pb.ParseRequest{Finish: finish}) == nil {
-		_ = session.CloseSend()
-	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(parsetier.HTTPStatus(err))
+	_, _ = w.Write(body)
 }
 
-// receive forwards one choice's replies: their wire bytes as they come and, streamed, the closing
-// bytes of the last choice only. Not streamed, it returns the choice's body instead.
-func receive(session pb.ParserService_ParseClient, out *output, c *choices, i int, stream bool) ([]byte, error) {
-	var body []byte
-	for {
-		reply, err := session.Recv()
-		if errors.Is(err, io.EOF) {
-			return body, nil
-		}
+// forward runs one session per choice, feeding each its engine output, and writes the joined
+// wire bytes to w as they come.
+func (g *gateway) forward(ctx context.Context, w http.ResponseWriter, rendered *parsetier.Rendered, outputs []output) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := len(outputs)
+	stream := rendered.Open.GetWire().GetStream()
+	out := &response{w: w, join: parsetier.NewWireJoin(n, stream), stream: stream}
+	out.flusher, _ = w.(http.Flusher)
+	c := newChoices(n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		open := parsetier.WithOpen(rendered.Choice(i))
+		session, err := g.client.Open(ctx, rendered.Open.GetModel(), open,
+			parsetier.WithOutput(pb.OutputKind_OUTPUT_KIND_FINAL_ONLY)) // only the bytes are wanted
 		if err != nil {
-			return nil, err
+			cancel() // the choices started end with it
+			out.fail(err)
+			errs[i] = err
+			break
 		}
-		if err := out.write(i, reply.GetWire()); err != nil {
-			return nil, err
-		}
-		final := reply.GetFinal()
-		if final == nil {
-			continue
-		}
-		switch last := c.ended(i, final.GetUsage()); {
-		case !stream:
-			body = final.GetWire()
-		case last:
-			if err := out.write(i, final.GetWire()); err != nil {
-				return nil, err
+		defer session.Close()
+		wg.Add(2)
+		go func() { defer wg.Done(); feed(ctx, session, outputs[i], c, i) }()
+		go func() {
+			defer wg.Done()
+			if errs[i] = receive(session, out, c, i); errs[i] != nil {
+				cancel() // one choice failed: the response cannot be whole
 			}
-		}
+		}()
 	}
-}
-
-// choices coordinates the sessions of one request: which choice finishes last, and the usage of
-// the others, which that choice's Finish carries.
-type choices struct {
-	mu     sync.Mutex
-	n      int
-	done   int       // choices whose engine output has ended
-	last   int       // the choice that ended last (its Finish carries the others' usage); -1 before
-	finals int       // choices whose final result has come
-	usage  *pb.Usage // the sum of those results' usage
-	others chan struct{}
-}
-
-func newChoices(n int) *choices {
-	c := &choices{n: n, last: -1, usage: &pb.Usage{}, others: make(chan struct{})}
-	if n == 1 {
-		close(c.others)
-	}
-	return c
-}
-
-// finish is choice i's Finish, once its engine output has ended. The last choice to end waits
-// for the others' final results and sends their usage.
-func (c *choices) finish(ctx context.Context, i int) (*pb.Finish, error) {
-	finish := &pb.Finish{Reason: pb.FinishReason_FINISH_REASON_STOP}
-	c.mu.Lock()
-	c.done++
-	last := c.done == c.n
-	if last {
-		c.last = i
-	}
-	c.mu.Unlock()
-	if !last || c.n == 1 {
-		return finish, nil
-	}
-	select {
-	case <-c.others:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	c.mu.Lock()
-	finish.OtherChoicesUsage = proto.CloneOf(c.usage)
-	c.mu.Unlock()
-	return finish, nil
-}
-
-// lastChoice is the choice that ended last (-1 before every choice has ended).
-func (c *choices) lastChoice() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.last
-}
-
-// ended records choice i's final usage and says whether it is the last choice (whose closing
-// bytes are the response's).
-func (c *choices) ended(i int, usage *pb.Usage) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.last == i {
-		return true
-	}
-	c.usage.CompletionTokens += usage.GetCompletionTokens()
-	c.usage.ReasoningTokens += usage.GetReasoningTokens()
-	c.finals++
-	if c.finals == c.n-1 {
-		close(c.others)
-	}
-	return false
-}
-
-// joinBodies is the response body of n choices: the last choice's body (its usage counts every
-// choice) with the choices of every body, in index order. One body goes out unchanged.
-func joinBodies(bodies [][]byte, last int) ([]byte, error) {
-	if len(bodies) == 1 {
-		return bodies[0], nil
-	}
-	var joined []json.RawMessage
-	for _, body := range bodies {
-		var choices struct {
-			Choices []json.RawMessage `json:"choices"`
-		}
-		if err := json.Unmarshal(body, &choices); err != nil {
-			return nil, fmt.Errorf("a choice's body: %w", err)
-		}
-		joined = append(joined, choices.Choices...) // each session's body holds its choice
-	}
-	list, err := json.Marshal(joined)
-	if err != nil {
-		return nil, err
-	}
-	return replaceMember(bodies[last], "choices", list)
-}
-
-// replaceMember is the JSON object `object` with member `name`'s value replaced by `value`, its
-// other members' bytes and order as they were.
-func replaceMember(object []byte, name string, value []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(object))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("a body that is no JSON object")
-	}
-	var out strings.Builder
-	out.WriteByte('{')
-	for dec.More() {
-		tok, err := dec.Token()
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return err
 		}
-		var member json.RawMessage
-		if err := dec.Decode(&member); err != nil {
-			return nil, err
-		}
-		if out.Len() > 1 {
-			out.WriteByte(',')
-		}
-		key, _ := json.Marshal(tok)
-		out.Write(key)
-		out.WriteByte(':')
-		if tok == name {
-			member = value
-		}
-		out.Write(member)
 	}
-	out.WriteByte('}')
-	return []byte(out.String()), nil
+	return nil
 }
 
-// output writes the response: the status and content type before the first bytes, every write
-// flushed, one writer at a time (the choices' sessions write concurrently). A choice's bytes wait
-// until every choice before it has written its first: clients rebuild choices from their first
-// chunks in index order (the openai SDK's stream accumulator appends a choice it has not seen).
-type output struct {
-	mu          sync.Mutex
-	w           http.ResponseWriter
-	flusher     http.Flusher
-	contentType string
-	started     bool
-	opened      int      // choices 0 .. opened-1 have written their first bytes
-	held        [][]byte // per choice: bytes waiting for an earlier choice's first
-}
-
-func newOutput(w http.ResponseWriter, choices int, stream bool) *output {
-	o := &output{w: w, contentType: "application/json", held: make([][]byte, choices)}
-	if stream {
-		o.contentType = "text/event-stream"
+// feed plays the engine's side of one choice's session: its output ids a decode step at a time,
+// then the Finish (for the last choice to finish, once the others' usage is known).
+func feed(ctx context.Context, session *parsetier.Session, out output, c *choices, i int) {
+	for _, step := range out.steps {
+		if session.Send(step) != nil {
+			return // the session ended; its receiver reports why
+		}
 	}
-	o.flusher, _ = w.(http.Flusher)
-	return o
+	if finish, err := c.finish(ctx, i, out.finish); err == nil {
+		_ = session.FinishWith(finish)
+	}
 }
 
-// write sends choice i's bytes, or holds them while an earlier choice has written nothing.
-func (o *output) write(i int, chunk []byte) error {
+// receive forwards one choice's replies through the join until its session ends.
+func receive(session *parsetier.Session, out *response, c *choices, i int) error {
+	for reply, err := range session.Messages() {
+		if err != nil {
+			out.fail(err)
+			return err
+		}
+		if final := reply.GetFinal(); final != nil {
+			c.ended(i, final.GetUsage())
+		}
+		if err := out.add(i, reply); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// response writes the joined bytes of a request's sessions to its caller: one writer at a time,
+// the status and content type before the first bytes, every write flushed.
+type response struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	flusher http.Flusher
+	join    *parsetier.WireJoin
+	stream  bool
+	started bool
+}
+
+func (o *response) add(i int, reply *pb.ParseResponse) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	chunk, err := o.join.AddResponse(i, reply)
+	if err != nil {
+		if !o.started {
+			http.Error(o.w, err.Error(), http.StatusBadGateway)
+			o.started = true
+		}
+		return err
+	}
+	return o.write(http.StatusOK, chunk)
+}
+
+// fail ends the response with the error in its dialect: an error event once streaming, else the
+// error body with its HTTP status.
+func (o *response) fail(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	chunk := o.join.Fail(err)
+	if chunk == nil && !o.started {
+		http.Error(o.w, err.Error(), http.StatusBadGateway) // no bytes: the server was not reached
+		o.started = true
+		return
+	}
+	_ = o.write(parsetier.HTTPStatus(err), chunk)
+}
+
+// write sends chunk, opening the response with code first. The caller holds mu.
+func (o *response) write(code int, chunk []byte) error {
 	if len(chunk) == 0 {
 		return nil
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if i > o.opened {
-		o.held[i] = append(o.held[i], chunk...)
-		return nil
-	}
-	if i < o.opened {
-		return o.send(chunk)
-	}
-	for { // choice i opens, and the choices after it that were held
-		if err := o.send(chunk); err != nil {
-			return err
-		}
-		o.opened++
-		if o.opened == len(o.held) || len(o.held[o.opened]) == 0 {
-			return nil
-		}
-		chunk, o.held[o.opened] = o.held[o.opened], nil
-	}
-}
-
-func (o *output) send(chunk []byte) error {
 	if !o.started {
 		o.started = true
-		o.w.Header().Set("Content-Type", o.contentType)
-		o.w.WriteHeader(http.StatusOK)
+		contentType := "application/json"
+		if o.stream {
+			contentType, code = "text/event-stream", http.StatusOK // an error event inside a stream
+		}
+		o.w.Header().Set("Content-Type", contentType)
+		o.w.WriteHeader(code)
 	}
 	if _, err := o.w.Write(chunk); err != nil {
 		return err
@@ -412,49 +248,20 @@ func (o *output) send(chunk []byte) error {
 	return nil
 }
 
-// stepsFiles is the repeatable -steps flag.
-type stepsFiles []string
-
-func (f *stepsFiles) String() string     { return strings.Join(*f, ",") }
-func (f *stepsFiles) Set(s string) error { *f = append(*f, s); return nil }
-
 func main() {
 	target := flag.String("parsetier", "127.0.0.1:50051", "parsetier server address")
 	listen := flag.String("listen", "127.0.0.1:8080", "address to serve HTTP on (port 0: any free port)")
 	model := flag.String("model", "qwen3", "parsetier model name")
-	var steps stepsFiles
-	flag.Var(&steps, "steps", "JSON file: an engine output to replay, an array of token-id arrays (repeatable: choice i replays the (i mod count)-th)")
-	toolsFile := flag.String("tools", "", "JSON file: the tools the prompt offered (OpenAI's array)")
+	script := flag.String("script", "", "JSON file: the scripted engine's outputs by prompt (see engine.go); read at each request")
+	stepTokens := flag.Int("step-tokens", 3, "output ids per decode step of the scripted engine")
 	flag.Parse()
 
-	g := &gateway{model: *model}
-	for _, file := range steps {
-		var output [][]uint32
-		data, err := os.ReadFile(file)
-		if err == nil {
-			err = json.Unmarshal(data, &output)
-		}
-		if err != nil {
-			log.Fatalf("-steps: %v", err)
-		}
-		g.outputs = append(g.outputs, output)
-	}
-	if len(g.outputs) == 0 {
-		g.outputs = [][][]uint32{nil} // no output: every session is empty
-	}
-	if *toolsFile != "" {
-		data, err := os.ReadFile(*toolsFile)
-		if err != nil {
-			log.Fatalf("-tools: %v", err)
-		}
-		g.tools = string(data)
-	}
-	conn, err := grpc.NewClient(*target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	client, err := parsetier.NewClient(*target, parsetier.WithInsecure())
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer conn.Close()
-	g.stub = pb.NewParserServiceClient(conn)
+	defer client.Close()
+	g := &gateway{client: client, model: *model, engine: &engine{script: *script, stepTokens: max(*stepTokens, 1)}}
 
 	listener, err := net.Listen("tcp", *listen)
 	if err != nil {
