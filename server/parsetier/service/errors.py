@@ -15,11 +15,19 @@ import grpc
 
 from parsetier.status import StatusError, error_of
 
-__all__ = ["WIRE_TRAILER", "ErrorWire", "grpc_code", "status_for", "wire_trailer"]
+__all__ = ["WIRE_TRAILER", "ErrorWire", "grpc_code", "status_for", "status_message", "wire_trailer"]
 
 WIRE_TRAILER = "parsetier-wire-bin"
 """Trailing metadata of a ``Parse`` stream or ``ParseOnce`` call that ended with an error and
 asked for wire bytes (``Open.wire``): the error in its dialect, to forward (``dialects.errors``)."""
+STATUS_MESSAGE_BYTES = 3072
+"""Most bytes a status message takes in its trailer, percent-encoded as ``grpc-message`` is (a
+byte outside printable ASCII takes three). gRPC clients refuse a call's trailers past 8 KiB
+(some of the time from 8 KiB, always from 16 KiB) and then report RESOURCE_EXHAUSTED instead of
+the status: the message (at most 1,024 characters, of up to 9 encoded bytes each) and the wire
+error (``WIRE_TRAILER_BYTES``) are held within that together."""
+WIRE_TRAILER_BYTES = 3072
+"""Most bytes of a ``WIRE_TRAILER`` value: past it, the message it shows is cut further."""
 
 
 class ErrorWire(Protocol):
@@ -49,7 +57,29 @@ def wire_trailer(protocol: ErrorWire | None, code: str, message: str) -> tuple[t
         return ()
     try:
         data = protocol.error_wire(code, message)
+        while len(data) > WIRE_TRAILER_BYTES and message:
+            message = message[: len(message) // 2]
+            data = protocol.error_wire(code, message + "…")
     except Exception:  # a bug here must not cost the client its status (``_end`` would lose it)
         logging.getLogger("parsetier.server").exception("rendering an error in its wire dialect failed")
         return ()
     return ((WIRE_TRAILER, data),) if data else ()
+
+
+def _encoded_size(char: str) -> int:
+    """The bytes ``char`` takes percent-encoded in ``grpc-message``."""
+    return sum(1 if 0x20 <= byte <= 0x7E and byte != 0x25 else 3 for byte in char.encode())
+
+
+def status_message(message: str) -> str:
+    """``message`` cut (marked ``…``) so that its ``grpc-message`` form fits
+    ``STATUS_MESSAGE_BYTES``: a message of non-ASCII text (a model name in CJK) would otherwise
+    push the trailers past what clients accept."""
+    if len(message) * 9 <= STATUS_MESSAGE_BYTES:
+        return message
+    total = 0
+    for at, char in enumerate(message):
+        total += _encoded_size(char)
+        if total > STATUS_MESSAGE_BYTES - 3:  # room for the mark
+            return message[:at] + "…"
+    return message

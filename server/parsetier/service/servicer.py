@@ -40,7 +40,7 @@ from parsetier.service.admission import Admission
 from parsetier.service.budget import STREAM_WINDOW, BufferBudget, Share
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable, read_batch_request
-from parsetier.service.errors import ErrorWire, grpc_code, status_for, wire_trailer
+from parsetier.service.errors import ErrorWire, grpc_code, status_for, status_message, wire_trailer
 from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch, WriteTimeout
 from parsetier.service.limits import Limits, SessionGate
@@ -530,7 +530,7 @@ async def _end(
     try:
         if status is not None:
             record.outcome, record.error = status[0].name, status[1]
-            message = clip(status[1], MAX_MESSAGE_CHARS)
+            message = status_message(clip(status[1], MAX_MESSAGE_CHARS))
             trailer = trailer_for(status[1]) + wire_trailer(protocol, status[0].name, message)
             await context.abort(status[0], message, trailing_metadata=trailer)
     except grpc.aio.AbortError:
