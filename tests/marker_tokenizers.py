@@ -269,7 +269,7 @@ PRESET_MARKERS: dict[str, str] = {
 # write. Markers that are plain text in the real vocabulary (MiniCPM's <function …> tags, Granite-20B's
 # <function_call>, Kimi's ◁think▷, the role name "function call") are not tokens here either.
 _GIGACHAT3_SYNTHETIC = ("<s>", "</s>", "<|role_sep|>", "<|message_sep|>", "<|function_call|>")
-_GIGACHAT35_SYNTHETIC = ("<s>", "</s>", "<|role_sep|>", "<|message_sep|>", "｜GCML｜")
+_GIGACHAT35_SYNTHETIC = ("<s>", "</s>", "<|role_sep|>", "<|message_sep|>", "｜GCML｜", "<think>", "</think>")
 _MINICPM_SYNTHETIC = ("<|im_start|>", "<|im_end|>", "<think>", "</think>")
 _LAGUNA_SYNTHETIC = (
     "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",

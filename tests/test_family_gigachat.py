@@ -113,3 +113,26 @@ def test_gigachat35_string_false_values_are_json() -> None:
 def test_gigachat35_tags_written_as_text_stay_text() -> None:
     prose = 'Use <｜GCML｜invoke name="get_time"> to call.'
     assert split_check(G35, plain(G35, prose), OPTS) == (prose, "", ())
+
+
+def test_gigachat35_reasoning_prompt_and_blocks_joined_by_blank_lines() -> None:
+    """The template's reasoning switch ends the prompt with ``<think>``; the reasoning, the answer
+    and the call block follow, joined by blank lines, then ``</s>``."""
+    options = prompted(G35, "assistant<|role_sep|>\n<think>", tools=TOOLS)
+    text = (
+        "Need the weather.</think>\n\nChecking.\n\n<｜GCML｜tool_calls>\n"
+        + '<｜GCML｜invoke name="get_weather">\n'
+        + '<｜GCML｜parameter name="city" string="true">Oslo</｜GCML｜parameter>\n'
+        + "</｜GCML｜invoke>\n</｜GCML｜tool_calls></s>"
+    )
+    want = ("Checking.", "Need the weather.", (("get_weather", '{"city": "Oslo"}'),))
+    assert split_check(G35, enc(G35, text), options) == want
+
+
+def test_gigachat35_reasoning_off_and_a_stray_closer() -> None:
+    text = "Answer.</think> More.</s>"
+    assert split_check(G35, enc(G35, text), prompted(G35, "assistant<|role_sep|>\n", tools=TOOLS)) == (
+        "Answer. More.",
+        "",
+        (),
+    )

@@ -68,3 +68,17 @@ def test_output_cut_mid_call_keeps_the_streamed_arguments() -> None:
     text = '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Pa'
     got = split_check(NEMO, enc(NEMO, text), OPTS, reason="length")
     assert got == ("", "", (("get_weather", '{"city": "Pa'),))
+
+
+def test_the_v15_thinking_off_prompt_prefills_an_empty_block() -> None:
+    """Llama-3.3-Nemotron-Super-49B-v1.5's template ends the generation prompt with an empty
+    ``<think>`` block when thinking is off (``/no_think``): the output starts in the answer, where
+    ``<think>`` is text."""
+    prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n<think>\n\n</think>\n\n"
+    options = prompted(NEMO, prompt, tools=TOOLS)
+    text = "Use <think> tags. " + toolcall(("get_time", {}))
+    assert split_check(NEMO, enc(NEMO, text + EOT), options) == (
+        "Use <think> tags.",
+        "",
+        (("get_time", "{}"),),
+    )

@@ -582,15 +582,17 @@ LONGCAT_MARKERS = ("</longcat_tool_call>", "<longcat_tool_call>", "</longcat_thi
 FUNCTIONGEMMA_MARKERS = ("<escape>", "<end_function_call>", "<start_function_call>", "}", ",")
 FAMILIES += [
     Family("Llama-Nemotron", "llama-nemotron",
-           _own("peer_family_renderers (Llama-Nemotron)", pfr.render_llama_nemotron,
-                "<|start_header_id|>assistant<|end_header_id|>\n\n"),
-           "llama3", NEMOTRON_DECI_MARKERS, xml=False, prompt_thinking=False),
+           _own_thinking("peer_family_renderers (Llama-Nemotron)", pfr.render_llama_nemotron,
+                         lambda t: "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                         + ("" if t else "<think>\n\n</think>\n\n")),
+           "llama3", NEMOTRON_DECI_MARKERS, xml=False),
     Family("GigaChat 3", "gigachat-3",
            _own("peer_family_renderers (GigaChat 3)", pfr.render_gigachat3, "assistant<|role_sep|>\n"),
            "marker", GIGACHAT_MARKERS, xml=False, reasoning=False, max_calls=1),
     Family("GigaChat 3.5 (GCML)", "gigachat-3.5",
-           _own("peer_family_renderers (GigaChat 3.5)", pfr.render_gigachat35, "assistant<|role_sep|>\n"),
-           "marker", GCML_MARKERS, reasoning=False),
+           _own_thinking("peer_family_renderers (GigaChat 3.5)", pfr.render_gigachat35,
+                         lambda t: "assistant<|role_sep|>\n" + ("<think>" if t else "")),
+           "marker", GCML_MARKERS),
     Family("MiniCPM-4 / 5", "minicpm",
            _own("peer_family_renderers (MiniCPM)", pfr.render_minicpm, "<|im_start|>assistant\n"),
            "marker", MINICPM_MARKERS, prompt_thinking=False),

@@ -14,12 +14,13 @@ from typing import Any
 from testkit.format_renderers import Parts, json_value, raw_value
 
 
-def render_llama_nemotron(p: Parts) -> str:
-    """``detailed thinking on``: the reasoning in ``<think>`` first; the calls as one JSON list."""
-    thinking = f"<think>\n{p.reasoning}\n</think>\n\n" if p.reasoning else ""
+def render_llama_nemotron(p: Parts, thinking: bool) -> str:
+    """Thinking on: the model opens ``<think>`` itself (thinking off, the v1.5 template's prompt
+    prefilled an empty block); the calls as one JSON list after the answer."""
+    opened = f"<think>\n{p.reasoning}\n</think>\n\n" if thinking and p.reasoning else ""
     calls = [{"name": n, "arguments": a} for n, a in p.calls]
     block = "<TOOLCALL>" + json.dumps(calls, ensure_ascii=False) + "</TOOLCALL>" if calls else ""
-    return f"{thinking}{p.content}{block}<|eot_id|>"
+    return f"{opened}{p.content}{block}<|eot_id|>"
 
 
 def render_gigachat3(p: Parts) -> str:
@@ -32,20 +33,27 @@ def render_gigachat3(p: Parts) -> str:
     return out
 
 
-def render_gigachat35(p: Parts) -> str:
-    """GCML: strings raw with ``string="true"``, everything else JSON with ``string="false"``."""
+def render_gigachat35(p: Parts, thinking: bool) -> str:
+    """GigaChat 3.5's template: the reasoning in ``<think>`` (its generation prompt opened it when
+    the reasoning switch is on), the answer and the GCML block joined by blank lines, then ``</s>``;
+    strings raw with ``string="true"``, everything else JSON with ``string="false"``."""
 
     def param(key: str, value: Any) -> str:
         string = isinstance(value, str)
         body = value if string else json_value(value)
-        return f'<｜GCML｜parameter name="{key}" string="{str(string).lower()}">{body}</｜GCML｜parameter>\n'
+        return f'<｜GCML｜parameter name="{key}" string="{str(string).lower()}">{body}</｜GCML｜parameter>'
 
-    invokes = "".join(
-        f'<｜GCML｜invoke name="{n}">\n' + "".join(param(k, v) for k, v in a.items()) + "</｜GCML｜invoke>\n"
-        for n, a in p.calls
-    )
-    calls = f"\n\n<｜GCML｜tool_calls>\n{invokes}</｜GCML｜tool_calls>" if p.calls else ""
-    return f"{p.content}{calls}</s>"
+    def invoke(name: str, args: dict[str, Any]) -> str:
+        params = "\n".join(param(k, v) for k, v in args.items())
+        return f'<｜GCML｜invoke name="{name}">\n' + (params + "\n" if params else "") + "</｜GCML｜invoke>"
+
+    blocks = [p.content] if p.content else []
+    if p.calls:
+        blocks.append(
+            "<｜GCML｜tool_calls>\n" + "\n".join(invoke(n, a) for n, a in p.calls) + "\n</｜GCML｜tool_calls>"
+        )
+    reasoning = f"{p.reasoning}</think>" + ("\n\n" if blocks else "") if thinking else ""
+    return reasoning + "\n\n".join(blocks) + "</s>"
 
 
 def minicpm_value(value: Any) -> str:
