@@ -129,6 +129,26 @@ def test_config_can_drop_presets_and_add_models(tmp_path: Path) -> None:
             "unknown action",
         ),
         (
+            {
+                "name": "x",
+                "initial": "a",
+                "terminals": {"t": "<t>"},
+                "states": {"a": {"kind": "content", "on": {"t": {"next": "a", "ends_turn": {"close": "u"}}}}},
+            },
+            "ends_turn names unknown",
+        ),
+        (
+            {
+                "name": "x",
+                "initial": "a",
+                "terminals": {"t": "<t>"},
+                "states": {
+                    "a": {"kind": "content", "on": {"t": {"next": "a", "ends_turn": {"unless": ["t"]}}}}
+                },
+            },
+            "ends_turn is",
+        ),
+        (
             {"name": "x", "initial": "a", "states": {"a": {"kind": "content", "rules": [{"match": "("}]}}},
             "rule 0",
         ),
