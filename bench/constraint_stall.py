@@ -1,5 +1,6 @@
 """Does building large constraints stall other sessions? A probe stream's reply latency while
-another client builds ``BuildConstraint`` answers of many tools (issue 37).
+another client builds ``BuildConstraint`` answers of many tools, or opens sessions with them
+(``--rpc ParseOnce``) (issue 37).
 
 Run:  PYTHONPATH=server:client/python:. python bench/constraint_stall.py [--tools 5000] [--requests 3]
 
@@ -40,9 +41,14 @@ def tools(count: int, strict: bool = False) -> list[dict]:
     ]
 
 
-async def load(target: str, count: int, requests: int, strict: bool) -> None:
-    """The load process: ``requests`` BuildConstraint calls, one after another; one JSON line."""
-    request = pb.BuildConstraintRequest(open=open_message("qwen3", tools=tools(count, strict)))
+async def load(target: str, count: int, requests: int, strict: bool, rpc: str) -> None:
+    """The load process: ``requests`` calls, one after another; one JSON line. ``rpc``:
+    ``BuildConstraint``, or ``ParseOnce`` (an Open of those tools, one token)."""
+    open_ = open_message("qwen3", tools=tools(count, strict))
+    if rpc == "ParseOnce":
+        request = pb.ParseOnceRequest(open=open_, token_ids=[HELLO])
+    else:
+        request = pb.BuildConstraintRequest(open=open_)
     outcomes, seconds = [], []
     options = [("grpc.max_receive_message_length", -1)]
     async with grpc.aio.insecure_channel(target, options=options) as channel:
@@ -50,7 +56,7 @@ async def load(target: str, count: int, requests: int, strict: bool) -> None:
         for _ in range(requests):
             started = time.perf_counter()
             try:
-                await stub.BuildConstraint(request, timeout=120)
+                await getattr(stub, rpc)(request, timeout=120)
                 outcomes.append("OK")
             except grpc.aio.AioRpcError as exc:
                 outcomes.append(f"{exc.code().name}: {exc.details()[:120]}")
@@ -84,18 +90,19 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=5000)
     parser.add_argument("--requests", type=int, default=3)
     parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--rpc", choices=("BuildConstraint", "ParseOnce"), default="BuildConstraint")
     parser.add_argument("--every", type=float, default=0.01)
     parser.add_argument("--load", metavar="TARGET", help=argparse.SUPPRESS)
     parser.add_argument("--server-args", default="", help="extra `parsetier serve` arguments")
     args = parser.parse_args()
     if args.load:
-        asyncio.run(load(args.load, args.tools, args.requests, args.strict))
+        asyncio.run(load(args.load, args.tools, args.requests, args.strict, args.rpc))
         return
     from tests.testkit.servers import ProcessServer, subprocess_env
 
     with ProcessServer("--preload", "qwen3", "--max-loop-lag-ms", "0", *args.server_args.split()) as server:
         cmd = [sys.executable, __file__, "--load", server.target, "--tools", str(args.tools)]
-        cmd += ["--requests", str(args.requests)] + (["--strict"] if args.strict else [])
+        cmd += ["--requests", str(args.requests), "--rpc", args.rpc] + (["--strict"] if args.strict else [])
         loader = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=subprocess_env())
         latencies = asyncio.run(probe(server.target, args.every, loader))
         result = json.loads(loader.stdout.read().strip().splitlines()[-1])
