@@ -291,6 +291,18 @@ def test_wire_join_makes_one_response_of_n_choices(stream, registry, client, oai
     td.check_chat(oai, loopback, body, finals[-1], stream, finals)
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "body"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_wire_join_passes_one_choice_through(dialect, stream, client) -> None:
+    """n = 1, any dialect: the joined bytes are the session's own."""
+    result = client.parse_stream(
+        "qwen3", [[t] for t in GOOD], output="final", wire=td.wire(dialect, stream),
+        completion=dialect == "openai_completions",
+    )  # fmt: skip
+    join = WireJoin(1, stream)
+    assert b"".join(join.add(0, reply) for reply in result.messages) == result.wire and join.ended
+
+
 def test_wire_join_ends_with_a_failed_choice(client, oai, loopback) -> None:
     join = WireJoin(2, True)
     ok = client.parse_stream("qwen3", [[t] for t in GOOD], output="final", wire=td.wire("openai_chat", True))

@@ -61,7 +61,8 @@ def http_status(code: grpc.StatusCode | str) -> int:
 
 class WireJoin:
     """The bytes of ``n`` sessions, the choices 0 .. n-1 of one OpenAI chat or completions
-    request, joined into the one response its caller reads. Feed each session's replies
+    request, joined into the one response its caller reads; with ``n`` = 1 any dialect's bytes
+    pass through unchanged, so one code path serves every request. Feed each session's replies
     (``ParseResponse`` or ``SessionOutput``) as they come (``add``, with the choice index);
     forward what it returns.
 
@@ -143,6 +144,8 @@ class WireJoin:
         return b"".join(out)
 
     def _joined_body(self) -> bytes:
+        if self.n == 1:
+            return self._finals[0]  # one choice's body is the response's, in any dialect
         bodies = [json.loads(self._finals[i]) for i in range(self.n)]
         joined: dict[str, Any] = dict(bodies[self._last])
         joined["choices"] = sorted((c for b in bodies for c in b["choices"]), key=lambda c: c["index"])
