@@ -74,10 +74,10 @@ def test_arguments_that_break_follow_the_malformed_call_policy(complete: bool) -
 
 
 def test_an_interpreter_block_is_no_tool_call() -> None:
-    """Code for the interpreter executor is not a function call: its block is content (the
-    ``<|interpreter|>`` token itself, a special token the format does not use, is dropped)."""
+    """Code for the interpreter executor is not a function call: its block is content, markers
+    included."""
     text = "Run:<|action_start|><|interpreter|>\nprint(1)<|action_end|>"
-    check(INTERNLM2, text, ("Run:<|action_start|>\nprint(1)<|action_end|>", "", ()))
+    check(INTERNLM2, text, (text, "", ()))
 
 
 def test_intern_s1_reasoning_and_an_action_inside_it() -> None:
