@@ -225,13 +225,14 @@ def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_
 MULTIPLEXED_DRIVERS: dict[str, Callable[[], list[str]]] = {
     "python-sync-mux": lambda: [sys.executable, str(PYTHON_DRIVER), "sync-mux"],
     "python-async-mux": lambda: [sys.executable, str(PYTHON_DRIVER), "async-mux"],
+    "go-mux": lambda: [*go_driver(), "multiplex"],
 }
 """The clients' multiplexed mode (sessions on one shared ParseBatch stream, the session API
 unchanged): the scenarios of ``Parse`` sessions, whose replies must equal the ``Parse`` streams'."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("driver", sorted(MULTIPLEXED_DRIVERS))
+@pytest.mark.parametrize("driver", _marked(sorted(MULTIPLEXED_DRIVERS), lambda d: d == "go-mux"))
 @pytest.mark.parametrize(
     "name",
     _marked(

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -52,6 +53,8 @@ type Batch struct {
 	streamErr    error         // the current stream could not be made: Recv retries
 	replaying    chan struct{} // closed once the replay is written to the current stream
 	failed       error         // what ended the batch (Recv returned it)
+
+	mu sync.Mutex // the multiplexer's sending and receiving goroutines (batch_shared.go)
 }
 
 // Batch opens a ParseBatch stream. ctx bounds the whole stream; Close it when done.

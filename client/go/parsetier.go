@@ -39,6 +39,7 @@ type Client struct {
 	stub   pb.ParserServiceClient
 	conn   *grpc.ClientConn // nil when FromConn was given the caller's connection
 	resume *ResumePolicy    // nil: resume off
+	mux    *muxer           // nil: a Parse stream per session (see WithMultiplex)
 }
 
 // ClientOption configures NewClient.
@@ -50,6 +51,9 @@ type clientConfig struct {
 	grpcOpts  []grpc.DialOption
 	resume    *ResumePolicy
 	noResume  bool
+
+	multiplex     bool
+	flushInterval time.Duration
 }
 
 // ErrNoCredentials is NewClient's answer when no option chose the transport security.
@@ -167,7 +171,15 @@ func NewClient(target string, opts ...ClientOption) (*Client, error) {
 		policy := DefaultResumePolicy()
 		cfg.resume = &policy
 	}
-	return &Client{stub: pb.NewParserServiceClient(conn), conn: conn, resume: cfg.resume}, nil
+	return cfg.multiplexed(&Client{stub: pb.NewParserServiceClient(conn), conn: conn, resume: cfg.resume}), nil
+}
+
+// multiplexed gives c its shared stream when WithMultiplex asked for one.
+func (cfg *clientConfig) multiplexed(c *Client) *Client {
+	if cfg.multiplex {
+		c.mux = newMuxer(c, cfg.flushInterval)
+	}
+	return c
 }
 
 // FromConn wraps a connection the caller made and keeps owning (Close leaves it open), or any
@@ -182,11 +194,14 @@ func FromConn(conn grpc.ClientConnInterface, opts ...ClientOption) *Client {
 		policy := DefaultResumePolicy()
 		cfg.resume = &policy
 	}
-	return &Client{stub: pb.NewParserServiceClient(conn), resume: cfg.resume}
+	return cfg.multiplexed(&Client{stub: pb.NewParserServiceClient(conn), resume: cfg.resume})
 }
 
 // Close closes the connection NewClient made; sessions still open on it fail.
 func (c *Client) Close() error {
+	if c.mux != nil {
+		c.mux.stop()
+	}
 	if c.conn == nil {
 		return nil
 	}

@@ -50,6 +50,8 @@ type Session struct {
 	resumes    int
 	final      *pb.Final
 	ended      bool // Recv has returned io.EOF or the status that ended the session
+
+	mx *muxSession // multiplexed (WithMultiplex): the session's side of the shared stream
 }
 
 // Open starts a session for model. ctx bounds the whole session, not just this call. Open
@@ -60,6 +62,14 @@ type Session struct {
 func (c *Client) Open(ctx context.Context, model string, opts ...OpenOption) (*Session, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	open := openMessage(model, opts)
+	if c.mux != nil {
+		mx, err := c.mux.open(ctx, open)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return &Session{client: c, ctx: ctx, cancel: cancel, policy: c.resume, mx: mx}, nil
+	}
 	s := &Session{client: c, ctx: ctx, cancel: cancel, policy: c.resume}
 	if s.policy != nil {
 		open.Resumable = true
@@ -147,6 +157,9 @@ func (s *Session) FinishWith(finish Finish) error {
 }
 
 func (s *Session) put(msg *pb.ParseRequest, finish bool) error {
+	if s.mx != nil {
+		return s.client.mux.put(s.mx, msg.GetSteps(), msg.GetFinish())
+	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if s.ledger == nil {
@@ -196,6 +209,9 @@ func (s *Session) sendError(err error) error {
 
 // Resumes is how many times the session has moved to a new stream.
 func (s *Session) Resumes() int {
+	if s.mx != nil {
+		return s.mx.resumeCount()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.resumes
@@ -207,6 +223,16 @@ func (s *Session) Resumes() int {
 // codes.InvalidArgument for a token id outside the model's vocabulary. With resume on, a
 // broken stream is resumed here, and the message returned is the next one all the same.
 func (s *Session) Recv() (*pb.ParseResponse, error) {
+	if s.mx != nil {
+		msg, final, err := s.mx.recv()
+		s.mu.Lock()
+		if final != nil {
+			s.final = final
+		}
+		s.ended = s.ended || err != nil
+		s.mu.Unlock()
+		return msg, err
+	}
 	for {
 		s.mu.Lock()
 		stream := s.stream

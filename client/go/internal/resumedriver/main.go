@@ -3,6 +3,8 @@
 // ops through the client's public API — the batch API, or one Parse session per key — prints
 // {"paused": NAME} at each pause and waits for a line on stdin, and ends with one {"result": …}
 // line. It knows no scenario: tests/test_resume_scenarios.py expands the corpus and judges.
+// With the argument "multiplex", the client is WithMultiplex(0): the Parse sessions ride one
+// shared ParseBatch stream, with the same session API.
 package main
 
 import (
@@ -143,6 +145,9 @@ func main() {
 		os.Exit(2)
 	}
 	address, opts := target(s)
+	if len(os.Args) > 1 && os.Args[1] == "multiplex" {
+		opts = append(opts, parsetier.WithMultiplex(0))
+	}
 	client, err := parsetier.NewClient(address, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
