@@ -128,34 +128,47 @@ class Renderer:
     def render(
         self, model: Model, dialect: str, body: bytes, *, chat_template: str | None = None, salt: str = ""
     ) -> Rendered:
+        """The request's prompt for ``model``; ``salt`` keys the prefix cache (the model's name)."""
         conv = self.read(dialect, body)
-        if conv.prompt_ids is not None:
-            ids, text = list(conv.prompt_ids), None
-            vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
-            for i, token in enumerate(ids):
-                if token >= vocab:
-                    raise BadRequest(f"prompt[{i}]", f"token id {token} is outside the vocabulary ({vocab})")
-        elif conv.prompt_text is not None:
-            text = conv.prompt_text
-            ids = model.tokenizer.encode(text, add_special_tokens=True).ids
-        elif (encoder := official.encoder_for(model.spec.name)) is not None and not (
-            chat_template or conv.chat_template
-        ):
-            thinking = conv.thinking if conv.thinking is not None else bool(model.spec.thinking)
-            encoded = encoder(conv, thinking)
-            if isinstance(encoded, str):
-                text = encoded
-                ids = self.cache.encode(model.tokenizer, self._boundaries(model), salt or model.name, text)
-            else:
-                text, ids = model.tokenizer.decode(encoded, skip_special_tokens=False), encoded
+        if conv.prompt_ids is not None or conv.prompt_text is not None:
+            text, ids = _completion_prompt(model, conv)
         else:
-            template = self.template(model, conv, chat_template)
-            text = self._text(template, conv, _special_tokens(model))
-            ids = self.cache.encode(model.tokenizer, self._boundaries(model), salt or model.name, text)
+            text, ids = self._chat_prompt(
+                model, conv, chat_template or conv.chat_template, salt or model.name
+            )
         limit = self.options.max_prompt_tokens
         if len(ids) > limit:
             raise PromptTooLong(f"the prompt has {len(ids)} tokens; this server's limit is {limit}")
         return Rendered(conv, ids, text)
+
+    def _chat_prompt(
+        self, model: Model, conv: Conversation, supplied: str | None, salt: str
+    ) -> tuple[str, list[int]]:
+        """A chat request's prompt: the model's official encoder when it has one (and the request
+        brings no template), else a chat template; text through the prefix cache."""
+        encoder = None if supplied else official.encoder_for(model.spec.name)
+        if encoder is not None:
+            thinking = conv.thinking if conv.thinking is not None else bool(model.spec.thinking)
+            encoded = encoder(conv, thinking)
+            if not isinstance(encoded, str):  # the encoder tokenized itself
+                return model.tokenizer.decode(encoded, skip_special_tokens=False), encoded
+            text = encoded
+        else:
+            text = self._text(self.template(model, conv, supplied), conv, _special_tokens(model))
+        return text, self.cache.encode(model.tokenizer, self._boundaries(model), salt, text)
+
+
+def _completion_prompt(model: Model, conv: Conversation) -> tuple[str | None, list[int]]:
+    """A completions prompt: ids as given (checked against the vocabulary), or text encoded with
+    the tokenizer's own special tokens (its BOS)."""
+    if conv.prompt_ids is not None:
+        vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
+        for i, token in enumerate(conv.prompt_ids):
+            if token >= vocab:
+                raise BadRequest(f"prompt[{i}]", f"token id {token} is outside the vocabulary ({vocab})")
+        return None, list(conv.prompt_ids)
+    assert conv.prompt_text is not None
+    return conv.prompt_text, model.tokenizer.encode(conv.prompt_text, add_special_tokens=True).ids
 
 
 def _special_tokens(model: Model) -> dict[str, str]:
