@@ -120,3 +120,22 @@ def test_the_buffer_budget_bounds_stuck_streams():
         # Every stream's share is given back once it ended: as many fit again.
         again, code, _ = asyncio.run(run(server.target))
         assert again == opened and code == Code.RESOURCE_EXHAUSTED
+
+
+def test_the_default_budget_is_a_share_of_memory():
+    """A quarter of the memory the process may use, split between the workers, never under the
+    floor; a charge past the budget names the flag."""
+    from parsetier.service.budget import MIN_BUDGET, BufferBudget, default_budget, memory_bytes
+
+    assert default_budget(1) == max(MIN_BUDGET, memory_bytes() // 4)
+    assert default_budget(2) == max(MIN_BUDGET, memory_bytes() // 8)
+    assert default_budget(10**9) == MIN_BUDGET
+    budget = BufferBudget(100)
+    share = budget.share()
+    share.take(60)
+    with pytest.raises(
+        Exception, match=r"60 bytes .* 41 more would pass its budget of 100 \(--max-buffered-bytes\)"
+    ):
+        budget.share().take(41)
+    share.close()
+    assert budget.used == 0 and budget.peak == 60 and budget.refused == 1

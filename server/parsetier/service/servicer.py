@@ -404,10 +404,12 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
     ) -> pb.BuildConstraintResponse:
         record = SessionRecord(rpc="BuildConstraint")
         result: list[pb.BuildConstraintResponse] = []
+        share = self.budget.share()
 
         async def run() -> None:
             nonlocal request
             request = _decoded(request)
+            share.take(request.ByteSize())  # held while it waits for a thread and is built
             record.model, record.request_id = request.open.model, request.open.request_id
             model = await self._model(request.open.model)
             loop = asyncio.get_running_loop()
@@ -421,8 +423,11 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                     "(--constraint-timeout); fewer or simpler tools build faster",
                 ) from None
 
-        status = await self._guarded(record, run(), context)
-        await _end(record, status, context)
+        try:
+            status = await self._guarded(record, run(), context)
+            await _end(record, status, context)
+        finally:
+            share.close()
         return result[0] if result else pb.BuildConstraintResponse()  # empty only when the client is gone
 
     def _constraint(self, model: Model, open_: pb.Open) -> pb.BuildConstraintResponse:
