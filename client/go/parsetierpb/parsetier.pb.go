@@ -3706,8 +3706,9 @@ func (x *RenderRequest) GetReturnPromptText() bool {
 type RenderResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The prompt: exactly `tokenizer.apply_chat_template(messages, tools=..., add_generation_prompt=True,
-	// tokenize=True, **chat_template_kwargs)` for chat dialects; the prompt text's encoding with
-	// the tokenizer's own special tokens (BOS) for OpenAI completions.
+	// tokenize=True, **chat_template_kwargs)` for chat dialects (for a family whose official
+	// renderer is not a Jinja template, that renderer's ids: docs/render.md); the prompt text's
+	// encoding with the tokenizer's own special tokens (BOS) for OpenAI completions.
 	PromptTokenIds []uint32 `protobuf:"varint,1,rep,packed,name=prompt_token_ids,json=promptTokenIds,proto3" json:"prompt_token_ids,omitempty"`
 	// The output session's parameters, ready to send as `ParseRequest.open` /
 	// `ParseOnceRequest.open` / a batch entry's open: model, request id, tools (`tools_json`, the
