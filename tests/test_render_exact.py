@@ -401,8 +401,9 @@ def dsv4_encoder() -> Any:
 
 
 def dsv4_reference(messages: list[dict], thinking: bool) -> list[int]:
-    """The encoder's prompt as its README feeds it: tools on the system message (an empty one when
-    there is none), arguments as JSON text; tokenized by the real tokenizer."""
+    """The encoder's prompt, the conversation handed over as docs/render.md says: tools on the
+    system message (an empty one when there is none), arguments as JSON text; tokenized by the
+    real tokenizer."""
     from parsetier.tokenizers import load_tokenizer
 
     given = [{**m, "tool_calls": [text_call(c) for c in m["tool_calls"]]} if m.get("tool_calls") else dict(m)
