@@ -20,7 +20,8 @@ Per client, RPC and batching it reports the load it achieved (tokens/s), its own
 ``--reps`` runs interleaved across clients so machine noise spreads evenly, and the ratios against
 the Python async client in the same run. Nothing passes or fails on an absolute figure.
 
-``--modes mux`` adds the Python clients' multiplexed sessions (``multiplex=True``): the same
+``--modes mux`` adds the multiplexed sessions of the Python clients (``multiplex=True``) and
+Go's (``parsetier-load --multiplex``, ``WithMultiplex(0)``): the same
 sessions as the ``Parse`` mode, each with its own session object, riding one shared
 ``ParseBatch`` stream (``parsetier_client.mux``); the table then also shows client + server CPU
 per token, the figure a gateway pays. ``--concurrency`` takes a list (each run uses at least as
@@ -415,6 +416,11 @@ def run_once(
     return Run(result["tokens"], result["seconds"], usage.ru_utime + usage.ru_stime, server_cpu)
 
 
+def multiplexes(command: list[str]) -> bool:
+    """Whether the client has the multiplexed mode (the Python clients and Go's, so far)."""
+    return "--python-load" in command or command[0].endswith("/parsetier-load")  # Go's (C++, Rust: _load)
+
+
 Key = tuple[str, str, int, int]
 """(client, mode, steps per message, sessions open at once)."""
 
@@ -462,7 +468,7 @@ def main() -> None:
     try:
         for command in clients.values():  # warm-up: model load, connection, code paths
             for mode in modes:
-                if mode != "mux" or "--python-load" in command:
+                if mode != "mux" or multiplexes(command):
                     run_once(command, server, ids_file.name, 8, 4, 1, mode)
         for _ in range(args.reps):
             for concurrency in concurrencies:
@@ -470,8 +476,8 @@ def main() -> None:
                 for mode in modes:
                     for per_message in per_messages if mode != "mux" else per_messages[:1]:
                         for name, command in clients.items():
-                            if mode == "mux" and "--python-load" not in command:
-                                continue  # multiplexed sessions: the Python clients so far
+                            if mode == "mux" and not multiplexes(command):
+                                continue  # multiplexed sessions: the Python and Go clients so far
                             run = run_once(
                                 command, server, ids_file.name, sessions, concurrency, per_message, mode
                             )

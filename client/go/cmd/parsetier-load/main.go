@@ -36,6 +36,7 @@ func main() {
 	stopToken := flag.Uint("stop-token", 151645, "the stop token id Finish names")
 	batch := flag.Bool("batch", false, "one ParseBatch stream carrying -concurrency sessions instead of a stream each")
 	noResume := flag.Bool("no-resume", false, "resume off (WithoutResume): no ledger is kept")
+	multiplex := flag.Bool("multiplex", false, "sessions multiplexed onto one shared ParseBatch stream (WithMultiplex(0))")
 	flag.Parse()
 
 	ids, err := tokenfile.Read(*idsPath)
@@ -45,6 +46,9 @@ func main() {
 	opts := []parsetier.ClientOption{parsetier.WithInsecure()}
 	if *noResume {
 		opts = append(opts, parsetier.WithoutResume())
+	}
+	if *multiplex {
+		opts = append(opts, parsetier.WithMultiplex(0))
 	}
 	client, err := parsetier.NewClient(*server, opts...)
 	if err != nil {
