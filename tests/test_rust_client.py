@@ -111,6 +111,10 @@ def test_rust_client_against_real_server():
         "a_gap_is_an_error",
         "packs_the_usual_entries_and_leaves_the_rest",
         "malformed_replies_are_errors",
+        "render_then_parse_with_its_open",
+        "render_anthropic_messages",
+        "render_choices_and_constraint",
+        "render_errors_carry_the_dialects_error_body",
     ):
         assert name in passed(output), f"{name} did not pass:\n{output}"
     # The sessions were the Rust client's, on this server, and ended OK (its run_session sessions:

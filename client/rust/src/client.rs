@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::options::{Finish, OpenOptions};
 use crate::pb;
 use crate::pb::parser_service_client::ParserServiceClient;
+use crate::render::{RenderOptions, Rendered};
 use crate::resume::ResumePolicy;
 
 /// The largest message the client receives: the server's default `--max-reply-bytes` (a server
@@ -356,6 +357,17 @@ impl Client {
         let reply = stub.parse_once(request).await;
         self.targets.note(index, &reply);
         Ok(reply?.into_inner())
+    }
+
+    /// Renders an API request (its JSON body, in its dialect) for the model: the prompt's token
+    /// ids, the sampling parameters, the decoding constraint and the output session's `Open`
+    /// (docs/render.md). A bad body is `InvalidArgument` naming its JSON path, an unknown model
+    /// `NotFound`; [`Error::wire`](crate::Error::wire) is then the API's error body to forward.
+    pub async fn render(&self, options: RenderOptions) -> Result<Rendered> {
+        let (index, mut stub) = self.targets.pick();
+        let reply = stub.render(options.into_message()).await;
+        self.targets.note(index, &reply);
+        Ok(reply?.into_inner().into())
     }
 
     /// The decoding constraint for a request with these options, derived from the model's

@@ -4,6 +4,10 @@ use std::fmt;
 
 pub use tonic::Code;
 
+/// The trailing metadata key of a failed call's error in its wire dialect (docs/service.md,
+/// "Errors in the dialect").
+const WIRE_TRAILER: &str = "parsetier-wire-bin";
+
 /// What went wrong. Every variant has a gRPC [`Code`] ([`Error::code`]): a server's own status is
 /// kept whole ([`Error::Status`]); the client's own failures use the code a server would have
 /// used for the same fault.
@@ -50,6 +54,29 @@ impl Error {
         match self {
             Error::Status(status) => Some(status),
             _ => None,
+        }
+    }
+
+    /// The error in the wire dialect of the call that failed, when the server sent it (a
+    /// `Render`, or a session opened with `wire`, that ended with a status): the bytes to forward
+    /// to the caller, an error body (with [`Error::http_status`]) or a stream's error event.
+    pub fn wire(&self) -> Option<Vec<u8>> {
+        let value = self.status()?.metadata().get_bin(WIRE_TRAILER)?;
+        value.to_bytes().ok().map(|bytes| bytes.to_vec()).filter(|bytes| !bytes.is_empty())
+    }
+
+    /// The HTTP status to send an error body with: the one the SDKs map to their error classes
+    /// for this code (docs/service.md, "Errors in the dialect"); 500 for any other.
+    pub fn http_status(&self) -> u16 {
+        match self.code() {
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => 400,
+            Code::Unauthenticated => 401,
+            Code::PermissionDenied => 403,
+            Code::NotFound => 404,
+            Code::ResourceExhausted => 429,
+            Code::DeadlineExceeded => 504,
+            Code::Unavailable => 503,
+            _ => 500,
         }
     }
 

@@ -17,6 +17,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`Client::render`] is the call before generation: an API request's body in, the prompt's ids
+//! and the output session's `Open` out ([`Rendered::open_options`] goes to [`Client::open`]
+//! unchanged).
+//!
 //! One [`Session`] is one request (a `Parse` stream); a [`Batch`] carries many over one
 //! `ParseBatch` stream, one message per engine step. With resume on (the default), both survive
 //! a broken stream by moving to another server (docs/service.md, "Resume").
@@ -29,6 +33,7 @@ mod error;
 mod logprobs;
 mod options;
 mod parts;
+mod render;
 mod resume;
 mod session;
 mod session_ledger;
@@ -48,6 +53,7 @@ pub use logprobs::{
     ChatTopLogprob, CompletionLogprobs,
 };
 pub use options::{Finish, OpenOptions};
+pub use render::{RenderOptions, Rendered};
 pub use resume::{retryable, ResumePolicy};
 pub use session::{Deltas, Replies, Session, SessionSender, Wire};
 pub use wire::{wire_of, WireReply};

@@ -152,6 +152,13 @@ impl OpenOptions {
     }
 }
 
+impl From<pb::Open> for OpenOptions {
+    /// A whole `Open`, such as `Render`'s ([`Rendered::open`](crate::Rendered::open)), as it is.
+    fn from(open: pb::Open) -> Self {
+        OpenOptions { open }
+    }
+}
+
 /// How an output ended: a reason (stop, length, abort) and what stopped it. `Finish::default()`
 /// is a stop with nothing matched, the server's default.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -10,5 +10,6 @@ mod batch;
 mod common;
 mod logprobs;
 mod parts;
+mod render;
 mod secure;
 mod sessions;
