@@ -36,7 +36,7 @@ WRITTEN: dict[str, dict[str, Any]] = {
     # (4.5 puts newlines between the parts); values are raw text.
     "glm": {
         "defaults": {"role": "assistant"},
-        "start_anchor": "<|assistant|>",
+        "start_anchor_pattern": r"<\|assistant\|>(?:</think>)?",  # the non-thinking prompt closes it
         "fields": {
             "reasoning_content": {"open": "<think>", "close": "</think>"},
             "tool_calls": {

@@ -78,7 +78,10 @@ class _Builder:
         self, where: str, start: str, path: Sequence[str], target: str, hint: str, do: Sequence[str] = ()
     ) -> None:
         """``start`` --path[0]--> … --path[-1]--> ``target``, through skip states that take the
-        whitespace between the literals; ``do`` runs on the first literal."""
+        whitespace between the literals; ``do`` runs on the first literal. A literal followed by
+        another counts only where that one follows (after optional whitespace) or the output
+        ends (``follow``): the template's regex matches the whole path or nothing, so
+        ``</function> then`` inside a value is no closer."""
         here = start
         for i, text in enumerate(path):
             last = i == len(path) - 1
@@ -88,7 +91,11 @@ class _Builder:
                 key = (hint, tuple(path[: i + 1]))
                 nxt = self._via.get(key) or self.state(f"{hint}_via{len(self._via) + 1}", "skip")
                 self._via[key] = nxt
-            spec: Any = {"next": nxt, "do": list(do)} if (do and i == 0) else nxt
+            spec: Any = nxt
+            if (do and i == 0) or not last:
+                spec = {"next": nxt, "do": list(do) if i == 0 else []}
+                if not last:
+                    spec["follow"] = [self.term(path[i + 1], hint), "end"]
             self.on(where, here, text, spec, hint)
             here = nxt
 
