@@ -10,15 +10,13 @@ filter (Python literals). Every test asserts exact outputs and split invariance.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 import marker_tokenizers
 from engine_helpers import run, tools
 from family_support import arguments_before, enc, plain, prompted, split_check
 from marker_tokenizers import MARKERS
-from native_diff import compare, random_groups
+from native_diff import compare_splits
 from parsetier.messages import SessionOptions
 
 SEED = marker_tokenizers.registry().get("seed-oss")
@@ -137,14 +135,6 @@ WEATHER = call("get_weather", ("city", "Barcelona, Spain"), ("days", "2"))
 WEATHER_ARGS = '{"city": "Barcelona, Spain", "days": 2}'
 
 
-def _both_engines(ids: list[int], reason: str = "stop") -> None:
-    rng = random.Random(f"seed-oss:{len(ids)}:{reason}")
-    for complete in (False, True):
-        options = SessionOptions(tools=TOOLS, complete_tool_calls=complete)
-        compare(SEED, options, [[i] for i in ids], reason)
-        compare(SEED, options, random_groups(rng, ids), reason)
-
-
 def test_a_call_the_reasoning_describes_is_reasoning() -> None:
     """vLLM's case: the reasoning quotes the call format before its ``</seed:think>``. The quoted
     call is reasoning text (not executed), the reasoning is not cut at the quote, the reasoning
@@ -152,14 +142,14 @@ def test_a_call_the_reasoning_describes_is_reasoning() -> None:
     reasoning = "Got it. The format is" + WEATHER + ". Wait, but does days accept 2? Yes."
     ids = [*enc(SEED, "<seed:think>\n" + reasoning + "</seed:think>" + WEATHER), EOS]
     assert split_check(SEED, ids, OPTS) == ("", reasoning, (("get_weather", WEATHER_ARGS),))
-    _both_engines(ids)
+    compare_splits(SEED, OPTS, ids)
 
 
 def test_a_described_call_before_the_reasoning_closes_is_reasoning() -> None:
     reasoning = "Maybe:" + WEATHER
     ids = [*enc(SEED, "<seed:think>" + reasoning + "</seed:think>No call needed."), EOS]
     assert split_check(SEED, ids, OPTS) == ("No call needed.", reasoning, ())
-    _both_engines(ids)
+    compare_splits(SEED, OPTS, ids)
 
 
 @pytest.mark.parametrize("reason", ["stop", "length"])
@@ -176,7 +166,7 @@ def test_calls_that_end_the_turn_end_the_reasoning(reason: str) -> None:
     opener = enc(SEED, "<seed:think>Need two.")
     assert "".join(d.reasoning for feed in streamed.per_feed[: len(opener)] for d in feed) == "Need two."
     assert not any(d.tool_calls for feed in streamed.per_feed[: len(ids) - 1] for d in feed)
-    _both_engines(ids, reason)
+    compare_splits(SEED, OPTS, ids, reason)
 
 
 def test_a_stray_reasoning_closer_is_markup() -> None:
@@ -185,4 +175,4 @@ def test_a_stray_reasoning_closer_is_markup() -> None:
     off = prompted(SEED, "<seed:bos>assistant\n<seed:think></seed:think>")
     ids = [*enc(SEED, "</seed:think>Hi.</seed:think> There."), EOS]
     assert split_check(SEED, ids, off) == ("Hi. There.", "", ())
-    _both_engines(ids)
+    compare_splits(SEED, off, ids)

@@ -25,7 +25,7 @@ from engine_helpers import (
     tools,
 )
 from family_support import plain, split_check
-from native_diff import compare
+from native_diff import compare_splits
 from parsetier.engine.events import EventKind
 from parsetier.messages import SessionOptions
 from parsetier.session import InvalidInput, Session, WrongState
@@ -337,10 +337,7 @@ def test_a_function_name_ends_at_the_end_of_its_line(text: str, want: tuple) -> 
     ``"bad_func_no_gt\\n</function"`` beside the real one."""
     ids = enc(text)
     assert split_check(QWEN3_CODER, ids, TOOLS) == want
-    for complete in (False, True):
-        options = SessionOptions(tools=TOOLS.tools, complete_tool_calls=complete)
-        compare(QWEN3_CODER, options, [[i] for i in ids])
-        compare(QWEN3_CODER, options, [ids])
+    compare_splits(QWEN3_CODER, TOOLS, ids)
 
 
 def test_a_parameter_key_ends_at_the_end_of_its_line() -> None:
@@ -351,10 +348,7 @@ def test_a_parameter_key_ends_at_the_end_of_its_line() -> None:
     text = f"<tool_call>\n<function=f>\n{body}</function>\n</tool_call>"
     ids = enc(text)
     assert split_check(QWEN3_CODER, ids, TOOLS) == ("", "", (("f", '{"s": "Dallas", "i": 3}'),))
-    for complete in (False, True):
-        options = SessionOptions(tools=TOOLS.tools, complete_tool_calls=complete)
-        compare(QWEN3_CODER, options, [[i] for i in ids])
-        compare(QWEN3_CODER, options, [ids])
+    compare_splits(QWEN3_CODER, TOOLS, ids)
 
 
 # ================================================================================ options / errors
