@@ -408,3 +408,38 @@ def test_model_dir_flag_errors_name_the_flag(dirs, tmp_path: Path, capsys) -> No
         assert exit_.value.code == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert line.startswith("parsetier serve: --model-dir: ") and says in line, line
+
+
+PYTHONIC = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "content": "python-call-list",  # a list per region: the field's value is the list
+            "transform_each": True,
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}},
+        },
+        "content": {"close": "<|im_end|>"},
+    },
+}
+"""A template of pythonic calls (``[f(a=1), g()]``), on the Qwen3 vocabulary."""
+
+
+def test_python_call_lists_read_as_transformers_reads_them(tmp_path: Path) -> None:
+    registry = ModelRegistry({})
+    registry.add_model_dir(write_dir(tmp_path, "pythonic", "qwen3", PYTHONIC), "pythonic")
+    model = registry.get("pythonic")
+    assert model.grammar.grammar.states["tool_calls"].dialect == "python"
+    hf = _hf(str(tmp_path / "pythonic"))
+    prompt = encode(model, FAMILIES["qwen3"].prompt)
+    for calls in [
+        "[get_weather(city='Paris', days=3)]",
+        "[get_weather(city=\"a 'b'\"), set_flags(on=True, ratio=0.5)]",
+        "[store(items=[1, 2], meta={'k': None})]",
+    ]:
+        ids = encode(model, f"Sure.{m('<tool_call>')}{calls}{m('</tool_call>')}{m('<|im_end|>')}")
+        message, _, _ = parse(model, SessionOptions(tools=TOOLS, prompt_token_ids=tuple(prompt)), ids)
+        want = transformers_view(hf.parse_response(ids, prefix=prompt, tools=OPENAI_TOOLS))
+        assert parsetier_view(message) == want, calls
+        assert native_diff.compare(model, SessionOptions(prompt_token_ids=tuple(prompt)), [[i] for i in ids])
