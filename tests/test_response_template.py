@@ -443,3 +443,31 @@ def test_python_call_lists_read_as_transformers_reads_them(tmp_path: Path) -> No
         want = transformers_view(hf.parse_response(ids, prefix=prompt, tools=OPENAI_TOOLS))
         assert parsetier_view(message) == want, calls
         assert native_diff.compare(model, SessionOptions(prompt_token_ids=tuple(prompt)), [[i] for i in ids])
+
+
+ANSWER_ONLY = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close": "</think>"},
+        "content": {"open": "<answer>", "close": "</answer>"},
+    },
+}
+"""No implicit field: text outside the two regions has no place (the template drops it)."""
+
+
+def test_text_outside_every_region_is_dropped_when_no_field_takes_it(tmp_path: Path) -> None:
+    registry = ModelRegistry({})
+    registry.add_model_dir(write_dir(tmp_path, "answer-only", "qwen3", ANSWER_ONLY), "answer-only")
+    model = registry.get("answer-only")
+    assert model.grammar.grammar.states[model.grammar.grammar.initial].markup
+    hf = _hf(str(tmp_path / "answer-only"))
+    prompt = encode(model, FAMILIES["qwen3"].prompt)
+    ids = encode(
+        model, f"{m('<think>')}\nhm\n{m('</think>')}\nnoise <answer>Paris.</answer> tail{m('<|im_end|>')}"
+    )
+    message, _, _ = parse(model, SessionOptions(prompt_token_ids=tuple(prompt)), ids)
+    assert (
+        parsetier_view(message)
+        == transformers_view(hf.parse_response(ids, prefix=prompt))
+        == ("Paris.", "hm", [])
+    )
