@@ -228,10 +228,10 @@ def stub(grpc_server):
 
 
 def call(stub, model: str, dialect: int, body: bytes | dict, **fields) -> pb.RenderResponse:
+    from test_render_exact import retried
+
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return stub.Render(
-        pb.RenderRequest(model=model, dialect=dialect, request_json=data, **fields), timeout=60
-    )
+    return retried(stub.Render, pb.RenderRequest(model=model, dialect=dialect, request_json=data, **fields))
 
 
 @pytest.mark.parametrize(
@@ -402,7 +402,9 @@ def test_the_rendered_open_parses_into_the_requests_own_api_body(stub, registry,
         text = " there was a"
     output = registry.get("qwen3").tokenizer.encode(text, add_special_tokens=False).ids
     request = pb.ParseOnceRequest(open=rendered.open, token_ids=output)
-    final = stub.ParseOnce(request, timeout=60).final
+    from test_render_exact import retried
+
+    final = retried(stub.ParseOnce, request).final
     parsed = json.loads(final.wire)
     types[dialect].model_validate(parsed, strict=True)
     if dialect != pb.WIRE_DIALECT_OPENAI_COMPLETIONS:

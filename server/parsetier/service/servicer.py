@@ -181,6 +181,9 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         end: the per-request tool bounds are what bound that)."""
         """Renders run here, off the event loop; a bounded pool, so a burst of long renders queues
         instead of taking every thread the loop's other work (model loads) also needs."""
+        self._rendered_once: set[str] = set()
+        """Models that have rendered in the pool (their template compiled): a short request of
+        theirs renders on the loop."""
 
     # --- Parse -----------------------------------------------------------------------------
 
@@ -450,11 +453,16 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             record.model, record.request_id = request.model, request.request_id
             model = await self._model(request.model)
             loop = asyncio.get_running_loop()
-            if len(request.request_json) < OFF_LOOP_BYTES and not self.limits.trust_request_templates:
+            if (
+                len(request.request_json) < OFF_LOOP_BYTES
+                and not self.limits.trust_request_templates
+                and model.name in self._rendered_once
+            ):
                 # a short request rendered by a model's own template takes about a millisecond,
-                # less than the hop; a long one (a long conversation) goes to the pool, and so does
-                # every render of a server that runs request templates (code of unknown cost), and
-                # every constraint (llguidance's compile)
+                # less than the hop; a model's first render (transformers' import, the template's
+                # compile), a long request (a long conversation), every render of a server that
+                # runs request templates (code of unknown cost) and every constraint (llguidance's
+                # compile) go to the pool
                 response, constrain = render_prompt(self.renderer, model, request)
                 if constrain is not None:
                     await loop.run_in_executor(self._render_pool, constrain)
@@ -462,6 +470,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 response = await loop.run_in_executor(
                     self._render_pool, render_request, self.renderer, model, request
                 )
+                self._rendered_once.add(model.name)
             self.limits.check_reply(response.ByteSize())
             result.append(response)
 
