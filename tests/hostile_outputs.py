@@ -121,7 +121,8 @@ _WRITTEN.update(
         + '<｜GCML｜parameter name="a" string="false">'
         + VALUE
         + "</｜GCML｜parameter></｜GCML｜invoke></｜GCML｜tool_calls>",
-        "minicpm": '<function name="f"><param name="a">' + VALUE + "</param></function>",
+        "minicpm-5": '<function name="f"><param name="a">' + VALUE + "</param></function>",
+        "minicpm-4": "<|tool_call_start|>\n```python\nf(a=" + VALUE + ")\n```\n<|tool_call_end|>",
         "longcat-flash": '<longcat_tool_call>{"name": "f", "arguments": {"a": '
         + VALUE
         + "}}</longcat_tool_call>",

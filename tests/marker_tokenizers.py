@@ -271,6 +271,10 @@ PRESET_MARKERS: dict[str, str] = {
 _GIGACHAT3_SYNTHETIC = ("<s>", "</s>", "<|role_sep|>", "<|message_sep|>", "<|function_call|>")
 _GIGACHAT35_SYNTHETIC = ("<s>", "</s>", "<|role_sep|>", "<|message_sep|>", "｜GCML｜", "<think>", "</think>")
 _MINICPM_SYNTHETIC = ("<|im_start|>", "<|im_end|>", "<think>", "</think>")
+_MINICPM4_SYNTHETIC = (
+    "<|im_start|>", "<|im_end|>", "<|thought_start|>", "<|thought_end|>", "<|tool_call_start|>",
+    "<|tool_call_end|>",
+)  # fmt: skip
 _LAGUNA_SYNTHETIC = (
     "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
     "</arg_value>",
@@ -285,6 +289,7 @@ WAVE_B_MARKERS: dict[str, dict[str, int]] = {
     "gigachat-3": _with_synthetic({}, _GIGACHAT3_SYNTHETIC, 200000),
     "gigachat-3.5": _with_synthetic({}, _GIGACHAT35_SYNTHETIC, 200000),
     "minicpm": _with_synthetic({}, _MINICPM_SYNTHETIC, 73448),
+    "minicpm-4": _with_synthetic({}, _MINICPM4_SYNTHETIC, 73448),
     "laguna": _with_synthetic({}, _LAGUNA_SYNTHETIC, 200000),
     "longcat": _with_synthetic({}, _LONGCAT_SYNTHETIC, 131072),
     "functiongemma": _with_synthetic({}, _FUNCTIONGEMMA_SYNTHETIC, 262144),
@@ -296,7 +301,8 @@ PRESET_MARKERS.update(
     {
         "gigachat-3": "gigachat-3",
         "gigachat-3.5": "gigachat-3.5",
-        "minicpm": "minicpm",
+        "minicpm-5": "minicpm",
+        "minicpm-4": "minicpm-4",
         "laguna": "laguna",
         "longcat-flash": "longcat",
         "functiongemma": "functiongemma",

@@ -11,7 +11,7 @@ from engine_helpers import tools
 from family_support import arguments_before, enc, split_check
 from parsetier.messages import SessionOptions
 
-CPM = marker_tokenizers.registry().get("minicpm")
+CPM = marker_tokenizers.registry().get("minicpm-5")
 TOOLS = tools(
     get_weather={"city": {"type": "string"}, "date": {"type": "string"}},
     sum_values={"nums": {"type": "array"}, "exact": {"type": "boolean"}},
@@ -86,3 +86,55 @@ def test_output_cut_inside_a_value() -> None:
         "",
         (("get_weather", '{"city": "Par"}'),),
     )
+
+
+# --- MiniCPM-4: <|thought_start|> reasoning, fenced pythonic calls -------------------------------
+CPM4 = marker_tokenizers.registry().get("minicpm-4")
+TOOLS4 = tools(
+    get_currency_exchange_rate={
+        "from_currency": {"type": "string"},
+        "to_currency": {"type": "string"},
+        "amount": {"type": "number"},
+    },
+    get_time={},
+)
+OPTS4 = SessionOptions(tools=TOOLS4)
+
+
+def test_minicpm4_thought_then_a_fenced_python_call() -> None:
+    """The shape of MiniCPM4-MCP's published training data."""
+    text = (
+        "<|thought_start|>\nI will call get_currency_exchange_rate.\n<|thought_end|>\n"
+        '<|tool_call_start|>\n```python\nget_currency_exchange_rate(from_currency="USD",to_currency="EUR",amount=500)'
+        "\n```\n<|tool_call_end|>\n<|im_end|>"
+    )
+    want = (
+        "",
+        "I will call get_currency_exchange_rate.",
+        (("get_currency_exchange_rate", '{"from_currency": "USD", "to_currency": "EUR", "amount": 500}'),),
+    )
+    assert split_check(CPM4, enc(CPM4, text), OPTS4) == want
+
+
+def test_minicpm4_several_calls_python_literals_and_an_answer() -> None:
+    text = (
+        "Converting.\n<|tool_call_start|>\n```python\n"
+        "get_currency_exchange_rate(from_currency='GBP', amount=1.5)\nget_time()\n```\n<|tool_call_end|>"
+    )
+    want = (
+        "Converting.",
+        "",
+        (("get_currency_exchange_rate", '{"from_currency": "GBP", "amount": 1.5}'), ("get_time", "{}")),
+    )
+    assert split_check(CPM4, enc(CPM4, text), OPTS4) == want
+
+
+def test_minicpm4_a_block_that_is_no_call_is_delivered() -> None:
+    text = "<|tool_call_start|>\n```python\nprint('hi')\n```\n<|tool_call_end|>"
+    got = split_check(CPM4, enc(CPM4, text), OPTS4)
+    assert got[2] == () and "print('hi')" in got[0]
+
+
+def test_minicpm4_answer_after_reasoning_and_look_alikes() -> None:
+    text = "<|thought_start|>Plain.<|thought_end|>Write ```python\nf()\n``` to call."
+    assert split_check(CPM4, enc(CPM4, text), OPTS4) == ("Write ```python\nf()\n``` to call.", "Plain.", ())

@@ -24,8 +24,8 @@ PEER_JSON_PRESETS = (
 PEER_NEW_PRESETS = ("inkling", "muse-glimmer")
 """The same for the families peers added since (docs/formats/inkling.md, muse-glimmer.md)."""
 PEER_WAVE_B_PRESETS = (
-    "gigachat-3", "gigachat-3.5", "minicpm", "laguna", "longcat-flash", "functiongemma", "granite-20b-fc",
-    "kimi-vl-thinking",
+    "gigachat-3", "gigachat-3.5", "minicpm-5", "minicpm-4", "laguna", "longcat-flash", "functiongemma",
+    "granite-20b-fc", "kimi-vl-thinking",
 )  # fmt: skip
 """Issue 39's families without a vocabulary on PyPI (Llama-Nemotron runs on the real Llama 3 one)."""
 PEER_WAVE_A_PRESETS = ("step-3", "internlm2", "intern-s1", "hunyuan-a13b", "hy-v4", "jamba")

@@ -578,6 +578,7 @@ GCML_MARKERS = (
     "</｜GCML｜parameter>", "</｜GCML｜invoke>", '<｜GCML｜invoke name="x">', "</｜GCML｜tool_calls>",
 )  # fmt: skip
 MINICPM_MARKERS = ("</param>", "</function>", '<param name="k">', '<function name="f">', "</think>")
+MINICPM4_MARKERS = ("<|tool_call_end|>", "```", "<|thought_end|>", ")", "]", "}")
 LONGCAT_MARKERS = ("</longcat_tool_call>", "<longcat_tool_call>", "</longcat_think>", "}", "]")
 FUNCTIONGEMMA_MARKERS = ("<escape>", "<end_function_call>", "<start_function_call>", "}", ",")
 FAMILIES += [
@@ -593,9 +594,12 @@ FAMILIES += [
            _own_thinking("peer_family_renderers (GigaChat 3.5)", pfr.render_gigachat35,
                          lambda t: "assistant<|role_sep|>\n" + ("<think>" if t else "")),
            "marker", GCML_MARKERS),
-    Family("MiniCPM-4 / 5", "minicpm",
+    Family("MiniCPM-5", "minicpm-5",
            _own("peer_family_renderers (MiniCPM)", pfr.render_minicpm, "<|im_start|>assistant\n"),
            "marker", MINICPM_MARKERS, prompt_thinking=False),
+    Family("MiniCPM-4", "minicpm-4",
+           _own("peer_family_renderers (MiniCPM-4)", pfr.render_minicpm4, "<|im_start|>assistant\n"),
+           "marker", MINICPM4_MARKERS, xml=False, prompt_thinking=False),
     Family("Poolside Laguna", "laguna", _own("peer_family_renderers (Laguna)", pfr.render_laguna),
            "marker", GLM_MARKERS, prompt_thinking=False),
     Family("LongCat-Flash", "longcat-flash", _own("peer_family_renderers (LongCat)", pfr.render_longcat),

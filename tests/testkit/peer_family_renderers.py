@@ -74,6 +74,21 @@ def render_minicpm(p: Parts) -> str:
     return f"{thinking}{p.content}\n{calls}<|im_end|>"
 
 
+def minicpm4_call(name: str, args: dict[str, Any]) -> str:
+    """A pythonic call as MiniCPM-4's demonstrations write it: keyword arguments, double-quoted
+    strings (JSON's escapes are Python's), no spaces; containers as JSON (read as Python literals
+    or JSON's)."""
+    return f"{name}(" + ",".join(f"{k}={json_value(v)}" for k, v in args.items()) + ")"
+
+
+def render_minicpm4(p: Parts) -> str:
+    """``<|thought_start|>`` reasoning, the answer, then one fenced python block of calls."""
+    thinking = f"<|thought_start|>\n{p.reasoning}\n<|thought_end|>\n" if p.reasoning else ""
+    calls = "\n".join(minicpm4_call(n, a) for n, a in p.calls)
+    block = f"<|tool_call_start|>\n```python\n{calls}\n```\n<|tool_call_end|>\n" if p.calls else ""
+    return f"{thinking}{p.content}\n{block}<|im_end|>"
+
+
 def render_laguna(p: Parts) -> str:
     """GLM-4.5's shape: the name, each key and each value on its own line; values raw."""
     calls = "".join(
