@@ -471,3 +471,20 @@ def test_text_outside_every_region_is_dropped_when_no_field_takes_it(tmp_path: P
         == transformers_view(hf.parse_response(ids, prefix=prompt))
         == ("Paris.", "hm", [])
     )
+
+
+def test_a_wrapper_closer_after_each_call_is_refused_saying_why() -> None:
+    """MiniMax-M2's invokes share one wrapper: ``</invoke>`` would both end the wrapper's last call
+    and go on to the next invoke (docs/formats.md: a format file says it)."""
+    tool_calls = {
+        "open_pattern": r'\s*(?:<minimax:tool_call>)?\s*<invoke name="(?P<name>[^"]+)">',
+        "close_pattern": r"</invoke>\s*(?:</minimax:tool_call>)?",
+        "repeats": True,
+        "content": "xml-inline",
+        "content_args": {"tag_pattern": r'<parameter name="(?P<key>[^"]+)">(?P<value>.*?)</parameter>'},
+        "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+    }
+    template = {"start_anchor": "]~b]ai\n", "fields": {"tool_calls": tool_calls, "content": {}}}
+    load_response_template(template)
+    with pytest.raises(TemplateError, match="parsetier cannot serve this: the marker '</invoke>' would lead"):
+        template_grammar(validate(template, "cfg"), "x")

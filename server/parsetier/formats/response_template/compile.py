@@ -70,7 +70,8 @@ class _Builder:
         on = self.states[state]["on"]
         if terminal in on and on[terminal] != target:
             raise TemplateError(
-                f"{self.source}: {where}: the marker {text!r} would lead to two places in state {state!r}"
+                f"{self.source}: response_template.{where}: parsetier cannot serve this: "
+                f"the marker {text!r} would lead to two places in state {state!r}"
             )
         on[terminal] = target
 
