@@ -475,7 +475,8 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             result.append(response)
 
         status = await self._guarded(record, run(), context)
-        await _end(record, status, context, RenderErrorWire(request.dialect))
+        dialect = request.dialect if isinstance(request, pb.RenderRequest) else 0  # undecodable: none
+        await _end(record, status, context, RenderErrorWire(dialect))
         return result[0] if result else pb.RenderResponse()  # empty only when the client is gone
 
     # --- shared ----------------------------------------------------------------------------
