@@ -11,6 +11,7 @@ import pytest
 
 from grpc_servers import ProcessServer
 from parsetier.service.budget import STREAM_WINDOW
+from parsetier.service.servicer import NOT_READING
 from parsetier_client import AsyncClient
 from stuck_clients import StuckStream
 
@@ -39,6 +40,33 @@ async def _admitted_within(target: str, seconds: float) -> float:
                 assert exc.code() == Code.RESOURCE_EXHAUSTED, exc
                 assert time.monotonic() - started < seconds, "the stuck streams still hold the slots"
                 await asyncio.sleep(0.2)
+
+
+def test_a_stream_that_stops_reading_is_logged_at_once(small_server):
+    """Its ``session_end`` line is written when the stream is ended, not when (if ever) the client
+    reads the status that waits behind its unread replies."""
+
+    async def run():
+        stream = await StuckStream(small_server.target).start()
+        try:
+            await stream.stalled()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                lines = [
+                    r
+                    for r in list(small_server.logs)
+                    if r.get("msg") == "session_end" and NOT_READING in str(r.get("error", ""))
+                ]
+                if lines:
+                    return lines[-1]
+                await asyncio.sleep(0.2)
+            return None
+        finally:
+            await stream.close()
+
+    line = asyncio.run(run())
+    assert line is not None, "no session_end line while the client still holds the stream"
+    assert line["outcome"] == "DEADLINE_EXCEEDED" and line["rpc"] == "Parse"
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["Parse", "ParseBatch"])

@@ -91,11 +91,13 @@ class ClientGone(Exception):
     """A write failed because the client is no longer there (it cancelled or disconnected)."""
 
 
+NOT_READING = "the client read no reply for"
+"""How the status of a stream whose client stopped reading begins (``not_reading``)."""
+
+
 def not_reading(timeout: float) -> ProtocolError:
     """The status of a stream whose client took no reply for the idle timeout."""
-    return ProtocolError(
-        Code.DEADLINE_EXCEEDED, f"the client read no reply for {timeout:g} s; the stream was dropped"
-    )
+    return ProtocolError(Code.DEADLINE_EXCEEDED, f"{NOT_READING} {timeout:g} s; the stream was dropped")
 
 
 async def _write(idle: IdleWatch, context: grpc.aio.ServicerContext, reply: bytes, share: Share) -> None:
@@ -541,10 +543,16 @@ async def _end(
 
     grpc reports a client that cancelled while the server waited for its next message as an
     ordinary end of stream; only sending the status then shows that nobody is listening (the
-    send fails). Such a session is logged as CANCELLED, not as the status it could not get."""
+    send fails). Such a session is logged as CANCELLED, not as the status it could not get.
+    A stream ended because its client stopped reading is logged before its status is sent:
+    the status waits behind the replies the client has not read, maybe for good."""
+    logged = False
     try:
         if status is not None:
             record.outcome, record.error = status[0].name, status[1]
+            if status[1].startswith(NOT_READING):
+                record.emit()
+                logged = True
             message = status_message(clip(status[1], MAX_MESSAGE_CHARS))
             trailer = trailer_for(status[1]) + wire_trailer(protocol, status[0].name, message)
             await context.abort(status[0], message, trailing_metadata=trailer)
@@ -553,7 +561,8 @@ async def _end(
     except Exception:
         record.outcome, record.error = "CANCELLED", ""
     finally:
-        record.emit()
+        if not logged:
+            record.emit()
 
 
 class _GatedSessions(BatchHooks):
