@@ -430,3 +430,11 @@ def test_thinking_switched_off_reaches_the_template_and_the_open_alike(stub):
         out = call(stub, "qwen3.5", dialect, body, return_prompt_text=True)
         assert out.prompt_text.endswith("<think>\n\n</think>\n\n"), (dialect, out.prompt_text[-40:])
         assert out.open.thinking is False
+
+
+def test_undecodable_render_bytes_are_invalid_argument(grpc_server):
+    with grpc.insecure_channel(grpc_server.target) as channel:
+        raw = channel.unary_unary("/parsetier.v1.ParserService/Render")
+        with pytest.raises(grpc.RpcError) as caught:
+            raw(b"\n\x05qwen3\x10\x01\x1a\xff\xff", timeout=30)  # request_json's length past the end
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
