@@ -116,15 +116,34 @@ def test_a_failed_stream_ends_in_its_dialect(dialect, stream, client, sdks, loop
         assert isinstance(raised, anthropic.BadRequestError)
 
 
-def test_responses_error_event_goes_on_with_the_stream_numbers(client) -> None:
-    body, _ = failed_stream(client, "openai_responses", True)
-    numbers = [
-        json.loads(line[6:])["sequence_number"]
-        for line in body.decode().splitlines()
-        if line.startswith("data: ")
-    ]
+def test_responses_error_event_goes_on_with_the_stream_numbers(client, oai, loopback) -> None:
+    """Responses, failed after output: the error event and ``response.failed`` (the open item
+    closed ``incomplete``, the output so far) go on with the stream's numbers; the SDK's
+    accumulator reports the failed response with the server's message."""
+    body, error = failed_stream(client, "openai_responses", True)
+    data = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")]
+    numbers = [event["sequence_number"] for event in data]
     assert len(numbers) > 3 and numbers == sorted(set(numbers))
-    assert body.decode().rstrip().splitlines()[-2] == "event: error"
+    names = [event["type"] for event in data]
+    assert "error" in names and names[-1] == "response.failed"
+    assert names[names.index("error") + 1 :] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.failed",
+    ]
+    failed = data[-1]["response"]
+    assert failed["status"] == "failed" and failed["usage"] is None
+    assert failed["error"] == {"code": "invalid_prompt", "message": error.details()}
+    assert [item["status"] for item in failed["output"]] == ["incomplete"]
+    loopback.serve(body, True)
+    with oai.responses.stream(model="m", input="hi") as events:
+        seen = [event for event in events if event.type == "response.failed"]
+    (event,) = seen
+    assert event.response.error.message == error.details()
+    assert (
+        "".join(c.text for c in event.response.output[0].content) == failed["output"][0]["content"][0]["text"]
+    )
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -244,6 +263,22 @@ def test_the_native_renderer_counts_sequence_numbers_as_python_does() -> None:
         assert python.step([delta]) == native.step([delta])
         assert python.sequence == native.sequence
     assert python.sequence > len(deltas)
+    failed = python.fail("invalid_argument", "bad \u2028 é", "invalid_prompt")
+    assert failed == native.fail("invalid_argument", "bad \u2028 é", "invalid_prompt")
+    names = [line for line in failed.decode().splitlines() if line.startswith("event: ")]
+    assert names == [
+        "event: error",
+        "event: response.function_call_arguments.done",  # the open call closed, cut short
+        "event: response.output_item.done",
+        "event: response.failed",
+    ]
+    for at in range(len(deltas) + 1):  # failed after any step (before any: the error event alone)
+        python, native = python_renderer(request), native_renderer(request)
+        for delta in deltas[:at]:
+            python.step([delta])
+            native.step([delta])
+        assert python.fail("internal", "x", "server_error") == native.fail("internal", "x", "server_error")
+    assert python_renderer(request).fail("internal", "x", "server_error").count(b"event: ") == 1
 
 
 # ------------------------------------------------------------------------------------- n > 1 joined

@@ -82,7 +82,7 @@ from parsetier import convert, native, resume
 from parsetier import session as core
 from parsetier.completion import CompletionSession
 from parsetier.dialects import Renderer, WireRequest, renderer
-from parsetier.dialects.errors import error_bytes
+from parsetier.dialects.errors import error_bytes, failed_response
 from parsetier.engine.events import Event
 from parsetier.ledger import Ledger, new_ledger
 from parsetier.messages import Delta, Final, Usage
@@ -325,14 +325,23 @@ def _wire_kept(open_: pb.Open) -> tuple[WireRequest, bool] | None:
 def refused_wire(open_: pb.Open, code: str, message: str) -> bytes:
     """``SessionProtocol.error_wire`` of a session refused at its Open, before it had a protocol
     (a ``ParseBatch`` stream's limit or admission)."""
-    return _error_wire(_wire_kept(open_) if open_.HasField("wire") else None, code, message, 0)
+    return _error_wire(_wire_kept(open_) if open_.HasField("wire") else None, code, message, None)
 
 
-def _error_wire(kept: tuple[WireRequest, bool] | None, code: str, message: str, sequence: int) -> bytes:
-    """``SessionProtocol.error_wire``'s rule, on what ``_wire_kept`` kept."""
+def _error_wire(
+    kept: tuple[WireRequest, bool] | None, code: str, message: str, renderer: Renderer | None
+) -> bytes:
+    """``SessionProtocol.error_wire``'s rule, on what ``_wire_kept`` kept: a streamed Responses
+    session's renderer writes its error (numbered on, and ``response.failed``), else
+    ``error_bytes``."""
     if kept is None or code == "CANCELLED" or (code == "UNAVAILABLE" and kept[1]):
         return b""
-    return error_bytes(kept[0], code, message, sequence)
+    request = kept[0]
+    if renderer is not None and request.dialect == "openai_responses" and request.stream:
+        data = failed_response(renderer, code, message)
+        if data is not None:
+            return data
+    return error_bytes(request, code, message)
 
 
 class SessionProtocol:
@@ -673,7 +682,7 @@ class SessionProtocol:
         ``message`` in its wire dialect (``dialects.errors``); b"" when the Open asked for none,
         for a cancel (the client's own), and for a resumable session ended UNAVAILABLE (handed
         off: its client resumes it elsewhere)."""
-        return _error_wire(self.wire_error, code, message, getattr(self.renderer, "sequence", 0))
+        return _error_wire(self.wire_error, code, message, self.renderer)
 
     def receive_eof(self) -> None:
         """The client closed its side: fine after Finish, an error before."""

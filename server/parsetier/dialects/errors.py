@@ -9,7 +9,10 @@ it (``Open.wire``'s dialect), in the same form as the session's other bytes:
   ``openai`` SDK raises ``APIError`` on it); Anthropic ``event: error`` with
   ``{"type": "error", "error": {"type", "message"}}`` (the ``anthropic`` SDK raises on it);
   Responses an ``error`` event (``type``, ``sequence_number`` going on from the stream's,
-  ``code``, ``message``, ``param``), which the ``openai`` SDK yields as a ``ResponseErrorEvent``;
+  ``code``, ``message``, ``param``), which the ``openai`` SDK yields as a ``ResponseErrorEvent``,
+  and, once the response had started, its open item closed ``incomplete`` and
+  ``response.failed`` (status ``failed``, ``error`` with one of the API's codes, the output so
+  far): the session's renderer writes those (``ResponsesRenderer.fail``, in both engines);
 - a body (``stream`` false), the API's error body: ``{"error": {"message", "type", "param",
   "code"}}`` for OpenAI's three, ``{"type": "error", "error": {...}}`` for Anthropic, to send with
   ``http_status(code)`` (the status the SDKs map to their exception classes).
@@ -34,16 +37,18 @@ class ErrorKind(NamedTuple):
     http_status: int
     openai_type: str
     anthropic_type: str
+    responses_code: str = "server_error"
+    """The ``error.code`` of a Responses ``response.failed`` (the API's ``ResponseError`` codes)."""
 
 
 KINDS: dict[str, ErrorKind] = {
-    "INVALID_ARGUMENT": ErrorKind(400, "invalid_request_error", "invalid_request_error"),
-    "FAILED_PRECONDITION": ErrorKind(400, "invalid_request_error", "invalid_request_error"),
-    "OUT_OF_RANGE": ErrorKind(400, "invalid_request_error", "invalid_request_error"),
+    "INVALID_ARGUMENT": ErrorKind(400, "invalid_request_error", "invalid_request_error", "invalid_prompt"),
+    "FAILED_PRECONDITION": ErrorKind(400, "invalid_request_error", "invalid_request_error", "invalid_prompt"),
+    "OUT_OF_RANGE": ErrorKind(400, "invalid_request_error", "invalid_request_error", "invalid_prompt"),
     "UNAUTHENTICATED": ErrorKind(401, "authentication_error", "authentication_error"),
     "PERMISSION_DENIED": ErrorKind(403, "permission_error", "permission_error"),
-    "NOT_FOUND": ErrorKind(404, "not_found_error", "not_found_error"),
-    "RESOURCE_EXHAUSTED": ErrorKind(429, "rate_limit_error", "rate_limit_error"),
+    "NOT_FOUND": ErrorKind(404, "not_found_error", "not_found_error", "invalid_prompt"),
+    "RESOURCE_EXHAUSTED": ErrorKind(429, "rate_limit_error", "rate_limit_error", "rate_limit_exceeded"),
     "DEADLINE_EXCEEDED": ErrorKind(504, "timeout_error", "timeout_error"),
     "UNAVAILABLE": ErrorKind(503, "server_error", "overloaded_error"),
 }
@@ -69,6 +74,17 @@ def error_bytes(request: WireRequest, code: str, message: str, sequence: int = 0
         return sse_event("error", dumps(event | {"param": None})).encode()
     body = dumps({"error": {"message": message, "type": kind.openai_type, "param": None, "code": name}})
     return (sse_data(body) + DONE).encode() if request.stream else body.encode()
+
+
+def failed_response(renderer: object, code: str, message: str) -> bytes | None:
+    """A streamed Responses session's error through its renderer (``fail``: the ``error`` event
+    numbered on from the stream, then ``response.failed`` with the output so far, when the
+    response had started), or None when ``renderer`` renders no such thing."""
+    fail = getattr(renderer, "fail", None)
+    if fail is None:
+        return None
+    data: bytes = fail(code.lower(), message[:MESSAGE_CHARS], KINDS.get(code, SERVER).responses_code)
+    return data
 
 
 def http_status(code: str) -> int:

@@ -138,16 +138,23 @@ class ResponsesRenderer:
         self._sequence = sequence + (len(text) or 1)
         out.append(_DELTA_HEADS[name] + str(sequence) + item.where + string(text) + tail + "}\n\n")
 
-    def _response(self, status: str, final: Final | None) -> dict[str, Any]:
+    def _response(
+        self, status: str, final: Final | None, error: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         request = self.request
         body: dict[str, Any] = {
             "id": request.response_id,
             "object": "response",
             "created_at": request.created,
         }
-        body |= {"model": request.model, "status": status, "error": None, "incomplete_details": None}
+        body |= {"model": request.model, "status": status, "error": error, "incomplete_details": None}
         body |= {"instructions": None, "metadata": {}, "parallel_tool_calls": True, "tool_choice": "auto"}
         body |= {"tools": [], "temperature": None, "top_p": None, "output": [], "usage": None}
+        if error is not None:  # failed: the items so far, the last cut short; usage unknown
+            last = len(self._items) - 1
+            body["output"] = [
+                item.body("incomplete" if n == last else "completed") for n, item in enumerate(self._items)
+            ]
         if final is not None:
             last = len(self._items) - 1
             item_status = "incomplete" if status == "incomplete" else "completed"
@@ -266,6 +273,23 @@ class ResponsesRenderer:
                 self._event("response.output_text.done", done, out)
             self._event("response.content_part.done", where | {"content_index": 0, "part": part}, out)
         self._event("response.output_item.done", {"output_index": item.index, "item": item.body(status)}, out)
+
+    def fail(self, code: str, message: str, failed_code: str) -> bytes:
+        """The streamed response ended by an error (``dialects.errors``): an ``error`` event
+        (``code``: the status's name in lower case), then, when the response had started, its
+        open item closed ``incomplete`` and ``response.failed`` with ``error`` (``failed_code``,
+        one of the API's ``ResponseError`` codes, and ``message``) and the output so far."""
+        if not self._stream:
+            return b""
+        out: list[str] = []
+        self._event("error", {"code": code, "message": message, "param": None}, out)
+        if self._started:
+            if self._pending and self._open is not None and self._open.kind == "message":
+                self._text(self._open, "", out)
+            self._close(out, "incomplete")
+            error = {"code": failed_code, "message": message}
+            self._event("response.failed", {"response": self._response("failed", None, error)}, out)
+        return "".join(out).encode()
 
     def finish(self, deltas: Sequence[Delta], final: Final, stop_string: str | None) -> tuple[bytes, bytes]:
         out: list[str] = []

@@ -195,6 +195,19 @@ impl WireRenderer {
         self.renderer.sequence()
     }
 
+    /// `ResponsesRenderer.fail`: the bytes that end a streamed response with an error.
+    fn fail<'py>(
+        &mut self,
+        py: Python<'py>,
+        code: &str,
+        message: &str,
+        failed_code: &str,
+    ) -> Bound<'py, PyBytes> {
+        let mut out = String::new();
+        self.renderer.fail(code, message, failed_code, &mut out);
+        PyBytes::new(py, out.as_bytes())
+    }
+
     /// `Renderer.finish` (`final`: a `Final`; its finish reason and usage are read).
     #[pyo3(signature = (deltas, r#final, stop_string=None))]
     fn finish<'py>(

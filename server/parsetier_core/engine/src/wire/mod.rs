@@ -96,6 +96,11 @@ pub trait WireDialect: Send + Sync {
         0
     }
 
+    /// `ResponsesRenderer.fail`: a streamed response ended by an error, rendered in `out` (the
+    /// error event, and the failed response once it had started). Only Responses has one: the
+    /// other dialects' errors are written whole by `dialects/errors.py`.
+    fn fail(&mut self, _code: &str, _message: &str, _failed_code: &str, _out: &mut String) {}
+
     /// `step` over a native step's deltas (one kind each), without building Python values.
     fn step_native(&mut self, step: &StepOut, out: &mut String) {
         if let [d] = step.deltas.as_slice() {

@@ -184,7 +184,15 @@ impl Responses {
         out.push_str("}\n\n");
     }
 
-    fn push_response(&self, status: &str, finish: Option<&Finish<'_>>, out: &mut String) {
+    /// The response object; `error`: a failed response's (`code`, `message`), shown with the
+    /// output so far (its last item cut short) and no usage.
+    fn push_response(
+        &self,
+        status: &str,
+        finish: Option<&Finish<'_>>,
+        error: Option<(&str, &str)>,
+        out: &mut String,
+    ) {
         let request = &self.request;
         out.push_str("{\"id\":");
         push_string(out, &request.response_id);
@@ -193,9 +201,18 @@ impl Responses {
             request.created
         ));
         push_string(out, &request.model);
-        out.push_str(&format!(
-            ",\"status\":\"{status}\",\"error\":null,\"incomplete_details\":"
-        ));
+        out.push_str(&format!(",\"status\":\"{status}\",\"error\":"));
+        match error {
+            Some((code, message)) => {
+                out.push_str("{\"code\":");
+                push_string(out, code);
+                out.push_str(",\"message\":");
+                push_string(out, message);
+                out.push('}');
+            }
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"incomplete_details\":");
         let incomplete = status == "incomplete";
         if finish.is_some() && incomplete {
             out.push_str("{\"reason\":\"max_output_tokens\"}");
@@ -207,6 +224,15 @@ impl Responses {
              \"tools\":[],\"temperature\":null,\"top_p\":null,\"output\":[",
         );
         let Some(finish) = finish else {
+            if error.is_some() {
+                let last = self.items.len().wrapping_sub(1);
+                for (n, item) in self.items.iter().enumerate() {
+                    if n > 0 {
+                        out.push(',');
+                    }
+                    item.push_body(if n == last { "incomplete" } else { "completed" }, out);
+                }
+            }
             out.push_str("],\"usage\":null}");
             return;
         };
@@ -360,7 +386,7 @@ impl WireDialect for Responses {
             for name in ["response.created", "response.in_progress"] {
                 self.event(name, out, |r, out| {
                     out.push_str("\"response\":");
-                    r.push_response("in_progress", None, out);
+                    r.push_response("in_progress", None, None, out);
                 });
             }
         }
@@ -398,6 +424,27 @@ impl WireDialect for Responses {
         }
     }
 
+    fn fail(&mut self, code: &str, message: &str, failed_code: &str, out: &mut String) {
+        self.event("error", out, |_, out| {
+            out.push_str("\"code\":");
+            push_string(out, code);
+            out.push_str(",\"message\":");
+            push_string(out, message);
+            out.push_str(",\"param\":null");
+        });
+        if !self.started {
+            return;
+        }
+        if !self.pending.is_empty() && self.open_kind() == Some(Kind::Message) {
+            self.text("", out);
+        }
+        self.close(out, "incomplete");
+        self.event("response.failed", out, |r, out| {
+            out.push_str("\"response\":");
+            r.push_response("failed", None, Some((failed_code, message)), out);
+        });
+    }
+
     fn end(&mut self, finish: &Finish<'_>, last: &mut String, closing: &mut String) {
         let status = match finish.finish_reason {
             "length" => "incomplete",
@@ -420,7 +467,7 @@ impl WireDialect for Responses {
         };
         self.event(name, closing, |r, out| {
             out.push_str("\"response\":");
-            r.push_response(status, Some(finish), out);
+            r.push_response(status, Some(finish), None, out);
         });
     }
 }
