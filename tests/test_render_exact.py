@@ -64,7 +64,7 @@ FAMILIES = [
     Family("glm-5.1", "glm-4.7-flash", OTC, "data/glm-5.1"),
     Family("glm-5.2", "glm-4.7-flash", OTC, "data/glm-5.2"),
     Family("minimax-m2", "minimax-m2", OTC, "data/minimax"),
-    Family("minimax-m3", "minimax-m3", OTC, "data/minimax-m3", round_trip=False),
+    Family("minimax-m3", "minimax-m3", OTC, "data/minimax-m3"),
     Family("deepseek-v3", "deepseek-v3.1", OTC, "data/deepseek-v3", text_arguments=True, round_trip=False),
     Family("deepseek-r1", "deepseek-v3.1", OTC, "data/deepseek-r1", text_arguments=True, round_trip=False),
     Family(
