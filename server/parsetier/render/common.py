@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from parsetier.render.conversation import Conversation
@@ -71,8 +72,6 @@ def template_switches(body: Obj, conv: Conversation) -> None:
 
 def kwargs_as_strings(kwargs: dict[str, Any]) -> dict[str, str]:
     """The template's keyword arguments as ``Open.chat_template_kwargs`` holds them (strings)."""
-    import json
-
     out = {}
     for key, value in kwargs.items():
         if isinstance(value, bool):
