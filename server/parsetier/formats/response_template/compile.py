@@ -60,6 +60,13 @@ class _Builder:
         self._by_text[text] = name
         return name
 
+    def named(self, name: str, text: str) -> None:
+        """A terminal the engine knows by its name (``quote`` for the notation dialect)."""
+        if name in self.terminals or text in self._by_text:
+            raise TemplateError(f"{self.source}: response_template: the marker {text!r} is used twice")
+        self.terminals[name] = text
+        self._by_text[text] = name
+
     def state(self, name: str, kind: str, **options: Any) -> str:
         if name not in self.states:
             self.states[name] = {"kind": kind, "on": {}, **options}
@@ -286,8 +293,7 @@ def _json_dialect(b: _Builder, template: Template, f: Field) -> str:
             "relaxed JSON is read as object notation: unquoted_keys with one string_delims pair whose "
             "opener and closer are the same marker",
         )
-    b.terminals["quote"] = delims[0][0]
-    b._by_text[delims[0][0]] = "quote"
+    b.named("quote", delims[0][0])  # the notation reader finds its delimiter by this name
     return "gemma"
 
 
