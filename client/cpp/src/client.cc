@@ -17,6 +17,15 @@ void Check(const grpc::Status& status) {
   if (!status.ok()) throw Error(status);
 }
 
+// Throws a failed unary call's status with the error in its wire dialect, which the server sends
+// in the trailing metadata parsetier-wire-bin (docs/service.md, "Errors in the dialect").
+void Check(const grpc::Status& status, const grpc::ClientContext& context) {
+  if (status.ok()) return;
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto wire = trailers.find("parsetier-wire-bin");
+  throw Error(status, wire == trailers.end() ? "" : std::string(wire->second.data(), wire->second.size()));
+}
+
 std::string ReadFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument(std::string("parsetier: cannot read the ") + what + " " + path);
@@ -27,7 +36,24 @@ std::string ReadFile(const std::string& path, const char* what) {
 
 }  // namespace
 
-Error::Error(const grpc::Status& status) : Error(status.error_code(), status.error_message()) {}
+Error::Error(const grpc::Status& status, std::string wire) : Error(status.error_code(), status.error_message()) {
+  wire_ = std::move(wire);
+}
+
+int Error::http_status() const {
+  switch (code_) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE: return 400;
+    case grpc::StatusCode::UNAUTHENTICATED: return 401;
+    case grpc::StatusCode::PERMISSION_DENIED: return 403;
+    case grpc::StatusCode::NOT_FOUND: return 404;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
+    case grpc::StatusCode::UNAVAILABLE: return 503;
+    default: return 500;
+  }
+}
 
 Error::Error(grpc::StatusCode code, const std::string& message)
     : std::runtime_error(Describe(code, message)), code_(code), message_(message) {}
@@ -210,8 +236,45 @@ v1::ParseOnceResponse Client::ParseOnce(const OpenOptions& options, const std::v
   grpc::ClientContext context;
   Prepare(context, options.timeout);
   v1::ParseOnceResponse response;
-  Check(stub_->ParseOnce(&context, request, &response));
+  Check(stub_->ParseOnce(&context, request, &response), context);
   return response;
+}
+
+v1::RenderRequest RenderOptions::ToProto() const {
+  v1::RenderRequest request;
+  request.set_model(model);
+  request.set_dialect(dialect);
+  request.set_request_json(request_json);
+  request.set_request_id(request_id);
+  request.set_response_id(response_id);
+  request.set_created(created);
+  request.set_chat_template(chat_template);
+  request.set_return_prompt_text(return_prompt_text);
+  return request;
+}
+
+OpenOptions RenderResult::Options(uint32_t choice) const {
+  OpenOptions options;
+  options.model = open.model();
+  options.customize = [open = open, choice](v1::Open& message) {
+    message = open;
+    message.set_choice_index(choice);
+  };
+  return options;
+}
+
+RenderResult Client::Render(const RenderOptions& options) {
+  grpc::ClientContext context;
+  Prepare(context, options.timeout);
+  v1::RenderResponse response;
+  Check(stub_->Render(&context, options.ToProto(), &response), context);
+  RenderResult result;
+  result.prompt_token_ids.assign(response.prompt_token_ids().begin(), response.prompt_token_ids().end());
+  result.open = std::move(*response.mutable_open());
+  result.sampling = std::move(*response.mutable_sampling());
+  if (response.has_constraint()) result.constraint = std::move(*response.mutable_constraint());
+  result.prompt_text = std::move(*response.mutable_prompt_text());
+  return result;
 }
 
 v1::BuildConstraintResponse Client::BuildConstraint(const OpenOptions& options) {

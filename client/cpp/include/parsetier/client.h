@@ -28,16 +28,24 @@ namespace parsetier {
 // id outside the model's vocabulary.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const grpc::Status& status);
+  explicit Error(const grpc::Status& status, std::string wire = "");
   Error(grpc::StatusCode code, const std::string& message);
 
   grpc::StatusCode code() const { return code_; }
   // The server's message, without the "CODE: " prefix what() has.
   const std::string& message() const { return message_; }
+  // The error in the wire dialect of the call that failed, when the server sent it (a Render, or
+  // a ParseOnce with OpenOptions::wire): the API's error body to forward to the caller with
+  // http_status() (docs/service.md, "Errors in the dialect"); empty otherwise.
+  const std::string& wire() const { return wire_; }
+  // The HTTP status that goes with an error body of this code: the one the openai and anthropic
+  // SDKs map to their error classes (400, 401, 403, 404, 429, 503, 504; 500 for any other).
+  int http_status() const;
 
  private:
   grpc::StatusCode code_;
   std::string message_;
+  std::string wire_;
 };
 
 // The canonical name of a status code ("NOT_FOUND", "INVALID_ARGUMENT", ...).
@@ -235,6 +243,47 @@ struct StreamResult {
   std::string wire;  // with OpenOptions::wire: every byte to forward, in order
 };
 
+// A Render request (docs/render.md): an API request's body, as the gateway received it (JSON of a
+// /v1/chat/completions, /v1/completions, /v1/responses or /v1/messages request), in its dialect.
+struct RenderOptions {
+  std::string model;  // a model the server knows (ListModels)
+  v1::WireDialect dialect = v1::WIRE_DIALECT_UNSPECIFIED;  // e.g. v1::WIRE_DIALECT_OPENAI_CHAT
+  std::string request_json;
+  std::string request_id;   // the Open's request id (tool call ids derive from it)
+  std::string response_id;  // the id the output bodies show; empty: derived from request_id
+  int64_t created = 0;      // the Unix time the output bodies show
+  // A Jinja template instead of the model's: PERMISSION_DENIED unless the server runs with
+  // --trust-request-templates.
+  std::string chat_template;
+  bool return_prompt_text = false;  // also return RenderResult::prompt_text
+  std::chrono::milliseconds timeout{0};  // the call's deadline; zero means none
+
+  v1::RenderRequest ToProto() const;
+};
+
+// A rendered request: what the engine generates from, and the output session's Open. Give
+// prompt_token_ids and sampling to the engine (and constraint, when set, to its sampler), then
+// open the output session with Options() (Options(i) for choice i of n > 1).
+struct RenderResult {
+  // The prompt: the model's own chat template applied to the request, tokenized with its real
+  // tokenizer.
+  std::vector<uint32_t> prompt_token_ids;
+  // The output session's Open: model, request id, tools, tool choice, thinking, the prompt's tail,
+  // stop strings and ids, and wire (the request's own dialect, stream, model, response id).
+  v1::Open open;
+  v1::SamplingParams sampling;  // max tokens, temperature, stop ids, n, ...
+  // The decoding constraint when the request forces a tool or asks for a JSON format.
+  std::optional<v1::BuildConstraintResponse> constraint;
+  std::string prompt_text;  // with RenderOptions::return_prompt_text
+
+  // How many choices the request asked for (n; 1 when unset).
+  uint32_t n() const { return sampling.n() > 0 ? sampling.n() : 1; }
+  // Options that send `open` unchanged, with choice_index `choice`: for Client::Open, ParseOnce,
+  // ParseStream, Batch::Open or BuildConstraint. Their customize sets the whole message, so it
+  // wins over the plain fields; set `timeout` as usual.
+  OpenOptions Options(uint32_t choice = 0) const;
+};
+
 // A connection to one parsetier server (or one balanced target). Thread-safe: open as many
 // sessions on it as you like, from any threads.
 class Client {
@@ -264,6 +313,12 @@ class Client {
   // The decoding constraint for a request with these options (tools, tool_choice, thinking,
   // prompt tail): an xgrammar structural tag and the same language as an llguidance Lark grammar.
   v1::BuildConstraintResponse BuildConstraint(const OpenOptions& options);
+
+  // Renders an API request for the model (docs/render.md): the prompt's token ids, the sampling
+  // parameters, the decoding constraint and the output session's Open. Throws Error:
+  // INVALID_ARGUMENT naming the body's JSON path, NOT_FOUND for an unknown model, ...; its wire()
+  // is then the API's error body in the request's dialect.
+  RenderResult Render(const RenderOptions& options);
 
   // The server's models, sorted by name.
   std::vector<v1::ModelInfo> ListModels(std::chrono::milliseconds timeout = std::chrono::seconds(30));
