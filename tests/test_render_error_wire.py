@@ -54,3 +54,15 @@ def test_malformed_json_and_an_unset_dialect(stub) -> None:
     assert json.loads(wire)["error"]["code"] == "invalid_argument"
     code, _, wire = render_error(stub, "qwen3", pb.WIRE_DIALECT_UNSPECIFIED, b"{}")
     assert code == grpc.StatusCode.INVALID_ARGUMENT and wire == b""
+
+
+def test_the_python_client_reads_a_failed_renders_error_body(grpc_server) -> None:
+    """``wire_error`` and ``http_status`` read a failed ``render`` as they read a failed session."""
+    from parsetier_client import Client, http_status, wire_error
+
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}
+    with Client(grpc_server.target, timeout=60) as client, pytest.raises(grpc.RpcError) as caught:
+        client.render("qwen3", body, "anthropic_messages")
+    error = json.loads(wire_error(caught.value))
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert http_status(caught.value.code()) == 400
