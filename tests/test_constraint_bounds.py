@@ -110,7 +110,7 @@ def test_the_bounds_fast_path_and_the_limits():
 @pytest.mark.slow
 def test_building_a_large_constraint_does_not_stall_other_sessions():
     """While another client builds constraints of 1,000 strict tools (seconds each), a probe
-    stream sending a step every 20 ms gets every reply, none later than a third of a build.
+    stream sending a step every 20 ms gets every reply, none later than half a build.
     Before, the build ran on the event loop and the probe waited the whole build."""
     request = pb.BuildConstraintRequest(open=open_message("qwen3", tools=_tools(1000, strict=True)))
 
@@ -143,5 +143,7 @@ def test_building_a_large_constraint_does_not_stall_other_sessions():
 
     with ProcessServer("--preload", "qwen3", "--max-loop-lag-ms", "0") as server:
         builds, gaps = asyncio.run(run(server.target))
-    assert min(builds) > 0.5  # a build long enough to tell a stall from a slow machine
-    assert max(gaps) < min(builds) / 3, (max(gaps), builds)
+    # A stalled loop makes the probe wait out a whole build; a slow, shared machine makes single
+    # replies late (seen: 1.1 s at a load average of 10 on 2 cores), never half a build.
+    assert max(builds) > 1.0  # a build long enough to tell a stall from a slow machine
+    assert max(gaps) < max(builds) / 2, (max(gaps), builds)
