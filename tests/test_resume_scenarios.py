@@ -226,13 +226,14 @@ MULTIPLEXED_DRIVERS: dict[str, Callable[[], list[str]]] = {
     "python-sync-mux": lambda: [sys.executable, str(PYTHON_DRIVER), "sync-mux"],
     "python-async-mux": lambda: [sys.executable, str(PYTHON_DRIVER), "async-mux"],
     "go-mux": lambda: [*go_driver(), "multiplex"],
+    "rust-mux": lambda: [*rust_driver(), "multiplex"],
 }
 """The clients' multiplexed mode (sessions on one shared ParseBatch stream, the session API
 unchanged): the scenarios of ``Parse`` sessions, whose replies must equal the ``Parse`` streams'."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("driver", _marked(sorted(MULTIPLEXED_DRIVERS), lambda d: d == "go-mux"))
+@pytest.mark.parametrize("driver", _marked(sorted(MULTIPLEXED_DRIVERS), lambda d: not d.startswith("python")))
 @pytest.mark.parametrize(
     "name",
     _marked(

@@ -111,6 +111,8 @@ def test_rust_client_against_real_server():
         "a_gap_is_an_error",
         "packs_the_usual_entries_and_leaves_the_rest",
         "malformed_replies_are_errors",
+        "multiplexed_sessions_get_their_parse_streams_replies",
+        "multiplexed_session_errors_stay_in_their_session",
         "render_then_parse_with_its_open",
         "render_anthropic_messages",
         "render_choices_and_constraint",

@@ -92,6 +92,9 @@ fn client(script: &Value) -> Client {
     } else {
         builder.without_resume()
     };
+    if std::env::args().nth(1).as_deref() == Some("multiplex") {
+        builder = builder.multiplex(Duration::ZERO); // the Parse sessions on one shared ParseBatch stream
+    }
     builder.build().expect("client")
 }
 

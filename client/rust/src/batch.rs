@@ -267,7 +267,7 @@ impl Batch {
 /// Opens a `ParseBatch` stream through the current address with `first` (a replay) ahead of
 /// what the batch writes to the returned sender (`capacity` messages at most), and waits for
 /// the server to accept it.
-async fn open_stream(
+pub(crate) async fn open_stream(
     targets: &Targets,
     first: Vec<pb::ParseBatchRequest>,
     capacity: usize,

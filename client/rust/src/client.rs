@@ -141,6 +141,7 @@ pub struct ClientBuilder {
     resume: Option<ResumePolicy>,
     connect_timeout: Option<Duration>,
     send_capacity: usize,
+    multiplex: Option<Duration>,
 }
 
 impl ClientBuilder {
@@ -192,6 +193,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Multiplexed sessions: [`Client::open`]'s sessions ride one shared `ParseBatch` stream
+    /// (the same [`crate::Session`] API, each session's replies its own `Parse` stream's), their
+    /// messages coalesced into one per flush, `flush_interval` after the first of them (zero:
+    /// once every message ready is taken). See the `mux` module.
+    pub fn multiplex(mut self, flush_interval: Duration) -> Self {
+        self.multiplex = Some(flush_interval);
+        self
+    }
+
     /// Bounds how long making a connection may take.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
@@ -228,7 +238,8 @@ impl ClientBuilder {
             })
             .collect::<Result<Vec<_>>>()?;
         let targets = Targets { stubs: stubs.into(), current: Arc::new(AtomicUsize::new(0)) };
-        Ok(Client { targets, resume: self.resume, send_capacity: self.send_capacity })
+        let mux = self.multiplex.map(|interval| Arc::new(MuxHandle { interval, task: tokio::sync::OnceCell::new() }));
+        Ok(Client { targets, resume: self.resume, send_capacity: self.send_capacity, mux })
     }
 
     fn endpoint(&self, scheme: &str, address: &str) -> Result<Endpoint> {
@@ -298,6 +309,13 @@ pub struct Client {
     pub(crate) targets: Targets,
     pub(crate) resume: Option<ResumePolicy>,
     pub(crate) send_capacity: usize,
+    pub(crate) mux: Option<Arc<MuxHandle>>,
+}
+
+/// A multiplexed client's shared stream: its task, started by the first `open`.
+pub(crate) struct MuxHandle {
+    pub(crate) interval: Duration,
+    pub(crate) task: tokio::sync::OnceCell<tokio::sync::mpsc::Sender<crate::mux::MuxOpen>>,
 }
 
 impl Client {
@@ -313,6 +331,7 @@ impl Client {
             resume: Some(ResumePolicy::default()),
             connect_timeout: None,
             send_capacity: SEND_CAPACITY,
+            multiplex: None,
         }
     }
 

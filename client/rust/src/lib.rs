@@ -31,6 +31,7 @@ mod batch_packed;
 mod client;
 mod error;
 mod logprobs;
+mod mux;
 mod options;
 mod parts;
 mod render;

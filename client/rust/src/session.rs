@@ -64,6 +64,9 @@ impl Client {
     /// `NotFound` here, bad options `InvalidArgument`); with resume on, a refusal from a server
     /// that is draining is retried within the policy's budget.
     pub async fn open(&self, options: OpenOptions) -> Result<Session> {
+        if let Some(mux) = &self.mux {
+            return self.open_multiplexed(mux, options).await;
+        }
         let mut open = options.into_message();
         open.resumable = self.resume.is_some();
         let policy = self.resume;
@@ -91,6 +94,33 @@ impl Client {
             breaks: 0,
         };
         tokio::spawn(task.run());
+        Ok(Session {
+            sender: SessionSender { commands: commands_tx },
+            replies: Replies { inner: UnboundedReceiverStream::new(replies), final_message: None, resumes },
+        })
+    }
+
+    /// A session on the client's shared `ParseBatch` stream (`ClientBuilder::multiplex`).
+    async fn open_multiplexed(&self, mux: &crate::client::MuxHandle, options: OpenOptions) -> Result<Session> {
+        let task = mux
+            .task
+            .get_or_init(|| async {
+                crate::mux::spawn(self.targets.clone(), self.resume, mux.interval, self.send_capacity)
+            })
+            .await;
+        let (commands_tx, inputs) = mpsc::channel(self.send_capacity);
+        let (replies_tx, replies) = mpsc::unbounded_channel();
+        let (admitted_tx, admitted) = tokio::sync::oneshot::channel();
+        let resumes = Arc::new(AtomicUsize::new(0));
+        let open = crate::mux::MuxOpen {
+            open: options.into_message(),
+            inputs,
+            replies: replies_tx,
+            resumes: resumes.clone(),
+            admitted: admitted_tx,
+        };
+        task.send(open).await.map_err(|_| Error::Ended)?;
+        admitted.await.map_err(|_| Error::Ended)??;
         Ok(Session {
             sender: SessionSender { commands: commands_tx },
             replies: Replies { inner: UnboundedReceiverStream::new(replies), final_message: None, resumes },

@@ -9,6 +9,7 @@ mod backpressure;
 mod batch;
 mod common;
 mod logprobs;
+mod mux;
 mod parts;
 mod render;
 mod secure;
