@@ -101,7 +101,8 @@ proto: $(TEST_STAMP)
 ## test, 6 tests (300,000 cases by default; FUZZ_TESTS=-k expression to run some); counts by status
 ## code go to FUZZ_REPORT (JSON, rewritten as each test ends)
 ## Then the native engine's differential run: NATIVE_EXAMPLES fuzzed model outputs (every preset,
-## random splits) on both engines, deltas, events and finals compared step by step.
+## random splits) on both engines, deltas, events and finals compared step by step; last, the soaks
+## (misbehaving clients beside ordinary ones: bounded memory, no lost session, the probe answered).
 FUZZ_EXAMPLES ?= 50000
 FUZZ_TESTS ?=
 FUZZ_REPORT ?= fuzz-report.json
@@ -109,6 +110,7 @@ NATIVE_EXAMPLES ?= 100000
 fuzz: $(TEST_STAMP) native
 	PARSETIER_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) PARSETIER_FUZZ_REPORT=$(FUZZ_REPORT) $(PY) -m pytest -q tests/test_fuzz.py $(if $(FUZZ_TESTS),-k "$(FUZZ_TESTS)")
 	PARSETIER_NATIVE_EXAMPLES=$(NATIVE_EXAMPLES) $(PY) -m pytest -q tests/test_native_session.py -k test_fuzzed_model_outputs
+	$(PY) -m pytest -q tests/test_soak_hostile.py tests/test_soak_overload.py
 
 ## conformance: replay the canitoolcall suite through a live server; rewrite docs/conformance.md
 conformance: $(TEST_STAMP)
