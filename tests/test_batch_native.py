@@ -20,7 +20,7 @@ import pytest
 
 from grpc_servers import ProcessServer
 from parsetier import native
-from parsetier.batch_protocol import SLICE_ITEMS, BatchHooks, BatchProtocol, NeedModels
+from parsetier.batch_protocol import SLICE_ITEMS, BatchHooks, BatchProtocol, NeedModels, Packed
 from parsetier.ledger import PyLedger
 from parsetier.models import Model
 from parsetier.protocol import Limits, SessionCounts
@@ -303,7 +303,7 @@ def test_a_session_out_of_streaming_is_left_to_python(qwen3):
         batch.supply_models({"qwen3": qwen3})
     batch.sessions["a"].fail(ProtocolError(Code.CANCELLED, "gone"))
     items = pb.ParseBatchRequest(packed=pb.PackedSteps(keys=["b", "a"], token_ids=[9707, 9707]))
-    _, packed = native._core.read_batch(items.SerializeToString())
+    _, packed, _ = native._core.read_batch(items.SerializeToString())
     at, _, replies = packed.step(batch.table, 0, 2, LIMITS.max_tokens_per_session)
     assert at == 1 and list(pb.ParseBatchResponse.FromString(replies).packed.keys) == ["b"]
 
@@ -564,3 +564,99 @@ def test_the_core_answers_an_opening_entrys_plain_step(encode, qwen3, monkeypatc
     statuses = [o.status.code for o in _shown(native_replies[0]).sessions if o.HasField("status")]
     refused = [_code(grpc.StatusCode.INVALID_ARGUMENT), _code(grpc.StatusCode.RESOURCE_EXHAUSTED)]
     assert statuses == refused * 3
+
+
+def _in_steps(rng: random.Random, message: pb.ParseBatchRequest) -> pb.ParseBatchRequest:
+    """``message`` with most of its packed items sent as entries of several steps instead: the
+    item's ids cut into 1 to 6 steps (some of them empty; now and then a step with text too,
+    which the ids override), as a client sends a session's queued steps."""
+    out = pb.ParseBatchRequest()
+    out.sessions.extend(message.sessions)
+    items = Packed.of(message.packed)
+    keep = pb.PackedSteps()
+    for i, key in enumerate(items.keys):
+        ids = items.ids_of(i)
+        if rng.random() < 0.2:
+            keep.keys.append(key)
+            keep.token_counts.append(len(ids))
+            keep.token_ids.extend(ids)
+            continue
+        entry = out.sessions.add(key=key)
+        cuts = sorted(rng.randrange(len(ids) + 1) for _ in range(rng.randrange(6)))
+        for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
+            step = entry.steps.add()
+            step.token_ids.extend(ids[lo:hi])
+            if rng.random() < 0.03:
+                step.text = "ignored"
+    if keep.keys:
+        out.packed.CopyFrom(keep)
+    return out
+
+
+def _stepped_entries(monkeypatch) -> list[int]:
+    """The steps Python fed (``SessionProtocol._feed``, the general path, and ``take_ids``,
+    the plain one), counted as they are applied."""
+    from parsetier.protocol import SessionProtocol
+
+    fed: list[int] = []
+    feed, take = SessionProtocol._feed, SessionProtocol.take_ids
+
+    def feeding(self, steps):
+        if steps:
+            fed.append(len(steps))
+        return feed(self, steps)
+
+    def taking(self, ids):
+        fed.append(1)
+        return take(self, ids)
+
+    monkeypatch.setattr(SessionProtocol, "_feed", feeding)
+    monkeypatch.setattr(SessionProtocol, "take_ids", taking)
+    return fed
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_entries_of_several_steps_equal_on_both_engines(encode, qwen3, seed, monkeypatch):
+    """Entries that are nothing but steps of token ids (a session's queued steps, several tokens
+    each) are stepped by the core as the plain message of their ids, answered with a whole
+    ``SessionOutput`` in the entry's place: the replies are the reference engine's, byte for
+    byte (statuses, counts, digests), over random streams with every kind of session and the
+    cases the core leaves to Python (unknown and ended keys, bad ids, the token limit, the
+    steps-per-message limit, text in a step, sessions with a dialect or token ids)."""
+    rng = random.Random(seed)
+    stream = [_in_steps(rng, message) for message in random_stream(encode, 50 + seed)]
+    limits = Limits(
+        max_tokens_per_session=25,
+        max_sessions_per_stream=64,
+        max_items_per_message=400,
+        max_steps_per_message=4,
+    )
+    fed = _stepped_entries(monkeypatch)
+    replies: dict[str, list[bytes]] = {}
+    ends: dict[str, list[tuple]] = {}
+    for engine in ("native", "reference"):
+        before = native.engine()
+        native.set_engine(engine)
+        try:
+            hooks = Recorder()
+            batch = BatchProtocol(limits, hooks)
+            got = []
+            for message in stream:
+                reply = batch.receive(_read(message))
+                if isinstance(reply, NeedModels):
+                    reply = batch.supply_models({name: qwen3 for name in reply.names})
+                got.append(reply.SerializeToString(deterministic=True))
+            batch.close(batch_closed())
+            replies[engine], ends[engine] = got, sorted(hooks.ends, key=repr)
+        finally:
+            native.set_engine(before)
+        if engine == "native":
+            on_native, fed[:] = len(fed), []
+    for i, (got, want) in enumerate(zip(replies["native"], replies["reference"], strict=True)):
+        assert got == want, (seed, i, _shown(got), _shown(want))
+    assert ends["native"] == ends["reference"]
+    # The core stepped most of them; the reference engine's Python applied every one.
+    assert 0 < on_native < len(fed) // 2, (on_native, len(fed))
+    shown = [_shown(r) for r in replies["native"]]
+    statuses = {o.status.code for r in shown for o in r.sessions if o.HasField("status")}
+    assert _code(grpc.StatusCode.RESOURCE_EXHAUSTED) in statuses

@@ -45,8 +45,9 @@ def _items(packed: Packed) -> list[tuple[str, list[int]]]:
     return [(packed.key(i), list(packed.ids_of(i))) for i in range(len(packed))]
 
 
-def _same_as_protobuf(data: bytes) -> str:
-    """Check one request's bytes; which path they took."""
+def _same_as_protobuf(data: bytes, written: bool = False) -> str:
+    """Check one request's bytes; which path they took. ``written``: bytes as protobuf writes
+    them (not mutated), whose entries of steps of ids the core must all find."""
     read = read_batch_request(data)
     decoded = upb(data)
     if isinstance(read, Undecodable):
@@ -60,22 +61,66 @@ def _same_as_protobuf(data: bytes) -> str:
         return "protobuf"
     assert read.size == len(data)
     assert (read.packed is None) == (not decoded.HasField("packed"))
+    entry_keys = [entry.key for entry in decoded.sessions]
     if read.packed is not None:
         core, python = Packed.read(read.packed), Packed.of(decoded.packed)
         assert _items(core) == _items(python) and core.keys == python.keys
         # The message's key checks (empty, repeated), made by the core on the bytes it read.
-        entry_keys = [entry.key for entry in decoded.sessions]
         assert core.distinct_with(entry_keys) == python.distinct_with(entry_keys)
+    _entries_as_protobuf(read, decoded, written)
     return "core"
+
+
+def _only_ids(entry: pb.SessionInput) -> int | None:
+    """The entry's number of steps when it is nothing but steps of token ids (what the core may
+    step as the plain message of their ids; no other field, known or unknown), else None."""
+    if {f.name for f, _ in entry.ListFields()} - {"key", "steps"}:
+        return None
+    if any({f.name for f, _ in step.ListFields()} - {"token_ids"} for step in entry.steps):
+        return None
+    known = pb.SessionInput(key=entry.key, steps=[pb.Step(token_ids=s.token_ids) for s in entry.steps])
+    return len(entry.steps) if known.ByteSize() == entry.ByteSize() else None
+
+
+def _entries_as_protobuf(read: ReadBatch, decoded: pb.ParseBatchRequest, written: bool) -> None:
+    """The entries as the core steps them (``ReadBatch.stepped``): each one's key, whether it is
+    only steps of ids (and their ids, concatenated), which carry an Open, and the message's key
+    checks over entries and packed items together, as protobuf reads the same bytes. In mutated
+    bytes the core may leave an entry of ids to Python (an id written beyond 32 bits, which
+    protobuf cuts to 32), never take one that is not."""
+    stepped, entries = read.stepped, list(decoded.sessions)
+    if stepped is None:
+        return  # no entries, or one the reader left to protobuf (an unknown group, say)
+    assert len(stepped) == len(entries) > 0
+    for i, entry in enumerate(entries):
+        assert stepped.key(i) == entry.key
+        steps = stepped.entry_steps(i)
+        if written or steps is not None:
+            assert steps == _only_ids(entry)
+        if steps is not None:
+            assert stepped.ids_of(i) == [t for step in entry.steps for t in step.token_ids]
+    assert stepped.opening == [i for i, e in enumerate(entries) if e.HasField("open")]
+    keys = [e.key for e in entries] + ([] if read.packed is None else Packed.read(read.packed).keys)
+    want = None if not all(keys) else len(set(keys)) == len(keys)
+    assert stepped.distinct_with_items(read.packed) == want
 
 
 def _request(rng: random.Random) -> pb.ParseBatchRequest:
     message = pb.ParseBatchRequest()
-    for i in range(rng.randrange(3)):
-        entry = message.sessions.add(key=rng.choice([f"e{i}", f"e{i}", "", "k1"]))
-        if rng.random() < 0.5:
+    for i in range(rng.randrange(4)):
+        entry = message.sessions.add(key=rng.choice([f"e{i}", f"e{i}", "", "k1", "é" * 20]))
+        roll = rng.random()
+        if roll < 0.3:
             entry.open.model = "qwen3"
-        entry.steps.add().token_ids.extend(rng.randrange(1 << 20) for _ in range(rng.randrange(3)))
+        elif roll < 0.35:
+            entry.finish.reason = pb.FINISH_REASON_STOP
+        elif roll < 0.4:
+            entry.cancel = True
+        for _ in range(rng.choice((1, 1, 2, 3, 8, 0))):  # steps of ids, some empty, some text
+            step = entry.steps.add()
+            step.token_ids.extend(rng.randrange(1 << 20) for _ in range(rng.randrange(3)))
+            if rng.random() < 0.05:
+                step.text = "x"
     if rng.random() < 0.8:
         n = rng.randrange(6)
         keys = [rng.choice(["k", "é", "s0-1", "", "🙂x", "e"]) + str(i) for i in range(n)]
@@ -94,7 +139,9 @@ def test_random_requests_and_their_mutations_read_as_protobuf_decodes_them():
     paths: dict[str, int] = {}
     for _ in range(3000):
         data = _request(rng).SerializeToString()
-        cases = [data]
+        path = _same_as_protobuf(data, written=True)
+        paths[path] = paths.get(path, 0) + 1
+        cases = []
         if data:
             at = rng.randrange(len(data))
             cases.append(data[:at])  # truncated

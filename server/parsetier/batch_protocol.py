@@ -40,6 +40,10 @@ class ReadBatch:
     """``_core.PackedSteps``, or None when the request has no ``packed``."""
     size: int
     """The request's size in bytes."""
+    stepped: object | None = None
+    """The entries again, as the core steps them (``_core.PackedSteps`` of the entries: their
+    keys, and the ids of each entry that is nothing but steps of token ids), or None (no
+    entries, or one the core's reader left to protobuf): ``BatchProtocol._apply_entries``."""
 
     @property
     def sessions(self):
@@ -151,7 +155,7 @@ class BatchProtocol:
 
     def _receiving(self, message: BatchRequest) -> Slices[NeedModels | BatchReply]:
         self.client_messages += 1
-        entries = list(message.sessions)
+        entries = self._entries_of(message)
         items = len(entries) + _packed_items(message)
         if items > self.limits.max_items_per_message:
             limit = self.limits.max_items_per_message
@@ -159,10 +163,13 @@ class BatchProtocol:
         models, sessions = self.models, self.sessions
         # Only an entry of a key with no open session can open one (an Open for an open session
         # is refused before it needs a model; a packed item never opens), so the usual entry
-        # costs no Open check here (its key is read first).
+        # costs no Open check here (its key is read first); with the core's reading of the
+        # entries, only those that carry an Open are looked at.
+        stepped = self._stepped(message)
+        opening = entries if stepped is None else (entries[i] for i in stepped.opening)
         missing = {
             name
-            for e in entries
+            for e in opening
             if e.key not in sessions and e.HasField("open") and (name := e.open.model) not in models
         }
         if missing:
@@ -181,7 +188,7 @@ class BatchProtocol:
             else:
                 self.models[name] = model
         try:
-            return (yield from self._apply(message, list(message.sessions)))
+            return (yield from self._apply(message, self._entries_of(message)))
         finally:
             self._load_errors.clear()
             self.hooks.flush()
@@ -209,25 +216,48 @@ class BatchProtocol:
         self.hooks.flush()
 
     # ------------------------------------------------------------------ rules
-    def _apply(self, message: BatchRequest, entries: list[pb.SessionInput]) -> Slices[BatchReply]:
-        keys = [entry.key for entry in entries]
+    def _stepped(self, message: BatchRequest):
+        """The message's entries as the core steps them (``ReadBatch.stepped``), when this
+        stream's sessions are the core's to step; else None (Python applies every entry)."""
+        if type(message) is not ReadBatch or self.table is None or native.engine() != "native":
+            return None
+        return message.stepped
+
+    def _entries_of(self, message: BatchRequest):
+        """The message's entries: a list, or the message's own repeated field when the core
+        steps them (``_stepped``: Python then reads only the entries it applies, by index)."""
+        return list(message.sessions) if self._stepped(message) is None else message.sessions
+
+    def _apply(self, message: BatchRequest, entries) -> Slices[BatchReply]:
         packed = _packed_of(message)
-        distinct = _distinct(keys) if packed is None else packed.distinct_with(keys)
+        stepped = self._stepped(message)
+        keys: list[str] | None = None
+        if stepped is not None:  # the core checks the entries' keys with the items' on their bytes
+            distinct = stepped.distinct_with_items(None if packed is None else packed.stepper)
+        else:
+            keys = [entry.key for entry in entries]
+            distinct = _distinct(keys) if packed is None else packed.distinct_with(keys)
         if distinct is None:
             raise invalid("every session entry needs a non-empty key")
         response = pb.ParseBatchResponse(client_messages=self.client_messages)
         outputs = response.sessions
         if distinct:
             reply = _Reply(response)
-            for done, (key, entry) in enumerate(zip(keys, entries, strict=True), 1):
-                self._entry(reply.message.sessions, key, entry, reply)
-                if not done % SLICE_ITEMS:
-                    yield
+            if stepped is not None:
+                yield from self._apply_entries(reply, entries, stepped)
+            else:
+                for done, (key, entry) in enumerate(zip(keys, entries, strict=True), 1):  # type: ignore[arg-type]
+                    self._entry(reply.message.sessions, key, entry, reply)
+                    if not done % SLICE_ITEMS:
+                        yield
             if packed is not None:
                 yield from self._apply_packed(reply, packed)
             return reply.done()
         # A key repeats: its first entry applies and every later one ends the session (packed
         # items then go as the entries they stand for, to be held to the same rule).
+        if keys is None:
+            entries = list(entries)
+            keys = [entry.key for entry in entries]
         seen: set[str] = set()
         items = zip(keys, entries, strict=True)
         if packed is not None:
@@ -297,6 +327,37 @@ class BatchProtocol:
         if done.finished:
             self._drop(key)
             self.hooks.ended(protocol.counts, None, True)
+
+    def _apply_entries(self, reply: _Reply, entries, stepped) -> Slices[None]:
+        """The entries of a message whose keys are all distinct, in order, when the core read
+        them (``ReadBatch.stepped``): a run of entries that are nothing but steps of token ids,
+        for sessions the core steps, is one call (each entry the plain message of its ids
+        concatenated, as ``SessionProtocol``'s general path feeds them, answered with a whole
+        ``SessionOutput`` in its place); every other entry, and one the core leaves (an unknown
+        key, a bad id, a limit...), is ``_entry``'s, read from the message by its index."""
+        table, limits = self.table, self.limits
+        n = len(stepped)
+        at = 0
+        for lo in range(0, n, SLICE_ITEMS):
+            hi = min(n, lo + SLICE_ITEMS)
+            while at < hi:
+                at, why, replies = stepped.step(
+                    table, at, hi, limits.max_tokens_per_session, limits.max_steps_per_message
+                )
+                if replies:
+                    reply.add(replies)
+                if at == hi:
+                    break
+                entry = entries[at]
+                key = entry.key
+                if why == _CORE_FAILED:
+                    error = ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
+                    self._end_with(reply.message.sessions, key, self.sessions.get(key), error)
+                else:
+                    self._entry(reply.message.sessions, key, entry, reply)
+                at += 1
+            if hi < n:
+                yield
 
     def _apply_packed(self, reply: _Reply, packed: Packed) -> Slices[None]:
         """The packed items of a message whose keys are all distinct (after its entries):

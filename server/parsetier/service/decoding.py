@@ -59,13 +59,13 @@ def read_batch_request(data: bytes) -> pb.ParseBatchRequest | ReadBatch | Undeco
     if native.engine() == "native":
         got = None if native._core is None else native._core.read_batch(data)
         if got is not None:
-            sessions, packed = got
+            sessions, packed, stepped = got
             try:
                 entries = pb.ParseBatchRequest.FromString(sessions)
             except (DecodeError, ValueError, UnicodeDecodeError):
                 pass  # an entry that does not decode: the whole message's error, as always
             else:
-                return ReadBatch(entries, packed, len(data))
+                return ReadBatch(entries, packed, len(data), stepped)
     return _BATCH_REQUEST(data)
 
 

@@ -169,6 +169,20 @@ pub struct PackedSteps {
     ids: Vec<u32>,
     /// Item `i`'s ids are `ids[offsets[i]..offsets[i + 1]]`.
     offsets: Vec<usize>,
+    /// A message's entries (`sessions`) rather than its packed items (`read_batch`'s third
+    /// value): every reply is a whole `SessionOutput`, in the entries' place, and only the
+    /// entries in `steps` are the core's.
+    entries: Option<Entries>,
+}
+
+/// What `PackedSteps` holds of a message's entries beyond their keys and ids.
+struct Entries {
+    /// Entry `i`'s number of steps when it is nothing but steps of token ids (a key and `steps`
+    /// whose only field is `token_ids`: a plain message of their ids concatenated, as
+    /// `SessionProtocol`'s general path feeds them), else None (Python applies it).
+    steps: Vec<Option<u32>>,
+    /// The entries that carry an `Open` (the only ones that may need a model loaded).
+    opening: Vec<usize>,
 }
 
 /// What `step` tells Python about the item it stopped at.
@@ -211,13 +225,16 @@ impl PackedSteps {
             key_offsets,
             ids,
             offsets,
+            entries: None,
         })
     }
 
     /// Step items `start..stop` whose key `table` holds with a ledger bound to a native
-    /// session, each held to `max_tokens` tokens: (the index of the first item left to Python,
-    /// or `stop`; why it was left: 0 its rules are Python's, 1 its session failed in the core;
-    /// the replies of the items before it, as `ParseBatchResponse` bytes to merge).
+    /// session, each held to `max_tokens` tokens (and an entry to `max_steps` steps): (the
+    /// index of the first item left to Python, or `stop`; why it was left: 0 its rules are
+    /// Python's, 1 its session failed in the core; the replies of the items before it, as
+    /// `ParseBatchResponse` bytes to merge).
+    #[pyo3(signature = (table, start, stop, max_tokens, max_steps = u64::MAX))]
     fn step<'py>(
         &self,
         py: Python<'py>,
@@ -225,6 +242,7 @@ impl PackedSteps {
         start: usize,
         stop: usize,
         max_tokens: u64,
+        max_steps: u64,
     ) -> PyResult<(usize, u8, Bound<'py, PyBytes>)> {
         let stop = stop.min(self.len());
         let mut w = Replies::for_items(stop.saturating_sub(start));
@@ -233,6 +251,9 @@ impl PackedSteps {
         // thousand sessions no session's state stays in cache from one message to the next).
         let ledgers: Vec<Option<&Py<Ledger>>> = (start..stop)
             .map(|at| {
+                if !self.steppable(at, max_steps) {
+                    return None;
+                }
                 let ledger = table.find(self.key_of(at));
                 if let Some(l) = ledger {
                     prefetch(l.as_ptr().cast(), LEDGER_BYTES);
@@ -329,6 +350,38 @@ impl PackedSteps {
         Ok((!empty).then_some(distinct))
     }
 
+    /// With `items` (the message's packed items, when it has any): None when a key, an entry's
+    /// (these are a message's entries) or an item's, is empty; else whether all of them are
+    /// distinct: `distinct` with no Python object per entry either.
+    #[pyo3(signature = (items = None))]
+    fn distinct_with_items(&self, items: Option<PyRef<'_, PackedSteps>>) -> Option<bool> {
+        let more = items.as_ref().map_or(0, |p| p.len());
+        let mut seen: HashSet<&[u8], KeyState> =
+            HashSet::with_capacity_and_hasher(self.len() + more, KeyState::default());
+        let mut distinct = true;
+        let mut empty = false;
+        let theirs = items.iter().flat_map(|p| (0..p.len()).map(|i| p.key_of(i)));
+        for key in (0..self.len()).map(|i| self.key_of(i)).chain(theirs) {
+            empty |= key.is_empty();
+            distinct &= seen.insert(key);
+        }
+        (!empty).then_some(distinct)
+    }
+
+    /// Entry `item`'s number of steps when it is nothing but steps of token ids, else None
+    /// (None for a packed item too: it is one step by its framing).
+    fn entry_steps(&self, item: usize) -> Option<u32> {
+        self.entries.as_ref()?.steps.get(item).copied().flatten()
+    }
+
+    /// The indexes of the entries that carry an `Open` (empty for packed items).
+    #[getter]
+    fn opening(&self) -> Vec<usize> {
+        self.entries
+            .as_ref()
+            .map_or_else(Vec::new, |e| e.opening.clone())
+    }
+
     /// Item `item`'s token ids (for the items Python applies).
     fn ids_of(&self, item: usize) -> PyResult<Vec<u32>> {
         if item + 1 >= self.offsets.len() {
@@ -372,20 +425,145 @@ pub fn read_batch<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<ReadBatc
                 key_offsets,
                 ids: p.ids,
                 offsets,
+                entries: None,
             };
             Some(Py::new(py, steps)?)
         }
     };
-    Ok(Some((PyBytes::new(py, &read.sessions), packed)))
+    let entries = match read.entries {
+        Some(e) if !e.steps.is_empty() => Some(Py::new(py, e.into_steps(data))?),
+        _ => None,
+    };
+    Ok(Some((PyBytes::new(py, &read.sessions), packed, entries)))
 }
 
-/// `read_batch`'s answer: the entries' bytes, the packed items.
-type ReadBatch<'py> = (Bound<'py, PyBytes>, Option<Py<PackedSteps>>);
+/// `read_batch`'s answer: the entries' bytes, the packed items, the entries as the core steps
+/// them (None when there are none, or one of them is beyond this reader: Python applies them).
+type ReadBatch<'py> = (
+    Bound<'py, PyBytes>,
+    Option<Py<PackedSteps>>,
+    Option<Py<PackedSteps>>,
+);
 
-/// What `read_batch` takes from a request: its entries' records as they are, the packed items.
+/// What `read_batch` takes from a request: its entries' records as they are, the packed items,
+/// the entries as read here (None once one could not be).
 struct Request {
     sessions: Vec<u8>,
     packed: Option<Packed>,
+    entries: Option<EntriesRead>,
+}
+
+/// The entries of a request as `read_batch` reads them: each one's key (the last `key` field,
+/// as protobuf reads it; empty when it has none), and the ids of its steps when it is nothing
+/// but steps of token ids.
+#[derive(Default)]
+struct EntriesRead {
+    keys: Vec<(usize, usize)>,
+    ids: Vec<u32>,
+    offsets: Vec<usize>,
+    steps: Vec<Option<u32>>,
+    opening: Vec<usize>,
+}
+
+impl EntriesRead {
+    /// The entry in `data[lo..hi]`; None when it holds anything this reader cannot read for
+    /// sure (then no entry is the core's: protobuf decides them all, as before).
+    fn read(&mut self, data: &[u8], lo: usize, hi: usize) -> Option<()> {
+        let mut r = Reader {
+            data: &data[..hi],
+            at: lo,
+        };
+        let mark = self.ids.len();
+        let mut key = (lo, lo);
+        let mut steps = Some(0u32);
+        let mut opens = false;
+        while !r.done() {
+            let (field, wire) = r.tag()?;
+            match (field, wire) {
+                (1, 2) => {
+                    let (a, b) = r.len_delimited()?;
+                    key = (a, b);
+                }
+                (3, 2) => {
+                    let (a, b) = r.len_delimited()?;
+                    if steps.is_some() && self.read_step(data, a, b).is_none() {
+                        steps = None;
+                    }
+                    steps = steps.map(|n| n.saturating_add(1));
+                }
+                (2, 2) => {
+                    r.len_delimited()?;
+                    opens = true;
+                    steps = None;
+                }
+                _ => {
+                    r.skip(wire)?;
+                    steps = None;
+                }
+            }
+        }
+        std::str::from_utf8(&data[key.0..key.1]).ok()?;
+        if steps.is_none() {
+            self.ids.truncate(mark);
+        }
+        if opens {
+            self.opening.push(self.keys.len());
+        }
+        self.keys.push(key);
+        self.steps.push(steps);
+        self.offsets.push(self.ids.len());
+        Some(())
+    }
+
+    /// A step's ids appended; None (its ids in part, perhaps) when it has any other field, or
+    /// an id beyond 32 bits.
+    fn read_step(&mut self, data: &[u8], lo: usize, hi: usize) -> Option<()> {
+        let mut r = Reader {
+            data: &data[..hi],
+            at: lo,
+        };
+        while !r.done() {
+            match r.tag()? {
+                (1, 2) => {
+                    let (a, b) = r.len_delimited()?;
+                    let mut inner = Reader {
+                        data: &data[..b],
+                        at: a,
+                    };
+                    while !inner.done() {
+                        self.ids.push(u32::try_from(inner.varint()?).ok()?);
+                    }
+                }
+                (1, 0) => self.ids.push(u32::try_from(r.varint()?).ok()?),
+                _ => return None,
+            }
+        }
+        Some(())
+    }
+
+    fn into_steps(self, data: &[u8]) -> PackedSteps {
+        let total = self.keys.iter().map(|&(lo, hi)| hi - lo).sum();
+        let mut key_bytes = Vec::with_capacity(total);
+        let mut key_offsets = Vec::with_capacity(self.keys.len() + 1);
+        key_offsets.push(0);
+        for &(lo, hi) in &self.keys {
+            key_bytes.extend_from_slice(&data[lo..hi]);
+            key_offsets.push(key_bytes.len());
+        }
+        let mut offsets = Vec::with_capacity(self.offsets.len() + 1);
+        offsets.push(0);
+        offsets.extend(self.offsets);
+        PackedSteps {
+            key_bytes,
+            key_offsets,
+            ids: self.ids,
+            offsets,
+            entries: Some(Entries {
+                steps: self.steps,
+                opening: self.opening,
+            }),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -424,13 +602,21 @@ impl Request {
         let mut r = Reader { data, at: 0 };
         let mut sessions = Vec::new();
         let mut packed: Option<Packed> = None;
+        let mut entries = Some(EntriesRead::default());
         while !r.done() {
             let start = r.at;
             let (field, wire) = r.tag()?;
             match (field, wire) {
                 (1, 2) => {
-                    r.len_delimited()?;
+                    let (lo, hi) = r.len_delimited()?;
                     sessions.extend_from_slice(&data[start..r.at]);
+                    if entries
+                        .as_mut()
+                        .and_then(|e| e.read(data, lo, hi))
+                        .is_none()
+                    {
+                        entries = None;
+                    }
                 }
                 (2, 2) => {
                     let (lo, hi) = r.len_delimited()?;
@@ -441,7 +627,11 @@ impl Request {
                 _ => r.skip(wire)?,
             }
         }
-        Some(Request { sessions, packed })
+        Some(Request {
+            sessions,
+            packed,
+            entries,
+        })
     }
 }
 
@@ -570,6 +760,15 @@ impl PackedSteps {
         self.offsets.len() - 1
     }
 
+    /// Whether item `i` may be the core's: every packed item; an entry only when it is nothing
+    /// but steps of token ids, at most `max_steps` of them (more: Python's limit refuses it).
+    fn steppable(&self, i: usize, max_steps: u64) -> bool {
+        match &self.entries {
+            None => true,
+            Some(e) => e.steps[i].is_some_and(|n| u64::from(n) <= max_steps),
+        }
+    }
+
     /// Item `i`'s key bytes (UTF-8).
     fn key_of(&self, i: usize) -> &[u8] {
         &self.key_bytes[self.key_offsets[i]..self.key_offsets[i + 1]]
@@ -611,8 +810,9 @@ impl PackedSteps {
         ledger.client_messages += 1;
         ledger.tokens += ids.len() as u64;
         let ledger = &mut *ledger;
+        let whole = self.entries.is_some();
         let stepped = catch_unwind(AssertUnwindSafe(|| {
-            session.step_into(ids, out, |out| w.reply(key, ledger, out))
+            session.step_into(ids, out, |out| w.reply(key, ledger, out, whole))
         }));
         Ok(if stepped.is_ok() {
             Stepped::Yes
@@ -691,13 +891,15 @@ impl Replies {
         }
     }
 
-    /// What a stepped item answers (as `SessionProtocol.take_ids` and `BatchProtocol` would).
-    fn reply(&mut self, key: &[u8], ledger: &mut Ledger, out: &StepOut) {
+    /// What a stepped item answers (as `SessionProtocol.take_ids` and `BatchProtocol` would);
+    /// `whole`: an entry's, always a `SessionOutput` (a packed item's plain text delta is
+    /// written packed).
+    fn reply(&mut self, key: &[u8], ledger: &mut Ledger, out: &StepOut, whole: bool) {
         let Some(t) = reply::take(ledger, out) else {
             return;
         };
         let digest = ledger.digest.value;
-        if t.events == 0 && t.deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
+        if !whole && t.events == 0 && t.deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
             let d = &out.deltas[0];
             let text = out.delta_text(d.text);
             bytes_field(&mut self.keys, 1, key);

@@ -1,0 +1,176 @@
+"""``ParseBatch`` items of several tokens against single-token items: server CPU per token, as
+same-run ratios (issue 40's target: items of 8 tokens cost at most 1.2× per token what
+single-token items cost).
+
+    python -m bench.servicebench.multitoken [TREE ...]   # ROUNDS=3 TOKENS=300000 SIZES=256,1024
+
+(from the repository's root, ``PYTHONPATH=server:client/python``; not part of ``make bench``).
+With no tree it measures this checkout's server; with several (a worktree, or ``git archive`` of
+a commit with its ``_core.abi3.so`` copied in) each in turn, so a change's before and after are
+ratios of one run. Each server is pinned to the server core, the load on the other.
+
+The load is ``loads.batch_load``'s: ``sessions`` sessions on one stream, the workload's output
+fed in order, each session finishing at its end and opening again; every message carries
+``per_item`` tokens of each live session, in one of two shapes:
+
+- ``packed``: one step of ``per_item`` ids, a packed item (what the clients send for a step of
+  several ids: speculative decoding, ``stream_interval``);
+- ``steps``: an entry of ``per_item`` one-token steps (what the clients send for several queued
+  steps of one session, which they do not pack).
+
+Every shape sends the same tokens (``TOKENS`` per load and size) and so the same opens and
+finishes per token; the ratio is each shape's CPU per token over the single-token packed load's
+in the same round (median over rounds).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+
+from bench.servicebench.launcher import CLIENT_CPU, parsetier_server
+from bench.servicebench.loads import TOOLS, measured, open_channel, opens, workload
+from parsetier_api.v1 import parsetier_pb2 as pb
+from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+
+SHAPES = (("packed", 1), ("packed", 8), ("steps", 8))
+"""(shape, tokens per item) measured; the first is the baseline of the ratios."""
+
+
+def step_message(
+    keys: list[str], position: list[int], ids: list[int], per_item: int, shape: str
+) -> tuple[pb.ParseBatchRequest, int]:
+    """One engine step: ``per_item`` tokens (fewer at the output's end) for every session, in
+    ``shape``; a session past the end finishes, and opens again (with its first tokens, as an
+    entry) in the next step. Returns the message and its tokens."""
+    message = pb.ParseBatchRequest()
+    entries = message.sessions
+    packed_keys: list[str] = []
+    counts: list[int] = []
+    packed_ids: list[int] = []
+    tokens = 0
+    for i, key in enumerate(keys):
+        p = position[i]
+        if p == len(ids):
+            entries.add(key=key).finish.SetInParent()
+            position[i] = -1
+            continue
+        opening = p == -1
+        p = max(p, 0)
+        chunk = ids[p : p + per_item]
+        if opening or shape == "steps":
+            entry = entries.add(key=key)
+            if opening:
+                entry.open.model, entry.open.tools_json = "qwen3", TOOLS
+            if shape == "steps":
+                for token in chunk:
+                    entry.steps.add().token_ids.append(token)
+            else:
+                entry.steps.add().token_ids.extend(chunk)
+        else:
+            packed_keys.append(key)
+            counts.append(len(chunk))
+            packed_ids.extend(chunk)
+        position[i] = p + len(chunk)
+        tokens += len(chunk)
+    if packed_keys:
+        message.packed.keys.extend(packed_keys)
+        if any(count != 1 for count in counts):
+            message.packed.token_counts.extend(counts)
+        message.packed.token_ids.extend(packed_ids)
+    return message, tokens
+
+
+async def load(target: str, ids: list[int], sessions: int, tokens: int, per_item: int, shape: str) -> int:
+    """One stream of ``sessions`` sessions fed about ``tokens`` tokens, two messages in flight;
+    sessions start at different points of the output. Returns the tokens sent."""
+    channel = open_channel(target)
+    call = pb_grpc.ParserServiceStub(channel).ParseBatch()
+    keys = [f"m{i}" for i in range(sessions)]
+    position = [i % len(ids) for i in range(sessions)]
+    await call.write(opens(keys))
+    await call.read()
+    sent = in_flight = 0
+    while sent < tokens:
+        message, count = step_message(keys, position, ids, per_item, shape)
+        sent += count
+        await call.write(message)
+        in_flight += 1
+        if in_flight == 2:
+            await call.read()
+            in_flight -= 1
+    while in_flight:
+        await call.read()
+        in_flight -= 1
+    await call.done_writing()
+    await call.code()
+    await channel.close()
+    return sent
+
+
+def main() -> None:
+    os.sched_setaffinity(0, {CLIENT_CPU})
+    trees = sys.argv[1:]
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    tokens = int(os.environ.get("TOKENS", "300000"))
+    sizes = [int(size) for size in os.environ.get("SIZES", "256,1024").split(",")]
+    ids = workload()
+    if trees:
+        from bench.servicebench.ab import server_from
+
+        servers = {tree: server_from(tree) for tree in trees}
+    else:
+        servers = {"this checkout": parsetier_server()}
+    # (server, size, shape, per_item) -> µs of server CPU per token, one per round
+    cost: dict[tuple[str, int, str, int], list[float]] = {}
+    try:
+        for server in servers.values():  # warm up: first opens, first tokens of every shape
+            for shape, per_item in SHAPES:
+                measured(server, load(server.target, ids, 256, 2000, per_item, shape))
+        for round_ in range(rounds):
+            for size in sizes:
+                for name, server in servers.items():
+                    for shape, per_item in SHAPES:
+                        work = load(server.target, ids, size, tokens, per_item, shape)
+                        sent, cpu, _ = measured(server, work)
+                        us = cpu / sent * 1e6
+                        cost.setdefault((name, size, shape, per_item), []).append(us)
+                        print(
+                            f"round {round_} {name} {size} {shape} x{per_item}: {us:.2f} µs/token", flush=True
+                        )
+    finally:
+        for server in servers.values():
+            server.stop()
+    base_shape, base_n = SHAPES[0]
+    print(
+        "\n| server | sessions | item | µs of server CPU per token (median) "
+        "| / 1-token items (median of rounds) |"
+    )
+    print("|---|---|---|---|---|")
+    for name in servers:
+        for size in sizes:
+            base = cost[(name, size, base_shape, base_n)]
+            for shape, per_item in SHAPES:
+                values = cost[(name, size, shape, per_item)]
+                ratios = [v / b for v, b in zip(values, base, strict=True)]
+                item = f"{per_item} token{'s' if per_item > 1 else ''}, " + (
+                    "one step" if shape == "packed" else f"{per_item} steps"
+                )
+                print(
+                    f"| {name} | {size} | {item} | {statistics.median(values):.2f} | "
+                    f"{statistics.median(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)}) |"
+                )
+    if len(servers) > 1:
+        first = next(iter(servers))
+        print(f"\nper token against {first} (median of rounds):")
+        for name in list(servers)[1:]:
+            for size in sizes:
+                for shape, per_item in SHAPES:
+                    a, b = cost[(first, size, shape, per_item)], cost[(name, size, shape, per_item)]
+                    ratio = statistics.median(y / x for x, y in zip(a, b, strict=True))
+                    print(f"  {name} {size} {shape} x{per_item}: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
