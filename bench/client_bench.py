@@ -21,7 +21,7 @@ Per client, RPC and batching it reports the load it achieved (tokens/s), its own
 the Python async client in the same run. Nothing passes or fails on an absolute figure.
 
 ``--modes mux`` adds the multiplexed sessions of the Python clients (``multiplex=True``) and
-Go's (``parsetier-load --multiplex``, ``WithMultiplex(0)``): the same
+Go's and Rust's (``--multiplex``: ``WithMultiplex(0)``, ``multiplex(Duration::ZERO)``): the same
 sessions as the ``Parse`` mode, each with its own session object, riding one shared
 ``ParseBatch`` stream (``parsetier_client.mux``); the table then also shows client + server CPU
 per token, the figure a gateway pays. ``--concurrency`` takes a list (each run uses at least as
@@ -417,8 +417,8 @@ def run_once(
 
 
 def multiplexes(command: list[str]) -> bool:
-    """Whether the client has the multiplexed mode (the Python clients and Go's, so far)."""
-    return "--python-load" in command or command[0].endswith("/parsetier-load")  # Go's (C++, Rust: _load)
+    """Whether the client has the multiplexed mode (all but C++'s, so far)."""
+    return "cpp" not in Path(command[0]).parts
 
 
 Key = tuple[str, str, int, int]
@@ -477,7 +477,7 @@ def main() -> None:
                     for per_message in per_messages if mode != "mux" else per_messages[:1]:
                         for name, command in clients.items():
                             if mode == "mux" and not multiplexes(command):
-                                continue  # multiplexed sessions: the Python and Go clients so far
+                                continue  # multiplexed sessions: all clients but C++ so far
                             run = run_once(
                                 command, server, ids_file.name, sessions, concurrency, per_message, mode
                             )

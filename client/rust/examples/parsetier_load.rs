@@ -2,7 +2,7 @@
 //! what it achieved, for bench/client_bench.py (the Rust counterpart of Go's parsetier-load):
 //!
 //!     parsetier_load --server 127.0.0.1:50051 --ids output.txt --sessions 200 --concurrency 8 \
-//!         --steps-per-message 1 [--batch] [--tools-json JSON] [--no-resume]
+//!         --steps-per-message 1 [--batch | --multiplex] [--tools-json JSON] [--no-resume]
 //!
 //! The ids file holds the output's token ids separated by white space. Every session streams the
 //! whole output, each token its own decode step, `--steps-per-message` steps to a message, while
@@ -28,6 +28,7 @@ struct Args {
     per_message: usize,
     batch: bool,
     resume: bool,
+    multiplex: bool,
 }
 
 fn args() -> Args {
@@ -40,6 +41,7 @@ fn args() -> Args {
         per_message: 1,
         batch: false,
         resume: true,
+        multiplex: false,
     };
     let mut argv = std::env::args().skip(1);
     while let Some(flag) = argv.next() {
@@ -56,6 +58,7 @@ fn args() -> Args {
             "--steps-per-message" => args.per_message = value().parse().expect("--steps-per-message"),
             "--batch" => args.batch = true,
             "--no-resume" => args.resume = false,
+            "--multiplex" => args.multiplex = true, // the sessions on one shared ParseBatch stream
             _ => panic!("unknown flag {flag}"),
         }
     }
@@ -141,6 +144,9 @@ async fn main() -> Result<()> {
     let mut builder = Client::builder(args.server.as_str()).insecure();
     if !args.resume {
         builder = builder.without_resume();
+    }
+    if args.multiplex {
+        builder = builder.multiplex(std::time::Duration::ZERO);
     }
     let client = builder.build()?;
     let start = Instant::now();
