@@ -47,14 +47,15 @@ def pyraw_value(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
-def gemma_value(value: Any) -> str:
-    """Gemma 4 object notation: bare keys, ``<|"|>``-delimited raw strings, bare scalars."""
+def gemma_value(value: Any, quote: str = '<|"|>') -> str:
+    """Gemma 4 object notation: bare keys, ``quote``-delimited raw strings, bare scalars
+    (FunctionGemma's quote is ``<escape>``)."""
     if isinstance(value, str):
-        return f'<|"|>{value}<|"|>'
+        return f"{quote}{value}{quote}"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{gemma_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{k}:{gemma_value(v, quote)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(gemma_value(v) for v in value) + "]"
+        return "[" + ",".join(gemma_value(v, quote) for v in value) + "]"
     return json_value(value)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from testkit.format_renderers import Parts, json_value, raw_value
+from testkit.format_renderers import Parts, gemma_value, json_value, raw_value
 
 
 def render_llama_nemotron(p: Parts, thinking: bool) -> str:
@@ -112,20 +112,9 @@ def render_longcat(p: Parts) -> str:
     return f"{thinking}{p.content}\n{calls}"
 
 
-def functiongemma_value(value: Any) -> str:
-    """Object notation: bare keys, ``<escape>``-delimited raw strings, bare scalars."""
-    if isinstance(value, str):
-        return f"<escape>{value}<escape>"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{functiongemma_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(functiongemma_value(v) for v in value) + "]"
-    return json_value(value)
-
-
 def render_functiongemma(p: Parts) -> str:
     calls = "".join(
-        f"<start_function_call>call:{n}{functiongemma_value(a)}<end_function_call>" for n, a in p.calls
+        f"<start_function_call>call:{n}{gemma_value(a, '<escape>')}<end_function_call>" for n, a in p.calls
     )
     return f"{p.content}{calls}" + ("<start_function_response>" if p.calls else "<end_of_turn>")
 
