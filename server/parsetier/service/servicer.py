@@ -175,14 +175,14 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         )
         """``Render``'s renderer: its prefix cache is shared by every request of this process."""
         self._render_pool = ThreadPoolExecutor(RENDER_THREADS, thread_name_prefix="parsetier-render")
+        """Renders run here, off the event loop; a bounded pool, so a burst of long renders queues
+        instead of taking every thread the loop's other work (model loads) also needs."""
         self._constraint_pool = ThreadPoolExecutor(
             CONSTRAINT_THREADS, thread_name_prefix="parsetier-constraint"
         )
         """``BuildConstraint`` runs here, off the event loop; bounded as the render pool is (a build
         past ``--constraint-timeout`` is answered DEADLINE_EXCEEDED, but its thread runs to its
         end: the per-request tool bounds are what bound that)."""
-        """Renders run here, off the event loop; a bounded pool, so a burst of long renders queues
-        instead of taking every thread the loop's other work (model loads) also needs."""
         self._rendered_once: set[str] = set()
         """Models that have rendered in the pool (their template compiled): a short request of
         theirs renders on the loop."""
