@@ -247,15 +247,28 @@ def test_a_whole_batch_resumes_in_one_message(client, encode):
         assert out.output_digest == rest[-1].output_digest
 
 
-def test_clients_do_not_resume_the_servers_own_internal_error():
-    """The server's INTERNAL (a bug it logged) is the request's own; a proxy's reset is not."""
+def test_the_python_clients_read_the_protos_retry_rule_from_code_and_trailers():
+    """The retry rule (proto, ``ParserService``): the ``parsetier-fault`` trailer never, the
+    hand-off trailer always, else UNAVAILABLE / CANCELLED / INTERNAL / UNKNOWN; the message text
+    is never read (the server's own INTERNAL message without the trailer is a reset on the way)."""
     from parsetier.batch_protocol import INTERNAL_MESSAGE
+    from parsetier.service.errors import FAULT_TRAILER
+    from parsetier.service.handoff import HANDOFF_TRAILER
     from parsetier_client.resume import retryable
 
-    assert not retryable(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
-    assert retryable(grpc.StatusCode.INTERNAL, "Received RST_STREAM with error code 2")
-    assert retryable(grpc.StatusCode.UNAVAILABLE, "Socket closed")
-    assert not retryable(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: ...")
+    def status(code: grpc.StatusCode, details: str, trailers=()) -> grpc.aio.AioRpcError:
+        return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
+
+    assert not retryable(status(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE, FAULT_TRAILER))
+    assert not retryable(status(grpc.StatusCode.UNAVAILABLE, "x", FAULT_TRAILER))
+    assert retryable(status(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE))
+    assert retryable(status(grpc.StatusCode.INTERNAL, "Received RST_STREAM with error code 2"))
+    assert retryable(status(grpc.StatusCode.UNKNOWN, "unexpected HTTP status code 204"))
+    assert retryable(status(grpc.StatusCode.UNAVAILABLE, "Socket closed"))
+    assert retryable(status(grpc.StatusCode.CANCELLED, "Received RST_STREAM with error code 8"))
+    assert retryable(status(grpc.StatusCode.UNAVAILABLE, HANDOFF_MESSAGE, HANDOFF_TRAILER))
+    assert not retryable(status(grpc.StatusCode.INVALID_ARGUMENT, "INTERNAL: token_ids ..."))
+    assert not retryable(status(grpc.StatusCode.FAILED_PRECONDITION, "Internal error from Core"))
 
 
 @pytest.mark.parametrize("resumable", [True, False])

@@ -11,6 +11,7 @@ import pytest
 from grpc_servers import server_logs, wait_for
 from parsetier import native
 from parsetier import protocol as protocol_module
+from parsetier.service.errors import FAULT_TRAILER
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, open_message
 
@@ -101,8 +102,30 @@ def test_internal_errors_do_not_leak_exception_text(grpc_server, monkeypatch):
             client.parse_once("qwen3", [9707])
         assert info.value.code() == Code.INTERNAL
         assert "secret" not in info.value.details() and "RuntimeError" not in info.value.details()
+        assert FAULT_TRAILER[0] in tuple(info.value.trailing_metadata())  # the server's own fault
         wait_for(lambda: logs.session_ends("ParseOnce"))
         assert any(r.exc_info for r in logs.records)  # the server log keeps the traceback
+
+
+def test_the_servers_own_fault_is_marked_and_never_resumed(grpc_server, monkeypatch):
+    """A bug in a resumable ``Parse`` session ends it with INTERNAL and the ``parsetier-fault``
+    trailer; the client (resume on) surfaces it at once instead of replaying the session."""
+    monkeypatch.setattr(protocol_module.core.Session, "finish", _broken)
+    monkeypatch.setattr(native.NativeSession, "finish", _broken)
+    with server_logs() as logs, Client(grpc_server.target, timeout=30) as client:
+        stream = client.open("qwen3")
+        stream.finish(steps=[[9707]])
+        with pytest.raises(grpc.RpcError) as info:
+            list(stream)
+        assert info.value.code() == Code.INTERNAL
+        assert FAULT_TRAILER[0] in tuple(info.value.trailing_metadata())
+        assert stream.resumes == 0
+        wait_for(lambda: logs.session_ends("Parse"))
+        assert len(logs.session_ends("Parse")) == 1  # one stream: no replay
+
+
+def _broken(*args, **kwargs):
+    raise RuntimeError("a bug")
 
 
 @pytest.mark.parametrize("when", ["after open", "mid stream", "before finish"])

@@ -45,6 +45,23 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // The parse service.
+//
+// The retry rule: whether a client resumes a session (`Open.resume`) after its stream ended with
+// a status. Every client reads this rule and only this one; none reads the status message.
+//  1. Trailing metadata `parsetier-fault` (value `server`): never. The server's own fault, a bug
+//     it logged; a parsetier server sends INTERNAL only with this trailer, and no UNKNOWN.
+//  2. Trailing metadata `parsetier-handoff` (value `resume`): always. A draining server moved
+//     the session (with UNAVAILABLE).
+//  3. Otherwise by code, the status coming from the way rather than from a parsetier server:
+//     UNAVAILABLE (refused, unreachable, draining, overloaded, a proxy with no backend),
+//     CANCELLED the client's caller did not ask for (a stopping server, a proxy's reset),
+//     INTERNAL (a stream reset on the way, RST_STREAM; a transport that broke under a write)
+//     and UNKNOWN (a proxy's answer that is not gRPC, such as an unexpected HTTP status).
+//  4. Every other status is the request's own: it surfaces, never retried.
+//
+// Retries are bounded (docs/service.md, "Resume": a budget of reconnects in a row, with backoff).
+// In a `ParseBatch` stream a session's `SessionStatus` ends only that session, except
+// UNAVAILABLE for an `open` (a draining or overloaded server refused it), which moves the stream.
 type ParserServiceClient interface {
 	// One request session. The client sends an `Open` first, then decode steps as the model
 	// produces them, then a `Finish`; the server answers every client message that produced output
@@ -162,6 +179,23 @@ func (c *parserServiceClient) Render(ctx context.Context, in *RenderRequest, opt
 // for forward compatibility.
 //
 // The parse service.
+//
+// The retry rule: whether a client resumes a session (`Open.resume`) after its stream ended with
+// a status. Every client reads this rule and only this one; none reads the status message.
+//  1. Trailing metadata `parsetier-fault` (value `server`): never. The server's own fault, a bug
+//     it logged; a parsetier server sends INTERNAL only with this trailer, and no UNKNOWN.
+//  2. Trailing metadata `parsetier-handoff` (value `resume`): always. A draining server moved
+//     the session (with UNAVAILABLE).
+//  3. Otherwise by code, the status coming from the way rather than from a parsetier server:
+//     UNAVAILABLE (refused, unreachable, draining, overloaded, a proxy with no backend),
+//     CANCELLED the client's caller did not ask for (a stopping server, a proxy's reset),
+//     INTERNAL (a stream reset on the way, RST_STREAM; a transport that broke under a write)
+//     and UNKNOWN (a proxy's answer that is not gRPC, such as an unexpected HTTP status).
+//  4. Every other status is the request's own: it surfaces, never retried.
+//
+// Retries are bounded (docs/service.md, "Resume": a budget of reconnects in a row, with backoff).
+// In a `ParseBatch` stream a session's `SessionStatus` ends only that session, except
+// UNAVAILABLE for an `open` (a draining or overloaded server refused it), which moves the stream.
 type ParserServiceServer interface {
 	// One request session. The client sends an `Open` first, then decode steps as the model
 	// produces them, then a `Finish`; the server answers every client message that produced output

@@ -160,7 +160,7 @@ class AsyncParseStream(StreamCore):
                 await _write(call, first)
                 await _await_admission(call)
             except grpc.aio.AioRpcError as exc:
-                if not self._moves_after(exc.code(), exc.details(), attempt):
+                if not self._moves_after(exc, attempt):
                     raise
                 assert self._policy is not None
                 await asyncio.sleep(self._policy.backoff(attempt))
@@ -189,7 +189,7 @@ class AsyncParseStream(StreamCore):
                     self._half_closed = call
             except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
                 error = connection_loss_as_unavailable(await _status_error(call))
-                if not self._moves_after(error.code(), error.details()):
+                if not self._moves_after(error):
                     raise error from None
 
     async def _send(self, message: pb.ParseRequest) -> None:
@@ -232,7 +232,7 @@ class AsyncParseStream(StreamCore):
             except grpc.aio.AioRpcError as exc:
                 if self._ended_whole():
                     return  # the session is complete; only the stream's ending broke
-                if not self._moves_after(exc.code(), exc.details()):
+                if not self._moves_after(exc):
                     raise connection_loss_as_unavailable(exc) from None
             await self._connect()
             self.resumes += 1

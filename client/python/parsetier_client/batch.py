@@ -228,7 +228,7 @@ class Batch(_BatchStream):
                 raise _ended_early() from None
             except grpc.RpcError as exc:
                 policy = self._policy
-                if policy is None or not retryable(exc.code(), exc.details()) or attempt >= policy.attempts:
+                if policy is None or not retryable(exc) or attempt >= policy.attempts:
                     self._ended = True
                     raise
                 self._queue.put(_CLOSE)  # end the broken call's request thread
@@ -268,7 +268,7 @@ class Batch(_BatchStream):
             for _ in self._replies:  # replies to steps still in flight, then the status
                 pass
         except grpc.RpcError as exc:
-            if self._ledger is None or not retryable(exc.code(), exc.details()):
+            if self._ledger is None or not retryable(exc):
                 raise  # with resume on, a break after every reply arrived loses nothing
 
     def cancel_stream(self) -> None:
@@ -352,7 +352,7 @@ class AsyncBatch(_BatchStream):
                         self._ended = True
                         raise _ended_early()
             policy = self._policy
-            if ledger is None or policy is None or not retryable(error.code(), error.details()):
+            if ledger is None or policy is None or not retryable(error):
                 self._ended = True
                 raise error
             if attempt >= policy.attempts:
@@ -389,7 +389,7 @@ class AsyncBatch(_BatchStream):
         code = await self._call.code()
         if code != grpc.StatusCode.OK:
             error = await self._status()
-            if self._ledger is None or not retryable(code, error.details()):
+            if self._ledger is None or not retryable(error):
                 raise error  # with resume on, a break after every reply arrived loses nothing
 
     async def _status(self) -> grpc.aio.AioRpcError:

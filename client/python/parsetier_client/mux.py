@@ -323,7 +323,7 @@ class Multiplexer:
                 moves = (
                     policy is not None
                     and self.core.ledger is not None
-                    and retryable(error.code(), error.details())
+                    and retryable(error)
                     and attempt < policy.attempts
                 )
                 if self._queue is not None:
@@ -626,12 +626,7 @@ class AsyncMultiplexer:
                     await call.details() or "the ParseBatch stream ended",
                 )
             policy = self._policy
-            if (
-                policy is None
-                or core.ledger is None
-                or not retryable(error.code(), error.details())
-                or attempt >= policy.attempts
-            ):
+            if policy is None or core.ledger is None or not retryable(error) or attempt >= policy.attempts:
                 self._stop_stream()
                 core.fail_all(error)
                 self._flush()  # releases senders waiting for their turn

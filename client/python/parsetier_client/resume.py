@@ -21,7 +21,18 @@ import grpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 HANDOFF_TRAILER = "parsetier-handoff"
-"""Trailing metadata key a draining server sets when it hands a resumable session off."""
+"""Trailing metadata key of a hand-off: a draining server moved the session (retry)."""
+FAULT_TRAILER = "parsetier-fault"
+"""Trailing metadata key of the server's own fault (never retry)."""
+RETRIED = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+    }
+)
+"""The codes a break ends with when the trailers say nothing (see ``retryable``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,24 +59,13 @@ def policy_of(resume: bool | ResumePolicy) -> ResumePolicy | None:
     return ResumePolicy() if resume else None
 
 
-SERVER_FAULT = ("internal server error", "internal error:")
-"""How a parsetier server's own INTERNAL statuses begin (a bug it logged): not worth a retry."""
-
-
-def retryable(code: object, details: str | None) -> bool:
-    """A break the session survives by resuming elsewhere: the server or the connection went away
-    (UNAVAILABLE: refused, unreachable, draining, handed off), the stream was cut by a stopping
-    server or reset by a proxy (CANCELLED; the clients never resume a cancel of their caller's),
-    or reset on the way (INTERNAL: a proxy's RST_STREAM after its backend died, or what grpc's
-    asyncio client reports when a write was in flight as the stream ended, grpc/grpc#36066; its
-    code and details then come out swapped, hence the loose match). An INTERNAL that the server
-    itself reported (``SERVER_FAULT``) and every other status are the request's own."""
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-        return True
-    details = details or ""
-    if code == grpc.StatusCode.INTERNAL or "INTERNAL" in details or "Internal error" in str(code):
-        return not details.startswith(SERVER_FAULT)
-    return False
+def retryable(error: grpc.RpcError) -> bool:
+    """The proto's retry rule (the comment on ``ParserService``): the server's own fault
+    (``FAULT_TRAILER``) never; a hand-off (``HANDOFF_TRAILER``) always; else UNAVAILABLE,
+    CANCELLED (the clients never resume their caller's own cancel), INTERNAL and UNKNOWN, which
+    a parsetier server never sends unmarked: a reset on the way, a proxy's page. No message text."""
+    keys = {key for key, _ in error.trailing_metadata() or ()}
+    return FAULT_TRAILER not in keys and (HANDOFF_TRAILER in keys or error.code() in RETRIED)
 
 
 Message = (pb.ParseRequest, pb.SessionInput)

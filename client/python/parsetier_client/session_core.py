@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
+
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client.resume import Ledger, ResumePolicy, as_request, retryable
 from parsetier_client.typed import Final
@@ -54,11 +56,11 @@ class StreamCore:
         """A stream broke after the final result: only its ending broke, nothing is lost."""
         return self.final is not None and self._policy is not None
 
-    def _moves_after(self, code: object, details: str | None, attempt: int | None = None) -> bool:
+    def _moves_after(self, error: grpc.RpcError, attempt: int | None = None) -> bool:
         """Whether a stream broken with this status moves to a new one: resume on, a status that
         is not the request's own and, when ``attempt`` is given, retry budget left."""
         policy = self._policy
-        if policy is None or not retryable(code, details):
+        if policy is None or not retryable(error):
             return False
         return attempt is None or attempt < policy.attempts
 

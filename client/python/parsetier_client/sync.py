@@ -150,7 +150,7 @@ class ParseStream(StreamCore):
             except grpc.RpcError as exc:
                 if self._ended_whole():
                     return  # the session is complete; only the stream's ending broke
-                if not self._moves_after(exc.code(), exc.details(), attempt):
+                if not self._moves_after(exc, attempt):
                     raise
                 self._queue.put(_CLOSE)  # end the broken call's request thread
                 assert self._policy is not None

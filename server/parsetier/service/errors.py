@@ -15,7 +15,21 @@ import grpc
 
 from parsetier.status import StatusError, error_of
 
-__all__ = ["WIRE_TRAILER", "ErrorWire", "grpc_code", "status_for", "status_message", "wire_trailer"]
+__all__ = [
+    "FAULT_TRAILER",
+    "WIRE_TRAILER",
+    "ErrorWire",
+    "fault_trailer",
+    "grpc_code",
+    "status_for",
+    "status_message",
+    "wire_trailer",
+]
+
+FAULT_TRAILER = (("parsetier-fault", "server"),)
+"""Trailing metadata of every status that is the server's own fault (INTERNAL: a bug it logged), so
+that a client never retries it and needs no message text to tell it from a stream reset on the way
+(the retry rule: the comment on ``ParserService`` in the proto)."""
 
 WIRE_TRAILER = "parsetier-wire-bin"
 """Trailing metadata of a ``Parse`` stream or ``ParseOnce`` call that ended with an error and
@@ -39,6 +53,12 @@ class ErrorWire(Protocol):
 
 def grpc_code(error: StatusError) -> grpc.StatusCode:
     return grpc.StatusCode[error.code.name]
+
+
+def fault_trailer(code: grpc.StatusCode) -> tuple[tuple[str, str], ...]:
+    """The trailer that marks a status as the server's own fault: every INTERNAL it sends (the
+    server never answers a client's mistake with INTERNAL, so INTERNAL is always its own)."""
+    return FAULT_TRAILER if code == grpc.StatusCode.INTERNAL else ()
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:

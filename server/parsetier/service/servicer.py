@@ -40,7 +40,14 @@ from parsetier.service.admission import Admission
 from parsetier.service.budget import STREAM_WINDOW, BufferBudget, Share
 from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable, read_batch_request
-from parsetier.service.errors import ErrorWire, grpc_code, status_for, status_message, wire_trailer
+from parsetier.service.errors import (
+    ErrorWire,
+    fault_trailer,
+    grpc_code,
+    status_for,
+    status_message,
+    wire_trailer,
+)
 from parsetier.service.handoff import HandOff, trailer_for
 from parsetier.service.idle import IdleWatch, WriteTimeout
 from parsetier.service.limits import Limits, SessionGate
@@ -319,8 +326,9 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
                 await context.abort(grpc_code(exc), exc.message)
             error = await self._run_batch(context, share)
             if error is not None:
-                trailer = trailer_for(error.message)
-                await context.abort(grpc_code(error), error.message, trailing_metadata=trailer)
+                code = grpc_code(error)
+                trailer = trailer_for(error.message) + fault_trailer(code)
+                await context.abort(code, error.message, trailing_metadata=trailer)
         finally:
             share.close()  # after the status: until then gRPC still holds the stream's buffers
 
@@ -554,7 +562,11 @@ async def _end(
                 record.emit()
                 logged = True
             message = status_message(clip(status[1], MAX_MESSAGE_CHARS))
-            trailer = trailer_for(status[1]) + wire_trailer(protocol, status[0].name, message)
+            trailer = (
+                trailer_for(status[1])
+                + fault_trailer(status[0])
+                + wire_trailer(protocol, status[0].name, message)
+            )
             await context.abort(status[0], message, trailing_metadata=trailer)
     except grpc.aio.AbortError:
         raise  # the status is on its way: this is how grpc.aio ends a call with a status

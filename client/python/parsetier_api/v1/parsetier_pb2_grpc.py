@@ -5,7 +5,7 @@ import warnings
 
 from parsetier_api.v1 import parsetier_pb2 as parsetier__api_dot_v1_dot_parsetier__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -27,6 +27,22 @@ if _version_not_supported:
 
 class ParserServiceStub:
     """The parse service.
+
+    The retry rule: whether a client resumes a session (`Open.resume`) after its stream ended with
+    a status. Every client reads this rule and only this one; none reads the status message.
+    1. Trailing metadata `parsetier-fault` (value `server`): never. The server's own fault, a bug
+    it logged; a parsetier server sends INTERNAL only with this trailer, and no UNKNOWN.
+    2. Trailing metadata `parsetier-handoff` (value `resume`): always. A draining server moved
+    the session (with UNAVAILABLE).
+    3. Otherwise by code, the status coming from the way rather than from a parsetier server:
+    UNAVAILABLE (refused, unreachable, draining, overloaded, a proxy with no backend),
+    CANCELLED the client's caller did not ask for (a stopping server, a proxy's reset),
+    INTERNAL (a stream reset on the way, RST_STREAM; a transport that broke under a write)
+    and UNKNOWN (a proxy's answer that is not gRPC, such as an unexpected HTTP status).
+    4. Every other status is the request's own: it surfaces, never retried.
+    Retries are bounded (docs/service.md, "Resume": a budget of reconnects in a row, with backoff).
+    In a `ParseBatch` stream a session's `SessionStatus` ends only that session, except
+    UNAVAILABLE for an `open` (a draining or overloaded server refused it), which moves the stream.
     """
 
     def __init__(self, channel):
@@ -69,6 +85,22 @@ class ParserServiceStub:
 
 class ParserServiceServicer:
     """The parse service.
+
+    The retry rule: whether a client resumes a session (`Open.resume`) after its stream ended with
+    a status. Every client reads this rule and only this one; none reads the status message.
+    1. Trailing metadata `parsetier-fault` (value `server`): never. The server's own fault, a bug
+    it logged; a parsetier server sends INTERNAL only with this trailer, and no UNKNOWN.
+    2. Trailing metadata `parsetier-handoff` (value `resume`): always. A draining server moved
+    the session (with UNAVAILABLE).
+    3. Otherwise by code, the status coming from the way rather than from a parsetier server:
+    UNAVAILABLE (refused, unreachable, draining, overloaded, a proxy with no backend),
+    CANCELLED the client's caller did not ask for (a stopping server, a proxy's reset),
+    INTERNAL (a stream reset on the way, RST_STREAM; a transport that broke under a write)
+    and UNKNOWN (a proxy's answer that is not gRPC, such as an unexpected HTTP status).
+    4. Every other status is the request's own: it surfaces, never retried.
+    Retries are bounded (docs/service.md, "Resume": a budget of reconnects in a row, with backoff).
+    In a `ParseBatch` stream a session's `SessionStatus` ends only that session, except
+    UNAVAILABLE for an `open` (a draining or overloaded server refused it), which moves the stream.
     """
 
     def Parse(self, request_iterator, context):
@@ -179,6 +211,22 @@ def add_ParserServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ParserService:
     """The parse service.
+
+    The retry rule: whether a client resumes a session (`Open.resume`) after its stream ended with
+    a status. Every client reads this rule and only this one; none reads the status message.
+    1. Trailing metadata `parsetier-fault` (value `server`): never. The server's own fault, a bug
+    it logged; a parsetier server sends INTERNAL only with this trailer, and no UNKNOWN.
+    2. Trailing metadata `parsetier-handoff` (value `resume`): always. A draining server moved
+    the session (with UNAVAILABLE).
+    3. Otherwise by code, the status coming from the way rather than from a parsetier server:
+    UNAVAILABLE (refused, unreachable, draining, overloaded, a proxy with no backend),
+    CANCELLED the client's caller did not ask for (a stopping server, a proxy's reset),
+    INTERNAL (a stream reset on the way, RST_STREAM; a transport that broke under a write)
+    and UNKNOWN (a proxy's answer that is not gRPC, such as an unexpected HTTP status).
+    4. Every other status is the request's own: it surfaces, never retried.
+    Retries are bounded (docs/service.md, "Resume": a budget of reconnects in a row, with backoff).
+    In a `ParseBatch` stream a session's `SessionStatus` ends only that session, except
+    UNAVAILABLE for an `open` (a draining or overloaded server refused it), which moves the stream.
     """
 
     @staticmethod
