@@ -38,6 +38,7 @@ RUN_TIMEOUT = 180.0
 """Seconds one driver run may take before it is killed (the test then fails)."""
 
 PYTHON_DRIVER = corpus.CORPUS / "python_driver.py"
+STAND_IN = corpus.CORPUS / "stand_in.py"
 
 
 def rust_driver() -> list[str]:
@@ -91,6 +92,9 @@ class Fleet:
     def __init__(self, scenario: dict, workdir: Path) -> None:
         self.ports = [free_port() for _ in range(scenario.get("backends", 2))]
         self.backends = [ready(backend(port)) for port in self.ports]
+        self.stand_in: tuple[int, subprocess.Popen] | None = None
+        if "stand_in" in scenario:
+            self.stand_in = start_stand_in(scenario["stand_in"])
         self.nginx: Nginx | None = None
         if scenario.get("via") == "nginx":
             nginx_binary()
@@ -100,7 +104,8 @@ class Fleet:
     def target(self) -> str:
         if self.nginx is not None:
             return self.nginx.target
-        return "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        first = [self.stand_in[0]] if self.stand_in else []
+        return "ipv4:" + ",".join(f"127.0.0.1:{port}" for port in first + self.ports)
 
     def act(self, action: dict) -> None:
         """One harness action at a pause (README.md, "Harness actions")."""
@@ -129,10 +134,25 @@ class Fleet:
             raise ValueError(f"unknown harness action {do!r}")
 
     def close(self) -> None:
+        if self.stand_in is not None:
+            self.stand_in[1].kill()
+            self.stand_in[1].wait()
         if self.nginx is not None:
             self.nginx.stop()
         for server in self.backends:
             server.kill()
+
+
+def start_stand_in(spec: dict) -> tuple[int, subprocess.Popen]:
+    """The scenario's stand-in backend (``stand_in.py``), first in the target: its port and process."""
+    port = free_port()
+    command = [sys.executable, str(STAND_IN), "--port", str(port), "--code", spec["code"]]
+    command += ["--message", spec.get("message", ""), "--calls", str(spec.get("calls", 1))]
+    for key, value in spec.get("trailers", {}).items():
+        command += ["--trailer", f"{key}={value}"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return port, proc
 
 
 def drive(command: list[str], script: dict, at_pause: Callable[[str], None]) -> dict:

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
@@ -221,9 +222,13 @@ func (b *Batch) recvOrResume() ([]*pb.SessionOutput, error) {
 			return outs, nil
 		}
 		err := b.streamErr
+		var trailer metadata.MD // the trailer of the stream's status, for the retry rule
 		if err == nil {
 			var reply *pb.ParseBatchResponse
 			reply, err = recvWhole(b.stream.Recv, func() *pb.ParseBatchResponse { return new(pb.ParseBatchResponse) })
+			if err != nil {
+				trailer = b.stream.Trailer()
+			}
 			if err == nil {
 				packed, err := unpackOutputs(reply.GetPacked())
 				if err != nil {
@@ -241,7 +246,7 @@ func (b *Batch) recvOrResume() ([]*pb.SessionOutput, error) {
 				return nil, status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
 			}
 		}
-		if !retryable(b.ctx, err) || attempt >= b.policy.Attempts {
+		if !retryable(b.ctx, err, trailer) || attempt >= b.policy.Attempts {
 			return nil, err
 		}
 		select {
@@ -297,7 +302,7 @@ func (b *Batch) Close() error {
 			if status.Code(err) == codes.Canceled && b.InFlight == 0 {
 				return nil // closed before: the deferred cancel of an earlier Close
 			}
-			if b.ledger != nil && b.InFlight == 0 && retryable(b.ctx, err) {
+			if b.ledger != nil && b.InFlight == 0 && retryable(b.ctx, err, b.stream.Trailer()) {
 				return nil // every reply has arrived: a break now loses nothing
 			}
 			return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
@@ -91,9 +92,13 @@ func (b *Batch) sharedRecvOrResume() ([]*pb.SessionOutput, error) {
 		}
 		err, stream := b.streamErr, b.stream
 		b.mu.Unlock()
+		var trailer metadata.MD // the trailer of the stream's status, for the retry rule
 		if err == nil {
 			var reply *pb.ParseBatchResponse
 			reply, err = recvWhole(stream.Recv, whole)
+			if err != nil {
+				trailer = stream.Trailer()
+			}
 			if err == nil {
 				packed, err := unpackOutputs(reply.GetPacked())
 				if err != nil {
@@ -115,7 +120,7 @@ func (b *Batch) sharedRecvOrResume() ([]*pb.SessionOutput, error) {
 				return nil, status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
 			}
 		}
-		if !retryable(b.ctx, err) || attempt >= b.policy.Attempts {
+		if !retryable(b.ctx, err, trailer) || attempt >= b.policy.Attempts {
 			return nil, err
 		}
 		select {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -49,39 +49,28 @@ func WithoutResume() ClientOption {
 	return func(c *clientConfig) { c.resume = nil; c.noResume = true }
 }
 
-// serverFaults are how a parsetier server's own INTERNAL statuses begin (a bug it logged).
-var serverFaults = []string{"internal server error", "internal error:"}
+// The trailing metadata keys of the proto's retry rule (the comment on ParserService): the
+// server's own fault, never retried, and a hand-off, always retried.
+const (
+	faultTrailer   = "parsetier-fault"
+	handoffTrailer = "parsetier-handoff"
+)
 
-func serverFault(message string) bool {
-	for _, prefix := range serverFaults {
-		if strings.HasPrefix(message, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// retryable says whether a session survives err by resuming elsewhere: the server or the
-// connection went away (Unavailable: refused, unreachable, draining, handed off), the stream
-// was cut by a stopping server or reset by a proxy with CANCEL (Canceled, unless the
-// session's own context ended), or reset on the way (Internal, e.g. "stream terminated by
-// RST_STREAM", but not the server's own INTERNAL), or a proxy answered instead of a server
-// (Unknown from an unexpected HTTP status: nginx's "no backend" page is a 204 that gRPC-Go
-// cannot read as a status). Every other status is the request's own.
-func retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
+// retryable says whether a session survives err, which ended a stream with trailer, by resuming
+// elsewhere: the proto's retry rule. Never the server's own fault (faultTrailer) nor after the
+// session's own context ended; always a hand-off (handoffTrailer); else Unavailable, Canceled,
+// Internal and Unknown, which a parsetier server never sends unmarked (a reset on the way, or a
+// proxy's answer that is not gRPC: nginx's "no backend" page is a 204 that gRPC-Go reads as
+// Unknown). Every other status is the request's own. No message text is read.
+func retryable(ctx context.Context, err error, trailer metadata.MD) bool {
+	if ctx.Err() != nil || len(trailer.Get(faultTrailer)) > 0 {
 		return false
 	}
-	st := status.Convert(err)
-	switch st.Code() {
-	case codes.Unavailable, codes.Canceled:
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled, codes.Internal, codes.Unknown:
 		return true
-	case codes.Internal:
-		return !serverFault(st.Message())
-	case codes.Unknown:
-		return strings.Contains(st.Message(), "unexpected HTTP status code")
 	}
-	return false
+	return len(trailer.Get(handoffTrailer)) > 0
 }
 
 // history is a session's answered steps, as a resume point carries them (ResumePoint.history):

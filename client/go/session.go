@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
@@ -88,11 +89,11 @@ func (c *Client) Open(ctx context.Context, model string, opts ...OpenOption) (*S
 // stream) and waits for the server to accept it, retrying refusals within the resume budget.
 func (s *Session) connect(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
 	for attempt := 0; ; attempt++ {
-		stream, err := s.accepted(first)
+		stream, trailer, err := s.accepted(first)
 		if err == nil {
 			return stream, nil
 		}
-		if s.policy == nil || !retryable(s.ctx, err) || attempt >= s.policy.Attempts {
+		if s.policy == nil || !retryable(s.ctx, err, trailer) || attempt >= s.policy.Attempts {
 			return nil, err
 		}
 		select {
@@ -103,14 +104,15 @@ func (s *Session) connect(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.P
 	}
 }
 
-func (s *Session) accepted(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], error) {
+// accepted is connect's one attempt: the stream, or the error and trailer it ended with.
+func (s *Session) accepted(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.ParseRequest, pb.ParseResponse], metadata.MD, error) {
 	stream, err := s.client.stub.Parse(s.ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// An io.EOF from Send means the stream already ended; Header and Recv below say why.
 	if err := stream.Send(first); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return nil, nil, err
 	}
 	header, err := stream.Header()
 	if err == nil && header == nil {
@@ -122,9 +124,10 @@ func (s *Session) accepted(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.
 		}
 	}
 	if err != nil {
-		return nil, withWire(err, stream.Trailer())
+		trailer := stream.Trailer()
+		return nil, trailer, withWire(err, trailer)
 	}
-	return stream, nil
+	return stream, nil, nil
 }
 
 // Send sends decode steps, each a slice of the token ids one forward pass produced, in one
@@ -254,7 +257,7 @@ func (s *Session) Recv() (*pb.ParseResponse, error) {
 			return msg, nil
 		}
 		complete := s.final != nil
-		if errors.Is(err, io.EOF) || (complete && s.policy != nil) || s.policy == nil || !retryable(s.ctx, err) {
+		if errors.Is(err, io.EOF) || (complete && s.policy != nil) || s.policy == nil || !retryable(s.ctx, err, stream.Trailer()) {
 			s.ended = true
 			s.mu.Unlock()
 			if complete && s.policy != nil {

@@ -205,6 +205,8 @@ async def async_parse(script: dict, multiplex: bool = False) -> dict:
         for op in script["ops"]:
             for action in op.get("send", ()):
                 key = action["key"]
+                if action["op"] != "open" and key not in streams:
+                    continue  # its open failed: the session has nothing more to send
                 try:
                     if action["op"] == "open":
                         results[key] = {"replies": [], "resumes": 0, "error": None}

@@ -165,7 +165,7 @@ std::vector<v1::SessionOutput> Batch::RecvResuming() {
         Fail(status);
       }
     }
-    if (!internal::Retryable(status) || attempt >= policy_->attempts) Fail(status);
+    if (!internal::Retryable(status, *context_) || attempt >= policy_->attempts) Fail(status);
     std::this_thread::sleep_for(internal::Backoff(*policy_, attempt++));
     Start(ledger_->Replay());
   }
@@ -194,7 +194,7 @@ grpc::Status Batch::Close() {
   sent_.clear();
   closed_ = true;
   status_ = EndStream();
-  if (ledger_ && internal::Retryable(status_)) status_ = grpc::Status::OK;  // every reply came: a break loses nothing
+  if (ledger_ && internal::Retryable(status_, *context_)) status_ = grpc::Status::OK;  // every reply came: a break loses nothing
   return status_;
 }
 

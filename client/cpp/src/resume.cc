@@ -6,25 +6,17 @@
 
 namespace parsetier::internal {
 
-namespace {
-
-// How a parsetier server's own INTERNAL statuses begin (a bug it logged): not worth a retry.
-constexpr const char* kServerFaults[] = {"internal server error", "internal error:"};
-
-}  // namespace
-
-bool Retryable(const grpc::Status& status) {
+bool Retryable(const grpc::Status& status, const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (trailers.count(kFaultTrailer) > 0) return false;
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::CANCELLED:
-      return true;
     case grpc::StatusCode::INTERNAL:
-      for (const char* fault : kServerFaults) {
-        if (status.error_message().rfind(fault, 0) == 0) return false;
-      }
+    case grpc::StatusCode::UNKNOWN:
       return true;
     default:
-      return false;
+      return trailers.count(kHandoffTrailer) > 0;
   }
 }
 

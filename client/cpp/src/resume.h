@@ -12,12 +12,17 @@
 
 namespace parsetier::internal {
 
-// Whether a session survives `status` by resuming elsewhere: the server or the connection went
-// away (UNAVAILABLE: refused, unreachable, draining, handed off), the stream was cut by a stopping
-// server or reset by a proxy (CANCELLED; a cancel of the caller's own never gets here), or reset
-// on the way (INTERNAL, e.g. "Received RST_STREAM", but not the server's own INTERNAL). Every
-// other status is the request's own.
-bool Retryable(const grpc::Status& status);
+// The trailing metadata keys of the proto's retry rule (the comment on ParserService): the
+// server's own fault, never retried, and a hand-off, always retried.
+inline constexpr const char* kFaultTrailer = "parsetier-fault";
+inline constexpr const char* kHandoffTrailer = "parsetier-handoff";
+
+// Whether a session survives `status`, which ended the call of `context`, by resuming elsewhere:
+// the proto's retry rule. Never the server's own fault (kFaultTrailer); always a hand-off
+// (kHandoffTrailer); else UNAVAILABLE, CANCELLED (a cancel of the caller's own never gets here),
+// INTERNAL and UNKNOWN, which a parsetier server never sends unmarked (a reset on the way, a
+// proxy's answer that is not gRPC). Every other status is the request's own. No message text.
+bool Retryable(const grpc::Status& status, const grpc::ClientContext& context);
 
 // How long to wait before reconnect `attempt` (0-based): doubling from the policy's initial
 // backoff up to its maximum, jittered to 50-100% so a fleet's clients do not reconnect in lock step.

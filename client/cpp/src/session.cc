@@ -279,7 +279,8 @@ class SessionCore {
       if (status.ok()) {
         status = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: stream ended before the server accepted Open");
       }
-      if (!policy_ || cancelled_ || !internal::Retryable(status) || attempt >= policy_->attempts) return status;
+      if (!policy_ || cancelled_ || !internal::Retryable(status, stream->context_)) return status;
+      if (attempt >= policy_->attempts) return status;
       if (cv_.wait_for(lock, internal::Backoff(*policy_, attempt), [&] { return cancelled_; })) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "parsetier: session cancelled");
       }
@@ -354,7 +355,7 @@ class SessionCore {
     current_ = nullptr;
     if (failure_) return Finish(lock, *failure_);
     if (final_) return Finish(lock, policy_ ? grpc::Status::OK : status);  // with resume: complete
-    if (policy_ && !cancelled_ && internal::Retryable(status)) {
+    if (policy_ && !cancelled_ && internal::Retryable(status, stream->context_)) {
       resume_wanted_ = true;
       if (!resumer_.joinable()) resumer_ = std::thread([this] { ResumeLoop(); });
       return;

@@ -5,8 +5,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tonic::Code;
 
-use crate::error::local_transport_failure;
-
 /// How sessions resume after a broken stream. `attempts` is the retry budget: reconnects in a
 /// row that may fail (refused, unreachable) before the last error ends the session; it is
 /// renewed whenever a new stream is accepted. The backoff doubles from `initial_backoff` up to
@@ -48,20 +46,20 @@ fn jitter() -> f64 {
     (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// How a parsetier server's own INTERNAL statuses begin (a bug it logged, not a break).
-const SERVER_FAULTS: [&str; 2] = ["internal server error", "internal error:"];
+/// Trailing metadata of the server's own fault: never retried (the proto's retry rule, on
+/// `ParserService`).
+pub const FAULT_TRAILER: &str = "parsetier-fault";
+/// Trailing metadata of a hand-off: a draining server moved the session, always retried.
+pub const HANDOFF_TRAILER: &str = "parsetier-handoff";
 
-/// Whether a session survives `status` by resuming elsewhere: the server or the connection went
-/// away (Unavailable: refused, unreachable, draining, handed off), the stream was cut by a
-/// stopping server or reset by a proxy with CANCEL (Cancelled), reset on the way (Internal, but
-/// not the server's own), or a proxy answered instead of a server (Unknown from an unexpected
-/// HTTP status, or a body that is not gRPC). Every other status is the request's own.
+/// Whether a session survives `status` by resuming elsewhere, by the proto's retry rule (the
+/// comment on `ParserService`): never the server's own fault (`FAULT_TRAILER`), always a hand-off
+/// (`HANDOFF_TRAILER`), else Unavailable, Cancelled, Internal and Unknown, which a parsetier
+/// server never sends unmarked (a reset on the way, a proxy's answer that is not gRPC, a transport
+/// failure tonic reports). Every other status is the request's own. No message text is read.
 pub fn retryable(status: &tonic::Status) -> bool {
-    let message = status.message();
-    match status.code() {
-        Code::Unavailable | Code::Cancelled => true,
-        Code::Internal => !SERVER_FAULTS.iter().any(|prefix| message.starts_with(prefix)),
-        Code::Unknown => message.contains("HTTP status") || local_transport_failure(status),
-        _ => false,
-    }
+    let trailers = status.metadata();
+    !trailers.contains_key(FAULT_TRAILER)
+        && (trailers.contains_key(HANDOFF_TRAILER)
+            || matches!(status.code(), Code::Unavailable | Code::Cancelled | Code::Internal | Code::Unknown))
 }
