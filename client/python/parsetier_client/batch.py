@@ -150,8 +150,10 @@ def _refused() -> grpc.aio.AioRpcError:
 
 class _BatchStream(StepBuilder):
     """What the blocking and the asyncio batch streams hold alike: the stub and call options, and
-    with resume on, the policy and the ledger of every session's history. Each subclass's
-    ``_start`` opens its call."""
+    with resume on, the policy and the ledger of every session's history; and the decisions of
+    their reconnect loop, written once (as ``session_core.StreamCore`` for ``Parse``): what a
+    reply delivers, whether a break moves the stream and after how long. Each subclass only moves
+    the messages: ``_start`` opens its call, ``_move`` replaces a broken one."""
 
     def __init__(
         self,
@@ -169,9 +171,53 @@ class _BatchStream(StepBuilder):
         self.in_flight = 0
         """Steps sent whose replies have not been received yet."""
         self._ended = False
+        self._attempt = 0
+        """Moves in a row without progress (the retry budget's count)."""
 
     def _start(self, messages: list[pb.ParseBatchRequest] | tuple[()]) -> None:
         raise NotImplementedError
+
+    def _ready(self) -> dict[str, pb.SessionOutput] | None:
+        """The oldest step's outputs once every reply they need is in (resume on), else None."""
+        outputs = self._ledger.ready() if self._ledger is not None else None
+        if outputs is not None:
+            self.in_flight -= 1
+        return outputs
+
+    def _took(self, reply: pb.ParseBatchResponse) -> dict[str, pb.SessionOutput] | grpc.RpcError | None:
+        """A whole reply was read: the outputs to return (resume off), the break that moves the
+        stream (an open refused as draining or overloaded), or None: read on."""
+        ledger = self._ledger
+        if ledger is None:
+            self.in_flight -= 1
+            return outputs_of(reply)
+        ledger.received(reply)
+        if ledger.must_move:
+            return _refused()
+        self._attempt = 0  # progress renews the budget
+        return None
+
+    def _broke(self, error: BaseException) -> float:
+        """The stream broke with ``error``: the seconds to wait before it moves, or ``error``
+        raised when it does not (resume off, the request's own status, the budget spent)."""
+        policy, attempt = self._policy, self._attempt
+        if (
+            self._ledger is None
+            or policy is None
+            or not isinstance(error, grpc.RpcError)
+            or not retryable(error)
+            or attempt >= policy.attempts
+        ):
+            self._ended = True
+            raise error
+        self._attempt += 1
+        return policy.backoff(attempt) if attempt else 0
+
+    def _closed_with(self, error: grpc.RpcError) -> None:
+        """The stream ended with ``error`` once every reply was in: raised, unless resume is on
+        and it is a break (then nothing is lost)."""
+        if self._ledger is None or not retryable(error):
+            raise error
 
     @property
     def resumes(self) -> int:
@@ -206,49 +252,29 @@ class Batch(_BatchStream):
     def receive(self) -> dict[str, pb.SessionOutput]:
         """The reply to the oldest step sent: the output of each session that produced any.
         Raises ``grpc.RpcError`` when the stream has ended (its status) and does not resume."""
-        ledger = self._ledger
-        if ledger is None:
-            try:
-                reply = next(self._replies)
-            except grpc.RpcError:
-                self._ended = True
-                raise
-            self.in_flight -= 1
-            return outputs_of(reply)
-        attempt = 0
+        self._attempt = 0
         while True:
-            outputs = ledger.ready()
+            outputs = self._ready()
             if outputs is not None:
-                self.in_flight -= 1
                 return outputs
             try:
-                reply = next(self._replies)
+                got = self._took(next(self._replies))
             except StopIteration:
-                self._ended = True
-                raise _ended_early() from None
+                got = _ended_early()
             except grpc.RpcError as exc:
-                policy = self._policy
-                if policy is None or not retryable(exc) or attempt >= policy.attempts:
-                    self._ended = True
-                    raise
-                self._queue.put(_CLOSE)  # end the broken call's request thread
-                time.sleep(policy.backoff(attempt) if attempt else 0)
-                attempt += 1
-                self._start(ledger.replay())
-                continue
-            ledger.received(reply)
-            if not ledger.must_move:
-                attempt = 0
-                continue
-            policy = self._policy  # an open refused as draining or overloaded: move the stream
-            if policy is None or attempt >= policy.attempts:
-                self._ended = True
-                raise _refused()
-            self._call.cancel()
-            self._queue.put(_CLOSE)
-            time.sleep(policy.backoff(attempt))
-            attempt += 1
-            self._start(ledger.replay())
+                got = exc
+            if isinstance(got, dict):
+                return got
+            if got is not None:
+                time.sleep(self._broke(got))
+                self._move()
+
+    def _move(self) -> None:
+        """A new call replaces the broken one, the ledger's replay first."""
+        assert self._ledger is not None
+        self._call.cancel()
+        self._queue.put(_CLOSE)  # end the broken call's request thread
+        self._start(self._ledger.replay())
 
     def step(self) -> dict[str, pb.SessionOutput]:
         """Send the queued entries and wait for their reply."""
@@ -268,8 +294,7 @@ class Batch(_BatchStream):
             for _ in self._replies:  # replies to steps still in flight, then the status
                 pass
         except grpc.RpcError as exc:
-            if self._ledger is None or not retryable(exc):
-                raise  # with resume on, a break after every reply arrived loses nothing
+            self._closed_with(exc)
 
     def cancel_stream(self) -> None:
         self._policy = None  # the caller's own cancel is never resumed
@@ -321,48 +346,35 @@ class AsyncBatch(_BatchStream):
         self.in_flight += 1
 
     async def receive(self) -> dict[str, pb.SessionOutput]:
-        ledger = self._ledger
-        attempt = 0
+        self._attempt = 0
         while True:
-            if ledger is not None:
-                outputs = ledger.ready()
-                if outputs is not None:
-                    self.in_flight -= 1
-                    return outputs
+            outputs = self._ready()
+            if outputs is not None:
+                return outputs
             try:
                 message = await self._call.read()
             except grpc.aio.AioRpcError as exc:
-                error = exc
+                got: Any = exc
             else:
-                if message is not grpc.aio.EOF:
-                    reply = self._joiner.push(message)
-                    if reply is None:
-                        continue
-                    if ledger is None:
-                        self.in_flight -= 1
-                        return outputs_of(reply)
-                    ledger.received(reply)
-                    if not ledger.must_move:
-                        attempt = 0
-                        continue
-                    error = _refused()  # an open refused as draining or overloaded: move the stream
+                if message is grpc.aio.EOF:
+                    got = await self._status()
+                    if got.code() == grpc.StatusCode.OK:
+                        got = _ended_early()
                 else:
-                    error = await self._status()
-                    if error.code() == grpc.StatusCode.OK and ledger is not None:
-                        self._ended = True
-                        raise _ended_early()
-            policy = self._policy
-            if ledger is None or policy is None or not retryable(error):
-                self._ended = True
-                raise error
-            if attempt >= policy.attempts:
-                self._ended = True
-                raise error
-            await asyncio.sleep(policy.backoff(attempt) if attempt else 0)
-            attempt += 1
-            self._stop_writer()
-            self._call.cancel()
-            self._start(ledger.replay())
+                    reply = self._joiner.push(message)
+                    got = None if reply is None else self._took(reply)
+            if isinstance(got, dict):
+                return got
+            if got is not None:
+                await asyncio.sleep(self._broke(got))
+                self._move()
+
+    def _move(self) -> None:
+        """A new call replaces the broken one, the ledger's replay first."""
+        assert self._ledger is not None
+        self._stop_writer()
+        self._call.cancel()
+        self._start(self._ledger.replay())
 
     async def step(self) -> dict[str, pb.SessionOutput]:
         await self.send()
@@ -386,11 +398,8 @@ class AsyncBatch(_BatchStream):
             return  # its status was raised already
         while self.in_flight:
             await self.receive()
-        code = await self._call.code()
-        if code != grpc.StatusCode.OK:
-            error = await self._status()
-            if self._ledger is None or not retryable(error):
-                raise error  # with resume on, a break after every reply arrived loses nothing
+        if await self._call.code() != grpc.StatusCode.OK:
+            self._closed_with(await self._status())
 
     async def _status(self) -> grpc.aio.AioRpcError:
         return grpc.aio.AioRpcError(
