@@ -63,3 +63,31 @@ pub fn retryable(status: &tonic::Status) -> bool {
         && (trailers.contains_key(HANDOFF_TRAILER)
             || matches!(status.code(), Code::Unavailable | Code::Cancelled | Code::Internal | Code::Unknown))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code, message: &str, trailer: Option<(&'static str, &'static str)>) -> tonic::Status {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        if let Some((key, value)) = trailer {
+            metadata.insert(key, value.parse().unwrap());
+        }
+        tonic::Status::with_metadata(code, message, metadata)
+    }
+
+    /// The proto's retry rule: the trailers first, then the code, never the message.
+    #[test]
+    fn the_retry_rule_reads_code_and_trailers_only() {
+        let fault = Some((FAULT_TRAILER, "server"));
+        let internal_text = "internal server error; the server log has the details";
+        assert!(!retryable(&status(Code::Internal, internal_text, fault)));
+        assert!(!retryable(&status(Code::Unavailable, "x", fault)));
+        assert!(retryable(&status(Code::Internal, internal_text, None)));
+        assert!(retryable(&status(Code::Unknown, "a proxy's page", None)));
+        assert!(retryable(&status(Code::Cancelled, "", None)));
+        assert!(retryable(&status(Code::Unavailable, "draining", Some((HANDOFF_TRAILER, "resume")))));
+        assert!(!retryable(&status(Code::InvalidArgument, "unexpected HTTP status code", None)));
+        assert!(!retryable(&status(Code::FailedPrecondition, "Internal", None)));
+    }
+}
