@@ -117,6 +117,8 @@ NEED_CONFIGURED_TOKENIZER |= {
 }
 NEED_CONFIGURED_TOKENIZER |= {"inkling", "muse-glimmer"}
 NEED_CONFIGURED_TOKENIZER |= {"step-3", "internlm2", "intern-s1", "hunyuan-a13b", "hy-v4", "jamba"}
+NEED_CONFIGURED_TOKENIZER |= {"gigachat-3", "gigachat-3.5", "minicpm-4", "minicpm-5", "laguna"}
+NEED_CONFIGURED_TOKENIZER |= {"longcat-flash", "functiongemma", "granite-20b-fc", "kimi-vl-thinking"}
 LIST_MODELS = """
 import json, sys
 from parsetier_client import Client
