@@ -110,6 +110,10 @@ def test_cpp_client_against_real_server(cpp_build):
             "BatchLive.SessionErrors",
             "BatchLive.PackedAndUnpackedEntriesInOneStep",
             "BatchLive.EmptyKeyEndsTheStream",
+            "MuxLive.SessionsGetTheirParseStreamsReplies",
+            "MuxLive.WireDialectsGiveTheParseStreamsBytes",
+            "MuxLive.ErrorsStayInTheirSession",
+            "MuxLive.CancelDeadlineAndCallbacks",
             "LiveServer.Callbacks",
             "LiveServer.ConcurrentSessions",
             "LiveServer.CancelAndDestroyMidway",
@@ -131,6 +135,13 @@ def test_cpp_client_against_real_server(cpp_build):
         sequential = session_ends(server, "cpp-client-test", 5)
         concurrent = session_ends(server, "cpp-concurrent", 8)
         example = session_ends(server, "cpp-example", 1)
+        # MuxLive: each session ran once on its own Parse stream and, with the same request id,
+        # as an entry of a multiplexed client's shared ParseBatch stream (6 + 6 + 3 x 2).
+        mux_ends = session_ends(server, "cpp-mux", 34)
+    mux = [r for r in mux_ends if re.fullmatch(r"cpp-mux-\d+", r["request_id"])]
+    by_rpc = {rpc: [r for r in mux if r["rpc"] == rpc] for rpc in ("Parse", "ParseBatch")}
+    assert (len(by_rpc["Parse"]), len(by_rpc["ParseBatch"])) == (12, 18), mux
+    assert all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in mux), mux
     for ends, count in ((sequential, 5), (concurrent, 8), (example, 1)):
         assert len(ends) == count, f"expected {count} session_end lines: {ends}"
         assert all(r["outcome"] == "OK" and r["finish_reason"] == "tool_calls" for r in ends), ends

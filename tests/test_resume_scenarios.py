@@ -247,6 +247,7 @@ MULTIPLEXED_DRIVERS: dict[str, Callable[[], list[str]]] = {
     "python-async-mux": lambda: [sys.executable, str(PYTHON_DRIVER), "async-mux"],
     "go-mux": lambda: [*go_driver(), "multiplex"],
     "rust-mux": lambda: [*rust_driver(), "multiplex"],
+    "cpp-mux": lambda: [*cpp_driver(), "multiplex"],
 }
 """The clients' multiplexed mode (sessions on one shared ParseBatch stream, the session API
 unchanged): the scenarios of ``Parse`` sessions, whose replies must equal the ``Parse`` streams'."""

@@ -3,14 +3,16 @@
 //
 //   parsetier_load --server HOST:PORT --ids FILE [--sessions N] [--concurrency C]
 //                  [--steps-per-message K] [--tools-json JSON] [--model NAME] [--stop-token ID] [--batch]
-//                  [--no-resume]
+//                  [--no-resume] [--multiplex]
 //
 // FILE holds the output's token ids separated by white space. Each of C threads runs sessions
 // back to back until N have run: it sends the whole output, each token its own decode step, K
 // steps to a message, while the replies arrive through callbacks on gRPC's threads. With --batch,
 // one thread drives one ParseBatch stream carrying C sessions at once instead (a serving loop's
 // batch): each message holds every live session's next K steps, or its Finish, and a finished
-// session's slot takes the next one. Prints one JSON line: tokens, sessions and wall-clock seconds.
+// session's slot takes the next one. With --multiplex, the sessions are those of a multiplexed
+// client (ClientOptions::multiplex, flushed when the flushing thread is free), the rest as
+// without it. Prints one JSON line: tokens, sessions and wall-clock seconds.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -113,8 +115,9 @@ int main(int argc, char** argv) {
   parsetier::ClientOptions options{parsetier::InsecureCredentials()};
   for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
-    if (flag == "--batch" || flag == "--no-resume") {
+    if (flag == "--batch" || flag == "--no-resume" || flag == "--multiplex") {
       if (flag == "--batch") batch = true;
+      if (flag == "--multiplex") options.multiplex = parsetier::MultiplexOptions{};
       if (flag == "--no-resume") options.resume = std::nullopt;  // no ledger is kept
       --i;  // a switch: no value
       continue;

@@ -40,14 +40,106 @@ void Batch::Start(std::vector<internal::WireMessage> replay) {
     wire.push_back(std::move(message.request));
     sent_.push_back(std::move(message.sent));
   }
-  replaying_ = std::thread([context = context_.get(), stream = stream_.get(), wire = std::move(wire)] {
+  shared_replaying_ = true;  // on a shared batch the caller holds shared_mu_
+  replaying_ = std::thread([this, context = context_.get(), stream = stream_.get(), wire = std::move(wire)] {
     for (const v1::ParseBatchRequest& message : wire) {
       if (!stream->Write(message)) {
         context->TryCancel();  // broken again: Recv sees it, even on a call gRPC retried elsewhere
-        return;
+        break;
       }
     }
+    {
+      std::lock_guard<std::mutex> lock(shared_mu_);
+      shared_replaying_ = false;
+    }
+    shared_cv_.notify_all();  // a SharedSend waiting for the replay
   });
+}
+
+std::unique_lock<std::mutex> Batch::SharedLock() {
+  return shared_ ? std::unique_lock<std::mutex>(shared_mu_) : std::unique_lock<std::mutex>();
+}
+
+void Batch::HoldWrites() {
+  if (!shared_) return;
+  std::unique_lock<std::mutex> lock(shared_mu_);
+  shared_held_ = true;
+  context_->TryCancel();  // a write blocked on a stalled stream returns
+  shared_cv_.wait(lock, [&] { return !shared_writing_; });
+}
+
+void Batch::ReleaseWrites() {
+  if (!shared_) return;
+  {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    shared_held_ = false;
+  }
+  shared_cv_.notify_all();
+}
+
+void Batch::SharedSend() {
+  std::vector<internal::SentEntry> sent;
+  v1::ParseBatchRequest message = internal::WireRequest(pending_, sent);
+  index_.clear();
+  std::unique_lock<std::mutex> lock(shared_mu_);
+  shared_cv_.wait(lock, [&] { return shared_failed_ || shared_stopped_ || (!shared_held_ && !shared_replaying_); });
+  if (shared_failed_ || shared_stopped_) {
+    throw Error(status_.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "parsetier: the batch stream has ended")
+                             : status_);
+  }
+  // Recorded before it is written: a reply may come at once, and a resume from now on re-sends it.
+  if (ledger_) ledger_->Sent(v1::ParseBatchRequest(message), sent);
+  sent_.push_back(std::move(sent));
+  ++in_flight_;
+  shared_cv_.notify_all();  // the receiver waits for a message in flight
+  if (write_failed_) return;  // the receiver moves the stream (resume on) or ends it
+  grpc::ClientContext* context = context_.get();
+  auto* stream = stream_.get();
+  shared_writing_ = true;
+  lock.unlock();
+  const bool written = stream->Write(message);
+  lock.lock();
+  shared_writing_ = false;
+  if (!written && stream == stream_.get()) {
+    write_failed_ = true;  // as Send: the call is ended for sure, Recv resumes or reports it
+    context->TryCancel();
+  }
+  shared_cv_.notify_all();
+}
+
+std::vector<v1::SessionOutput> Batch::SharedRecv() {
+  {
+    std::unique_lock<std::mutex> lock(shared_mu_);
+    shared_cv_.wait(lock, [&] { return in_flight_ > 0 || shared_stopped_; });
+    if (shared_stopped_) throw Error(grpc::StatusCode::CANCELLED, "parsetier: the batch stream was stopped");
+  }
+  try {
+    std::vector<v1::SessionOutput> outputs;
+    if (ledger_) {
+      outputs = RecvResuming();
+    } else if (!ReadReply(outputs)) {
+      Fail();
+    }
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    --in_flight_;
+    return outputs;
+  } catch (const Error&) {
+    {
+      std::lock_guard<std::mutex> lock(shared_mu_);
+      shared_failed_ = true;
+    }
+    shared_cv_.notify_all();
+    throw;
+  }
+}
+
+void Batch::SharedStop() {
+  {
+    std::lock_guard<std::mutex> lock(shared_mu_);
+    shared_stopped_ = true;
+    context_->TryCancel();
+  }
+  shared_cv_.notify_all();
 }
 
 grpc::Status Batch::EndStream() {
@@ -114,12 +206,14 @@ bool Batch::ReadReply(std::vector<v1::SessionOutput>& outputs) {
   do {
     if (!stream_->Read(&reply)) return false;
   } while (!internal::JoinParts(reply, parts_, in_parts_, broken));  // a large reply comes in parts
+  std::unique_lock<std::mutex> lock = SharedLock();
   if (broken.ok() && sent_.empty()) {
     broken = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: a ParseBatch reply to no message");
   }
   if (broken.ok()) outputs = internal::EntryOutputs(reply, sent_.front(), broken);
   if (!broken.ok()) {
     context_->TryCancel();
+    if (lock.owns_lock()) lock.unlock();
     Fail(broken);
   }
   sent_.pop_front();
@@ -141,33 +235,51 @@ std::vector<v1::SessionOutput> Batch::Recv() {
 
 std::vector<v1::SessionOutput> Batch::RecvResuming() {
   for (int attempt = 0;;) {
-    if (std::optional<std::vector<v1::SessionOutput>> outputs = ledger_->Ready()) return std::move(*outputs);
+    {
+      std::unique_lock<std::mutex> lock = SharedLock();
+      if (std::optional<std::vector<v1::SessionOutput>> outputs = ledger_->Ready()) return std::move(*outputs);
+    }
     grpc::Status status;
     std::vector<v1::SessionOutput> outputs;
     if (ReadReply(outputs)) {
+      std::unique_lock<std::mutex> lock = SharedLock();
       grpc::Status unfit = ledger_->Received(outputs);
+      const bool must_move = ledger_->must_move();
+      if (lock.owns_lock()) lock.unlock();
       if (!unfit.ok()) {
         context_->TryCancel();
         Fail(unfit);
       }
-      if (!ledger_->must_move()) {
+      if (!must_move) {
         attempt = 0;  // progress renews the budget
         continue;
       }
       context_->TryCancel();
+      HoldWrites();
       EndStream();
       status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             "parsetier: a server refused to open a session (draining or overloaded)");
     } else {
+      HoldWrites();  // no write starts on the ended stream (resume: until the next is started)
       status = EndStream();
       if (status.ok()) {
         status = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: ParseBatch stream ended before its reply");
         Fail(status);
       }
     }
-    if (!internal::Retryable(status, *context_) || attempt >= policy_->attempts) Fail(status);
+    bool stopped = false;
+    if (shared_) {
+      std::lock_guard<std::mutex> lock(shared_mu_);
+      stopped = shared_stopped_;
+    }
+    if (stopped) status = grpc::Status(grpc::StatusCode::CANCELLED, "parsetier: the batch stream was stopped");
+    if (stopped || !internal::Retryable(status, *context_) || attempt >= policy_->attempts) Fail(status);
     std::this_thread::sleep_for(internal::Backoff(*policy_, attempt++));
-    Start(ledger_->Replay());
+    {
+      std::unique_lock<std::mutex> lock = SharedLock();
+      Start(ledger_->Replay());
+    }
+    ReleaseWrites();
   }
 }
 
@@ -199,6 +311,7 @@ grpc::Status Batch::Close() {
 }
 
 void Batch::Fail(const grpc::Status& cause) {
+  HoldWrites();  // on a shared batch: the sender's writes have stopped
   if (!stream_ended_) {
     v1::ParseBatchResponse ignored;
     while (stream_->Read(&ignored)) {

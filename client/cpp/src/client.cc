@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "parsetier/client.h"
+#include "mux.h"
 
 namespace parsetier {
 
@@ -204,14 +205,20 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const Clie
 }  // namespace
 
 Client::Client(const std::string& target, const ClientOptions& options)
-    : Client(MakeChannel(target, options), options.bearer_token, options.resume) {}
+    : Client(MakeChannel(target, options), options.bearer_token, options.resume, options.multiplex) {}
 
 Client::Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token,
-               std::optional<ResumePolicy> resume)
+               std::optional<ResumePolicy> resume, std::optional<MultiplexOptions> multiplex)
     : channel_(std::move(channel)),
       stub_(v1::ParserService::NewStub(channel_)),
       bearer_token_(std::move(bearer_token)),
-      resume_(resume) {}
+      resume_(resume) {
+  if (multiplex) mux_ = std::make_shared<internal::Multiplexer>(*this, *multiplex);
+}
+
+Client::~Client() {
+  if (mux_) mux_->Stop();  // its sessions end (CANCELLED) and its thread stops using the stub
+}
 
 void Client::Prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const {
   if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);

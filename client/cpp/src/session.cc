@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "parsetier/client.h"
+#include "mux.h"
 #include "parts.h"
 #include "resume.h"
 
@@ -462,16 +463,23 @@ void StreamReactor::OnReadDone(bool ok) {
 void StreamReactor::OnDone(const grpc::Status& status) { core_.StreamDone(this, status); }
 
 Session::Session(std::unique_ptr<SessionCore> core) : core_(std::move(core)) {}
+Session::Session(std::shared_ptr<internal::MuxSession> mux) : mux_(std::move(mux)) {}
 
-Session::~Session() = default;  // the core cancels an unfinished session and waits for gRPC
+Session::~Session() {  // the core cancels an unfinished session and waits for gRPC
+  if (!mux_) return;
+  mux_->mux->Cancel(mux_);
+  mux_->mux->Wait(mux_);  // its callbacks have all run
+}
 
 bool Session::Send(const Step& step) {
+  if (mux_) return mux_->mux->Record(mux_, {step}, {}, std::nullopt);
   v1::ParseRequest message;
   message.add_steps()->mutable_token_ids()->Add(step.begin(), step.end());
   return core_->Record(std::move(message), false);
 }
 
 bool Session::SendSteps(const std::vector<Step>& steps) {
+  if (mux_) return mux_->mux->Record(mux_, steps, {}, std::nullopt);
   v1::ParseRequest message;
   for (const Step& ids : steps) {
     message.add_steps()->mutable_token_ids()->Add(ids.begin(), ids.end());
@@ -480,24 +488,30 @@ bool Session::SendSteps(const std::vector<Step>& steps) {
 }
 
 bool Session::SendSteps(const std::vector<v1::Step>& steps) {
+  if (mux_ && steps.empty()) return mux_->mux->Record(mux_, {}, {}, std::nullopt);  // a keep-alive
+  if (mux_) return mux_->mux->Record(mux_, {}, steps, std::nullopt);
   v1::ParseRequest message;
   message.mutable_steps()->Add(steps.begin(), steps.end());
   return core_->Record(std::move(message), false);
 }
 
 bool Session::Finish(const FinishOptions& finish) {
+  if (mux_) return mux_->mux->Record(mux_, {}, {}, finish);
   v1::ParseRequest message;
   *message.mutable_finish() = finish.ToProto();
   return core_->Record(std::move(message), true);
 }
 
-std::optional<v1::ParseResponse> Session::Next() { return core_->Next(); }
-grpc::Status Session::Wait() { return core_->Wait(); }
-void Session::Cancel() { core_->Cancel(); }
-std::optional<v1::Final> Session::Final() const { return core_->Final(); }
-int Session::Resumes() const { return core_->Resumes(); }
+std::optional<v1::ParseResponse> Session::Next() { return mux_ ? mux_->mux->Next(mux_) : core_->Next(); }
+grpc::Status Session::Wait() { return mux_ ? mux_->mux->Wait(mux_) : core_->Wait(); }
+void Session::Cancel() { mux_ ? mux_->mux->Cancel(mux_) : core_->Cancel(); }
+std::optional<v1::Final> Session::Final() const { return mux_ ? mux_->mux->Final(mux_) : core_->Final(); }
+int Session::Resumes() const { return mux_ ? mux_->mux->Resumes(mux_) : core_->Resumes(); }
 
 std::unique_ptr<Session> Client::Open(const OpenOptions& options, SessionCallbacks callbacks) {
+  if (mux_) {  // an entry of the client's shared ParseBatch stream
+    return std::unique_ptr<Session>(new Session(mux_->Open(options.ToProto(), std::move(callbacks), options.timeout)));
+  }
   // Every stream of the session shares one deadline: the session's, not each stream's.
   auto core = std::make_unique<SessionCore>(*stub_, options.ToProto(), std::move(callbacks), Preparer(options.timeout),
                                             resume_);

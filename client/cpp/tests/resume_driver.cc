@@ -1,6 +1,7 @@
 // The C++ client's driver for the resume scenario corpus (tests/resume_scenarios/README.md): it
 // reads one driver script (a JSON line) on stdin, runs its ops through the client's public API —
-// the batch API, or one Parse session per key — prints {"paused": NAME} at each pause and waits
+// the batch API, or one Parse session per key (with the argument "multiplex", sessions of a
+// multiplexed client: ClientOptions::multiplex) — prints {"paused": NAME} at each pause and waits
 // for a line on stdin, and ends with one {"result": ...} line. It knows no scenario:
 // tests/test_resume_scenarios.py expands the corpus and judges. JSON is read and written as
 // google.protobuf.Struct, so the driver needs nothing but protobuf.
@@ -222,7 +223,8 @@ Struct RunParse(parsetier::Client& client, const Struct& script, std::chrono::mi
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool multiplex = argc > 1 && std::string(argv[1]) == "multiplex";
   std::string line;
   std::getline(std::cin, line);
   Struct script;
@@ -233,6 +235,7 @@ int main() {
   parsetier::ClientOptions options;
   options.credentials = parsetier::InsecureCredentials();
   if (!Field(script, "resume").bool_value()) options.resume = std::nullopt;
+  if (multiplex) options.multiplex = parsetier::MultiplexOptions{};
   const Value& keepalive = Field(script, "keepalive_ms");
   if (keepalive.has_number_value()) {
     options.keepalive_time = std::chrono::milliseconds(static_cast<int64_t>(keepalive.number_value()));

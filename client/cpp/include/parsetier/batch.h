@@ -2,9 +2,11 @@
 // message per engine step.
 #pragma once
 
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -77,6 +79,7 @@ class Batch {
 
  private:
   friend class Client;
+  friend class internal::Multiplexer;
   Batch(v1::ParserService::Stub& stub, std::function<void(grpc::ClientContext&)> prepare,
         std::optional<ResumePolicy> policy);
   v1::SessionInput& Entry(const std::string& key);
@@ -92,6 +95,29 @@ class Batch {
   std::vector<v1::SessionOutput> RecvResuming();
   // Ends the stream after a failure: with its status, or with `cause` when that is set.
   [[noreturn]] void Fail(const grpc::Status& cause = grpc::Status::OK);
+
+  // The multiplexer's use (ClientOptions::multiplex, src/mux.cc): one thread sends (SharedSend,
+  // after queueing entries) while another receives (SharedRecv), so a message goes out while the
+  // replies to earlier ones are still coming. shared_mu_ guards what both touch (the ledger, the
+  // messages in flight, the current stream), never across a network wait; a resume or a failure
+  // holds the writes (cancels the stream, waits for a write under way, admits none) while it
+  // ends the stream and starts the next. With resume on, a message is recorded in the ledger
+  // before it is written (a copy of it: its reply may come before the write returns).
+  void SharedSend();  // throws Error once the batch has failed
+  std::vector<v1::SessionOutput> SharedRecv();  // waits for a message in flight
+  void SharedStop();  // ends the stream: SharedRecv throws, SharedSend too
+  void HoldWrites();
+  void ReleaseWrites();
+  // Locked on a shared batch (else not locked: one thread drives it).
+  std::unique_lock<std::mutex> SharedLock();
+  bool shared_ = false;
+  std::mutex shared_mu_;
+  std::condition_variable shared_cv_;
+  bool shared_writing_ = false;    // SharedSend is writing to the current stream
+  bool shared_held_ = false;       // the receiver is ending the stream: no write may start
+  bool shared_replaying_ = false;  // a resume's replay is being written: later messages follow it
+  bool shared_failed_ = false;
+  bool shared_stopped_ = false;
 
   v1::ParserService::Stub& stub_;
   std::function<void(grpc::ClientContext&)> prepare_;  // every stream's deadline and token

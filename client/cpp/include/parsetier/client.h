@@ -69,6 +69,18 @@ struct ResumePolicy {
 // keeps its own limit.
 constexpr int kMaxReplyBytes = 64 << 20;
 
+// Multiplexed sessions (issue 40; docs/clients.md, "Multiplexed sessions"): Client::Open returns
+// the same Session, but the client's sessions ride one shared ParseBatch stream instead of a Parse
+// stream each. Their sends are coalesced into one message per flush: `flush_interval` after the
+// first send queued (zero: as soon as the client's flushing thread is free; what is sent while it
+// writes goes in its next message), or at once when `max_batch` sessions have a message queued;
+// at most 64 messages go unanswered (then flushes, and senders, wait). A session has one entry
+// per message, so each of its replies is exactly its Parse stream's.
+struct MultiplexOptions {
+  std::chrono::microseconds flush_interval{0};
+  int max_batch = 1024;  // entries per message (the server's default limit is 2,048)
+};
+
 // How a Client connects. Transport security is an explicit choice: set `credentials` to
 // InsecureCredentials() for a loopback or sidecar hop, or to TLS credentials; a Client without
 // credentials is an std::invalid_argument.
@@ -89,6 +101,8 @@ struct ClientOptions {
   // history (about 4 bytes per token) and continues on a new stream when its stream breaks.
   // std::nullopt turns it off: a broken stream ends the session with its status.
   std::optional<ResumePolicy> resume = ResumePolicy{};
+  // Set: the client's sessions share one ParseBatch stream (MultiplexOptions above).
+  std::optional<MultiplexOptions> multiplex;
 };
 
 // Plaintext (loopback, sidecar, private network behind a TLS-terminating proxy).
@@ -185,11 +199,22 @@ struct SessionCallbacks {
 
 class SessionCore;
 class Batch;
+namespace internal {
+class Multiplexer;
+struct MuxSession;
+}  // namespace internal
 
 // One live request session: one Parse stream or, after a break, the streams it resumed on.
 // Send/Finish may be called from one thread while another calls Next; Cancel, Final and Wait may
 // be called from any thread. Destroying a session that has not ended cancels it (the server
 // records CANCELLED) and waits until gRPC is done with it.
+//
+// On a multiplexed client (ClientOptions::multiplex) the session is an entry of the client's
+// shared ParseBatch stream, with the same API and replies: Send waits while the session's last
+// message has not been flushed yet (one entry per session per message), callbacks run on the
+// client's receiving thread (a slow one delays every session of the client), the session's timeout
+// is counted by the client (DEADLINE_EXCEEDED) and Cancel drops it on the server (CANCELLED);
+// a broken stream moves every live session to a new one, and Resumes counts the moves.
 //
 // With resume on (ClientOptions::resume, the default) a broken stream is not the session's end:
 // the session reconnects with backoff, opens a new stream on whichever server the target
@@ -233,7 +258,9 @@ class Session {
  private:
   friend class Client;
   explicit Session(std::unique_ptr<SessionCore> core);
+  explicit Session(std::shared_ptr<internal::MuxSession> mux);
   std::unique_ptr<SessionCore> core_;
+  std::shared_ptr<internal::MuxSession> mux_;  // on a multiplexed client, instead of core_
 };
 
 // The result of a whole stream in one call.
@@ -290,9 +317,15 @@ class Client {
  public:
   Client(const std::string& target, const ClientOptions& options);
   explicit Client(std::shared_ptr<grpc::ChannelInterface> channel, std::string bearer_token = "",
-                  std::optional<ResumePolicy> resume = ResumePolicy{});
+                  std::optional<ResumePolicy> resume = ResumePolicy{},
+                  std::optional<MultiplexOptions> multiplex = std::nullopt);
+  // Ends the multiplexed sessions still open (CANCELLED). Sessions must not outlive their Client.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
-  // Starts a session and waits until the server has accepted its Open, so an unknown model
+  // Starts a session (multiplexed: an entry of the shared stream, see MultiplexOptions) and
+  // waits until the server has accepted its Open, so an unknown model
   // (NOT_FOUND) or bad options (INVALID_ARGUMENT) throw Error here rather than later; with resume
   // on, a refusal that another server may not give (UNAVAILABLE: draining, unreachable) is
   // retried within the policy's budget.
@@ -337,6 +370,7 @@ class Client {
   std::unique_ptr<v1::ParserService::Stub> stub_;
   std::string bearer_token_;
   std::optional<ResumePolicy> resume_;
+  std::shared_ptr<internal::Multiplexer> mux_;  // with ClientOptions::multiplex
 };
 
 }  // namespace parsetier
