@@ -21,7 +21,8 @@ Per client, RPC and batching it reports the load it achieved (tokens/s), its own
 the Python async client in the same run. Nothing passes or fails on an absolute figure.
 
 ``--modes mux`` adds the multiplexed sessions of the Python clients (``multiplex=True``) and
-Go's and Rust's (``--multiplex``: ``WithMultiplex(0)``, ``multiplex(Duration::ZERO)``): the same
+Go's, C++'s and Rust's (``--multiplex``: ``WithMultiplex(0)``, ``ClientOptions::multiplex``,
+``multiplex(Duration::ZERO)``): the same
 sessions as the ``Parse`` mode, each with its own session object, riding one shared
 ``ParseBatch`` stream (``parsetier_client.mux``); the table then also shows client + server CPU
 per token, the figure a gateway pays. ``--concurrency`` takes a list (each run uses at least as
@@ -380,7 +381,8 @@ class Run:
 
 MODES = ("parse", "batch", "mux")
 """How the sessions travel: a ``Parse`` stream each, the batch API (one ``ParseBatch`` stream, one
-message per step of every live session), or multiplexed sessions (Python clients only)."""
+message per step of every live session), or multiplexed sessions (every client's ``Parse``
+sessions, riding one shared ``ParseBatch`` stream)."""
 
 
 def run_once(
@@ -414,11 +416,6 @@ def run_once(
         sys.exit(f"{argv[0]} failed with exit code {proc.returncode}")
     result = json.loads(output.strip().splitlines()[-1])
     return Run(result["tokens"], result["seconds"], usage.ru_utime + usage.ru_stime, server_cpu)
-
-
-def multiplexes(command: list[str]) -> bool:
-    """Whether the client has the multiplexed mode (all but C++'s, so far)."""
-    return "cpp" not in Path(command[0]).parts
 
 
 Key = tuple[str, str, int, int]
@@ -468,16 +465,13 @@ def main() -> None:
     try:
         for command in clients.values():  # warm-up: model load, connection, code paths
             for mode in modes:
-                if mode != "mux" or multiplexes(command):
-                    run_once(command, server, ids_file.name, 8, 4, 1, mode)
+                run_once(command, server, ids_file.name, 8, 4, 1, mode)
         for _ in range(args.reps):
             for concurrency in concurrencies:
                 sessions = max(args.sessions, concurrency)
                 for mode in modes:
                     for per_message in per_messages if mode != "mux" else per_messages[:1]:
                         for name, command in clients.items():
-                            if mode == "mux" and not multiplexes(command):
-                                continue  # multiplexed sessions: all clients but C++ so far
                             run = run_once(
                                 command, server, ids_file.name, sessions, concurrency, per_message, mode
                             )
