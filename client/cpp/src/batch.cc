@@ -64,7 +64,8 @@ void Batch::HoldWrites() {
   if (!shared_) return;
   std::unique_lock<std::mutex> lock(shared_mu_);
   shared_held_ = true;
-  context_->TryCancel();  // a write blocked on a stalled stream returns
+  // A write under way returns: the stream has ended, or the caller cancelled it (never here: the
+  // status of a stream the server ended must stay the server's, for the retry rule).
   shared_cv_.wait(lock, [&] { return !shared_writing_; });
 }
 
