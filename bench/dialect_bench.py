@@ -38,12 +38,12 @@ import json
 import statistics
 import time
 
-from parsetier import protocol as protocol_module
 from parsetier.dialects import WireRequest, python_renderer, renderer
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 from parsetier.native import engine, open_session
-from parsetier.protocol import Limits, SessionProtocol
+from parsetier.protocol import session as protocol_module
+from parsetier.protocol.session import Limits, SessionProtocol
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 TEXT = (

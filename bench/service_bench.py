@@ -150,10 +150,10 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
     ``BatchProtocol.receive`` of the messages with the server's session hooks, its reply
     serialized, minus the parsing). Alternated; the medians of the parsing and of the per-pair
     differences (the machine's load moves both halves of a pair alike)."""
-    from parsetier.batch_protocol import BatchProtocol
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
-    from parsetier.protocol import Limits
+    from parsetier.protocol.batch import BatchProtocol
+    from parsetier.protocol.session import Limits
     from parsetier.service import logs
     from parsetier.service.admission import Admission
     from parsetier.service.limits import SessionGate
@@ -213,10 +213,10 @@ def steady_costs(ids: list[int], reps: int, steps: int = 50, sessions: int = 256
     directly (the default engine's sessions), and as ``BatchProtocol.receive`` of the same steps,
     packed and as entries (messages decoded from bytes, replies serialized). Alternated; the median of the
     direct feeds and of each form's per-round difference from them."""
-    from parsetier.batch_protocol import BatchProtocol
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
-    from parsetier.protocol import Limits
+    from parsetier.protocol.batch import BatchProtocol
+    from parsetier.protocol.session import Limits
 
     model = ModelRegistry().get("qwen3")
     tools = tuple(Tool(name=n, parameters={"type": "object"}) for n in ("get_weather", "get_time"))

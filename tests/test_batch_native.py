@@ -20,10 +20,10 @@ import pytest
 
 from grpc_servers import ProcessServer
 from parsetier import native
-from parsetier.batch_protocol import SLICE_ITEMS, BatchHooks, BatchProtocol, NeedModels, Packed
-from parsetier.ledger import PyLedger
 from parsetier.models import Model
-from parsetier.protocol import Limits, SessionCounts
+from parsetier.protocol.batch import SLICE_ITEMS, BatchHooks, BatchProtocol, NeedModels, Packed
+from parsetier.protocol.ledger import PyLedger
+from parsetier.protocol.session import Limits, SessionCounts
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from service_samples import WEATHER_TOOLS
@@ -171,7 +171,7 @@ def _code(code: grpc.StatusCode) -> int:
 def _count_python_items(monkeypatch) -> list[int]:
     """The id counts of the items ``SessionProtocol.take_ids`` (the Python path) applies, as
     they are applied."""
-    from parsetier.protocol import SessionProtocol
+    from parsetier.protocol.session import SessionProtocol
 
     taken: list[int] = []
     original = SessionProtocol.take_ids
@@ -222,7 +222,7 @@ def test_the_core_steps_the_common_items(encode, qwen3, monkeypatch):
 def test_the_core_answers_the_plain_finishes(encode, qwen3, monkeypatch):
     """Finish entries of sessions the core steps are answered by it (``finish_serialized``'s
     bytes, merged in the reply in their place); the others by ``receive``."""
-    from parsetier.protocol import SessionProtocol
+    from parsetier.protocol.session import SessionProtocol
 
     answered: list[bool] = []
     original = SessionProtocol.finish_serialized
@@ -504,7 +504,7 @@ def _opening_entries(encode) -> pb.ParseBatchRequest:
 def _raw_replies(engine: str, model, stream: list[pb.ParseBatchRequest]) -> tuple[list[bytes], list[tuple]]:
     """``run``, each reply exactly as the servicer sends it (the core's bytes merged with
     Python's message, not parsed and written again)."""
-    from parsetier.batch_protocol import to_the_end
+    from parsetier.protocol.batch import to_the_end
 
     before = native.engine()
     native.set_engine(engine)
@@ -527,7 +527,7 @@ def test_the_core_answers_an_opening_entrys_plain_step(encode, qwen3, monkeypatc
     (``_core.step_reply`` with the entry's key) once the session is started; whatever it leaves
     takes Python's path. The replies are byte for byte those of Python's path (the core made to
     decline every opening) and the reference engine's, counts and ends equal."""
-    from parsetier import protocol
+    from parsetier.protocol import session as protocol
 
     answered: list[bool] = []
     original = protocol._step_reply
@@ -596,7 +596,7 @@ def _in_steps(rng: random.Random, message: pb.ParseBatchRequest) -> pb.ParseBatc
 def _stepped_entries(monkeypatch) -> list[int]:
     """The steps Python fed (``SessionProtocol._feed``, the general path, and ``take_ids``,
     the plain one), counted as they are applied."""
-    from parsetier.protocol import SessionProtocol
+    from parsetier.protocol.session import SessionProtocol
 
     fed: list[int] = []
     feed, take = SessionProtocol._feed, SessionProtocol.take_ids

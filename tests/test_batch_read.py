@@ -11,7 +11,7 @@ import random
 import pytest
 
 from parsetier import native
-from parsetier.batch_protocol import Packed, ReadBatch
+from parsetier.protocol.batch import Packed, ReadBatch
 from parsetier.service.decoding import Undecodable, read_batch_request, tolerant_deserializer
 from parsetier.status import StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -194,8 +194,8 @@ def test_edge_cases_read_as_protobuf_decodes_them(data: bytes):
 
 
 def test_a_framing_error_is_the_protocols_status():
-    from parsetier.batch_protocol import BatchProtocol
-    from parsetier.protocol import Limits
+    from parsetier.protocol.batch import BatchProtocol
+    from parsetier.protocol.session import Limits
 
     data = _field(2, 2, _field(1, 2, b"a") + _field(2, 2, _varint(2)) + _field(3, 2, _varint(5)))
     request = read_batch_request(data)

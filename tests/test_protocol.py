@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from parsetier.framing import once_request, once_response
-from parsetier.protocol import Limits, NeedModel, Reply, SessionProtocol, State
+from parsetier.protocol.framing import once_request, once_response
+from parsetier.protocol.session import Limits, NeedModel, Reply, SessionProtocol, State
 from parsetier.status import Code, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 

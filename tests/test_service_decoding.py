@@ -10,7 +10,7 @@ import pytest
 
 from grpc_servers import server_logs, wait_for
 from parsetier import native
-from parsetier import protocol as protocol_module
+from parsetier.protocol import session as protocol_module
 from parsetier.service.errors import FAULT_TRAILER
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, open_message

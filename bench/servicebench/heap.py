@@ -30,10 +30,10 @@ import sys
 from collections.abc import Callable
 
 from parsetier import native
-from parsetier.batch_protocol import BatchProtocol, NeedModels, to_the_end
-from parsetier.framing import in_parts
 from parsetier.models import ModelRegistry
-from parsetier.protocol import Limits
+from parsetier.protocol.batch import BatchProtocol, NeedModels, to_the_end
+from parsetier.protocol.framing import in_parts
+from parsetier.protocol.session import Limits
 from parsetier.service.admission import Admission
 from parsetier.service.decoding import passing_serializer, read_batch_request
 from parsetier.service.limits import SessionGate

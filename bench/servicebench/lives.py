@@ -28,7 +28,7 @@ import json, sys, time
 sys.path[:0] = [sys.argv[1] + "/server", sys.argv[1] + "/client/python", sys.argv[2]]
 from bench.servicebench.loads import TOOLS, workload
 from parsetier import native
-from parsetier.batch_protocol import BatchProtocol, to_the_end
+from parsetier.protocol.batch import BatchProtocol, to_the_end
 from parsetier.models import ModelRegistry
 from parsetier.service import collector, logs
 from parsetier.service.admission import Admission

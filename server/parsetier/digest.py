@@ -2,7 +2,7 @@
 
 Every reply carries it (``ParseResponse.output_digest``); a client resuming a session echoes the
 last one it received, and the server, having fed the client's history silently, compares it with
-its own (``parsetier.resume``). A history that does not reproduce the output the client holds is
+its own (``parsetier.protocol.resume``). A history that does not reproduce the output the client holds is
 then FAILED_PRECONDITION, not silently different output.
 
 Definition (docs/service.md, "Resume"): CRC-32 (IEEE, ``zlib.crc32``, chained) of a canonical
@@ -22,7 +22,7 @@ split-invariant. Only the server computes it, over every delta the session produ
 Cost: one ``zlib.crc32`` call per reply over the reply's text (the usual reply, one content or
 reasoning delta, takes a short path with no join).
 
-The state lives in the session's ledger (``parsetier.ledger``): ``add`` and ``finish`` here are
+The state lives in the session's ledger (``parsetier.protocol.ledger``): ``add`` and ``finish`` here are
 the definition and the reference engine's; the native ledger computes the same in Rust
 (``parsetier_core/engine/src/digest.rs``), for the packed ``ParseBatch`` path.
 """
@@ -44,7 +44,7 @@ FINISH = "\x06"
 
 
 class DigestState(Protocol):
-    """Where a session keeps its digest (a ``parsetier.ledger.Ledger``)."""
+    """Where a session keeps its digest (a ``parsetier.protocol.ledger.Ledger``)."""
 
     digest: int
     """The value (what replies carry)."""

@@ -20,7 +20,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from parsetier import native
-from parsetier.batch_protocol import ReadBatch
+from parsetier.protocol.batch import ReadBatch
 from parsetier.status import ProtocolError, invalid
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -74,7 +74,7 @@ _BATCH_REQUEST = tolerant_deserializer(pb.ParseBatchRequest)
 
 def passing_serializer(cls: type[Message]) -> Callable[[Message | bytes], bytes]:
     """``cls.SerializeToString``, except that a reply already serialized (bytes the native core
-    wrote: ``batch_protocol.BatchReply``, ``SessionProtocol.receive_serialized``) goes to the wire
+    wrote: ``protocol.batch.BatchReply``, ``SessionProtocol.receive_serialized``) goes to the wire
     as it is."""
     serialize = cls.SerializeToString
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import grpc
 
-from parsetier.batch_protocol import BatchProtocol
-from parsetier.protocol import SessionProtocol
+from parsetier.protocol.batch import BatchProtocol
+from parsetier.protocol.session import SessionProtocol
 from parsetier.service.idle import IdleWatch
 from parsetier.service.limits import SessionGate
 from parsetier.status import Code, ProtocolError

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import TextIO
 
-from parsetier.protocol import SessionCounts
+from parsetier.protocol.session import SessionCounts
 
 SESSION_LOG = logging.getLogger("parsetier.session")
 SERVER_LOG = logging.getLogger("parsetier.server")

@@ -24,16 +24,16 @@ import grpc
 from google.protobuf.message import Message
 
 from parsetier import native
-from parsetier.batch_protocol import (
+from parsetier.models import FORMAT_FILE, RESPONSE_TEMPLATE, Model, ModelRegistry, TokenizerState
+from parsetier.protocol.batch import (
     BatchHooks,
     BatchProtocol,
     NeedModels,
     Slices,
     to_the_end,
 )
-from parsetier.framing import in_parts, once_error, once_request, once_response
-from parsetier.models import FORMAT_FILE, RESPONSE_TEMPLATE, Model, ModelRegistry, TokenizerState
-from parsetier.protocol import NeedModel, SessionCounts, SessionProtocol
+from parsetier.protocol.framing import in_parts, once_error, once_request, once_response
+from parsetier.protocol.session import NeedModel, SessionCounts, SessionProtocol
 from parsetier.render import Renderer, RenderOptions
 from parsetier.service import metrics
 from parsetier.service.admission import Admission

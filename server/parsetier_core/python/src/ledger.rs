@@ -1,6 +1,6 @@
 //! `_core.Ledger`: the counters a streaming session's protocol keeps (messages, tokens, reply
 //! sequence, output digest, what was sent), held natively so the packed `ParseBatch` call
-//! (`batch.rs`) can update them with no Python. `parsetier.ledger.Ledger` is the same contract
+//! (`batch.rs`) can update them with no Python. `parsetier.protocol.ledger.Ledger` is the same contract
 //! in Python (the reference engine's); `SessionProtocol` reads and writes either through it.
 
 use parsetier_engine::digest::{Digest, PieceKind};

@@ -1,5 +1,5 @@
 """The rules of one ``ParseBatch`` stream, sans-IO: many sessions over one stream, each driven by
-its own ``SessionProtocol`` (``parsetier.protocol``), one reply per client message.
+its own ``SessionProtocol`` (``parsetier.protocol.session``), one reply per client message.
 
 A message's entries (``SessionInput``) and packed items (``PackedSteps``) go, each, to its
 session's protocol exactly as a ``Parse`` message would; what this file adds is the stream's own
@@ -23,7 +23,7 @@ from typing import TypeVar
 from parsetier import native
 from parsetier.messages import Delta
 from parsetier.models import Model
-from parsetier.protocol import Limits, SessionCounts, SessionProtocol, refused_wire
+from parsetier.protocol.session import Limits, SessionCounts, SessionProtocol, refused_wire
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 

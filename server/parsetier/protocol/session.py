@@ -23,7 +23,7 @@ Every RPC drives the same object and differs only in framing:
   ``framing.once_request(request)`` (open + one step + finish); ``framing.once_response``
   reshapes its reply. A streamed reply too large for one message goes in parts
   (``framing.in_parts``): framing, not a rule of the session.
-- the multiplexed RPC: a table key → protocol (``parsetier.batch_protocol``); each item goes to
+- the multiplexed RPC: a table key → protocol (``parsetier.protocol.batch``); each item goes to
   its session's protocol, so a multiplexed session answers byte for byte like a ``Parse`` stream.
 
 States (``State``)::
@@ -50,7 +50,7 @@ step is fed on its own), the Finish applied. Both end in the same reply path: ``
 what the reply carries (the deltas and events the client asked for, the wire bytes) and counts
 it, ``write`` sets the reply's fields; everything one message produced goes into one reply.
 
-Resume (``Open.resume``, ``parsetier.resume``): counted in tokens
+Resume (``Open.resume``, ``parsetier.protocol.resume``): counted in tokens
 -----------------------------------------------------------------
 The ``ResumePoint`` carries the history the client has the output of, as steps (its answered
 ids as one packed run, plus any text or logprobs steps in their places), the ``sequence`` of the
@@ -67,8 +67,8 @@ Digest: every reply carries ``output_digest``, the session's running digest of a
 produced (``parsetier.digest``), updated wherever output is made, sent or not.
 
 Ledger: the counters above, ``sequence`` and the digest live in the session's ledger
-(``parsetier.ledger``), native for a session on the native core, so the packed ``ParseBatch``
-path (``parsetier.batch_protocol``) can step such a session and count it with no Python.
+(``parsetier.protocol.ledger``), native for a session on the native core, so the packed ``ParseBatch``
+path (``parsetier.protocol.batch``) can step such a session and count it with no Python.
 """
 
 from __future__ import annotations
@@ -78,16 +78,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from parsetier import convert, native, resume
+from parsetier import convert, native
 from parsetier import session as core
 from parsetier.completion import CompletionSession
 from parsetier.dialects import Renderer, WireRequest, renderer
 from parsetier.dialects.errors import error_bytes, failed_response
 from parsetier.engine.events import Event
-from parsetier.ledger import Ledger, new_ledger
 from parsetier.messages import Delta, Final, Usage
 from parsetier.models import Model
 from parsetier.native import bind_ledger, open_session
+from parsetier.protocol import resume
+from parsetier.protocol.ledger import Ledger, new_ledger
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier.tool_limits import check_tools
 from parsetier_api.v1 import parsetier_pb2 as pb
@@ -126,7 +127,7 @@ class Limits:
     max_reply_bytes: int = 64 * 1024 * 1024
     """Largest message the server sends (grpc's send limit, and what the Python clients accept).
     The session limits keep ordinary replies far below it; a streamed reply that would be larger
-    is sent in parts (``parsetier.framing.in_parts``); a unary one (``ParseOnce``) cannot be, and
+    is sent in parts (``parsetier.protocol.framing.in_parts``); a unary one (``ParseOnce``) cannot be, and
     ends the call with RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
     max_loop_lag: float = 0.1
     """Seconds the event loop may run behind before new sessions are refused (0: never)."""
@@ -198,7 +199,7 @@ class SessionCounts:
     replayed: int = 0
     """A resumed session: the history token ids it fed silently (``Open.resume``)."""
     ledger: Ledger = field(default_factory=new_ledger, repr=False, compare=False)
-    """The session's counters (``parsetier.ledger``)."""
+    """The session's counters (``parsetier.protocol.ledger``)."""
 
     tokens = _ledger_counter("tokens", "Output token ids received (plus the ``text_tokens`` of text steps).")
     deltas = _ledger_counter("deltas", "Deltas sent.")
@@ -372,7 +373,7 @@ class SessionProtocol:
         """ParseOnce: ``Open.output`` unset means FINAL_ONLY instead of DELTAS."""
         self.state = State.AWAIT_OPEN
         self.ledger = self.counts.ledger
-        """The session's counters, sequence and output digest (``parsetier.ledger``)."""
+        """The session's counters, sequence and output digest (``parsetier.protocol.ledger``)."""
         self.session: core.Session | CompletionSession | None = None
         self.want_deltas = True
         self.want_events = False

@@ -1,5 +1,5 @@
 """How a session's replies are framed on the wire, apart from the rules that make them
-(``parsetier.protocol``): a streamed reply too large for one message goes in parts, and a
+(``parsetier.protocol.session``): a streamed reply too large for one message goes in parts, and a
 ``ParseOnce`` call is a one-message session whose reply is reshaped into the unary response.
 
 Both are pure functions of messages: no state, no I/O.
@@ -7,7 +7,7 @@ Both are pure functions of messages: no state, no I/O.
 
 from __future__ import annotations
 
-from parsetier.protocol import Reply
+from parsetier.protocol.session import Reply
 from parsetier.status import ProtocolError, StatusError, invalid
 from parsetier_api.v1 import parsetier_pb2 as pb
 
