@@ -1,6 +1,7 @@
 """The docs stay navigable: every relative link in README.md and docs/ reaches a file, every
 ``#anchor`` a heading of its page, and a newcomer reaches every page in two clicks from the README
-(the README links each page of docs/, and the per-family index each page of docs/formats/).
+(the README links each page of docs/, and the per-family index each page of docs/formats/), and
+every page opens, under its title, with what it is for before its first section.
 
 Anchors are GitHub's: a heading's text lower-cased, its punctuation dropped (letters, digits, ``_``,
 ``-`` and spaces stay), spaces as ``-``, a repeated heading suffixed ``-1``, ``-2``...
@@ -113,6 +114,23 @@ def test_the_family_index_links_every_family_page() -> None:
     pages = {p.resolve() for p in (DOCS / "formats").glob("*.md")} - {index.resolve()}
     missing = sorted(p.name for p in pages - linked)
     assert not missing, f"docs/formats/README.md does not link: {missing}"
+
+
+TOP_PAGES = [*sorted(DOCS.glob("*.md")), DOCS / "formats" / "README.md"]
+
+
+@pytest.mark.parametrize("page", TOP_PAGES, ids=lambda p: p.name)
+def test_every_page_opens_with_what_it_is_for(page: Path) -> None:
+    """A reader landing on a page learns what it holds before any section: a title, then prose."""
+    lines = [line for line in _prose_lines(page.read_text(encoding="utf-8")) if line.strip()]
+    assert lines and HEADING.match(lines[0]) and lines[0].startswith("# "), f"{page.name}: no title first"
+    opening = []
+    for line in lines[1:]:
+        if HEADING.match(line):
+            break
+        opening.append(line)
+    words = len(" ".join(opening).split())
+    assert words >= 20, f"{page.name}: {words} words before its first section; say what the page is for"
 
 
 def test_slugs_follow_github() -> None:
