@@ -8,14 +8,17 @@ corpus, ``tests/test_resume_scenarios.py::test_scenario_multiplexed``.)"""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
+import threading
 
 import grpc
 import pytest
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import AsyncClient, Client, logprob_step
-from parsetier_client.mux import AsyncMuxStream, MuxStream
+from parsetier_client.mux import HIGH_WATER, AsyncMuxStream, MuxStream
 from service_samples import REASONING_AND_TWO_CALLS, WEATHER_TOOLS
 
 OUT_OF_VOCABULARY = 10_000_000
@@ -230,3 +233,42 @@ def test_with_resume_off_a_broken_stream_ends_every_session_on_it(ids):
             with pytest.raises(grpc.RpcError) as error:
                 list(stream)
             assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.slow  # a server process of its own, stopped
+def test_a_blocking_sessions_sends_wait_while_the_stream_cannot_write(ids):
+    """Back-pressure, as the asyncio client's: once ``HIGH_WATER`` flushed messages are unwritten
+    (the server stopped reading: its 64 KiB stream window is full), ``send`` waits; when the
+    server reads again, the sends go on and every message is answered."""
+    from grpc_servers import ProcessServer
+
+    step = (ids * (1 + 1000 // len(ids)))[:1000]  # ~3 KB a message: the window holds a few dozen
+    sends = 3 * HIGH_WATER
+    server = ProcessServer("--preload", "qwen3").start()
+    with server, Client(server.target, timeout=120, multiplex=True) as client:
+        stream = client.open("qwen3", completion=True)
+        stream.send(step)
+        assert next(iter(stream)).deltas  # the stream is up
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        sent = [1]
+
+        def flood() -> None:
+            for _ in range(sends):
+                stream.send(step)
+                sent[0] += 1
+
+        sender = threading.Thread(target=flood, daemon=True)
+        try:
+            sender.start()
+            sender.join(5)
+            waiting, unwritten = sender.is_alive(), client.multiplexer._unwritten
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert waiting, f"all {sends} sends returned while the server read nothing"
+        assert HIGH_WATER <= unwritten <= HIGH_WATER + 1 and sent[0] < sends, (unwritten, sent[0])
+        sender.join(60)
+        assert not sender.is_alive() and sent[0] == sends + 1
+        stream.finish("length")
+        replies = list(stream)
+    assert replies[-1].final.usage.completion_tokens == len(step) * (sends + 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from itertools import chain
 from typing import Any
 
@@ -13,24 +13,20 @@ import grpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.batch import AsyncBatch
+from parsetier_client.client_base import ClientBase, Then
 from parsetier_client.mux import AsyncMultiplexer, AsyncMuxStream
-from parsetier_client.mux_core import MAX_BATCH
 from parsetier_client.parts import joined_async
-from parsetier_client.rendering import RenderResult, opened, render_request
+from parsetier_client.rendering import opened
 from parsetier_client.requests import (
     StepLike,
-    finish_message,
-    open_message,
-    parse_once_request,
     steps_request,
     stream_messages,
 )
 from parsetier_client.result import ParseResult, collect
-from parsetier_client.resume import ResumePolicy, policy_of
-from parsetier_client.security import Tls, aio_channel, tls_of, token_metadata
-from parsetier_client.session_core import StreamCore, wire_chunks
-from parsetier_client.typed import Delta
-from parsetier_client.wire import wire_error
+from parsetier_client.resume import ResumePolicy
+from parsetier_client.security import aio_channel
+from parsetier_client.session_api import AsyncSession
+from parsetier_client.session_core import StreamCore
 
 
 async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:
@@ -119,7 +115,7 @@ async def _write_all(call: grpc.aio.StreamStreamCall, messages: Iterable[pb.Pars
         pass
 
 
-class AsyncParseStream(StreamCore):
+class AsyncParseStream(StreamCore, AsyncSession):
     """One live session: ``await send(...)`` steps as they are generated, ``await finish()``,
     and ``async for`` over the replies (from the same task or another one).
 
@@ -200,20 +196,8 @@ class AsyncParseStream(StreamCore):
             self._finished = True
         await self._pump()
 
-    async def send(self, *steps: StepLike) -> None:
-        """Send one or more decode steps (token-id lists or text) in one message."""
-        await self._send(steps_request(steps))
-
-    async def finish(
-        self,
-        reason: str = "stop",
-        matched_stop: int | str | None = None,
-        steps: Iterable[StepLike] = (),
-        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
-    ) -> None:
-        """End the output (optionally with last steps in the same message) and close the send side
-        (``other_choices_usage``: see ``finish_message``)."""
-        await self._send(steps_request(steps, finish_message(reason, matched_stop, other_choices_usage)))
+    def _step(self, steps: Iterable[StepLike], finish: pb.Finish | None) -> Any:
+        return self._send(steps_request(steps, finish))
 
     def cancel(self) -> None:
         self._stop_resuming()
@@ -238,63 +222,15 @@ class AsyncParseStream(StreamCore):
             self.resumes += 1
             await self._pump()
 
-    async def deltas(self) -> AsyncIterator[Delta]:
-        """The replies' deltas in order, as typed records (iterate the stream for the raw replies)."""
-        async for message in self:
-            for delta in message.deltas:
-                yield Delta.of(delta)
 
-    async def wire(self) -> AsyncIterator[bytes]:
-        """With ``Open.wire``: the bytes to forward as they come (``ParseStream.wire``), the
-        error in the dialect last when the stream ends with a status (then it raises)."""
-        try:
-            async for message in self:
-                for chunk in wire_chunks(message):
-                    yield chunk
-        except grpc.aio.AioRpcError as exc:
-            error = wire_error(exc)
-            if error:
-                yield error
-            raise
-
-
-class AsyncClient:
+class AsyncClient(ClientBase):
     """An asyncio connection to a parsetier server. ``async with AsyncClient(target) as client``."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        channel: grpc.aio.Channel | None = None,
-        timeout: float | None = None,
-        tls: Tls | bool | None = None,
-        token: str | None = None,
-        resume: bool | ResumePolicy = True,
-        multiplex: bool = False,
-        flush_interval: float = 0.0,
-        max_batch: int = MAX_BATCH,
-    ) -> None:
-        """``tls``, ``token``, ``multiplex``, ``flush_interval`` and ``max_batch`` as for
-        ``sync.Client`` (``flush_interval`` 0: flush on the event loop's next turn)."""
-        self.channel = channel or aio_channel(target, tls_of(tls))
-        self.stub = pb_grpc.ParserServiceStub(self.channel)
-        self.timeout = timeout
-        self.metadata = token_metadata(token)
-        self.resume = policy_of(resume)
-        """How streams resume after a break (``ResumePolicy``), or None: resume off."""
-        self._mux_options = (flush_interval, max_batch) if multiplex else None
-        self._multiplexer: AsyncMultiplexer | None = None
+    _Multiplexer = AsyncMultiplexer
+    _channel = staticmethod(aio_channel)
 
-    @property
-    def multiplexer(self) -> AsyncMultiplexer | None:
-        """The shared stream of multiplexed sessions (made on first use, on the running loop), or
-        None when the client is not multiplexed."""
-        if self._mux_options is not None and self._multiplexer is None:
-            interval, max_batch = self._mux_options
-            self._multiplexer = AsyncMultiplexer(
-                self.stub, self.metadata, self.resume, interval, max_batch, self.timeout
-            )
-        return self._multiplexer
+    def _unary(self, method: Callable[..., Any], request: Any, then: Then = None) -> Any:
+        return _converted(method(request, timeout=self.timeout, metadata=self.metadata), then)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -325,26 +261,10 @@ class AsyncClient:
         """One call: stream ``steps`` through a session; ``(message, deltas)`` as a ``ParseResult``
         (``options`` as for ``sync.Client.parse_stream``)."""
         open_, messages = stream_messages(model, steps, finish_reason, **options)
-        mux = self.multiplexer
-        if mux is not None:
-            session = await mux.open(open_)
-
-            async def send_all() -> None:
-                for message in messages:
-                    await mux.send_request(session.key, message)
-
-            sender = asyncio.create_task(send_all())
-            try:
-                replies = [message async for message in session]
-            finally:
-                sender.cancel()
-                await asyncio.gather(sender, return_exceptions=True)
-            return collect(replies)
-        if self.resume is None:
+        if self.resume is None and self.multiplexer is None:
             opened = chain([pb.ParseRequest(open=open_)], messages)
             return collect([message async for message in self.parse(opened)])
-        stream = AsyncParseStream(self.stub, open_, self.timeout, self.resume, self.metadata)
-        await stream._connect()
+        stream = await self.open(open_)
 
         async def write() -> None:
             for message in messages:
@@ -373,39 +293,11 @@ class AsyncClient:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
 
-    async def parse_once(
-        self, model: str, token_ids: Iterable[int] = (), finish_reason: str = "stop", **options: Any
-    ) -> pb.ParseOnceResponse:
-        """The unary call (``sync.Client.parse_once``)."""
-        request = parse_once_request(model, token_ids, finish_reason, **options)
-        return await self.stub.ParseOnce(request, timeout=self.timeout, metadata=self.metadata)
-
     def batch(self) -> AsyncBatch:
         """A ``ParseBatch`` stream: many sessions, one round trip per engine step (see ``batch``)."""
         return AsyncBatch(self.stub, self.timeout, self.metadata, self.resume)
 
-    async def list_models(self) -> list[pb.ModelInfo]:
-        request = pb.ListModelsRequest()
-        response = await self.stub.ListModels(request, timeout=self.timeout, metadata=self.metadata)
-        return list(response.models)
 
-    async def render(
-        self,
-        model: str,
-        body: Mapping[str, Any] | str | bytes,
-        dialect: str | int = "openai_chat",
-        **fields: Any,
-    ) -> RenderResult:
-        """An API request's body (``dialect``: ``openai_chat``, ``openai_completions``,
-        ``openai_responses``, ``anthropic_messages``) rendered for ``model``: the prompt's ids, the
-        output session's ``Open`` (pass it to ``open``), sampling and constraint. ``fields``:
-        ``request_id``, ``response_id``, ``created``, ``chat_template``, ``return_prompt_text``."""
-        request = render_request(model, body, dialect, **fields)
-        return RenderResult.of(await self.stub.Render(request, timeout=self.timeout, metadata=self.metadata))
-
-    async def build_constraint(self, model: str, **options: Any) -> pb.BuildConstraintResponse:
-        """The decoding constraint for a request with these options (``tools``, ``tool_choice``,
-        ``parallel_tool_calls``, ``thinking``, ``prompt_token_ids``...; a tool's
-        ``"strict": True`` enforces its schema): ``.structural_tag_json``, ``.lark_grammar``."""
-        request = pb.BuildConstraintRequest(open=open_message(model, **options))
-        return await self.stub.BuildConstraint(request, timeout=self.timeout, metadata=self.metadata)
+async def _converted(call: Awaitable[Any], then: Then) -> Any:
+    reply = await call
+    return reply if then is None else then(reply)

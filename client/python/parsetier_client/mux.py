@@ -12,8 +12,9 @@ first of them (0: as soon as the sending code yields: the asyncio loop's next tu
 blocking client's flushing thread getting the interpreter). The state and decisions are
 ``mux_core.MuxCore``'s; this module moves messages (threads for the blocking client, tasks for
 asyncio). Known differences from ``Parse``: a session's deadline is the client's ``timeout``
-counted by the client (the shared stream has none); the blocking client's sends never block (as
-its ``Parse`` sends), the asyncio client's wait while ``HIGH_WATER`` messages are unwritten.
+counted by the client (the shared stream has none); a session's ``send`` waits while
+``HIGH_WATER`` flushed messages are unwritten (back-pressure, both clients; the blocking ``Parse``
+stream's sends never wait).
 """
 
 from __future__ import annotations
@@ -34,16 +35,16 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client.mux_core import MAX_BATCH, MuxCore, Rider, as_reply, status_error, stream_error
 from parsetier_client.parts import Joiner, joined
-from parsetier_client.requests import StepLike, finish_message
+from parsetier_client.requests import StepLike
 from parsetier_client.resume import ResumePolicy, retryable
-from parsetier_client.session_core import wire_chunks
-from parsetier_client.typed import Delta, Final
-from parsetier_client.wire import wire_error
+from parsetier_client.session_api import AsyncSession, Sending, Session
+from parsetier_client.typed import Final
 
 Metadata = tuple[tuple[str, str], ...] | None
 
 HIGH_WATER = 64
-"""Messages flushed and not yet written past which an asyncio session's ``send`` waits."""
+"""Messages flushed and not yet written past which a session's ``send`` waits (until half of them
+are written)."""
 
 _CLOSE = object()
 
@@ -54,113 +55,93 @@ def _refused() -> grpc.aio.AioRpcError:
     )
 
 
-def _cancelled() -> grpc.aio.AioRpcError:
-    return stream_error(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
-
-
 def _expired() -> grpc.aio.AioRpcError:
     return stream_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
 
-def _split_status(output: pb.SessionOutput) -> tuple[pb.SessionOutput | None, grpc.aio.AioRpcError | None]:
-    """An output as what a ``Parse`` stream delivers: its output (without the status), then the
-    status as the error that ends the session."""
-    if not output.HasField("status"):
-        return output, None
-    error = status_error(output.status)
-    if output.deltas or output.events or output.wire:
-        rest = pb.SessionOutput()
-        rest.CopyFrom(output)
-        rest.ClearField("status")
-        return rest, error
-    return None, error
+class _MuxSession(Rider, Sending):
+    """What both multiplexed sessions share (the I/O side's queue and wake-up aside): a message
+    goes to the multiplexer, an output becomes the items its iteration yields or raises."""
+
+    def __init__(self, mux: Multiplexer | AsyncMultiplexer) -> None:
+        super().__init__()
+        self._mux = mux
+        self.final: Final | None = None
+        self._done = False
+
+    def _push(self, item: Any) -> None:
+        raise NotImplementedError
+
+    def _deliver(self, output: pb.SessionOutput) -> None:
+        """(The multiplexer calls it.) What a ``Parse`` stream delivers: the output without its
+        status, then the status as the error that ends the session."""
+        if not output.HasField("status"):
+            self._push(output)
+            return
+        if output.deltas or output.events or output.wire:
+            rest = pb.SessionOutput()
+            rest.CopyFrom(output)
+            rest.ClearField("status")
+            self._push(rest)
+        self._push(status_error(output.status))
+
+    def _fail(self, error: BaseException) -> None:
+        self._push(error)
+
+    def _next(self, item: Any) -> pb.SessionOutput:
+        """The output to yield for a queued item, or its error raised. The session is done, and
+        ``final`` set, before its last output is yielded: a caller that stops at the final reply
+        finds ``final`` there, as on a ``Parse`` stream."""
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        if item.HasField("final"):
+            self._done = True
+            self.final = Final.of(item.final)
+        return item
+
+    def _step(self, steps: Iterable[StepLike], finish: pb.Finish | None) -> Any:
+        return self._mux.send(self.key, steps, finish)
+
+    def _send(self, request: pb.ParseRequest) -> Any:
+        """A ready ``Parse`` client message (``parse_stream``'s) as the session's next one."""
+        return self._step(request.steps, request.finish if request.HasField("finish") else None)
+
+    def cancel(self) -> None:
+        """Drop the session: the server frees it, the iteration raises CANCELLED (``CancelledError``
+        for the asyncio session, as on ``Parse``)."""
+        if self._mux.cancel(self.key):
+            self._push(self._cancelled())
+
+    @staticmethod
+    def _cancelled() -> BaseException:
+        return stream_error(grpc.StatusCode.CANCELLED, "Locally cancelled by application!")
 
 
 # ------------------------------------------------------------------------------------- blocking
 
 
-class MuxStream(Rider):
+class MuxStream(_MuxSession, Session):
     """A session on the client's shared ``ParseBatch`` stream, with ``ParseStream``'s API: ``send``
     and ``finish`` from any thread, iterate the replies (``ParseResponse``s) or ``deltas()`` /
     ``wire()``; ``final`` once the iteration has ended."""
 
     def __init__(self, mux: Multiplexer, open_: pb.Open) -> None:
-        super().__init__()
-        self._mux = mux
+        super().__init__(mux)
         self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.final: Final | None = None
-        self._done = False
+        self._push = self._items.put  # type: ignore[method-assign]
         self.key = mux.open(self, open_)
 
-    # what the multiplexer calls, under its lock
-    def _deliver(self, output: pb.SessionOutput) -> None:
-        self._items.put(output)
-
-    def _admit(self) -> None:
-        pass
-
-    def _fail(self, error: grpc.RpcError) -> None:
-        self._items.put(error)
-
-    def send(self, *steps: StepLike) -> None:
-        """Send one or more decode steps (token-id lists or text) in one message (never blocks)."""
-        self._mux.send(self.key, steps)
-
-    def finish(
-        self,
-        reason: str = "stop",
-        matched_stop: int | str | None = None,
-        steps: Iterable[StepLike] = (),
-        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
-    ) -> None:
-        """End the output (optionally with last steps in the same message)."""
-        self._mux.finish(self.key, finish_message(reason, matched_stop, other_choices_usage), steps)
-
-    def cancel(self) -> None:
-        """Drop the session: the server frees it, the iteration raises CANCELLED."""
-        if self._mux.cancel(self.key):
-            self._items.put(_cancelled())
-
-    def _outputs(self) -> Iterator[pb.SessionOutput]:
+    def _replies(self) -> Iterator[pb.SessionOutput]:
         while not self._done:
-            item = self._items.get()
-            if isinstance(item, BaseException):
-                self._done = True
-                raise item
-            output, error = _split_status(item)
-            if output is not None:
-                if output.HasField("final"):
-                    self._done = True
-                    self.final = Final.of(output.final)
-                yield output
-            if error is not None:
-                self._done = True
-                raise error
+            yield self._next(self._items.get())
 
     def __iter__(self) -> Iterator[pb.ParseResponse]:
-        for output in self._outputs():
-            yield as_reply(output)
-
-    def deltas(self) -> Iterator[Delta]:
-        for output in self._outputs():
-            for delta in output.deltas:
-                yield Delta.of(delta)
-
-    def wire(self) -> Iterator[bytes]:
-        """As ``ParseStream.wire``: the bytes to forward, the error in the dialect last."""
-        try:
-            for output in self._outputs():
-                yield from wire_chunks(output)  # type: ignore[arg-type]
-        except grpc.RpcError as exc:
-            error = wire_error(exc)
-            if error:
-                yield error
-            raise
+        return map(as_reply, self._replies())
 
 
-class Multiplexer:
-    """The blocking client's shared stream: a flushing thread writes the coalesced messages, a
-    reading thread per stream routes the replies; one lock guards the ``MuxCore``."""
+class _Multiplexing:
+    """Both multiplexers' settings (the client's) and core; ``_prepare`` makes the I/O side's state."""
 
     def __init__(
         self,
@@ -174,16 +155,33 @@ class Multiplexer:
         self._stub, self._metadata, self._policy = stub, metadata, policy
         self._interval, self._timeout = flush_interval, timeout
         self.core = MuxCore(policy, max_batch)
+        self._closed = False
+        self._prepare()
+
+    def _prepare(self) -> None:
+        raise NotImplementedError
+
+
+class Multiplexer(_Multiplexing):
+    """The blocking client's shared stream: a flushing thread writes the coalesced messages, a
+    reading thread per stream routes the replies; one lock guards the ``MuxCore``."""
+
+    def _prepare(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._queue: queue.SimpleQueue[Any] | None = None
         self._call: Any = None
         self._generation = 0
-        self._closed = False
         self._deadlines: list[tuple[float, str]] = []
         self._flushes = 0
         self._flushed = threading.Condition(self._lock)
         """Notified at every flush: a session's next message waits for the one carrying its last."""
+        self._unwritten = 0
+        """Messages flushed onto the current stream that its request thread has not taken yet
+        (grpc's blocking call takes the next one once the last is written)."""
+        self._full = False
+        """Set at ``HIGH_WATER`` unwritten, cleared below half of it: senders wait meanwhile."""
+        self._room = threading.Condition(self._lock)
         self._flusher = threading.Thread(target=self._flush_loop, name="parsetier-mux-flush", daemon=True)
         self._flusher.start()
 
@@ -214,26 +212,16 @@ class Multiplexer:
                 return False
         return key in core.riders
 
-    def send(self, key: str, steps: Iterable[StepLike]) -> None:
+    def send(self, key: str, steps: Iterable[StepLike], finish: pb.Finish | None = None) -> None:
+        """Queue session ``key``'s next message, then wait while ``HIGH_WATER`` messages are
+        unwritten (back-pressure: the stream writes one message at a time, as flow control lets it)."""
         with self._lock:
             if key not in self.core.riders or not self._wait_turn(key):
                 return  # the session has ended: its iteration says how
-            self.core.feed(key, steps)
+            self.core.step(key, steps, finish)
             self._queued()
-
-    def send_request(self, key: str, request: pb.ParseRequest) -> None:
-        """A ready ``Parse`` client message (``parse_stream``'s) as session ``key``'s next one."""
-        if request.HasField("finish"):
-            self.finish(key, request.finish, request.steps)
-        else:
-            self.send(key, request.steps)
-
-    def finish(self, key: str, finish: pb.Finish, steps: Iterable[StepLike]) -> None:
-        with self._lock:
-            if key not in self.core.riders or not self._wait_turn(key):
-                return
-            self.core.finish(key, finish, steps)
-            self._queued()
+            while self._full and not self._closed and key in self.core.riders:
+                self._room.wait()
 
     def cancel(self, key: str) -> bool:
         with self._lock:
@@ -241,6 +229,7 @@ class Multiplexer:
                 return False
             self.core.cancel(key)
             self._queued()
+            self._room.notify_all()  # its sender, if waiting for room, goes on
             return True
 
     def _queued(self) -> None:
@@ -255,8 +244,27 @@ class Multiplexer:
         message = self.core.take()
         if message is not None and self._queue is not None:
             self._queue.put(message)
+            self._unwritten += 1
+            self._full = self._full or self._unwritten >= HIGH_WATER
         self._flushes += 1
         self._flushed.notify_all()
+
+    def _make_room(self, full: bool) -> None:
+        """Senders waiting for room go on unless ``full`` (a new stream, a failed one, or the
+        writer below half of ``HIGH_WATER``)."""
+        self._full = full
+        if not full:
+            self._room.notify_all()
+
+    def _requests(self, outgoing: queue.SimpleQueue[Any]) -> Iterator[pb.ParseBatchRequest]:
+        """A call's request iterator: the flushed messages, each counted out as grpc takes it."""
+        while (message := outgoing.get()) is not _CLOSE:
+            with self._lock:
+                if outgoing is self._queue:
+                    self._unwritten -= 1
+                    if self._full and self._unwritten < HIGH_WATER // 2:
+                        self._make_room(False)
+            yield message
 
     def _flush_loop(self) -> None:
         with self._lock:
@@ -281,6 +289,7 @@ class Multiplexer:
                 self.core.cancel(key)
                 rider._fail(_expired())
                 self._queued()
+                self._room.notify_all()
 
     def _start(self, first: list[pb.ParseBatchRequest]) -> tuple[Any, int]:
         """A new stream fed from a fresh queue holding ``first``: the call and its generation."""
@@ -288,7 +297,9 @@ class Multiplexer:
         for message in first:
             outgoing.put(message)
         self._queue = outgoing
-        self._call = self._stub.ParseBatch(iter(outgoing.get, _CLOSE), metadata=self._metadata)
+        self._unwritten = len(first)
+        self._make_room(len(first) >= HIGH_WATER)
+        self._call = self._stub.ParseBatch(self._requests(outgoing), metadata=self._metadata)
         self._generation += 1
         return self._call, self._generation
 
@@ -331,6 +342,7 @@ class Multiplexer:
                 if not moves:
                     self.core.fail_all(error)
                     self._call = self._queue = None
+                    self._make_room(False)
                     self._generation += 1
                     self._flush()  # releases senders waiting for their turn
                     return
@@ -350,6 +362,7 @@ class Multiplexer:
             self._closed = True
             self._wake.notify_all()
             self._flushed.notify_all()
+            self._make_room(False)
             if self._queue is not None:
                 self._queue.put(_CLOSE)
             call, self._call = self._call, None
@@ -362,19 +375,16 @@ class Multiplexer:
 # ------------------------------------------------------------------------------------- asyncio
 
 
-class AsyncMuxStream(Rider):
+class AsyncMuxStream(_MuxSession, AsyncSession):
     """A session on the asyncio client's shared ``ParseBatch`` stream, with
     ``AsyncParseStream``'s API (``await send``, ``await finish``, ``async for``, ``deltas()``,
     ``wire()``, ``final``, ``resumes``)."""
 
     def __init__(self, mux: AsyncMultiplexer) -> None:
-        super().__init__()
-        self._mux = mux
+        super().__init__(mux)
         self._items: deque[Any] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._admitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.final: Final | None = None
-        self._done = False
 
     def _push(self, item: Any) -> None:
         self._items.append(item)
@@ -385,107 +395,55 @@ class AsyncMuxStream(Rider):
     def _deliver(self, output: pb.SessionOutput) -> None:
         if not self._admitted.done():
             if output.HasField("status"):
-                self._admitted.set_exception(status_error(output.status))
-                self._admitted.exception()  # retrieved here: open() raises it
+                self._refuse(status_error(output.status))
                 return
             self._admitted.set_result(None)
-        self._push(output)
+        super()._deliver(output)
 
     def _admit(self) -> None:
         if not self._admitted.done():
             self._admitted.set_result(None)
 
-    def _fail(self, error: grpc.RpcError) -> None:
+    def _fail(self, error: BaseException) -> None:
         if not self._admitted.done():
-            self._admitted.set_exception(error)
-            self._admitted.exception()
-            return
-        self._push(error)
+            self._refuse(error)
+        else:
+            self._push(error)
 
-    async def send(self, *steps: StepLike) -> None:
-        await self._mux.send(self.key, steps)
+    def _refuse(self, error: BaseException) -> None:
+        """The open failed: ``open()`` raises it (retrieved here, so asyncio does not warn)."""
+        self._admitted.set_exception(error)
+        self._admitted.exception()
 
-    async def finish(
-        self,
-        reason: str = "stop",
-        matched_stop: int | str | None = None,
-        steps: Iterable[StepLike] = (),
-        other_choices_usage: pb.Usage | tuple[int, int] | None = None,
-    ) -> None:
-        await self._mux.finish(self.key, finish_message(reason, matched_stop, other_choices_usage), steps)
+    @staticmethod
+    def _cancelled() -> BaseException:
+        return asyncio.CancelledError()
 
-    def cancel(self) -> None:
-        """Drop the session: the server frees it, the iteration raises ``CancelledError``."""
-        if self._mux.cancel(self.key):
-            self._push(asyncio.CancelledError())
-
-    async def _outputs(self) -> AsyncIterator[pb.SessionOutput]:
+    async def _replies(self) -> AsyncIterator[pb.SessionOutput]:  # type: ignore[override]
         items = self._items
         while not self._done:
-            if not items:
+            while not items:
                 self._waiter = asyncio.get_running_loop().create_future()
                 await self._waiter
                 self._waiter = None
-                continue
-            item = items.popleft()
-            if isinstance(item, BaseException):
-                self._done = True
-                raise item
-            output, error = _split_status(item)
-            if output is not None:
-                if output.HasField("final"):
-                    self._done = True
-                    self.final = Final.of(output.final)
-                yield output
-            if error is not None:
-                self._done = True
-                raise error
+            yield self._next(items.popleft())
 
     async def __aiter__(self) -> AsyncIterator[pb.ParseResponse]:
-        async for output in self._outputs():
+        async for output in self._replies():
             yield as_reply(output)
 
-    async def deltas(self) -> AsyncIterator[Delta]:
-        async for output in self._outputs():
-            for delta in output.deltas:
-                yield Delta.of(delta)
 
-    async def wire(self) -> AsyncIterator[bytes]:
-        """As ``AsyncParseStream.wire``."""
-        try:
-            async for output in self._outputs():
-                for chunk in wire_chunks(output):  # type: ignore[arg-type]
-                    yield chunk
-        except grpc.aio.AioRpcError as exc:
-            error = wire_error(exc)
-            if error:
-                yield error
-            raise
-
-
-class AsyncMultiplexer:
+class AsyncMultiplexer(_Multiplexing):
     """The asyncio client's shared stream: flushes scheduled on the loop, a writer task and a
     reader task per stream."""
 
-    def __init__(
-        self,
-        stub: pb_grpc.ParserServiceStub,
-        metadata: Metadata,
-        policy: ResumePolicy | None,
-        flush_interval: float,
-        max_batch: int = MAX_BATCH,
-        timeout: float | None = None,
-    ) -> None:
-        self._stub, self._metadata, self._policy = stub, metadata, policy
-        self._interval, self._timeout = flush_interval, timeout
-        self.core = MuxCore(policy, max_batch)
+    def _prepare(self) -> None:
         self._call: grpc.aio.StreamStreamCall | None = None
         self._outgoing: asyncio.Queue[Any] | None = None
         self._tasks: list[asyncio.Task] = []
         self._scheduled: asyncio.Handle | asyncio.TimerHandle | None = None
         self._room = asyncio.Event()
         self._room.set()
-        self._closed = False
         self._flushed: asyncio.Future[None] | None = None
         """Resolved at the next flush: a session's next message waits for the one carrying its last."""
 
@@ -513,28 +471,15 @@ class AsyncMultiplexer:
             await self._flushed
         return key in core.riders and not self._closed
 
-    async def send(self, key: str, steps: Iterable[StepLike]) -> None:
+    async def send(self, key: str, steps: Iterable[StepLike], finish: pb.Finish | None = None) -> None:
+        """Queue session ``key``'s next message, then wait while ``HIGH_WATER`` messages are unwritten."""
         core = self.core
         if key not in core.riders or not await self._wait_turn(key):
             return
-        core.feed(key, steps)
+        core.step(key, steps, finish)
         self._queued()
         if not self._room.is_set():
             await self._room.wait()
-
-    async def finish(self, key: str, finish: pb.Finish, steps: Iterable[StepLike]) -> None:
-        core = self.core
-        if key not in core.riders or not await self._wait_turn(key):
-            return
-        core.finish(key, finish, steps)
-        self._queued()
-
-    async def send_request(self, key: str, request: pb.ParseRequest) -> None:
-        """A ready ``Parse`` client message (``parse_stream``'s) as session ``key``'s next one."""
-        if request.HasField("finish"):
-            await self.finish(key, request.finish, request.steps)
-        else:
-            await self.send(key, request.steps)
 
     def cancel(self, key: str) -> bool:
         if key not in self.core.riders:

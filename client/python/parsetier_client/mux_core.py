@@ -85,7 +85,7 @@ def as_reply(output: pb.SessionOutput) -> pb.ParseResponse:
 
 class MuxCore:
     """The shared stream's state and decisions (see the module docstring). The I/O side calls
-    ``open`` / ``feed`` / ``finish`` / ``cancel`` for its sessions, ``take`` at each flush and
+    ``open`` / ``step`` / ``cancel`` for its sessions, ``take`` at each flush and
     writes the message, ``received`` with each reply, and ``broke`` / ``replay`` around a move."""
 
     def __init__(self, policy: ResumePolicy | None, max_batch: int = MAX_BATCH) -> None:
@@ -138,17 +138,16 @@ class MuxCore:
         self._count_message(rider)
         self.queued += 1
 
-    def feed(self, key: str, steps: Iterable[StepLike]) -> None:
-        self.builder.feed(key, *steps)
-        self._sending.add(key)
-        self._count_message(self.riders[key])
-        self.queued += 1
-
-    def finish(self, key: str, finish: pb.Finish, steps: Iterable[StepLike] = ()) -> None:
-        steps = tuple(steps)
-        if steps:
-            self.builder.feed(key, *steps)
-        self.builder.finish_with(key, finish)
+    def step(self, key: str, steps: Iterable[StepLike], finish: pb.Finish | None = None) -> None:
+        """Session ``key``'s next message: ``steps``, and its ``finish`` when it is the last."""
+        builder = self.builder
+        if finish is None:
+            builder.feed(key, *steps)
+        else:
+            steps = tuple(steps)
+            if steps:
+                builder.feed(key, *steps)
+            builder.finish_with(key, finish)
         self._sending.add(key)
         self._count_message(self.riders[key])
         self.queued += 1
