@@ -73,4 +73,9 @@ def test_deltas_are_records_with_the_protos_fields() -> None:
     assert delta == Delta("", "Hi", (ToolCallDelta(1, "c", "f", "{"),), (), (7,))
     assert delta.tool_calls[0].index == 1 and delta.content == "Hi"
     assert delta_dict(delta) == delta_dict(raw)
+    # logprobs in the proto's own JSON mapping (OpenAI's shapes are the server's wire dialects')
+    lp = pb.TokenLogprob(token_id=7, token="Hi", bytes=b"Hi", logprob=-0.5)
+    assert delta_dict(Delta.of(pb.Delta(logprobs=[lp])))["logprobs"] == [
+        {"token_id": 7, "token": "Hi", "bytes": "SGk=", "logprob": -0.5}
+    ]
     assert Delta.of(pb.Delta(reasoning="r")) == Delta("r", "", (), (), ())

@@ -12,6 +12,7 @@ every split gives the same result as sending the whole output at once.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
 from collections.abc import Iterator, Sequence
@@ -27,12 +28,11 @@ from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from parsetier_client import (
     AsyncClient,
     Client,
-    chat_logprobs,
-    completion_logprobs,
     finish_message,
     logprob_step,
     open_message,
     step_logprobs,
+    wire_of,
 )
 
 MODELS = ("qwen3", "deepseek-v4", "gpt-oss", "mistral-small-3.2", "mistral-7b-v0.3")
@@ -254,24 +254,47 @@ def test_reasoning_logprobs_are_dropped_when_reasoning_is_not_included(client, m
     assert len(resolved(shown)) == shown[-1].final.usage.completion_tokens == len(ids)
 
 
-def test_openai_shapes_and_final_only(client, models):
+def chat_logprobs_in(wire: bytes) -> list[dict]:
+    """The entries of OpenAI chat's ``logprobs.content`` in a streamed session's wire bytes, joined
+    across its chunks (strict JSON: no Infinity nor NaN)."""
+    entries: list[dict] = []
+    for event in wire.decode().split("\n\n"):
+        if event.startswith("data: {"):
+            for choice in strict_json(event.removeprefix("data: "))["choices"]:
+                entries += (choice["logprobs"] or {}).get("content", [])
+    return entries
+
+
+def strict_json(text: str):
+    def refuse(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_openai_shapes_come_from_the_wire_and_final_only(client, models):
+    """The clients shape no JSON: the server's wire dialects carry the logprobs in OpenAI chat's
+    and completions' shapes, the same entries the deltas carry typed."""
     tokenizer = models.get("qwen3").tokenizer
     ids = tokenizer.encode("Hi 你好", add_special_tokens=False).ids
     tops = [[ids[0], ids[-1]] for _ in ids]
-    streamed = session(client, "qwen3", ids, [1] * len(ids), tops)
+    chat = {"dialect": "openai_chat", "response_id": "chatcmpl-lp", "stream": True}
+    streamed = session(client, "qwen3", ids, [1] * len(ids), tops, wire=chat)
     logprobs = [lp for r in streamed for d in r.deltas for lp in d.logprobs]
     assert not streamed[-1].final.logprobs, "with deltas, logprobs are only on the deltas"
-    chat = chat_logprobs(logprobs)
-    assert [c["token"] for c in chat["content"]] == [lp.token for lp in logprobs]
-    assert chat["content"][0]["bytes"] == list(b"Hi")
-    assert [t["token"] for t in chat["content"][0]["top_logprobs"]] == [
-        "Hi",
-        logprobs[-1].top_logprobs[1].token,
-    ]
-    completions = completion_logprobs(logprobs, text_offset=5)
-    assert completions["tokens"] == [lp.token for lp in logprobs]
-    assert completions["text_offset"][0] == 5
-    assert completions["top_logprobs"][0] == {"Hi": -1.0, logprobs[-1].top_logprobs[1].token: -2.0}
+    content = chat_logprobs_in(wire_of(streamed))
+    assert [c["token"] for c in content] == [lp.token for lp in logprobs]
+    assert [c["logprob"] for c in content] == pytest.approx([lp.logprob for lp in logprobs])
+    assert content[0]["bytes"] == list(b"Hi")
+    assert [t["token"] for t in content[0]["top_logprobs"]] == ["Hi", logprobs[-1].top_logprobs[1].token]
+
+    completions = {"dialect": "openai_completions", "response_id": "cmpl-lp", "stream": False}
+    body = session(client, "qwen3", ids, [1] * len(ids), tops, wire=completions, completion=True)
+    (choice,) = strict_json(wire_of(body))["choices"]
+    lists = choice["logprobs"]
+    assert lists["tokens"] == [lp.token for lp in logprobs]
+    assert lists["text_offset"] == [len("".join(lp.token for lp in logprobs[:i])) for i in range(len(ids))]
+    assert lists["top_logprobs"][0] == {"Hi": -1.0, logprobs[-1].top_logprobs[1].token: -2.0}
 
     final_only = session(client, "qwen3", ids, [1] * len(ids), tops, output="final")
     assert resolved(final_only) == resolved(streamed)
@@ -361,7 +384,7 @@ def test_infinitely_unlikely_is_a_logprob(client):
 
 
 def test_async_client_sends_logprob_steps_and_reads_them_back(server, client, models):
-    """The asyncio client: logprob steps in, both OpenAI shapes out, as the sync client reads them."""
+    """The asyncio client: logprob steps in, the resolved logprobs out, as the sync client reads them."""
     tokenizer = models.get("qwen3").tokenizer
     ids = tokenizer.encode("Hi 🎉 你好", add_special_tokens=False).ids
     tops = [[i, ids[0]] for i in ids]
@@ -380,8 +403,7 @@ def test_async_client_sends_logprob_steps_and_reads_them_back(server, client, mo
     replies = asyncio.run(run())
     assert resolved(replies) == want
     logprobs = [lp for r in replies for d in r.deltas for lp in d.logprobs]
-    assert "".join(c["token"] for c in chat_logprobs(logprobs)["content"]) == "Hi 🎉 你好"
-    assert completion_logprobs(logprobs)["tokens"] == [lp.token for lp in logprobs]
+    assert "".join(lp.token for lp in logprobs) == "Hi 🎉 你好"
 
 
 REASONING_OUTPUTS = {

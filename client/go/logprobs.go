@@ -31,84 +31,12 @@ func (s *Session) SendSteps(steps ...*pb.Step) error {
 }
 
 // Logprobs gathers the resolved logprobs of deltas, in order (the session's, or one chunk's).
+// OpenAI's JSON shapes of them are the server's to write: open the session WithWire (OpenAI
+// chat or completions) and forward its wire bytes, which carry them.
 func Logprobs(deltas []*pb.Delta) []*pb.TokenLogprob {
 	var out []*pb.TokenLogprob
 	for _, d := range deltas {
 		out = append(out, d.GetLogprobs()...)
-	}
-	return out
-}
-
-// ChatTopLogprob is one entry of OpenAI chat's top_logprobs.
-type ChatTopLogprob struct {
-	Token   string  `json:"token"`
-	Logprob float32 `json:"logprob"`
-	Bytes   []int   `json:"bytes"`
-}
-
-// ChatLogprob is one entry of OpenAI chat's logprobs.content.
-type ChatLogprob struct {
-	Token       string           `json:"token"`
-	Logprob     float32          `json:"logprob"`
-	Bytes       []int            `json:"bytes"`
-	TopLogprobs []ChatTopLogprob `json:"top_logprobs"`
-}
-
-// ChatLogprobs is OpenAI chat's choices[].logprobs object.
-type ChatLogprobs struct {
-	Content []ChatLogprob `json:"content"`
-}
-
-// CompletionLogprobs is OpenAI completions' choices[].logprobs object.
-type CompletionLogprobs struct {
-	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float32            `json:"token_logprobs"`
-	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
-	TextOffset    []int                `json:"text_offset"`
-}
-
-func byteValues(b []byte) []int {
-	out := make([]int, len(b))
-	for i, v := range b {
-		out[i] = int(v)
-	}
-	return out
-}
-
-// ToChat maps resolved logprobs 1:1 onto OpenAI chat's shape.
-func ToChat(logprobs []*pb.TokenLogprob) ChatLogprobs {
-	out := ChatLogprobs{Content: make([]ChatLogprob, len(logprobs))}
-	for i, lp := range logprobs {
-		top := make([]ChatTopLogprob, len(lp.GetTopLogprobs()))
-		for j, t := range lp.GetTopLogprobs() {
-			top[j] = ChatTopLogprob{Token: t.GetToken(), Logprob: t.GetLogprob(), Bytes: byteValues(t.GetBytes())}
-		}
-		out.Content[i] = ChatLogprob{
-			Token: lp.GetToken(), Logprob: lp.GetLogprob(), Bytes: byteValues(lp.GetBytes()), TopLogprobs: top,
-		}
-	}
-	return out
-}
-
-// ToCompletion maps resolved logprobs 1:1 onto OpenAI completions' shape. textOffset is added
-// to every offset (the echoed prompt's length in code points when echoing, else 0). Offsets
-// count Unicode code points, as OpenAI's API (utf8.RuneCountInString of the text before).
-func ToCompletion(logprobs []*pb.TokenLogprob, textOffset int) CompletionLogprobs {
-	out := CompletionLogprobs{
-		Tokens:        make([]string, len(logprobs)),
-		TokenLogprobs: make([]float32, len(logprobs)),
-		TopLogprobs:   make([]map[string]float32, len(logprobs)),
-		TextOffset:    make([]int, len(logprobs)),
-	}
-	for i, lp := range logprobs {
-		out.Tokens[i] = lp.GetToken()
-		out.TokenLogprobs[i] = lp.GetLogprob()
-		top := make(map[string]float32, len(lp.GetTopLogprobs()))
-		for _, t := range lp.GetTopLogprobs() {
-			top[t.GetToken()] = t.GetLogprob()
-		}
-		out.TopLogprobs[i] = top
-		out.TextOffset[i] = textOffset + int(lp.GetTextOffset())
 	}
 	return out
 }

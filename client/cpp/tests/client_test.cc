@@ -8,7 +8,6 @@
 #include <functional>
 #include <future>
 #include <limits>
-#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,7 +18,6 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "parsetier/client.h"
-#include "parsetier/openai.h"
 #include "test_support.h"
 
 namespace {
@@ -348,20 +346,60 @@ TEST_F(LiveServer, BuildConstraint) {
   EXPECT_NE(response.lark_grammar().find("get_weather"), std::string::npos) << response.lark_grammar();
 }
 
+// The entries of OpenAI chat's logprobs.content in a session's streamed wire bytes, joined
+// across its chunks, read back with protobuf's JSON parser.
+std::vector<google::protobuf::Value> ChatLogprobsInWire(const std::string& wire) {
+  std::vector<google::protobuf::Value> content;
+  size_t at = 0;
+  while (at < wire.size()) {
+    size_t end = wire.find("\n\n", at);
+    std::string event = wire.substr(at, end - at);
+    at = end == std::string::npos ? wire.size() : end + 2;
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    std::string data = event.substr(6);
+    if (data == "[DONE]") continue;
+    google::protobuf::Struct chunk = ParseJson(data);
+    for (const auto& choice : chunk.fields().at("choices").list_value().values()) {
+      const google::protobuf::Value& logprobs = choice.struct_value().fields().at("logprobs");
+      if (!logprobs.has_struct_value()) continue;
+      for (const auto& entry : logprobs.struct_value().fields().at("content").list_value().values()) {
+        content.push_back(entry);
+      }
+    }
+  }
+  return content;
+}
+
+std::string JsonBytes(const google::protobuf::Value& entry) {
+  std::string out;
+  for (const auto& byte : entry.struct_value().fields().at("bytes").list_value().values()) {
+    out += static_cast<char>(byte.number_value());
+  }
+  return out;
+}
+
 // Logprob steps come back resolved: the tokens join to the output, bytes split a character
 // across steps as the vocabulary does, and the alternatives are resolved in the same context.
+// Opened with OpenOptions::wire, the session's bytes carry the same entries in OpenAI chat's
+// JSON, written by the server (the client shapes none of it).
 TEST_F(LiveServer, LogprobStepsResolve) {
   // Qwen3's "Hi 你好 🎉👍🏽": 11162, 236, 231 are " 🎉" split over three tokens.
   const std::vector<uint32_t> emoji = {13048, 220, 108386, 11162, 236, 231, 144349, 145375};
   parsetier::OpenOptions open = Model("qwen3");
   open.return_token_ids = true;
+  v1::WireOptions chat;
+  chat.set_dialect(v1::WIRE_DIALECT_OPENAI_CHAT);
+  chat.set_response_id("chatcmpl-lp");
+  chat.set_stream(true);
+  open.wire = chat;
   auto session = SharedClient().Open(open);
   for (size_t i = 0; i < emoji.size(); ++i) {
     std::vector<std::vector<parsetier::Alternative>> top = {{{emoji[i], -0.25f}, {13048, -3.0f}}};
     ASSERT_TRUE(session->SendSteps({parsetier::LogprobStep({emoji[i]}, {-static_cast<float>(i) / 4}, top)}));
   }
   ASSERT_TRUE(session->Finish());
-  std::vector<v1::Delta> deltas = DeltasOf(Drain(*session));
+  std::vector<v1::ParseResponse> replies = Drain(*session);
+  std::vector<v1::Delta> deltas = DeltasOf(replies);
   std::vector<v1::TokenLogprob> logprobs = parsetier::Logprobs(deltas);
   ASSERT_EQ(logprobs.size(), emoji.size());
   std::string tokens, bytes;
@@ -380,67 +418,66 @@ TEST_F(LiveServer, LogprobStepsResolve) {
   for (const auto& delta : deltas) ids += delta.token_ids_size();
   EXPECT_EQ(ids, emoji.size());
 
-  // The same logprobs in OpenAI's two JSON shapes, read back with protobuf's JSON parser.
-  google::protobuf::Struct chat = ParseJson(parsetier::ChatLogprobsJson(logprobs));
-  const auto& content = chat.fields().at("content").list_value().values();
-  ASSERT_EQ(content.size(), static_cast<int>(emoji.size()));
-  std::string joined;
-  for (int i = 0; i < content.size(); ++i) {
+  std::string wire;
+  for (const v1::ParseResponse& reply : replies) wire += parsetier::Wire(reply);
+  std::vector<google::protobuf::Value> content = ChatLogprobsInWire(wire);
+  ASSERT_EQ(content.size(), logprobs.size()) << wire;
+  for (size_t i = 0; i < content.size(); ++i) {
     const auto& entry = content[i].struct_value().fields();
     EXPECT_EQ(entry.at("token").string_value(), logprobs[i].token());
     EXPECT_EQ(entry.at("logprob").number_value(), logprobs[i].logprob());
-    for (const auto& byte : entry.at("bytes").list_value().values()) joined += static_cast<char>(byte.number_value());
-    EXPECT_EQ(entry.at("top_logprobs").list_value().values_size(), 2);
-  }
-  EXPECT_EQ(joined, "Hi 你好 🎉👍🏽");
-  const auto& top = content[5].struct_value().fields().at("top_logprobs").list_value().values();
-  EXPECT_EQ(top[0].struct_value().fields().at("token").string_value(), "🎉");
-  EXPECT_EQ(top[1].struct_value().fields().at("token").string_value(), "\xEF\xBF\xBDHi");
-  EXPECT_EQ(top[1].struct_value().fields().at("logprob").number_value(), -3.0);
-
-  google::protobuf::Struct completion = ParseJson(parsetier::CompletionLogprobsJson(logprobs, 7));
-  const auto& fields = completion.fields();
-  ASSERT_EQ(fields.at("tokens").list_value().values_size(), static_cast<int>(emoji.size()));
-  std::string before;  // the text before token i; offsets count its code points
-  for (int i = 0; i < static_cast<int>(emoji.size()); ++i) {
-    EXPECT_EQ(fields.at("tokens").list_value().values(i).string_value(), logprobs[i].token());
-    EXPECT_EQ(fields.at("token_logprobs").list_value().values(i).number_value(), logprobs[i].logprob());
-    EXPECT_EQ(fields.at("text_offset").list_value().values(i).number_value(), 7 + CodePoints(before));
-    const auto& alternatives = fields.at("top_logprobs").list_value().values(i).struct_value().fields();
-    std::map<std::string, double> want;  // one key per token text, the last logprob
-    for (const auto& alternative : logprobs[i].top_logprobs()) want[alternative.token()] = alternative.logprob();
-    EXPECT_EQ(alternatives.size(), want.size());
-    for (const auto& [token, logprob] : want) EXPECT_EQ(alternatives.at(token).number_value(), logprob) << token;
-    before += logprobs[i].token();
-  }
-  // One delta's logprobs, as a streaming chunk carries them.
-  for (const v1::Delta& delta : deltas) {
-    if (delta.logprobs_size() == 0) continue;
-    EXPECT_EQ(ParseJson(parsetier::ChatLogprobsJson(delta.logprobs())).fields().at("content").list_value().values_size(),
-              delta.logprobs_size());
+    EXPECT_EQ(JsonBytes(content[i]), logprobs[i].bytes());
+    const auto& top = entry.at("top_logprobs").list_value().values();
+    ASSERT_EQ(top.size(), logprobs[i].top_logprobs_size());
+    for (int j = 0; j < top.size(); ++j) {
+      EXPECT_EQ(top[j].struct_value().fields().at("token").string_value(), logprobs[i].top_logprobs(j).token());
+      EXPECT_EQ(top[j].struct_value().fields().at("logprob").number_value(), logprobs[i].top_logprobs(j).logprob());
+      EXPECT_EQ(JsonBytes(top[j]), logprobs[i].top_logprobs(j).bytes());
+    }
   }
 }
 
-// The JSON shapes' details without a server: escaping, a masked token's -infinity, and repeated
-// alternatives in the completions shape (one key each, the last logprob).
-TEST(OpenAIJson, EscapingInfinityAndRepeatedAlternatives) {
-  v1::TokenLogprob lp;
-  lp.set_token("a\"b\\\n");
-  lp.set_bytes("a\"b\\\n");
-  lp.set_logprob(-0.1f);
-  lp.set_text_offset(2);
-  for (float value : {-std::numeric_limits<float>::infinity(), -1.5f}) {
-    v1::TopLogprob* alternative = lp.add_top_logprobs();
-    alternative->set_token("x");
-    alternative->set_bytes("x");
-    alternative->set_logprob(value);
+// A completion session in OpenAI completions' dialect gets the four logprob lists in the body
+// the server writes: a masked token's -infinity as -9999.0 (JSON has none), offsets in code
+// points, repeated alternatives one key each (the last logprob).
+TEST_F(LiveServer, CompletionLogprobsInTheWire) {
+  const std::vector<uint32_t> emoji = {13048, 220, 108386, 11162, 236, 231, 144349, 145375};
+  const float masked = -std::numeric_limits<float>::infinity();
+  parsetier::OpenOptions open = Model("qwen3");
+  open.output = v1::OUTPUT_KIND_FINAL_ONLY;
+  v1::WireOptions completions;
+  completions.set_dialect(v1::WIRE_DIALECT_OPENAI_COMPLETIONS);
+  completions.set_response_id("cmpl-lp");
+  open.wire = completions;
+  open.customize = [](v1::Open& message) { message.mutable_completion()->set_skip_special_tokens(true); };
+  auto session = SharedClient().Open(open);
+  for (size_t i = 0; i < emoji.size(); ++i) {
+    std::vector<std::vector<parsetier::Alternative>> top = {{{emoji[i], -0.5f}, {13048, masked}}};
+    ASSERT_TRUE(session->SendSteps({parsetier::LogprobStep({emoji[i]}, {i == 1 ? masked : -0.5f}, top)}));
   }
-  EXPECT_EQ(parsetier::ChatLogprobsJson(std::vector<v1::TokenLogprob>{lp}),
-            R"({"content":[{"token":"a\"b\\\u000a","logprob":-0.1,"bytes":[97,34,98,92,10],"top_logprobs":[)"
-            R"({"token":"x","logprob":-9999.0,"bytes":[120]},{"token":"x","logprob":-1.5,"bytes":[120]}]}]})");
-  EXPECT_EQ(parsetier::CompletionLogprobsJson(std::vector<v1::TokenLogprob>{lp}, 3),
-            R"({"tokens":["a\"b\\\u000a"],"token_logprobs":[-0.1],"top_logprobs":[{"x":-1.5}],"text_offset":[5]})");
-  EXPECT_EQ(parsetier::ChatLogprobsJson(std::vector<v1::TokenLogprob>{}), R"({"content":[]})");
+  parsetier::FinishOptions length;
+  length.reason = v1::FINISH_REASON_LENGTH;
+  ASSERT_TRUE(session->Finish(length));
+  std::string body;
+  for (const v1::ParseResponse& reply : Drain(*session)) body += parsetier::Wire(reply);
+  EXPECT_EQ(body.find("Infinity"), std::string::npos) << body;
+  EXPECT_NE(body.find("-9999.0"), std::string::npos) << body;
+  google::protobuf::Struct completion = ParseJson(body);
+  const auto& choice = completion.fields().at("choices").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(choice.at("text").string_value(), "Hi 你好 🎉👍🏽");
+  const auto& lists = choice.at("logprobs").struct_value().fields();
+  const auto& tokens = lists.at("tokens").list_value().values();
+  ASSERT_EQ(tokens.size(), static_cast<int>(emoji.size()));
+  std::string before;  // the text before token i; offsets count its code points
+  for (int i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(lists.at("text_offset").list_value().values(i).number_value(), CodePoints(before));
+    EXPECT_EQ(lists.at("token_logprobs").list_value().values(i).number_value(), i == 1 ? -9999.0 : -0.5);
+    before += tokens[i].string_value();
+  }
+  EXPECT_EQ(before, "Hi 你好 🎉👍🏽");
+  const auto& first = lists.at("top_logprobs").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(first.size(), 1u);  // 13048 is "Hi" too: one key, the last logprob
+  EXPECT_EQ(first.at("Hi").number_value(), -9999.0);
 }
 
 // Push delivery: every message reaches on_message in order, then on_done once with OK.

@@ -13,8 +13,6 @@ from parsetier_client.rendering import RenderResult, render_request
 from parsetier_client.requests import finish_message, logprob_step, open_message, step_logprobs, step_message
 from parsetier_client.result import (
     ParseResult,
-    chat_logprobs,
-    completion_logprobs,
     delta_dict,
     event_dict,
     final_dict,
@@ -45,8 +43,6 @@ __all__ = [
     "ToolCallDelta",
     "Usage",
     "WireJoin",
-    "chat_logprobs",
-    "completion_logprobs",
     "delta_dict",
     "event_dict",
     "final_dict",

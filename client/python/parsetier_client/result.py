@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from google.protobuf import json_format
+
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client.typed import Delta, Final, Message, Usage
 
@@ -94,34 +96,13 @@ def wire_of(replies: Iterable[pb.ParseResponse | pb.SessionOutput]) -> bytes:
 
 
 def logprobs_of(deltas: Iterable[pb.Delta | Delta]) -> list[pb.TokenLogprob]:
+    """The resolved logprobs of ``deltas``, in order. OpenAI's JSON shapes of them are the server's
+    to write: open the session with ``wire=`` (OpenAI chat or completions) and forward its bytes."""
     return [lp for d in deltas for lp in d.logprobs]
 
 
-def _top_dict(top: pb.TopLogprob) -> dict[str, Any]:
-    return {"token": top.token, "logprob": top.logprob, "bytes": list(top.bytes)}
-
-
-def chat_logprobs(logprobs: Iterable[pb.TokenLogprob]) -> dict[str, Any]:
-    """OpenAI chat's ``choices[].logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}]}``.
-    Pass one delta's ``logprobs`` for a streaming chunk, or all of them for the whole response."""
-    return {
-        "content": [
-            {**_top_dict(lp), "top_logprobs": [_top_dict(t) for t in lp.top_logprobs]} for lp in logprobs
-        ]
-    }
-
-
-def completion_logprobs(logprobs: Iterable[pb.TokenLogprob], text_offset: int = 0) -> dict[str, Any]:
-    """OpenAI completions' ``choices[].logprobs``: ``tokens``, ``token_logprobs``, ``top_logprobs``
-    (one ``{token: logprob}`` per position) and ``text_offset`` (plus ``text_offset``, e.g. the
-    echoed prompt's length)."""
-    items = list(logprobs)
-    return {
-        "tokens": [lp.token for lp in items],
-        "token_logprobs": [lp.logprob for lp in items],
-        "top_logprobs": [{t.token: t.logprob for t in lp.top_logprobs} for lp in items],
-        "text_offset": [text_offset + lp.text_offset for lp in items],
-    }
+def _proto_dict(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
 def delta_dict(delta: pb.Delta | Delta) -> dict[str, Any]:
@@ -142,8 +123,8 @@ def delta_dict(delta: pb.Delta | Delta) -> dict[str, Any]:
             item["arguments"] = call.arguments
             calls.append(item)
         out["tool_calls"] = calls
-    if delta.logprobs:
-        out["logprobs"] = chat_logprobs(delta.logprobs)
+    if delta.logprobs:  # the proto's own JSON mapping (OpenAI's shapes are the wire dialects')
+        out["logprobs"] = [_proto_dict(lp) for lp in delta.logprobs]
     if delta.token_ids:
         out["token_ids"] = list(delta.token_ids)
     return out

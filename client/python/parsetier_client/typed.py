@@ -78,7 +78,8 @@ class ToolCallDelta(NamedTuple):
 
 class Delta(NamedTuple):
     """One piece of output, as a chat-completions chunk carries it. ``logprobs`` are the proto's
-    ``TokenLogprob``s (``chat_logprobs`` / ``completion_logprobs`` shape them for OpenAI)."""
+    ``TokenLogprob``s (OpenAI's JSON shapes of them are in the wire bytes of a session opened with
+    ``wire=``)."""
 
     reasoning: str
     content: str

@@ -49,10 +49,7 @@ pub mod pb {
 pub use batch::{session_error, Batch};
 pub use client::{Auth, Client, ClientBuilder, Keepalive, Stub, Tls, MAX_REPLY_BYTES, SEND_CAPACITY};
 pub use error::{Code, Error, Result};
-pub use logprobs::{
-    logprob_step, logprobs, rune_offset, to_chat, to_completion, Alternative, ChatLogprob, ChatLogprobs,
-    ChatTopLogprob, CompletionLogprobs,
-};
+pub use logprobs::{logprob_step, logprobs, rune_offset, Alternative};
 pub use options::{Finish, OpenOptions};
 pub use render::{RenderOptions, Rendered};
 pub use resume::{retryable, ResumePolicy};

@@ -1,7 +1,7 @@
-//! Logprob helpers: building an id step that carries its logprobs, and mapping the resolved
-//! logprobs the server returns onto OpenAI's chat and completions shapes.
-
-use std::collections::BTreeMap;
+//! Logprob helpers: building an id step that carries its logprobs, and gathering the resolved
+//! logprobs the server returns (the proto's `TokenLogprob`s). OpenAI's JSON shapes of them are the
+//! server's to write: open the session with `OpenOptions::wire` (OpenAI chat or completions) and
+//! forward its wire bytes, which carry them.
 
 use crate::pb;
 
@@ -28,72 +28,6 @@ pub fn logprob_step(token_ids: Vec<u32>, logprobs: Vec<f32>, top: &[Vec<Alternat
 /// The resolved logprobs of `deltas`, in order (a session's, or one chunk's).
 pub fn logprobs<'a>(deltas: impl IntoIterator<Item = &'a pb::Delta>) -> Vec<pb::TokenLogprob> {
     deltas.into_iter().flat_map(|d| d.logprobs.iter().cloned()).collect()
-}
-
-/// One entry of OpenAI chat's `top_logprobs`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ChatTopLogprob {
-    pub token: String,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
-}
-
-/// One entry of OpenAI chat's `logprobs.content`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ChatLogprob {
-    pub token: String,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
-    pub top_logprobs: Vec<ChatTopLogprob>,
-}
-
-/// OpenAI chat's `choices[].logprobs` object.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ChatLogprobs {
-    pub content: Vec<ChatLogprob>,
-}
-
-/// OpenAI completions' `choices[].logprobs` object.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CompletionLogprobs {
-    pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    /// Each position's alternatives, `{token: logprob}` (a token text that repeats keeps its
-    /// last logprob, as a JSON object would).
-    pub top_logprobs: Vec<BTreeMap<String, f32>>,
-    pub text_offset: Vec<usize>,
-}
-
-/// Resolved logprobs mapped 1:1 onto OpenAI chat's shape.
-pub fn to_chat(logprobs: &[pb::TokenLogprob]) -> ChatLogprobs {
-    let content = logprobs
-        .iter()
-        .map(|lp| ChatLogprob {
-            token: lp.token.clone(),
-            logprob: lp.logprob,
-            bytes: lp.bytes.clone(),
-            top_logprobs: lp
-                .top_logprobs
-                .iter()
-                .map(|t| ChatTopLogprob { token: t.token.clone(), logprob: t.logprob, bytes: t.bytes.clone() })
-                .collect(),
-        })
-        .collect();
-    ChatLogprobs { content }
-}
-
-/// Resolved logprobs mapped 1:1 onto OpenAI completions' shape. `text_offset` is added to every
-/// offset (the echoed prompt's length in code points when echoing, else 0); offsets count
-/// Unicode code points, as OpenAI's API.
-pub fn to_completion(logprobs: &[pb::TokenLogprob], text_offset: usize) -> CompletionLogprobs {
-    let mut out = CompletionLogprobs::default();
-    for lp in logprobs {
-        out.tokens.push(lp.token.clone());
-        out.token_logprobs.push(lp.logprob);
-        out.top_logprobs.push(lp.top_logprobs.iter().map(|t| (t.token.clone(), t.logprob)).collect());
-        out.text_offset.push(text_offset + lp.text_offset as usize);
-    }
-    out
 }
 
 /// The byte index in `text` of a code-point offset (`TokenLogprob.text_offset`), for slicing a

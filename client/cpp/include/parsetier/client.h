@@ -180,8 +180,10 @@ struct Alternative {
 v1::Step LogprobStep(const std::vector<uint32_t>& token_ids, const std::vector<float>& logprobs,
                      const std::vector<std::vector<Alternative>>& top = {});
 
-// The resolved logprobs of deltas, in order (a session's, or one message's): OpenAI chat's
-// logprobs.content, one entry per sampled token (token, logprob, bytes, top_logprobs).
+// The resolved logprobs of deltas, in order (a session's, or one message's), one entry per
+// sampled token (token, logprob, bytes, text_offset, top_logprobs). OpenAI's JSON shapes of them
+// are the server's to write: open the session with OpenOptions::wire (OpenAI chat or
+// completions) and forward its wire bytes, which carry them.
 std::vector<v1::TokenLogprob> Logprobs(const std::vector<v1::Delta>& deltas);
 
 // The bytes a reply of a session opened with OpenOptions::wire carries for its caller: the reply's
