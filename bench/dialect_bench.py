@@ -43,7 +43,8 @@ from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 from parsetier.native import engine, open_session
 from parsetier.protocol import session as protocol_module
-from parsetier.protocol.session import Limits, SessionProtocol
+from parsetier.protocol.rules import Limits
+from parsetier.protocol.session import SessionProtocol
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 TEXT = (

@@ -153,7 +153,7 @@ def in_process_costs(ids: list[int], reps: int, steps: int, sessions: int = 256)
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
     from parsetier.protocol.batch import BatchProtocol
-    from parsetier.protocol.session import Limits
+    from parsetier.protocol.rules import Limits
     from parsetier.service import logs
     from parsetier.service.admission import Admission
     from parsetier.service.limits import SessionGate
@@ -216,7 +216,7 @@ def steady_costs(ids: list[int], reps: int, steps: int = 50, sessions: int = 256
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
     from parsetier.protocol.batch import BatchProtocol
-    from parsetier.protocol.session import Limits
+    from parsetier.protocol.rules import Limits
 
     model = ModelRegistry().get("qwen3")
     tools = tuple(Tool(name=n, parameters={"type": "object"}) for n in ("get_weather", "get_time"))

@@ -23,7 +23,8 @@ from parsetier import native
 from parsetier.models import Model
 from parsetier.protocol.batch import SLICE_ITEMS, BatchHooks, BatchProtocol, NeedModels, Packed
 from parsetier.protocol.ledger import PyLedger
-from parsetier.protocol.session import Limits, SessionCounts
+from parsetier.protocol.rules import Limits
+from parsetier.protocol.session import SessionCounts
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 from service_samples import WEATHER_TOOLS

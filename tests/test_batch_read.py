@@ -195,7 +195,7 @@ def test_edge_cases_read_as_protobuf_decodes_them(data: bytes):
 
 def test_a_framing_error_is_the_protocols_status():
     from parsetier.protocol.batch import BatchProtocol
-    from parsetier.protocol.session import Limits
+    from parsetier.protocol.rules import Limits
 
     data = _field(2, 2, _field(1, 2, b"a") + _field(2, 2, _varint(2)) + _field(3, 2, _varint(5)))
     request = read_batch_request(data)

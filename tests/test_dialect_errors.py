@@ -17,7 +17,8 @@ import test_dialects as td
 from parsetier.dialects import WireRequest, native_renderer, python_renderer
 from parsetier.dialects.errors import error_bytes, http_status
 from parsetier.messages import Delta, ToolCallDelta
-from parsetier.protocol.session import Limits, SessionProtocol
+from parsetier.protocol.rules import Limits
+from parsetier.protocol.session import SessionProtocol
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import WireJoin, wire_error, wire_of
 from parsetier_client.requests import open_message, wire_options

@@ -9,7 +9,8 @@ import pytest
 
 from parsetier import convert, native
 from parsetier.messages import SessionOptions
-from parsetier.protocol.session import Limits, NeedModel, SessionProtocol
+from parsetier.protocol.rules import Limits
+from parsetier.protocol.session import NeedModel, SessionProtocol
 from parsetier.session import start_and_echo
 from parsetier_api.v1 import parsetier_pb2 as pb
 

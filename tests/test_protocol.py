@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from parsetier.protocol.framing import once_request, once_response
-from parsetier.protocol.session import Limits, NeedModel, Reply, SessionProtocol, State
+from parsetier.protocol.rules import Limits, State
+from parsetier.protocol.session import NeedModel, Reply, SessionProtocol
 from parsetier.status import Code, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 

@@ -12,7 +12,8 @@ import json
 import pytest
 
 from parsetier import native
-from parsetier.protocol.session import Limits, SessionProtocol, State
+from parsetier.protocol.rules import Limits, State
+from parsetier.protocol.session import SessionProtocol
 from parsetier.status import Code, StatusError
 from parsetier_api.v1 import parsetier_pb2 as pb
 

@@ -33,7 +33,7 @@ from parsetier import native
 from parsetier.models import ModelRegistry
 from parsetier.protocol.batch import BatchProtocol, NeedModels, to_the_end
 from parsetier.protocol.framing import in_parts
-from parsetier.protocol.session import Limits
+from parsetier.protocol.rules import Limits
 from parsetier.service.admission import Admission
 from parsetier.service.decoding import passing_serializer, read_batch_request
 from parsetier.service.limits import SessionGate

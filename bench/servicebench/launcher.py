@@ -132,7 +132,7 @@ async def run_echo_server() -> None:
 
 def run_lazy_workers(workers: int, preload: str) -> int:
     from parsetier.models import ModelRegistry
-    from parsetier.protocol.session import Limits
+    from parsetier.protocol.rules import Limits
     from parsetier.service.workers import serve_workers
 
     return serve_workers(

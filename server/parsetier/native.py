@@ -500,7 +500,7 @@ class NativeSession:
         protocol that keeps ``ledger`` (``_core.finish_reply``): the reply's bytes and the final
         result's finish reason. None, nothing done, when the final result needs Python (text a
         text step still holds, logprobs or ids collected for it) or the core leaves it (the
-        ledger is not bound to this session: ``bind_ledger``)."""
+        ledger is not bound to this session: ``rules.core_steps``)."""
         if _finish_reply is None or self._finished or self._literals is not None:
             return None
         if "_annotator" in self.__dict__ and self._annotator.holds():
@@ -522,19 +522,3 @@ class _StepSession(NativeSession):
 
 _finish_reply = None if _core is None else _core.finish_reply
 """``_core.finish_reply`` (None: no core, or one built before it)."""
-
-
-def bind_ledger(ledger: Any, session: Any, renderer: Any, want_deltas: bool, want_events: bool) -> None:
-    """Let the packed ``ParseBatch`` path step ``session`` natively for the protocol that keeps
-    ``ledger`` (``_core.PackedSteps``): when it is a native session that returns no token ids,
-    with no wire dialect (``renderer`` None), and the ledger is native. Any other session's
-    items stay on the Python path."""
-    native_ledger = None if _core is None else _core.Ledger
-    if (
-        native_ledger is not None
-        and isinstance(ledger, native_ledger)
-        and isinstance(session, NativeSession)
-        and session._parse_only
-        and renderer is None
-    ):
-        ledger.bind(session._core, want_deltas, want_events)

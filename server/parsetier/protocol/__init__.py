@@ -1,7 +1,9 @@
 """The session-message protocol, sans-IO: every rule about the messages of a session and of a
 stream of sessions, with no gRPC, no asyncio and no engine of its own.
 
-- ``session``: one session's state machine (``SessionProtocol``): order, counting, limits, the reply;
+- ``rules``: the rules of a session's messages as tables (order, counting, limits, the plain
+  path, the reply), with the theory of operation;
+- ``session``: one session's state machine (``SessionProtocol``), which applies them;
 - ``batch``: a ``ParseBatch`` stream, a table of sessions keyed by the client, packed items too;
 - ``ledger``: a session's counters (client messages, tokens, sequence, digest), in Python or in
   the native core;

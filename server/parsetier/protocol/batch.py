@@ -23,7 +23,9 @@ from typing import TypeVar
 from parsetier import native
 from parsetier.messages import Delta
 from parsetier.models import Model
-from parsetier.protocol.session import Limits, SessionCounts, SessionProtocol, refused_wire
+from parsetier.protocol import rules
+from parsetier.protocol.rules import Limits
+from parsetier.protocol.session import SessionCounts, SessionProtocol, refused_wire
 from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
@@ -219,7 +221,7 @@ class BatchProtocol:
     def _stepped(self, message: BatchRequest):
         """The message's entries as the core steps them (``ReadBatch.stepped``), when this
         stream's sessions are the core's to step; else None (Python applies every entry)."""
-        if type(message) is not ReadBatch or self.table is None or native.engine() != "native":
+        if type(message) is not ReadBatch or not rules.core_batches():
             return None
         return message.stepped
 
@@ -365,7 +367,7 @@ class BatchProtocol:
         written packed. Sessions on the native core are stepped by it, a slice's items in one
         call (``_core.PackedSteps``: no Python per item); the items it leaves (any other
         session, an unknown key, a bad id, a limit...) take ``_packed_item`` in their turn."""
-        stepper = packed.native() if native.engine() == "native" and self.table is not None else None
+        stepper = packed.native() if rules.core_batches() else None
         plain = _PlainOutputs()
         n = len(packed)
         for lo in range(0, n, SLICE_ITEMS):
@@ -418,14 +420,11 @@ class BatchProtocol:
         if taken is None:
             return
         deltas, events, wire = taken
-        if not events and not wire and len(deltas) == 1:
-            delta = deltas[0]
-            if not (
-                delta.tool_calls or delta.logprobs or delta.token_ids or (delta.reasoning and delta.content)
-            ):
-                ledger = protocol.ledger
-                plain.add(key, ledger.sequence, ledger.client_messages, delta, ledger.digest)
-                return
+        delta = rules.packed_delta(deltas, events, wire)
+        if delta is not None:
+            ledger = protocol.ledger
+            plain.add(key, ledger.sequence, ledger.client_messages, delta, ledger.digest)
+            return
         protocol.write(outputs.add(key=key), deltas, events, wire)
 
     def _open(self, outputs, key: str, open_: pb.Open) -> SessionProtocol | None:
@@ -452,7 +451,7 @@ class BatchProtocol:
         """A refused open: its status, and its ``session_end`` with the model and request id it
         named (an accepted one's protocol reads them: ``open_with``)."""
         counts.model, counts.request_id = open_.model, open_.request_id
-        counts.client_messages += 1
+        counts.ledger.count_message(0)
         _status(outputs, key, error, refused_wire(open_, error.code.name, error.message))
         self.hooks.ended(counts, error, False)
         return None

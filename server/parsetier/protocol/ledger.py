@@ -3,8 +3,9 @@ tokens (against ``max_tokens_per_session``), the reply ``sequence``, what was se
 output digest (``parsetier.digest``).
 
 One contract (``Ledger``), two implementations: ``PyLedger`` here (the reference engine's,
-readable) and ``_core.Ledger`` (``parsetier_core/python/src/ledger.rs``), which the packed
-``ParseBatch`` path updates natively, with no Python per item (``_core.PackedSteps``).
+readable) and ``_core.Ledger`` (``parsetier_core/python/src/ledger.rs``), whose ``step`` is the
+core's one plain step (the ``Parse`` stream's ``step_reply`` and the packed ``ParseBatch`` items,
+``_core.PackedSteps``: no Python per item). What moves each counter: ``rules.COUNTS``.
 ``SessionProtocol`` reads and writes either only through this contract, so a session's counts are
 the same whichever path stepped it. ``SessionCounts`` (the log record) shows the ledger's counters.
 """
@@ -16,6 +17,7 @@ from typing import Protocol
 
 from parsetier import digest, native
 from parsetier.messages import Delta
+from parsetier.protocol import rules
 
 
 class Ledger(Protocol):
@@ -34,7 +36,12 @@ class Ledger(Protocol):
     """The tag of the last piece digested (``parsetier.digest``)."""
 
     def count_message(self, tokens: int) -> int:
-        """A client message carrying ``tokens`` token ids arrived: the session's tokens so far."""
+        """A client message carrying ``tokens`` token ids arrived: the session's tokens so far.
+        The one place a message is counted (the core's twin: ``Ledger::count``)."""
+        ...
+
+    def count_tokens(self, tokens: int) -> int:
+        """``tokens`` more token ids of the message counted last: the session's tokens so far."""
         ...
 
     def count_reply(self, deltas: int, events: int) -> int:
@@ -80,6 +87,10 @@ class PyLedger:
         self.tokens += tokens
         return self.tokens
 
+    def count_tokens(self, tokens: int) -> int:
+        self.tokens += tokens
+        return self.tokens
+
     def count_reply(self, deltas: int, events: int) -> int:
         self.sequence += 1
         self.deltas += deltas
@@ -100,6 +111,6 @@ class PyLedger:
 def new_ledger() -> Ledger:
     """A new session's ledger: the native one when sessions run on the native core (the packed
     path can then step them), else ``PyLedger``."""
-    if native.engine() == "native" and native._core is not None:
+    if rules.core_batches():
         return native._core.Ledger()
     return PyLedger()

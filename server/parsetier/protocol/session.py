@@ -1,11 +1,9 @@
-"""The protocol of one request session, sans-IO: every rule about what may come when, what is
-counted, which limits hold and what the server answers lives in this file.
+"""One session's protocol, sans-IO: the state machine that applies the rules of a session's
+messages (``parsetier.protocol.rules``: order, counting, limits, the plain path, the reply) to
+the messages of one session, and answers each with what to send.
 
-Theory of operation
--------------------
-A ``SessionProtocol`` is fed the client's messages of one session, in order, and answers each
-with what to send. It never reads, writes, sleeps or loads anything: like h11's ``Connection`` it
-is a state machine the I/O layer drives::
+A ``SessionProtocol`` never reads, writes, sleeps or loads anything: like h11's ``Connection``
+it is a state machine the I/O layer drives::
 
     protocol = SessionProtocol(limits)
     result = protocol.receive(message)             # a ParseRequest
@@ -18,7 +16,8 @@ is a state machine the I/O layer drives::
 
 Every RPC drives the same object and differs only in framing:
 
-- ``Parse``: one stream, one protocol; each ``ParseRequest`` is passed to ``receive``.
+- ``Parse``: one stream, one protocol; each ``ParseRequest`` is passed to ``receive`` (or
+  ``receive_serialized``, whose plain messages the core answers as bytes).
 - ``ParseOnce``: a one-message session, ``SessionProtocol(limits, unary=True)`` fed
   ``framing.once_request(request)`` (open + one step + finish); ``framing.once_response``
   reshapes its reply. A streamed reply too large for one message goes in parts
@@ -26,32 +25,21 @@ Every RPC drives the same object and differs only in framing:
 - the multiplexed RPC: a table key → protocol (``parsetier.protocol.batch``); each item goes to
   its session's protocol, so a multiplexed session answers byte for byte like a ``Parse`` stream.
 
-States (``State``)::
-
-    AWAIT_OPEN ──open──► LOADING ──supply_model──► STREAMING ──finish──► FINISHED
-         │                  │                          │
-         └───── any ProtocolError or session error ────┴──────────────► FAILED
-
 Errors are ``ProtocolError`` with a ``Code`` (see ``parsetier.status``); errors from the session
 (a bad token id, a call out of order) are translated to it here. After an error the protocol is
 ``FAILED`` and refuses everything: the caller ends the session with that code.
 
-Counting: ``counts.client_messages`` is every message received (empty keep-alives too);
-``sequence`` numbers the replies that carried something, 1, 2, 3...; tokens and text bytes count
-towards the per-session limits, the prompt tail on its own (it is not output).
-
-Two paths, one set of rules. A *plain* message — one step of token ids without logprobs for a
-STREAMING session, nothing else — is most of a session's messages; ``plain_ids`` is the one place
-that decides it, and ``take_ids`` feeds it with no step grouping. Every other message takes the
-general path (``_check_order``, ``_apply``): steps grouped into feed calls (``step_runs``: the
-ids of consecutive id steps are concatenated into one ``Session.feed`` call — parsing is
-split-invariant, so the output is the same as feeding them one by one — and a text or logprobs
-step is fed on its own), the Finish applied. Both end in the same reply path: ``_taken`` picks
-what the reply carries (the deltas and events the client asked for, the wire bytes) and counts
-it, ``write`` sets the reply's fields; everything one message produced goes into one reply.
+The two paths (``rules``): a plain message (``rules.plain_ids``) is fed by ``take_ids`` with no
+step grouping — or counted, stepped and answered by the core (``receive_serialized``, an opening
+entry's step in ``_supplied``, the packed items) when it steps the session (``rules.core_steps``);
+every other message is ``_check_order``'d and ``_apply``'d: steps grouped into feed calls
+(``step_runs``: the ids of consecutive id steps are concatenated into one ``Session.feed`` call —
+parsing is split-invariant, so the output is the same as feeding them one by one — and a text or
+logprobs step is fed on its own), the Finish applied. Both end in the same reply path: ``_taken``
+picks what the reply carries (``rules.REPLY``) and counts it, ``write`` sets the reply's fields.
 
 Resume (``Open.resume``, ``parsetier.protocol.resume``): counted in tokens
------------------------------------------------------------------
+--------------------------------------------------------------------------
 The ``ResumePoint`` carries the history the client has the output of, as steps (its answered
 ids as one packed run, plus any text or logprobs steps in their places), the ``sequence`` of the
 last reply it received and that reply's ``output_digest``. ``_start`` feeds the history right
@@ -73,7 +61,6 @@ path (``parsetier.protocol.batch``) can step such a session and count it with no
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -86,11 +73,11 @@ from parsetier.dialects.errors import error_bytes, failed_response
 from parsetier.engine.events import Event
 from parsetier.messages import Delta, Final, Usage
 from parsetier.models import Model
-from parsetier.native import bind_ledger, open_session
-from parsetier.protocol import resume
+from parsetier.native import open_session
+from parsetier.protocol import resume, rules
 from parsetier.protocol.ledger import Ledger, new_ledger
-from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
-from parsetier.tool_limits import check_tools
+from parsetier.protocol.rules import FEED_PIECE, ORDER, Limits, State, moved, only_ids, shape_of
+from parsetier.status import Code, ProtocolError, StatusError, error_of, invalid, out_of_order
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 Input = pb.ParseRequest | pb.SessionInput
@@ -102,75 +89,6 @@ Into = Callable[[], Output]
 """Makes the message a reply is written into (``pb.ParseResponse``, or a ``ParseBatch`` reply's
 ``sessions.add``): called only when the reply carries something, so a message answered with
 nothing, or with the core's bytes, makes no message."""
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What one client may cost the server. Past a limit the session (or call) ends with
-    RESOURCE_EXHAUSTED (idling: DEADLINE_EXCEEDED) and nothing else changes."""
-
-    max_message_bytes: int = 4 * 1024 * 1024
-    """Largest client message gRPC accepts (larger ones fail with RESOURCE_EXHAUSTED)."""
-    max_steps_per_message: int = 4096
-    max_tokens_per_session: int = 1_000_000
-    """Output token ids one session may feed (the prompt tail is held to the same number)."""
-    max_text_bytes_per_session: int = 16 * 1024 * 1024
-    """UTF-8 bytes of already-detokenized text one session may feed."""
-    max_sessions: int = 4096
-    """Open sessions at once on the server (Parse streams, ParseOnce calls, ParseBatch sessions)."""
-    max_sessions_per_stream: int = 2048
-    """Open sessions on one ParseBatch stream; an open past it is refused (that session only)."""
-    max_items_per_message: int = 2048
-    """Session entries and packed items in one ParseBatch message; more end the stream (a framing limit)."""
-    idle_timeout: float = 300.0
-    """Seconds a stream may stay silent before it is ended with DEADLINE_EXCEEDED."""
-    max_reply_bytes: int = 64 * 1024 * 1024
-    """Largest message the server sends (grpc's send limit, and what the Python clients accept).
-    The session limits keep ordinary replies far below it; a streamed reply that would be larger
-    is sent in parts (``parsetier.protocol.framing.in_parts``); a unary one (``ParseOnce``) cannot be, and
-    ends the call with RESOURCE_EXHAUSTED instead of a message the client cannot receive."""
-    max_loop_lag: float = 0.1
-    """Seconds the event loop may run behind before new sessions are refused (0: never)."""
-    max_watch_streams: int = 256
-    """Health Watch and reflection streams open at once (each kind counted on its own)."""
-    max_prompt_tokens: int = 1_048_576
-    """Longest prompt ``Render`` gives (INVALID_ARGUMENT beyond, with both numbers)."""
-    trust_request_templates: bool = False
-    """Whether ``Render`` renders a chat template the request brings (sandboxed and bounded as
-    the models' own); off: such a request is PERMISSION_DENIED."""
-    max_buffered_bytes: int = 1024 * 1024 * 1024
-    """Bytes of client input and unsent replies the server holds across all streams
-    (``service/budget.py``); ``parsetier serve`` defaults it to a quarter of the memory."""
-    max_tools: int = 1024
-    """Tools in one request's ``Open`` (INVALID_ARGUMENT beyond: ``parsetier.tool_limits``)."""
-    max_schema_bytes: int = 64 * 1024
-    """Bytes of one tool's JSON (its parameters schema) in an ``Open``."""
-    constraint_timeout: float = 30.0
-    """Seconds a ``BuildConstraint`` may take (DEADLINE_EXCEEDED beyond)."""
-
-    def check_tools(self, open_: pb.Open) -> None:
-        """An Open's tools within ``max_tools`` and ``max_schema_bytes`` (INVALID_ARGUMENT)."""
-        check_tools(open_, self.max_tools, self.max_schema_bytes)
-
-    def check_steps(self, count: int) -> None:
-        if count > self.max_steps_per_message:
-            raise exhausted(f"{count} steps in one message; the limit is {self.max_steps_per_message}")
-
-    def check_tokens(self, total: int) -> None:
-        if total > self.max_tokens_per_session:
-            raise exhausted(f"session exceeds {self.max_tokens_per_session} tokens")
-
-    def check_reply(self, size: int) -> None:
-        """A unary reply (one message, no parts) must fit in one message."""
-        if size > self.max_reply_bytes:
-            raise exhausted(
-                f"the reply would be {size} bytes, more than the {self.max_reply_bytes} the server sends "
-                "in one message; a Parse stream sends a result this large in parts"
-            )
-
-    def check_text(self, total_bytes: int) -> None:
-        if total_bytes > self.max_text_bytes_per_session:
-            raise exhausted(f"session exceeds {self.max_text_bytes_per_session} bytes of text")
 
 
 def _ledger_counter(name: str, doc: str) -> property:
@@ -206,14 +124,6 @@ class SessionCounts:
     events = _ledger_counter("events", "Events sent.")
     client_messages = _ledger_counter("client_messages", "Messages received (empty keep-alives too).")
     server_messages = _ledger_counter("server_messages", "Replies sent.")
-
-
-class State(enum.Enum):
-    AWAIT_OPEN = "await_open"
-    LOADING = "loading"
-    STREAMING = "streaming"
-    FINISHED = "finished"
-    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,18 +181,6 @@ def step_runs(steps: Sequence[pb.Step], per_step: bool = False) -> Iterator[list
         yield ids
 
 
-def _only_ids(message: Input, steps: Sequence[pb.Step] | None = None) -> Sequence[int] | None:
-    """The token ids of a message's only step, when it has no logprobs and no Finish follows
-    (maybe none: a text step); None for any other message. ``steps``: the message's, when the
-    caller has read them."""
-    if steps is None:
-        steps = message.steps
-    if len(steps) != 1 or message.HasField("finish"):
-        return None
-    step = steps[0]
-    return None if step.HasField("logprobs") else step.token_ids
-
-
 def _index(steps: Sequence[pb.Step], step: pb.Step) -> int:
     return next(i for i, s in enumerate(steps) if s is step)
 
@@ -297,12 +195,6 @@ def _feed_step(
         return session.feed(step.token_ids, convert.step_logprobs_of(step.logprobs))
     except core.InvalidInput as exc:
         raise invalid(f"steps[{_index(steps, step)}].{exc}") from None
-
-
-FEED_PIECE = 8192
-"""Ids per ``Session.feed`` call. Parsing is split-invariant, so a long run fed in pieces gives
-the same output; between pieces the thread that parses a large message (see the servicer) lets
-the event loop take the GIL back, which one long call into the tokenizer would not."""
 
 
 def feed_in_pieces(session: core.Session | CompletionSession, ids: Sequence[int]) -> list[core.StepOutput]:
@@ -402,10 +294,10 @@ class SessionProtocol:
 
         ``into`` makes the message the reply is written into (``Into``); when nothing came out
         it is not called and ``Reply.response`` is None."""
-        ids = self.plain_ids(message)
+        ids = rules.plain_ids(self.state, message)
         if ids is not None:
             return self._plain_reply(self.take_ids(ids), into)
-        self.ledger.client_messages += 1
+        self.ledger.count_message(0)  # its tokens as its steps are fed (``_feed``)
         with self._failing():
             self._check_order(message)
             self.limits.check_steps(len(message.steps))
@@ -414,7 +306,7 @@ class SessionProtocol:
                 self.counts.model = message.open.model
                 self.counts.request_id = message.open.request_id
                 self._pending = message
-                self.state = State.LOADING
+                self.state = moved(self.state, "open")
                 return NeedModel(message.open.model)
             return Reply(self._apply(message, into), finished=self.state is State.FINISHED)
 
@@ -425,7 +317,7 @@ class SessionProtocol:
         ``Reply.response`` then the ``ParseResponse``'s bytes; any other message, and one the
         core leaves to Python (a bad id, a limit), is ``receive``'s."""
         if _step_reply is not None:
-            ids = self.plain_ids(message)
+            ids = rules.plain_ids(self.state, message)
             if ids is not None:
                 try:
                     data = _step_reply(self.ledger, ids, self.limits.max_tokens_per_session)
@@ -447,20 +339,9 @@ class SessionProtocol:
         final result would show) for a STREAMING session the core steps alone (its ledger
         bound: parse-only, no wire dialect); ``other_choices_usage`` only shows in wire bytes,
         which such a session has none of."""
-        if (
-            self.state is not State.STREAMING
-            or self.renderer is not None
-            or message.steps
-            or message.HasField("open")
-            or not message.HasField("finish")
-        ):
-            return None
-        finish = message.finish
-        reason = convert.FINISH_IN.get(finish.reason)  # another: the general path refuses it
         session = self.session
-        if reason is None or not isinstance(session, native.NativeSession):
-            return None
-        if session.options.include_stop_text and finish.WhichOneof("matched_stop") is not None:
+        reason = rules.plain_finish(self.state, message, session)
+        if reason is None or self.renderer is not None:
             return None
         try:
             done = session.finish_reply(self.ledger, reason, key)
@@ -470,25 +351,17 @@ class SessionProtocol:
         if done is None:
             return None
         data, self.counts.finish_reason = done
-        self._leave(State.FINISHED)
+        self._leave(moved(self.state, "finish"))
         return data
 
     def plain_ids(self, message: Input) -> Sequence[int] | None:
-        """The token ids of a plain message, None for any other: the one rule of which messages
-        take the plain path (``take_ids``). Plain is the engine's usual message, one step of
-        token ids without logprobs for a STREAMING session, carrying nothing else (no Open, no
-        Finish); its reply is exactly what the general path would send for it, at a fraction of
-        the cost. A packed ``ParseBatch`` item stands for such a message when its session
-        ``takes_ids`` (``BatchProtocol``). An Open whose message is otherwise plain feeds its
-        step the same way once the session is started (``supply_model``)."""
-        if message.HasField("open"):
-            return None
-        ids = _only_ids(message)
-        return ids if ids is not None and self.takes_ids(ids) else None
+        """The token ids of a plain message, None for any other (``rules.plain_ids``)."""
+        return rules.plain_ids(self.state, message)
 
     def takes_ids(self, ids: Sequence[int]) -> bool:
-        """A message of one step of these ids and nothing else takes the plain path."""
-        return self.state is State.STREAMING and len(ids) > 0
+        """A message of one step of these ids and nothing else takes the plain path
+        (``rules.takes_ids``): a packed ``ParseBatch`` item stands for such a message."""
+        return rules.takes_ids(self.state, ids)
 
     def take_ids(self, ids: Sequence[int]) -> Taken | None:
         """The plain path (``plain_ids``): the message is counted and its ids fed, and what the
@@ -590,7 +463,7 @@ class SessionProtocol:
         (``open_``) read by the caller: a ``ParseBatch`` stream reads an entry's Open to open
         its session and hands it on, rather than have it read again (a field read is a lookup
         in the message, each time)."""
-        self.ledger.client_messages += 1
+        self.ledger.count_message(0)  # its tokens as its steps are fed
         steps = message.steps
         if len(steps) > self.limits.max_steps_per_message:
             with self._failing():
@@ -599,7 +472,7 @@ class SessionProtocol:
         counts = self.counts
         counts.model = name = open_.model
         counts.request_id = request_id = open_.request_id
-        self.state = State.LOADING
+        self.state = moved(self.state, "open")
         return self._supplied(models(name), message, open_, into, key, steps, request_id)
 
     def supply_model(self, model: Model, into: Into = pb.ParseResponse) -> Reply:
@@ -623,8 +496,8 @@ class SessionProtocol:
         ``steps`` and ``request_id``: the message's and the Open's, when the caller read them."""
         try:  # ``_failing``, spelled out: no context manager made per open
             self._start(model, open_, request_id)
-            self.state = State.STREAMING
-            ids = _only_ids(message, steps)
+            self.state = moved(self.state, "model")
+            ids = only_ids(message, steps)
             if not ids:  # steps of the general path, a Finish, or nothing
                 return Reply(self._apply(message, into), opened=True, finished=self.state is State.FINISHED)
         except BaseException as exc:
@@ -646,8 +519,7 @@ class SessionProtocol:
                 raise
             if data is not None:
                 return Reply(data, True) if data else _OPENED
-        ledger.tokens += len(ids)
-        return self._plain_reply(self._take_counted(ids, ledger.tokens), into, opened=True)
+        return self._plain_reply(self._take_counted(ids, ledger.count_tokens(len(ids))), into, opened=True)
 
     def _plain_reply(self, taken: Taken | None, into: Into, opened: bool = False) -> Reply:
         """The reply of a plain step: nothing to send when ``taken`` is None, else ``taken``
@@ -668,7 +540,7 @@ class SessionProtocol:
     def fail(self, exc: BaseException) -> StatusError | None:
         """Mark the session failed by ``exc`` (e.g. the model would not load); its contract
         error, or None when ``exc`` is a server bug."""
-        self._leave(State.FAILED)
+        self._leave(State.FAILED)  # from any state: ``rules.TRANSITIONS``' errors, FINISHED too
         self._pending = None
         return error_of(exc)
 
@@ -688,14 +560,14 @@ class SessionProtocol:
     def receive_eof(self) -> None:
         """The client closed its side: fine after Finish, an error before."""
         if self.state is not State.FINISHED:
-            self._leave(State.FAILED)
+            self._leave(moved(self.state, "error"))
             raise out_of_order("the stream was closed before Finish")
 
     def idle(self) -> None:
         """The client sent nothing for ``limits.idle_timeout``: fine once the result is out (the
         client merely did not close), an error before."""
         if self.state is not State.FINISHED:
-            self._leave(State.FAILED)
+            self._leave(moved(self.state, "error"))
             raise ProtocolError(
                 Code.DEADLINE_EXCEEDED,
                 f"no message for {self.limits.idle_timeout:g} s; the session was dropped",
@@ -703,19 +575,12 @@ class SessionProtocol:
 
     # ------------------------------------------------------------------ rules
     def _check_order(self, message: Input) -> None:
-        """Order errors, checked before anything in the message is applied."""
-        state = self.state
-        has_data = bool(message.steps) or message.HasField("finish")
-        if state is State.FAILED:
-            raise out_of_order("the session has already ended with an error")
-        if state is State.LOADING:
-            raise RuntimeError("receive while the model is loading")
-        if state is State.FINISHED and (has_data or message.HasField("open")):
-            raise out_of_order("the session is finished; no data may follow Finish")
-        if message.HasField("open") and state is not State.AWAIT_OPEN:
-            raise out_of_order("the session is already open; Open may only come in the first message")
-        if state is State.AWAIT_OPEN and not message.HasField("open") and has_data:
-            raise out_of_order("the stream must start with Open before steps or Finish")
+        """Order errors (``rules.ORDER``), checked before anything in the message is applied."""
+        refused = ORDER[(self.state, shape_of(message))]
+        if refused is not None:
+            if refused is rules.LOADING_BUG:
+                raise RuntimeError(refused)
+            raise out_of_order(refused)
 
     def _start(self, model: Model, open_: pb.Open, request_id: str | None = None) -> None:
         """Create the session for an accepted Open; a resumed one feeds its history silently here.
@@ -746,7 +611,8 @@ class SessionProtocol:
             resume.check(point, self.ledger.digest)
             self.ledger.sequence = point.sequence
             self.counts.replayed = resume.history_tokens(point)
-        bind_ledger(self.ledger, self.session, self.renderer, self.want_deltas, self.want_events)
+        if rules.core_steps(self.ledger, self.session, self.renderer):
+            self.ledger.bind(self.session.wire_core(), self.want_deltas, self.want_events)  # type: ignore[union-attr]
 
     def _apply(self, message: Input, into: Into) -> Output | None:
         """A message of the general path, checked, to an open session: fed step by step, its
@@ -761,7 +627,7 @@ class SessionProtocol:
             assert self.session is not None
             reason, matched = convert.finish_of(message.finish)
             outputs.append(self.session.finish(reason, matched_stop=matched))
-            self._leave(State.FINISHED)
+            self._leave(moved(self.state, "finish"))
         self._digest(outputs)
         others = message.finish.other_choices_usage if finish else None
         wire, final_wire = self._render(outputs, matched if isinstance(matched, str) else None, others)
@@ -816,20 +682,17 @@ class SessionProtocol:
         outputs: list[core.StepOutput] = []
         for run in step_runs(steps, session.options.return_token_ids):
             if isinstance(run, pb.Step) and run.token_ids:
-                ledger.tokens += len(run.token_ids)
-                limits.check_tokens(ledger.tokens)
+                limits.check_tokens(ledger.count_tokens(len(run.token_ids)))
                 outputs.append(_feed_step(session, run, steps))
             elif isinstance(run, pb.Step):
                 if run.HasField("logprobs"):
                     raise invalid(f"steps[{_index(steps, run)}].logprobs: a text step has no logprobs")
                 counts.text_bytes += len(run.text.encode("utf-8"))
                 limits.check_text(counts.text_bytes)
-                ledger.tokens += run.text_tokens
-                limits.check_tokens(ledger.tokens)
+                limits.check_tokens(ledger.count_tokens(run.text_tokens))
                 outputs.append(session.feed_text(run.text, run.text_tokens))
             else:
-                ledger.tokens += len(run)
-                limits.check_tokens(ledger.tokens)
+                limits.check_tokens(ledger.count_tokens(len(run)))
                 outputs += feed_in_pieces(session, run)
         return outputs
 

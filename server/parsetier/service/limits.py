@@ -1,11 +1,11 @@
 """The gate that counts a server's open sessions (the per-session limits are the protocol's:
-``parsetier.protocol.session.Limits``, re-exported here)."""
+``parsetier.protocol.rules.Limits``, re-exported here)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from parsetier.protocol.session import Limits
+from parsetier.protocol.rules import Limits
 from parsetier.status import exhausted, unavailable
 
 __all__ = ["Limits", "SessionGate"]

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from parsetier.models import ModelRegistry
-from parsetier.protocol.session import Limits
+from parsetier.protocol.rules import Limits
 from parsetier.service import collector, logs
 from parsetier.service.logs import SERVER_LOG
 

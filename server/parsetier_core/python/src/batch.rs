@@ -3,18 +3,17 @@
 //! open sessions as the core finds them, key bytes → ledger, so an item is looked up with no
 //! Python object (no key `str`, no dict lookup, no attribute read).
 //!
-//! An item is stepped here when the table holds its key and that session's ledger holds a
-//! native session (`Ledger.bind`,
-//! which `SessionProtocol` lets go of when the session leaves STREAMING: the protocol's rule of
-//! which messages take the plain path, `takes_ids`, decided there, not here), its ids are valid and within the session's token limit. Everything else the
-//! item needs (counting, the digest, the reply's sequence) is the ledger's, and its reply is
-//! written as protobuf bytes: a packed output (`PackedOutputs`) when it is one plain text delta,
+//! An item is stepped here when the table holds its key: the session's ledger steps it
+//! (`ledger::step`, the one plain step, shared with the `Parse` stream's `step_reply`), which
+//! declines what Python applies by its own rules (an unbound ledger, a bad id, a limit). Which
+//! messages are plain, and which sessions the core may step, is Python's decision
+//! (`parsetier.protocol.rules`). Everything else the item needs (counting, the digest, the
+//! reply's sequence) is the ledger's, and its reply is written as protobuf bytes: a packed output (`PackedOutputs`) when it is one plain text delta,
 //! else a `SessionOutput` (tool-call deltas, events). `step` stops at the first item it leaves to
 //! Python, having done nothing for it; Python merges the bytes (`MergeFromString`: outputs keep
 //! the items' order), applies that item by its own rules, and calls `step` again after it.
 
 use std::collections::{HashMap, HashSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use parsetier_engine::events::{DeltaKind, StepOut};
 use parsetier_engine::keyhash::KeyState;
@@ -23,8 +22,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 use pyo3::Py;
 
-use crate::ledger::Ledger;
-use crate::reply::{self, bytes_field, string_field, tag, varint, FEED_PIECE, SESSION_OUTPUT};
+use crate::ledger::{self, Ledger, Stepped, Taken};
+use crate::reply::{self, bytes_field, string_field, tag, varint, SESSION_OUTPUT};
 use crate::session::PySession;
 
 /// A `ParseBatch` stream's open sessions as the packed path finds them: each key's bytes → its
@@ -287,8 +286,8 @@ impl PackedSteps {
                 &mut w,
             );
             match item {
-                Ok(Stepped::Yes) => at += 1,
-                Ok(Stepped::No) => break,
+                Ok(Stepped::Done(())) => at += 1,
+                Ok(Stepped::Declined) => break,
                 Ok(Stepped::Failed) => {
                     // A step that panicked may have left the scratch half written.
                     out = StepOut::default();
@@ -749,12 +748,6 @@ impl Reader<'_> {
     }
 }
 
-enum Stepped {
-    Yes,
-    No,
-    Failed,
-}
-
 impl PackedSteps {
     fn len(&self) -> usize {
         self.offsets.len() - 1
@@ -780,9 +773,10 @@ impl PackedSteps {
         Ok(PyString::new(py, key))
     }
 
-    /// Step one item: `ledger` is what the table holds for `key` (None: Python's item); `out`
-    /// is the run's scratch step output.
+    /// Step one item (`ledger::step`, the one plain step): `ledger` is what the table holds for
+    /// `key` (None: Python's item); `out` is the run's scratch step output.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn item(
         &self,
         py: Python<'_>,
@@ -792,33 +786,24 @@ impl PackedSteps {
         max_tokens: u64,
         out: &mut StepOut,
         w: &mut Replies,
-    ) -> PyResult<Stepped> {
-        if ids.is_empty() || ids.len() > FEED_PIECE {
-            return Ok(Stepped::No);
-        }
+    ) -> PyResult<Stepped<()>> {
         let Some(ledger) = ledger else {
-            return Ok(Stepped::No);
+            return Ok(Stepped::Declined);
         };
-        let mut ledger = ledger.bind(py).try_borrow_mut()?;
-        let Some(session) = ledger.session.as_ref().map(|s| s.bind(py).clone()) else {
-            return Ok(Stepped::No);
-        };
-        let mut session = session.try_borrow_mut()?;
-        if !session.accepts(ids) || ledger.tokens + ids.len() as u64 > max_tokens {
-            return Ok(Stepped::No);
-        }
-        ledger.client_messages += 1;
-        ledger.tokens += ids.len() as u64;
-        let ledger = &mut *ledger;
         let whole = self.entries.is_some();
-        let stepped = catch_unwind(AssertUnwindSafe(|| {
-            session.step_into(ids, out, |out| w.reply(key, ledger, out, whole))
-        }));
-        Ok(if stepped.is_ok() {
-            Stepped::Yes
-        } else {
-            Stepped::Failed
-        })
+        ledger::step(
+            py,
+            ledger.bind(py),
+            ids,
+            max_tokens,
+            false,
+            out,
+            |l, out, t| {
+                if let Some(t) = t {
+                    w.reply(key, l, out, &t, whole);
+                }
+            },
+        )
     }
 }
 
@@ -894,10 +879,7 @@ impl Replies {
     /// What a stepped item answers (as `SessionProtocol.take_ids` and `BatchProtocol` would);
     /// `whole`: an entry's, always a `SessionOutput` (a packed item's plain text delta is
     /// written packed).
-    fn reply(&mut self, key: &[u8], ledger: &mut Ledger, out: &StepOut, whole: bool) {
-        let Some(t) = reply::take(ledger, out) else {
-            return;
-        };
+    fn reply(&mut self, key: &[u8], ledger: &Ledger, out: &StepOut, t: &Taken, whole: bool) {
         let digest = ledger.digest.value;
         if !whole && t.events == 0 && t.deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
             let d = &out.deltas[0];
@@ -918,7 +900,7 @@ impl Replies {
             s,
             &mut self.delta,
             SESSION_OUTPUT,
-            &t,
+            t,
             ledger.client_messages,
             digest,
             out,

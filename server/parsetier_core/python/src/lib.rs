@@ -17,7 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", parsetier_engine::VERSION)?;
     // The boundary's version: bump it with `parsetier/core_module.py`'s whenever what crosses
     // the boundary changes, so an older build is refused as a whole, not mid-request.
-    m.add("BOUNDARY", 6)?;
+    m.add("BOUNDARY", 7)?;
     m.add_class::<detok::Vocabulary>()?;
     m.add_class::<detok::Detokenizer>()?;
     m.add_class::<detok::Scanner>()?;
@@ -34,6 +34,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reply::step_reply, m)?)?;
     m.add_function(wrap_pyfunction!(session::decimal_ids, m)?)?;
     m.add_function(wrap_pyfunction!(reply::finish_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(ledger::bind_rules, m)?)?;
     parser::register(m)?;
     Ok(())
 }

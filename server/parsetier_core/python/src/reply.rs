@@ -3,11 +3,9 @@
 //! whose fields are the same ones shifted by one (the `key` comes first).
 //!
 //! `step_reply` is the plain path of `SessionProtocol.receive_serialized`: a plain message of a
-//! session bound to its ledger (`Ledger.bind`) is counted, stepped and answered in one call, with
-//! no Python value built for its output. It declines (None) whatever Python must apply by its own
-//! rules: an unbound ledger, an id the session does not take, the token limit, a long message.
-
-use std::panic::{catch_unwind, AssertUnwindSafe};
+//! session bound to its ledger (`Ledger.bind`) is counted, stepped and answered in one call
+//! (`ledger::step`, the one plain step), with no Python value built for its output. It declines
+//! (None) whatever Python must apply by its own rules.
 
 use parsetier_engine::events::{DeltaKind, EventKind, StepOut};
 use parsetier_engine::parser::{Final, FinishReason};
@@ -15,11 +13,8 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::ledger::Ledger;
-
-/// `protocol.FEED_PIECE`: a longer message is fed in pieces by Python (its thread hands the GIL
-/// back between them).
-pub(crate) const FEED_PIECE: usize = 8192;
+use crate::ledger::{self, Ledger, Stepped, Taken};
+use crate::session::PySession;
 
 /// Bytes a reply's buffers start with: a step's reply, and most final results, fit without
 /// growing them (each growth is an allocation and a copy).
@@ -33,32 +28,6 @@ pub(crate) struct Fields(u32);
 pub(crate) const PARSE_RESPONSE: Fields = Fields(0);
 /// `SessionOutput`: key 1, sequence 2, client_messages 3, deltas 4, events 5, output_digest 8.
 pub(crate) const SESSION_OUTPUT: Fields = Fields(1);
-
-/// What a step's reply carries once the ledger has taken it: `sequence`, and how many of the
-/// step's deltas and events the client asked for (all or none of each).
-pub(crate) struct Taken {
-    pub sequence: u64,
-    pub deltas: usize,
-    pub events: usize,
-}
-
-/// Account for a step in the ledger (digest, reply counts), as `SessionProtocol.take_ids` does:
-/// what its reply carries, or None when nothing is to be sent.
-pub(crate) fn take(ledger: &mut Ledger, out: &StepOut) -> Option<Taken> {
-    if !out.deltas.is_empty() {
-        ledger.digest.step(out);
-    }
-    let (deltas, events) = ledger.wanted(out);
-    if deltas == 0 && events == 0 {
-        return None;
-    }
-    let sequence = ledger.reply(deltas, events);
-    Some(Taken {
-        sequence,
-        deltas,
-        events,
-    })
-}
 
 /// Append a reply's fields (all but a `SessionOutput`'s key) to `s`; `m` is scratch.
 pub(crate) fn write(
@@ -116,12 +85,12 @@ pub(crate) fn write(
     }
 }
 
-/// The plain message of `ledger`'s protocol, `ids` (a sequence of ints), stepped and answered:
-/// the `ParseResponse` bytes to send — with `key`, a `ParseBatchResponse`'s holding that
-/// session's `SessionOutput` — empty when nothing is to be sent; None when it is left to Python
-/// (nothing done). `counted`: the caller counted the message already (an opening message,
-/// counted before its Open was applied), so the step counts its tokens only and a decline
-/// leaves nothing to undo. A panic in the core raises `RuntimeError` (a server bug).
+/// The plain message of `ledger`'s protocol, `ids` (a sequence of ints), stepped and answered
+/// (`ledger::step`): the `ParseResponse` bytes to send — with `key`, a `ParseBatchResponse`'s
+/// holding that session's `SessionOutput` — empty when nothing is to be sent; None when it is
+/// left to Python (nothing done). `counted`: the caller counted the message already (an opening
+/// message, counted before its Open was applied), so the step counts its tokens only and a
+/// decline leaves nothing to undo. A panic in the core raises `RuntimeError` (a server bug).
 #[pyfunction]
 #[pyo3(signature = (ledger, ids, max_tokens, key=None, counted=false))]
 pub fn step_reply<'py>(
@@ -138,59 +107,67 @@ pub fn step_reply<'py>(
     let Ok(ids) = ids.extract::<Vec<u32>>() else {
         return Ok(None); // a negative or huge id: Python's checks name it
     };
-    let mut ledger = ledger.try_borrow_mut()?;
-    let Some(session) = ledger.session.as_ref().map(|s| s.bind(py).clone()) else {
-        return Ok(None);
-    };
-    let mut session = session.try_borrow_mut()?;
-    if ids.len() > FEED_PIECE
-        || !session.accepts(&ids)
-        || ledger.tokens + ids.len() as u64 > max_tokens
-    {
-        return Ok(None);
-    }
-    if !counted {
-        ledger.client_messages += 1;
-    }
-    ledger.tokens += ids.len() as u64;
-    let ledger = &mut *ledger;
-    let written = catch_unwind(AssertUnwindSafe(|| {
-        session.step_raw(&ids, |out| {
+    let mut out = PySession::take_out();
+    let stepped = ledger::step(
+        py,
+        ledger,
+        &ids,
+        max_tokens,
+        counted,
+        &mut out,
+        |l, out, t| {
             let mut s = Vec::with_capacity(REPLY_CAPACITY);
-            if let Some(t) = take(ledger, out) {
-                let mut m = Vec::with_capacity(REPLY_CAPACITY);
-                let digest = ledger.digest.value;
-                let f = if let Some(key) = key {
-                    string_field(&mut s, 1, key);
-                    SESSION_OUTPUT
-                } else {
-                    PARSE_RESPONSE
-                };
-                write(&mut s, &mut m, f, &t, ledger.client_messages, digest, out);
-                if key.is_some() {
-                    let mut batch = Vec::with_capacity(s.len() + 4);
-                    bytes_field(&mut batch, 2, &s);
-                    return batch;
-                }
+            let Some(t) = t else {
+                return s;
+            };
+            let mut m = Vec::with_capacity(REPLY_CAPACITY);
+            let f = if let Some(key) = key {
+                string_field(&mut s, 1, key);
+                SESSION_OUTPUT
+            } else {
+                PARSE_RESPONSE
+            };
+            write(
+                &mut s,
+                &mut m,
+                f,
+                &t,
+                l.client_messages,
+                l.digest.value,
+                out,
+            );
+            if key.is_none() {
+                return s;
             }
-            s
-        })
-    }));
-    match written {
-        Ok(s) => Ok(Some(PyBytes::new(py, &s))),
-        Err(_) => Err(PyRuntimeError::new_err(
+            let mut batch = Vec::with_capacity(s.len() + 4);
+            bytes_field(&mut batch, 2, &s);
+            batch
+        },
+    );
+    match stepped {
+        Ok(Stepped::Done(s)) => {
+            PySession::give_back_out(out);
+            Ok(Some(PyBytes::new(py, &s)))
+        }
+        Ok(Stepped::Declined) => {
+            PySession::give_back_out(out);
+            Ok(None)
+        }
+        // A step that panicked may have left the scratch half written: it is dropped.
+        Ok(Stepped::Failed) => Err(PyRuntimeError::new_err(
             "the native session failed in a step",
         )),
+        Err(e) => Err(e),
     }
 }
 
-/// The plain Finish of `ledger`'s protocol (`SessionProtocol.plain_finish`), answered by the
-/// core: the message counted, the session finished with `reason` (`stop`, `length` or `abort`),
-/// its last output digested and the reply written with its `Final`, as `_apply` and `write` would.
-/// Returns the reply's bytes — a `ParseResponse`, or with `key` a `ParseBatchResponse` holding
-/// that session's `SessionOutput` — and the final result's finish reason; None when it is left
-/// to Python (nothing done): an unbound ledger, a finished session, another reason. A panic in
-/// the core raises `RuntimeError` (a server bug).
+/// The plain Finish of `ledger`'s protocol (`SessionProtocol.finish_serialized`), answered by
+/// the core (`ledger::finish`): the message counted, the session finished with `reason` (`stop`,
+/// `length` or `abort`), its last output digested and the reply written with its `Final`, as
+/// `_apply` and `write` would. Returns the reply's bytes — a `ParseResponse`, or with `key` a
+/// `ParseBatchResponse` holding that session's `SessionOutput` — and the final result's finish
+/// reason; None when it is left to Python (nothing done): an unbound ledger, a finished session,
+/// another reason. A panic in the core raises `RuntimeError` (a server bug).
 #[pyfunction]
 #[pyo3(signature = (ledger, reason, key=None))]
 pub fn finish_reply<'py>(
@@ -205,56 +182,36 @@ pub fn finish_reply<'py>(
     let Some(reason) = FinishReason::parse(reason) else {
         return Ok(None);
     };
-    let mut ledger = ledger.try_borrow_mut()?;
-    let Some(session) = ledger.session.as_ref().map(|s| s.bind(py).clone()) else {
-        return Ok(None);
-    };
-    let mut session = session.try_borrow_mut()?;
-    let ledger = &mut *ledger;
-    let written = catch_unwind(AssertUnwindSafe(|| {
-        session.finish_raw(reason, |out, last| {
-            ledger.client_messages += 1;
-            if !out.deltas.is_empty() {
-                ledger.digest.step(out);
-            }
-            ledger.digest.finish(last.finish_reason);
-            // A reply with the final result is always sent (`SessionProtocol._taken`).
-            let (deltas, events) = ledger.wanted(out);
-            let t = Taken {
-                sequence: ledger.reply(deltas, events),
-                deltas,
-                events,
-            };
-            let mut s = Vec::with_capacity(REPLY_CAPACITY);
-            let mut m = Vec::with_capacity(REPLY_CAPACITY);
-            let f = if let Some(key) = key {
-                string_field(&mut s, 1, key);
-                SESSION_OUTPUT
-            } else {
-                PARSE_RESPONSE
-            };
-            // `write`'s fields in field order: the final result (5 + n) goes before the digest.
-            let digest = ledger.digest.value;
-            write(&mut s, &mut m, f, &t, ledger.client_messages, 0, out);
-            m.clear();
-            write_final(&mut m, last);
-            bytes_field(&mut s, 5 + f.0, &m);
-            if digest != 0 {
-                tag(&mut s, 7 + f.0, 5);
-                s.extend_from_slice(&digest.to_le_bytes());
-            }
-            if key.is_none() {
-                return (s, last.finish_reason);
-            }
-            let mut batch = Vec::with_capacity(s.len() + 4);
-            bytes_field(&mut batch, 2, &s);
-            (batch, last.finish_reason)
-        })
-    }));
-    match written {
-        Ok(Some((s, reason))) => Ok(Some((PyBytes::new(py, &s), reason))),
-        Ok(None) => Ok(None),
-        Err(_) => Err(PyRuntimeError::new_err(
+    let finished = ledger::finish(py, ledger, reason, |l, out, last, t| {
+        let mut s = Vec::with_capacity(REPLY_CAPACITY);
+        let mut m = Vec::with_capacity(REPLY_CAPACITY);
+        let f = if let Some(key) = key {
+            string_field(&mut s, 1, key);
+            SESSION_OUTPUT
+        } else {
+            PARSE_RESPONSE
+        };
+        // `write`'s fields in field order: the final result (5 + n) goes before the digest.
+        let digest = l.digest.value;
+        write(&mut s, &mut m, f, &t, l.client_messages, 0, out);
+        m.clear();
+        write_final(&mut m, last);
+        bytes_field(&mut s, 5 + f.0, &m);
+        if digest != 0 {
+            tag(&mut s, 7 + f.0, 5);
+            s.extend_from_slice(&digest.to_le_bytes());
+        }
+        if key.is_none() {
+            return (s, last.finish_reason);
+        }
+        let mut batch = Vec::with_capacity(s.len() + 4);
+        bytes_field(&mut batch, 2, &s);
+        (batch, last.finish_reason)
+    })?;
+    match finished {
+        Stepped::Done((s, reason)) => Ok(Some((PyBytes::new(py, &s), reason))),
+        Stepped::Declined => Ok(None),
+        Stepped::Failed => Err(PyRuntimeError::new_err(
             "the native session failed at its finish",
         )),
     }

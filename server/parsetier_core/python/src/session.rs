@@ -165,7 +165,7 @@ thread_local! {
 }
 
 thread_local! {
-    /// The step output of the raw paths (`step_raw`, `finish_raw`: the packed `ParseBatch` items,
+    /// The step output of the raw paths (`step_into`, `finish_raw`: the packed `ParseBatch` items,
     /// the `Parse` stream's plain messages): scratch, empty between two steps, so one per thread
     /// rather than the session's own `out`. With a thousand sessions stepped in turn, each
     /// session's four output buffers were four cache lines fetched from memory per item (and up
@@ -374,16 +374,9 @@ impl PySession {
         !self.finished && !ids.is_empty() && ids.iter().all(|&id| self.valid.contains(id))
     }
 
-    /// Feed ids `accepts` took and hand the step's output to `reply` (then drop it).
-    pub(crate) fn step_raw<R>(&mut self, ids: &[u32], reply: impl FnOnce(&StepOut) -> R) -> R {
-        let mut out = RAW_OUT.take();
-        let result = self.step_into(ids, &mut out, reply);
-        RAW_OUT.set(out);
-        result
-    }
-
-    /// `step_raw` with the caller's scratch output (empty; emptied again after `reply`): the
-    /// packed path steps a message's items with one, taken from the thread once per call.
+    /// Feed ids `accepts` took into the caller's scratch output (empty; emptied again after
+    /// `reply`) and hand it to `reply` (`ledger::step`; the packed path steps a message's items
+    /// with one output, taken from the thread once per call: `take_out`).
     #[inline]
     pub(crate) fn step_into<R>(
         &mut self,
