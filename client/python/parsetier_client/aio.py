@@ -12,6 +12,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.aio_status import server_error, watch, write_failed
 from parsetier_client.batch import AsyncBatch
 from parsetier_client.client_base import ClientBase, Then
 from parsetier_client.mux import AsyncMultiplexer, AsyncMuxStream
@@ -31,12 +32,13 @@ from parsetier_client.session_core import StreamCore
 
 async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError:
     """The error a finished call ended with, for writes that find the call already over."""
-    return grpc.aio.AioRpcError(
+    error = grpc.aio.AioRpcError(
         await call.code(),
         await call.initial_metadata(),
         await call.trailing_metadata(),
         await call.details(),
     )
+    return await server_error(call, error)
 
 
 _TRANSPORT_LOSS = (
@@ -69,26 +71,9 @@ async def _write(call: grpc.aio.StreamStreamCall, message: pb.ParseRequest) -> N
     """Write, or raise the status the server already ended the call with."""
     try:
         await call.write(message)
-    except asyncio.InvalidStateError:
+    except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
+        write_failed(call)
         raise connection_loss_as_unavailable(await _status_error(call)) from None
-    except grpc.aio.AioRpcError as exc:
-        raise connection_loss_as_unavailable(await _final_status(call, exc)) from None
-
-
-async def _final_status(call: grpc.aio.StreamStreamCall, error: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
-    """A write failed with grpc's own INTERNAL ("Internal error from Core": the transport broke
-    under it); the call's status says what happened (UNAVAILABLE when the connection is gone)."""
-    if error.code() != grpc.StatusCode.INTERNAL:
-        return error
-    try:
-        status = await asyncio.wait_for(_status_error(call), FINAL_STATUS_WAIT)
-    except TimeoutError:
-        return error
-    return status if status.code() not in (grpc.StatusCode.OK, grpc.StatusCode.INTERNAL) else error
-
-
-FINAL_STATUS_WAIT = 5.0
-"""Seconds a failed write waits for the call's own status."""
 
 
 async def _await_admission(call: grpc.aio.StreamStreamCall) -> None:
@@ -112,7 +97,7 @@ async def _write_all(call: grpc.aio.StreamStreamCall, messages: Iterable[pb.Pars
                 await _await_admission(call)
         await call.done_writing()
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        pass
+        write_failed(call)
 
 
 class AsyncParseStream(StreamCore, AsyncSession):
@@ -151,7 +136,7 @@ class AsyncParseStream(StreamCore, AsyncSession):
         first = self._opening(resuming=self._call is not None)
         attempt = 0
         while True:
-            call = self._stub.Parse(timeout=self._timeout, metadata=self._metadata)
+            call = watch(self._stub.Parse(timeout=self._timeout, metadata=self._metadata))
             try:
                 await _write(call, first)
                 await _await_admission(call)
@@ -184,6 +169,7 @@ class AsyncParseStream(StreamCore, AsyncSession):
                     await call.done_writing()
                     self._half_closed = call
             except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
+                write_failed(call)
                 error = connection_loss_as_unavailable(await _status_error(call))
                 if not self._moves_after(error):
                     raise error from None
@@ -213,7 +199,8 @@ class AsyncParseStream(StreamCore, AsyncSession):
                     self._received(message)
                     yield message
                 return
-            except grpc.aio.AioRpcError as exc:
+            except grpc.aio.AioRpcError as raised:
+                exc = await server_error(call, raised)
                 if self._ended_whole():
                     return  # the session is complete; only the stream's ending broke
                 if not self._moves_after(exc):
@@ -282,13 +269,13 @@ class AsyncClient(ClientBase):
         """The raw stream: any client messages in, server messages out."""
         # Written by a task of our own rather than handed to grpc as a request iterator, so the
         # writes can wait for the server's admission (see ``_await_admission``).
-        call = self.stub.Parse(timeout=self.timeout, metadata=self.metadata)
+        call = watch(self.stub.Parse(timeout=self.timeout, metadata=self.metadata))
         writer = asyncio.create_task(_write_all(call, messages))
         try:
             async for message in joined_async(call):
                 yield message
         except grpc.aio.AioRpcError as exc:
-            raise connection_loss_as_unavailable(exc) from None
+            raise connection_loss_as_unavailable(await server_error(call, exc)) from None
         finally:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)

@@ -36,6 +36,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.aio_status import server_error, watch, write_failed
 from parsetier_client.batch_resume import BatchLedger
 from parsetier_client.packed import add_packed, outputs_of
 from parsetier_client.parts import Joiner, joined
@@ -321,7 +322,7 @@ class AsyncBatch(_BatchStream):
     """The task writing queued steps (resume on), once ``_start`` made one."""
 
     def _start(self, messages: list[pb.ParseBatchRequest] | tuple[()]) -> None:
-        self._call = self._stub.ParseBatch(timeout=self._timeout, metadata=self._metadata)
+        self._call = watch(self._stub.ParseBatch(timeout=self._timeout, metadata=self._metadata))
         self._joiner = Joiner()
         if self._ledger is None:
             return
@@ -337,7 +338,8 @@ class AsyncBatch(_BatchStream):
         if self._ledger is None:
             try:
                 await self._call.write(message)
-            except asyncio.InvalidStateError:  # the stream is over: its status, not grpc's complaint
+            except (asyncio.InvalidStateError, grpc.aio.AioRpcError):  # the stream is over: its status
+                write_failed(self._call)
                 self._ended = True
                 raise await self._status() from None
         else:
@@ -354,7 +356,7 @@ class AsyncBatch(_BatchStream):
             try:
                 message = await self._call.read()
             except grpc.aio.AioRpcError as exc:
-                got: Any = exc
+                got: Any = await server_error(self._call, exc)
             else:
                 if message is grpc.aio.EOF:
                     got = await self._status()
@@ -402,12 +404,13 @@ class AsyncBatch(_BatchStream):
             self._closed_with(await self._status())
 
     async def _status(self) -> grpc.aio.AioRpcError:
-        return grpc.aio.AioRpcError(
+        error = grpc.aio.AioRpcError(
             await self._call.code(),
             await self._call.initial_metadata(),
             await self._call.trailing_metadata(),
             await self._call.details(),
         )
+        return await server_error(self._call, error)
 
     def _stop_writer(self) -> None:
         if self._writer is not None:
@@ -437,4 +440,4 @@ async def _write_from(call: grpc.aio.StreamStreamCall, outgoing: asyncio.Queue[A
             await call.write(message)
         await call.done_writing()
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-        pass
+        write_failed(call)

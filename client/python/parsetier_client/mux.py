@@ -33,6 +33,7 @@ import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
+from parsetier_client.aio_status import server_error, watch, write_failed
 from parsetier_client.mux_core import MAX_BATCH, MuxCore, Rider, as_reply, status_error, stream_error
 from parsetier_client.parts import Joiner, joined
 from parsetier_client.requests import StepLike
@@ -521,7 +522,7 @@ class AsyncMultiplexer(_Multiplexing):
             self._room.clear()
 
     def _start(self, first: list[pb.ParseBatchRequest]) -> None:
-        call = self._stub.ParseBatch(metadata=self._metadata)
+        call = watch(self._stub.ParseBatch(metadata=self._metadata))
         outgoing: asyncio.Queue[Any] = asyncio.Queue()
         for message in first:
             outgoing.put_nowait(message)
@@ -541,7 +542,7 @@ class AsyncMultiplexer(_Multiplexing):
                     self._room.set()
             await call.done_writing()
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass
+            write_failed(call)
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         core, joiner, attempt = self.core, Joiner(), 0
@@ -561,7 +562,7 @@ class AsyncMultiplexer(_Multiplexing):
                         error = _refused()
                         break
             except grpc.aio.AioRpcError as exc:
-                error = exc
+                error = await server_error(call, exc)
             if self._closed or call is not self._call:
                 return
             if error is None:
@@ -583,7 +584,7 @@ class AsyncMultiplexer(_Multiplexing):
             self._stop_writer()
             call.cancel()
             replay = core.replay()
-            call = self._stub.ParseBatch(metadata=self._metadata)
+            call = watch(self._stub.ParseBatch(metadata=self._metadata))
             outgoing: asyncio.Queue[Any] = asyncio.Queue()
             for message in replay:
                 outgoing.put_nowait(message)
