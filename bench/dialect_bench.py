@@ -16,7 +16,7 @@ writing a ``ParseResponse``, then serialized):
   forwards the bytes asks for.
 
 Each with the **server's renderer** (native for a native session: ``_core.WireRenderer``) and
-with the **Python renderer** (the reference, ``parsetier/dialects/``: the cost before the native
+with the **Python renderer** (the reference, ``parsetier/engine/wire/``: the cost before the native
 one), in the same run.
 
 * **render alone, <dialect>**: a session (the server's engine) fed the output ``--per-message``
@@ -38,7 +38,7 @@ import json
 import statistics
 import time
 
-from parsetier.dialects import WireRequest, python_renderer, renderer
+from parsetier.engine.wire import WireRequest, python_renderer, renderer
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 from parsetier.native import engine, open_session

@@ -79,11 +79,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.testkit
 from tokenizers.decoders import DecodeStream
 
 from parsetier import native
-from parsetier.detokenizer import TokenScanner
+from parsetier.engine.detokenizer import TokenScanner
+from parsetier.engine.session import parse
 from parsetier.messages import Message, SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
 from parsetier.native import open_session
-from parsetier.session import parse
 from parsetier.tokenizers import tokenizer_available
 from tests.testkit.format_renderers import (
     Call,

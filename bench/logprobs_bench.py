@@ -25,9 +25,9 @@ import statistics
 import time
 
 from parsetier.convert import delta_to_pb
+from parsetier.engine.session import Session
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model, ModelRegistry
-from parsetier.session import Session
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 TEXT = (

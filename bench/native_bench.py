@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "server"), str(ROOT / "tests")]
 
 from parsetier import native  # noqa: E402
-from parsetier.detokenizer import TokenScanner  # noqa: E402
+from parsetier.engine.detokenizer import TokenScanner  # noqa: E402
+from parsetier.engine.session import Session  # noqa: E402
 from parsetier.messages import SessionOptions, Tool  # noqa: E402
 from parsetier.models import ModelRegistry  # noqa: E402
-from parsetier.session import Session  # noqa: E402
 
 PROMPT_IDS = (151644, 77091, 198)
 WORKLOADS = {"xml": "qwen3-coder", "json": "qwen3"}

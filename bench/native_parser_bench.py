@@ -23,13 +23,13 @@ from typing import Any
 import engine_bench as eb
 
 from parsetier import _core
-from parsetier.assembler import Assembler
-from parsetier.call_ids import call_id_seed
+from parsetier.engine.assembler import Assembler
+from parsetier.engine.call_ids import call_id_seed
 from parsetier.engine.describe import describe_config, describe_grammar
 from parsetier.engine.machine import Machine
+from parsetier.engine.session import Session, _tool_schemas
 from parsetier.messages import SessionOptions
 from parsetier.models import Model, ModelRegistry
-from parsetier.session import Session, _tool_schemas
 
 
 def record(model: Model, options: SessionOptions, ids: list[int]) -> tuple[str, list[list[tuple[str, int]]]]:

@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from parsetier.engine.session import Session  # noqa: E402
 from parsetier.messages import SessionOptions, Tool  # noqa: E402
 from parsetier.models import ModelRegistry  # noqa: E402
-from parsetier.session import Session  # noqa: E402
 from tests.testkit.procfs import rss_bytes  # noqa: E402
 
 TOOLS = (

@@ -101,10 +101,10 @@ def core_spec(model, options, parts, stop_id: int) -> dict:
     from functools import partial
 
     from parsetier import native
-    from parsetier.call_ids import call_id_seed
-    from parsetier.detokenizer import PROBE, PROMPT_CONTEXT
+    from parsetier.engine.call_ids import call_id_seed
     from parsetier.engine.describe import describe_grammar
-    from parsetier.session import _tool_schemas, start_and_echo
+    from parsetier.engine.detokenizer import PROBE, PROMPT_CONTEXT
+    from parsetier.engine.session import _tool_schemas, start_and_echo
 
     grammar, tokenizer = model.grammar, model.tokenizer
     decoder = tokenizer.decoder
@@ -170,9 +170,9 @@ def worker(out: Path, runs: int, sizes: list[int], flat_runs: int) -> None:
     from bench_side import vllm_run
 
     from parsetier import native
+    from parsetier.engine.session import Session
     from parsetier.messages import SessionOptions, Tool
     from parsetier.models import ModelRegistry
-    from parsetier.session import Session
 
     clock = time.thread_time
     registry = ModelRegistry()

@@ -194,7 +194,7 @@ def judge(case: Case, observation: Observation) -> tuple[Status, list[CheckResul
 
 # ---------------------------------------------------------------- sans-IO driver
 def sansio_nonstream(case: Case) -> ParseResult:
-    from parsetier.session import parse
+    from parsetier.engine.session import parse
 
     message, _, _ = parse(_model(case), case.options, list(case.units), case.finish_reason)
     return to_result(message)
@@ -204,7 +204,7 @@ def sansio_stream(case: Case, groups: Sequence[Sequence[int]]) -> ParseResult:
     """Accumulate the *deltas* as an OpenAI client would (not the final message)."""
     from canitoolcall.results import StreamAccumulator
 
-    from parsetier.session import Session
+    from parsetier.engine.session import Session
 
     session = Session(_model(case), case.options)
     acc = StreamAccumulator()

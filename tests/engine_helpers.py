@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import marker_tokenizers
+from parsetier.engine.session import Session, parse
 from parsetier.messages import Delta, Final, Message, SessionOptions, Tool, ToolCall
 from parsetier.models import Model
-from parsetier.session import Session, parse
 
 _REGISTRY = marker_tokenizers.registry()
 QWEN3: Model = _REGISTRY.get("qwen3")

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from parsetier import native
+from parsetier.engine.session import Session, SessionError
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model
-from parsetier.session import Session, SessionError
 
 Step = Sequence[int] | tuple[str, int] | tuple[Sequence[int], StepLogprobs]
 """Ids; (text, tokens) for a text step; (ids, logprobs) for a step with logprobs."""

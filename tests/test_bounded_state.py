@@ -12,9 +12,9 @@ import pytest
 
 from engine_helpers import QWEN3
 from grpc_servers import server_logs
+from parsetier.engine.session import PROMPT_TAIL, Session
 from parsetier.messages import SessionOptions
 from parsetier.service.logs import JsonFormatter
-from parsetier.session import PROMPT_TAIL, Session
 from parsetier_client import Client
 
 LONG_PROMPT = 1_000_000

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import native_diff
 from engine_helpers import check_consistent, run, shape, tools
-from parsetier.detokenizer import ByteGroupScanner, TokenScanner
+from parsetier.engine.detokenizer import ByteGroupScanner, TokenScanner
 from parsetier.messages import SessionOptions
 from parsetier.models import Model
 from parsetier.token_bytes import byte_fallback_ids

@@ -33,9 +33,9 @@ from hypothesis import given, seed
 from hypothesis import strategies as st
 
 import marker_tokenizers
+from parsetier.engine.session import Session
 from parsetier.messages import Final, SessionOptions
 from parsetier.models import Model
-from parsetier.session import Session
 from property_settings import property_settings
 
 pytestmark = pytest.mark.slow  # 50 random outputs per format file, both delivery modes

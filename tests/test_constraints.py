@@ -24,8 +24,9 @@ from parsetier.constraints.build import ConstraintRequest, InvalidTool, derive
 from parsetier.constraints.headers import header_shape, is_header_format
 from parsetier.constraints.ir import to_lark, to_structural_tag
 from parsetier.constraints.shape import Underivable, call_shape
+from parsetier.engine.grammar import BoundGrammar
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions, Tool
-from parsetier.session import parse
 from parsetier_api.v1 import parsetier_pb2 as pb
 from testkit.format_renderers import kimi_k3_argument, kimi_k3_call
 
@@ -310,7 +311,7 @@ def test_a_user_header_format_gets_constraints_from_the_same_walk(tmp_path: Path
     )
     path = tmp_path / "my_messages.toml"
     path.write_text(text, encoding="utf-8")
-    bound = formats.load_file(path).bind(model("gpt-oss").tokenizer)
+    bound = BoundGrammar.build(formats.load_file(path), model("gpt-oss").tokenizer)
     root = derive(
         bound, ConstraintRequest(TOOLS, "required", None, True, "open", model("gpt-oss").eos_token_ids)
     )

@@ -14,8 +14,8 @@ import openai
 import pytest
 
 import test_dialects as td
-from parsetier.dialects import WireRequest, native_renderer, python_renderer
-from parsetier.dialects.errors import error_bytes, http_status
+from parsetier.engine.wire import WireRequest, native_renderer, python_renderer
+from parsetier.engine.wire.errors import error_bytes, http_status
 from parsetier.messages import Delta, ToolCallDelta
 from parsetier.protocol.rules import Limits
 from parsetier.protocol.session import SessionProtocol

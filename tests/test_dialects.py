@@ -27,7 +27,7 @@ import openai
 import pytest
 
 import test_roundtrip as rt
-from parsetier.call_ids import api_call_id
+from parsetier.engine.call_ids import api_call_id
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import logprob_step, wire_of
 from parsetier_client.requests import wire_options
@@ -686,7 +686,7 @@ def test_cut_call_input_is_what_the_sdk_rebuilds(text: str) -> None:
     (``jiter``'s partial mode): stream and body agree; an object always."""
     import jiter
 
-    from parsetier.dialects.anthropic_messages import tool_input
+    from parsetier.engine.wire.anthropic import tool_input
 
     for end in range(1, len(text) + 1):
         prefix = text[:end]

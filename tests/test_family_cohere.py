@@ -15,8 +15,8 @@ from family_support import enc, plain, split_check
 from marker_tokenizers import MARKERS
 from parsetier.constraints.build import ConstraintRequest, derive
 from parsetier.constraints.ir import to_lark
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions
-from parsetier.session import parse
 
 COMMAND = marker_tokenizers.registry().get("command-a")
 EOT = MARKERS["cohere-command"]["<|END_OF_TURN_TOKEN|>"]

@@ -16,9 +16,9 @@ import pytest
 import marker_tokenizers
 from engine_helpers import parsed, shape
 from family_support import enc, plain, prompted, split_check
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions
 from parsetier.models import Model
-from parsetier.session import parse
 
 GEMMA: Model = marker_tokenizers.registry().get("gemma-4")
 PROMPT_OFF = "<|turn>model\n<|channel>thought\n<channel|>"

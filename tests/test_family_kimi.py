@@ -18,9 +18,9 @@ import pytest
 import marker_tokenizers
 from engine_helpers import shape
 from family_support import call_ids, enc, plain, prompted, split_check
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
-from parsetier.session import parse
 from testkit.format_renderers import kimi_k2_call, kimi_k3_argument, kimi_k3_call
 
 _REGISTRY = marker_tokenizers.registry()

@@ -192,8 +192,8 @@ def test_hostile_nesting_is_bounded_and_valid_json() -> None:
     """Elements nested past the reader's depth bound are value text; 10,000 unclosed openers, or
     a soup of namespace tokens and brackets, still end in one call with valid, shallow JSON."""
     from engine_helpers import chunks, run
-    from parsetier.engine.arguments.elements import MAX_DEPTH
     from parsetier.engine.json_bounds import nesting_depth
+    from parsetier.engine.readers.elements import MAX_DEPTH
 
     deep = el("free", f"{P}<k>" * 1000 + "v" + f"{P}</k>" * 1000)
     unclosed = el("free", f"{P}<k>" * 10_000)

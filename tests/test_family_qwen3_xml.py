@@ -14,8 +14,8 @@ import pytest
 import marker_tokenizers
 from engine_helpers import tools
 from family_support import arguments_before, enc, plain, prompted, split_check
-from parsetier.engine.arguments import ParamWriter
 from parsetier.engine.grammar import GrammarError, grammar_from_dict
+from parsetier.engine.readers import ParamWriter
 from parsetier.messages import SessionOptions
 
 _REGISTRY = marker_tokenizers.registry()

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 
 from engine_helpers import QWEN3
-from parsetier.assembler import Assembler
+from parsetier.engine.assembler import Assembler
 from parsetier.engine.events import Event, EventKind
+from parsetier.engine.session import Session
 from parsetier.messages import SessionOptions, StepLogprobs
-from parsetier.session import Session
 
 MAX_RATIO = 48
 """For 16x more work: linear cost gives a ratio near 16, quadratic cost near 256."""

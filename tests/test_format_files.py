@@ -10,9 +10,9 @@ import pytest
 
 from parsetier import formats
 from parsetier.engine.grammar import GrammarError, Preset, grammar_from_dict
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import ModelRegistry, TokenizerState, UnknownModel
-from parsetier.session import parse
 from parsetier.tokenizers import TokenizerUnavailable
 
 PEER_XML_PRESETS = ("nemotron-3", "step-3.5", "mimo", "ling-3", "hy3")

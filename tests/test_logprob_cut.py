@@ -18,8 +18,8 @@ import pytest
 from grpc_servers import ThreadServer
 from native_diff import compare
 from parsetier.completion import CompletionSession
+from parsetier.engine.session import Session
 from parsetier.messages import CompletionOptions, SessionOptions, StepLogprobs
-from parsetier.session import Session
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import Client, finish_message, logprob_step, open_message
 from test_logprobs import random_steps

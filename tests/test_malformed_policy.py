@@ -14,9 +14,9 @@ import marker_tokenizers
 import native_diff
 from engine_helpers import CALL_ID, tools
 from family_support import enc, prompted, split_check
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions
 from parsetier.models import Model
-from parsetier.session import parse
 
 _REGISTRY = marker_tokenizers.registry()
 

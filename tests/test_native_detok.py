@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parsetier.detokenizer import TokenScanner
+from parsetier.engine.detokenizer import TokenScanner
 from parsetier.models import Model
 from parsetier.native import decoder_steps, detokenizer
 from parsetier.token_bytes import TokenBytes

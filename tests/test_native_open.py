@@ -13,9 +13,9 @@ from functools import partial
 import pytest
 
 from parsetier import native
-from parsetier.call_ids import prompt_digest
+from parsetier.engine.call_ids import prompt_digest
+from parsetier.engine.session import InvalidInput, Session, start_and_echo
 from parsetier.messages import SessionOptions, Tool
-from parsetier.session import InvalidInput, Session, start_and_echo
 
 
 @pytest.fixture(scope="module")

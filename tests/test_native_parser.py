@@ -26,9 +26,9 @@ import test_conservation as tc
 import test_roundtrip as rt
 from parsetier import _core
 from parsetier.engine.describe import describe_config, describe_grammar
+from parsetier.engine.session import Session, _tool_schemas
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
-from parsetier.session import Session, _tool_schemas
 from property_settings import property_settings
 
 EXAMPLES = 24

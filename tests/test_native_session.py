@@ -22,9 +22,9 @@ import hostile_outputs
 import test_roundtrip as rt
 from native_diff import compare, random_groups
 from parsetier import native
+from parsetier.engine.session import Session, StepOutput
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model
-from parsetier.session import Session, StepOutput
 from property_settings import property_settings
 from test_fuzz import hostile_output
 

@@ -1,5 +1,5 @@
 """The native wire renderers (``_core.WireRenderer``) against the Python ones (the reference,
-``parsetier/dialects/``): every streamed dialect the core renders, fed a native session's output
+``parsetier/engine/wire/``): every streamed dialect the core renders, fed a native session's output
 over the native session's corpora (every family's round-trip messages with random splits, cut,
 stopped or aborted; the hostile outputs; fuzzed model outputs over every preset; logprob steps,
 returned token ids, stop strings), must give the same bytes, step by step and at the finish.
@@ -23,10 +23,10 @@ from hypothesis import given
 import hostile_outputs
 import test_roundtrip as rt
 from native_diff import Step, native_session, random_groups
-from parsetier.dialects import NATIVE_DIALECTS, WireRequest, native_renderer, python_renderer, renderer
+from parsetier.engine.session import SessionError
+from parsetier.engine.wire import NATIVE_DIALECTS, WireRequest, native_renderer, python_renderer, renderer
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model
-from parsetier.session import SessionError
 from property_settings import property_settings
 from test_fuzz import hostile_output
 from test_native_session import SEED, _family_outputs, family_options
@@ -106,11 +106,11 @@ def test_native_renderer_is_chosen_for_streamed_native_sessions(registry) -> Non
     for dialect in NATIVE_DIALECTS:
         assert type(renderer(WireRequest(dialect), session)).__name__ == "WireRenderer"
         assert type(renderer(WireRequest(dialect, stream=False), session)).__module__.startswith(
-            "parsetier.dialects"
+            "parsetier.engine.wire"
         )
-        assert type(renderer(WireRequest(dialect))).__module__.startswith("parsetier.dialects")
+        assert type(renderer(WireRequest(dialect))).__module__.startswith("parsetier.engine.wire")
     completions = renderer(WireRequest("openai_completions"), session)
-    assert type(completions).__module__ == "parsetier.dialects.openai_completions"
+    assert type(completions).__module__ == "parsetier.engine.wire.completions"
 
 
 @pytest.mark.parametrize("family", rt.FAMILIES, ids=lambda f: f.label)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from parsetier import convert, native
+from parsetier.engine.session import start_and_echo
 from parsetier.messages import SessionOptions
 from parsetier.protocol.rules import Limits
 from parsetier.protocol.session import NeedModel, SessionProtocol
-from parsetier.session import start_and_echo
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 TOOLS = (
@@ -246,7 +246,7 @@ def test_unseeded_sessions_draw_fresh_bits_in_every_process() -> None:
     import os
     import re
 
-    from parsetier.call_ids import _RANDOM_BLOCK, call_id_seed
+    from parsetier.engine.call_ids import _RANDOM_BLOCK, call_id_seed
 
     seeds = [call_id_seed(SessionOptions()) for _ in range(3 * _RANDOM_BLOCK + 5)]
     assert all(re.fullmatch(r"random:[0-9a-f]{32}", seed) for seed in seeds)

@@ -22,10 +22,10 @@ from transformers import AutoTokenizer
 from transformers.utils.chat_parsing.response_templates import load_response_template
 
 import native_diff
+from parsetier.engine.session import Session, parse
 from parsetier.formats.response_template import TemplateError, template_grammar, validate
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import RESPONSE_TEMPLATE, ModelRegistry
-from parsetier.session import Session, parse
 from response_templates import (
     FALLBACKS,
     FAMILIES,

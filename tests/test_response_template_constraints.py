@@ -16,9 +16,9 @@ import pytest
 
 from parsetier.constraints.build import ConstraintRequest, derive
 from parsetier.constraints.ir import to_lark
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model, ModelRegistry
-from parsetier.session import parse
 from response_templates import FAMILIES, TEMPLATES, encode, m, write_dir
 from testkit.format_renderers import Parts
 

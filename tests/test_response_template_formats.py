@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import canitoolcall_support as cs
+from parsetier.engine.session import parse
 from parsetier.models import ModelRegistry
-from parsetier.session import parse
 from response_templates import TEMPLATES, write_dir
 
 PAIRS = {

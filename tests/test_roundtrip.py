@@ -28,9 +28,9 @@ from chat_rendering import (
     Message,
     OwnRenderer,
 )
+from parsetier.engine.session import Session, parse
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
-from parsetier.session import Session, parse
 from testkit import format_renderers as fr
 from testkit import peer_family_renderers as pfr
 from testkit import peer_family_renderers_a as pfa

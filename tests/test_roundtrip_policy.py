@@ -11,8 +11,8 @@ import json
 import marker_tokenizers
 from chat_rendering import JinjaTemplate
 from family_support import enc, prompted
+from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions, Tool
-from parsetier.session import parse
 
 REGISTRY = marker_tokenizers.registry()
 NULLABLE = (Tool("f", {"type": "object", "properties": {"note": {"type": ["string", "null"]}}}),)

@@ -64,11 +64,11 @@ def test_errors_are_warnings_on_both_paths(configured: io.StringIO) -> None:
     record = _record()
     record.outcome, record.error = "INVALID_ARGUMENT", "bad id"
     record.emit()
-    logging.getLogger("parsetier.session").addFilter(lambda _: True)
+    logging.getLogger("parsetier.engine.session").addFilter(lambda _: True)
     try:
         record.emit()
     finally:
-        logging.getLogger("parsetier.session").filters.clear()
+        logging.getLogger("parsetier.engine.session").filters.clear()
     direct, via_logging = configured.getvalue().splitlines()
     _same_but_times(direct, via_logging)
     assert json.loads(direct)["level"] == "warning" and json.loads(direct)["error"] == "bad id"
@@ -124,10 +124,10 @@ def test_session_end_lines_are_the_formatters_lines(static: dict[str, object]) -
         record.ended_at = record.started + 0.123456 * i
         records.append((record.level(), record))
     now = 1700000001.0015
-    direct = formatter.session_end_lines(now, "parsetier.session", records)
+    direct = formatter.session_end_lines(now, "parsetier.engine.session", records)
     name = logging.getLevelName
     lines = [
-        formatter.line(now, name(lv), "parsetier.session", "session_end", r.line_fields())
+        formatter.line(now, name(lv), "parsetier.engine.session", "session_end", r.line_fields())
         for lv, r in records
     ]
     assert direct == "".join(line + "\n" for line in lines)

@@ -38,8 +38,8 @@ from engine_helpers import (
 )
 from family_support import plain, split_check
 from parsetier.engine.events import EventKind
+from parsetier.engine.session import InvalidInput, Session, WrongState, parse
 from parsetier.messages import Delta, SessionOptions, ToolCallDelta, Usage
-from parsetier.session import InvalidInput, Session, WrongState, parse
 from property_settings import property_settings
 from strategies import Generated, hermes_ids, hermes_messages, render_hermes
 

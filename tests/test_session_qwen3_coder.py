@@ -27,8 +27,8 @@ from engine_helpers import (
 from family_support import plain, split_check
 from native_diff import compare_splits
 from parsetier.engine.events import EventKind
+from parsetier.engine.session import InvalidInput, Session, WrongState
 from parsetier.messages import SessionOptions
-from parsetier.session import InvalidInput, Session, WrongState
 from property_settings import property_settings
 from strategies import GeneratedXml, coder_ids, coder_messages, render_coder
 

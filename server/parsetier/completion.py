@@ -26,10 +26,7 @@ from dataclasses import replace
 
 from tokenizers.decoders import DecodeStream
 
-from parsetier.logprobs import StepAnnotator
-from parsetier.messages import CompletionOptions, Delta, Final, Message, SessionOptions, StepLogprobs, Usage
-from parsetier.models import Model
-from parsetier.session import (
+from parsetier.engine.session import (
     FINISH_REASONS,
     InvalidInput,
     Session,
@@ -37,6 +34,9 @@ from parsetier.session import (
     WrongState,
     checked_logprobs,
 )
+from parsetier.logprobs import StepAnnotator
+from parsetier.messages import CompletionOptions, Delta, Final, Message, SessionOptions, StepLogprobs, Usage
+from parsetier.models import Model
 
 PROMPT_CONTEXT = 4
 """Prompt ids that seed the decoder (a SentencePiece text does not start with its word space)."""

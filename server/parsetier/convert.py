@@ -10,9 +10,9 @@ from dataclasses import fields, replace
 from typing import Any, NamedTuple
 
 from parsetier import tool_shapes
-from parsetier.dialects import Dialect, WireRequest
 from parsetier.engine import json_bounds
 from parsetier.engine.events import Event, EventKind
+from parsetier.engine.wire import Dialect, WireRequest
 from parsetier.messages import (
     CompletionOptions,
     Delta,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-BOUNDARY = 7
+BOUNDARY = 8
 """The boundary version this Python expects of the core."""
 
 

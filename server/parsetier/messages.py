@@ -57,7 +57,7 @@ class SessionOptions:
     instead of streaming argument fragments as they are generated."""
     request_id: str = ""
     """The caller's id for the request. Tool call ids derive from it (else from the prompt), so the
-    same request gives the same ids on any backend (see ``parsetier.call_ids``)."""
+    same request gives the same ids on any backend (see ``parsetier.engine.call_ids``)."""
     return_token_ids: bool = False
     """Put each step's ids on the delta it produced (OpenAI-compatible ``return_token_ids``)."""
     completion: CompletionOptions | None = None

@@ -269,7 +269,7 @@ class ModelRegistry:
             model = self._loaded.get(name)
             if model is None:
                 tokenizer = load_tokenizer(spec.tokenizer)
-                grammar = self._unbound(spec, tokenizer).bind(tokenizer)
+                grammar = BoundGrammar.build(self._unbound(spec, tokenizer), tokenizer)
                 stop_ids = eos_token_ids(tokenizer, tokenizer_folder(spec.tokenizer), spec.eos_token_ids)
                 model = Model(spec, tokenizer, grammar, stop_ids)
                 self._loaded[name] = model

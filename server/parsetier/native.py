@@ -19,14 +19,25 @@ from typing import Any
 
 import tokenizers
 
-from parsetier.call_ids import call_id_seed
 from parsetier.completion import CompletionSession
 from parsetier.core_module import core as _core
 from parsetier.core_module import unavailable
-from parsetier.detokenizer import PROBE, PROMPT_CONTEXT, LiteralMarkers
+from parsetier.engine.call_ids import call_id_seed
 from parsetier.engine.describe import NativeUnsupported, describe_grammar
+from parsetier.engine.detokenizer import PROBE, PROMPT_CONTEXT, LiteralMarkers
 from parsetier.engine.events import Event, EventKind
 from parsetier.engine.grammar import BoundGrammar
+from parsetier.engine.session import (
+    FINISH_REASONS,
+    PROMPT_TAIL,
+    InvalidInput,
+    Session,
+    StepOutput,
+    WrongState,
+    _tool_schemas,
+    annotated_feed,
+    start_and_echo,
+)
 from parsetier.logprobs import StepAnnotator
 from parsetier.messages import (
     Delta,
@@ -40,17 +51,6 @@ from parsetier.messages import (
     Usage,
 )
 from parsetier.models import Model
-from parsetier.session import (
-    FINISH_REASONS,
-    PROMPT_TAIL,
-    InvalidInput,
-    Session,
-    StepOutput,
-    WrongState,
-    _tool_schemas,
-    annotated_feed,
-    start_and_echo,
-)
 
 _STEP_KINDS = frozenset({"ByteLevel", "ByteFallback", "Fuse", "Replace", "Strip", "Metaspace"})
 

@@ -1,6 +1,6 @@
 """Arguments written as one element per argument (the ``elements`` state kind, MiniMax-M3).
 
-The element syntax is the reader's (``engine/arguments/elements.py``): every tag is the format's
+The element syntax is the reader's (``engine/readers/elements.py``): every tag is the format's
 ``tag`` terminal then ``<name>`` or ``</name>``; an element holds text (a scalar, typed by the
 schema) or child elements (an object's members, an array's ``item`` children). The constraint
 writes what the templates write, from the strict schema:
@@ -24,8 +24,8 @@ from typing import Any
 from parsetier.constraints.ir import Alt, Json, Lit, Node, Opt, Seq, Star, Text
 from parsetier.constraints.request import ARRAY_LIMITS, STRING_LIMITS, InvalidTool
 from parsetier.constraints.shape import Underivable
-from parsetier.engine.arguments.elements import _TAG
 from parsetier.engine.grammar import SENTINEL_RE
+from parsetier.engine.readers.elements import _TAG
 
 MAX_NESTING = 16
 """Schemas nested deeper than this are written as JSON text below that depth."""

@@ -1,7 +1,7 @@
 """Arguments in a notation other than JSON: Gemma 4's object notation (``json`` states with
 ``dialect = "gemma"``) and pythonic call lists (Llama 4's ``[f(a=1, b='x')]``).
 
-The notation is the reader's (``engine/arguments/gemma.py``): ``{key:<|"|>text<|"|>,n:42}``,
+The notation is the reader's (``engine/readers/gemma.py``): ``{key:<|"|>text<|"|>,n:42}``,
 bare keys, strings between two ``quote`` terminals, scalars as bare JSON literals, ``[…]``
 lists and nested ``{…}`` objects, no whitespace needed. The constraint writes it from the strict
 schema: members in schema order (required ones present, commas only between members that are

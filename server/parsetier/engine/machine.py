@@ -32,16 +32,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from parsetier.engine.arguments import (
-    ArgumentReader,
-    ElementArgsReader,
-    EnvelopeReader,
-    GemmaArgsReader,
-    JsonArgsReader,
-    ParamWriter,
-    PythonCallsReader,
-    json_string_fragment,
-)
 from parsetier.engine.events import (
     CONTENT,
     END,
@@ -56,6 +46,16 @@ from parsetier.engine.events import (
 )
 from parsetier.engine.grammar import SENTINEL_RE, BoundGrammar, State, Transition
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
+from parsetier.engine.readers import (
+    ArgumentReader,
+    ElementArgsReader,
+    EnvelopeReader,
+    GemmaArgsReader,
+    JsonArgsReader,
+    ParamWriter,
+    PythonCallsReader,
+    json_string_fragment,
+)
 
 _CAPTURE_LIMIT = 4096
 

@@ -1,6 +1,6 @@
 """A session's ledger: the counters its protocol keeps as it streams — client messages, output
 tokens (against ``max_tokens_per_session``), the reply ``sequence``, what was sent, and the
-output digest (``parsetier.digest``).
+output digest (``parsetier.engine.digest``).
 
 One contract (``Ledger``), two implementations: ``PyLedger`` here (the reference engine's,
 readable) and ``_core.Ledger`` (``parsetier_core/python/src/ledger.rs``), whose ``step`` is the
@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from parsetier import digest, native
+from parsetier import native
+from parsetier.engine import digest
 from parsetier.messages import Delta
 from parsetier.protocol import rules
 
@@ -33,7 +34,7 @@ class Ledger(Protocol):
     digest: int
     """The running digest of the output produced (``output_digest`` of the replies)."""
     digest_kind: str
-    """The tag of the last piece digested (``parsetier.digest``)."""
+    """The tag of the last piece digested (``parsetier.engine.digest``)."""
 
     def count_message(self, tokens: int) -> int:
         """A client message carrying ``tokens`` token ids arrived: the session's tokens so far.

@@ -5,20 +5,20 @@ the output of (its answered steps, consecutive id steps merged into one packed r
 ``sequence`` and ``output_digest`` of the last reply it received. The server feeds the history
 right after the ``Open`` (``SessionProtocol._start``) through the same feed as any input, under
 the same per-session limits, and sends nothing for it; then it compares its own digest of the
-output that produced (``parsetier.digest``) with the client's. Equal: the session is the one the
+output that produced (``parsetier.engine.digest``) with the client's. Equal: the session is the one the
 client had, and its replies number on from ``sequence + 1``; the client re-sends its unanswered
 messages as live input. Different: ``ResumeMismatch`` (FAILED_PRECONDITION), never a silently
 different output.
 
 Exactness rests on two server properties: output is deterministic (tool call ids included, see
-``parsetier.call_ids``) and split-invariant (any split of the same ids gives the same output), so
+``parsetier.engine.call_ids``) and split-invariant (any split of the same ids gives the same output), so
 one packed run stands for any number of the original steps. One pass over the history per
 failover; nothing is stored on any server between streams.
 """
 
 from __future__ import annotations
 
-from parsetier.session import WrongState
+from parsetier.engine.session import WrongState
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 

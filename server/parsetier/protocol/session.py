@@ -52,7 +52,7 @@ point's, and ``counts.replayed`` records the history's ids. Everything after is 
 re-sends its unanswered steps as ordinary messages. ``ParseOnce`` ignores a resume point.
 
 Digest: every reply carries ``output_digest``, the session's running digest of all the output it
-produced (``parsetier.digest``), updated wherever output is made, sent or not.
+produced (``parsetier.engine.digest``), updated wherever output is made, sent or not.
 
 Ledger: the counters above, ``sequence`` and the digest live in the session's ledger
 (``parsetier.protocol.ledger``), native for a session on the native core, so the packed ``ParseBatch``
@@ -66,11 +66,11 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from parsetier import convert, native
-from parsetier import session as core
 from parsetier.completion import CompletionSession
-from parsetier.dialects import Renderer, WireRequest, renderer
-from parsetier.dialects.errors import error_bytes, failed_response
+from parsetier.engine import session as core
 from parsetier.engine.events import Event
+from parsetier.engine.wire import Renderer, WireRequest, renderer
+from parsetier.engine.wire.errors import error_bytes, failed_response
 from parsetier.messages import Delta, Final, Usage
 from parsetier.models import Model
 from parsetier.native import open_session

@@ -16,9 +16,9 @@ from parsetier.constraints import ConstraintRequest, derive, to_lark, to_structu
 from parsetier.constraints.headers import header_reasoning
 from parsetier.constraints.schemas import compiled
 from parsetier.constraints.shape import reasoning_shape
+from parsetier.engine.session import kwargs_thinking, start_state
 from parsetier.messages import SessionOptions, Tool
 from parsetier.models import Model
-from parsetier.session import kwargs_thinking, start_state
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 _REASONING = {

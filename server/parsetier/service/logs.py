@@ -15,7 +15,7 @@ from typing import TextIO
 
 from parsetier.protocol.session import SessionCounts
 
-SESSION_LOG = logging.getLogger("parsetier.session")
+SESSION_LOG = logging.getLogger("parsetier.engine.session")
 SERVER_LOG = logging.getLogger("parsetier.server")
 
 MAX_FIELD_CHARS = 256

@@ -12,8 +12,8 @@ import hashlib
 import json
 from collections.abc import Callable
 
-from parsetier.dialects import WireRequest
-from parsetier.dialects.errors import error_bytes
+from parsetier.engine.wire import WireRequest
+from parsetier.engine.wire.errors import error_bytes
 from parsetier.models import Model
 from parsetier.render import Rendered, Renderer
 from parsetier.render.common import kwargs_as_strings

@@ -12,12 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import tokenizers
-
-    from parsetier.engine.grammar.bind import BoundGrammar
 
 STATE_KINDS = frozenset({"content", "reasoning", "skip", "capture", "value", "json", "envelope", "elements"})
 """content/reasoning: text is shown as such; skip: text is dropped; capture: text is collected
@@ -32,7 +26,7 @@ DIALECTS = frozenset({"json", "gemma", "python", "python_json", "keyed"})
 ENVELOPE_NAME_KEYS = frozenset({"name", "tool_name"})
 ENVELOPE_ARGUMENT_KEYS = frozenset({"arguments", "parameters", "args"})
 ENVELOPE_ID_KEYS = frozenset({"id", "tool_call_id"})
-"""The keys an envelope reads (``engine/arguments/envelope.py``, which skips a string-valued id
+"""The keys an envelope reads (``engine/readers/envelope.py``, which skips a string-valued id
 member); ``keys`` picks the written ones."""
 UNESCAPES = frozenset({"none", "xml"})
 
@@ -167,7 +161,7 @@ class Grammar:
     value_trim: str = "newline"
     """How parameter values are trimmed: ``newline`` drops one leading and one trailing newline."""
     tool_call_id: str = "derived"
-    """``derived`` (``chatcmpl-tool-<hex>`` from the request, see ``parsetier.call_ids``) or
+    """``derived`` (``chatcmpl-tool-<hex>`` from the request, see ``parsetier.engine.call_ids``) or
     ``format`` (the id the model wrote, e.g. Kimi's)."""
     presets: tuple[Preset, ...] = ()
     """Models that speak this format (the file's ``[[presets]]`` tables)."""
@@ -183,10 +177,3 @@ class Grammar:
     @property
     def has_tool_calls(self) -> bool:
         return any(s.kind in ("json", "envelope", "value", "elements") for s in self.states.values())
-
-    def bind(self, tokenizer: tokenizers.Tokenizer) -> BoundGrammar:
-        """This grammar bound to ``tokenizer``'s vocabulary (``bind.py``; imported here, on use,
-        because binding builds on this schema)."""
-        from parsetier.engine.grammar.bind import BoundGrammar
-
-        return BoundGrammar.build(self, tokenizer)

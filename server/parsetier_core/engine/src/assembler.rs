@@ -1,4 +1,4 @@
-//! Events → OpenAI-style deltas, and the assembled final message (`parsetier/assembler.py`):
+//! Events → OpenAI-style deltas, and the assembled final message (`parsetier/engine/assembler.py`):
 //! delivery options (reasoning shown, tool_choice none, parallel_tool_calls false,
 //! complete_tool_calls), call ids and delivered indices, the whitespace policy (`EdgeTrim`), and
 //! one feed's deltas merged into runs.

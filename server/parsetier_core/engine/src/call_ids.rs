@@ -1,4 +1,4 @@
-//! Tool call ids derived from the request (`parsetier/call_ids.py`):
+//! Tool call ids derived from the request (`parsetier/engine/call_ids.py`):
 //! `"chatcmpl-tool-" + hex(BLAKE2b-96(key=ID_KEY, seed || 0x00 || decimal(call_index)))`.
 
 use blake2::digest::consts::U12;

@@ -1,4 +1,4 @@
-//! The output digest (`server/parsetier/digest.py`, the definition): CRC-32 (IEEE, as
+//! The output digest (`server/parsetier/engine/digest.py`, the definition): CRC-32 (IEEE, as
 //! `zlib.crc32`, chained) of the canonical byte stream of a session's output, each piece preceded
 //! by its kind's tag when the kind differs from the previous piece's. The packed `ParseBatch`
 //! path digests a step's deltas here, with no Python; the value must stay equal to digest.py's

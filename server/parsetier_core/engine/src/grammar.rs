@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 
 use crate::lexer::TerminalSet;
+use crate::text::has_visible;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -44,6 +45,65 @@ pub enum Dialect {
 pub struct Follow {
     pub patterns: Vec<String>,
     pub end: bool,
+}
+
+impl Follow {
+    /// Whether what follows `buf[at..]` makes a `follow` terminal structural: Some(true/false), or
+    /// None while the text so far cannot tell (`ending`: nothing more will come).
+    pub fn followed(&self, buf: &str, at: usize, ending: bool) -> Option<bool> {
+        if !self.patterns.is_empty() {
+            match follow_match(&self.patterns, buf, at) {
+                FollowMatch::No => return Some(false),
+                FollowMatch::Full => return Some(true),
+                FollowMatch::Partial => {}
+            }
+        } else if has_visible(&buf[at..]) {
+            return Some(false);
+        }
+        if !ending {
+            return None;
+        }
+        Some(self.end)
+    }
+}
+
+enum FollowMatch {
+    No,
+    Partial,
+    Full,
+}
+
+/// `\s*(?:p1|p2|…)` matched at `at` with the `regex` module's partial semantics: a full match if
+/// there is one, else partial if more text could make one.
+fn follow_match(patterns: &[String], buf: &str, at: usize) -> FollowMatch {
+    let b = buf.as_bytes();
+    let mut partial = false;
+    let mut k = at;
+    loop {
+        let rest = &b[k..];
+        for p in patterns {
+            let p = p.as_bytes();
+            if rest.starts_with(p) {
+                return FollowMatch::Full;
+            }
+            if rest.len() < p.len() && p.starts_with(rest) {
+                partial = true;
+            }
+        }
+        match buf[k..].chars().next() {
+            Some(c) if c.is_whitespace() => k += c.len_utf8(),
+            Some(_) => break,
+            None => {
+                partial = true;
+                break;
+            }
+        }
+    }
+    if partial {
+        FollowMatch::Partial
+    } else {
+        FollowMatch::No
+    }
 }
 
 /// An `ends_turn` check: the terminal opens calls only where they end the model's turn (after

@@ -768,7 +768,7 @@ impl Machine {
 
     /// Whether what follows `buf[at..]` makes a `follow` terminal structural (None: cannot tell).
     fn followed(&self, f: &Follow, buf: &str, at: usize) -> Option<bool> {
-        followed(f, buf, at, self.ending)
+        f.followed(buf, at, self.ending)
     }
 
     // ------------------------------------------------------------------ kinds
@@ -1047,24 +1047,6 @@ impl Machine {
     }
 }
 
-/// Whether what follows `buf[at..]` makes a `follow` terminal structural: Some(true/false), or
-/// None while the text so far cannot tell (`ending`: nothing more will come).
-pub(crate) fn followed(f: &Follow, buf: &str, at: usize, ending: bool) -> Option<bool> {
-    if !f.patterns.is_empty() {
-        match follow_match(&f.patterns, buf, at) {
-            FollowMatch::No => return Some(false),
-            FollowMatch::Full => return Some(true),
-            FollowMatch::Partial => {}
-        }
-    } else if has_visible(&buf[at..]) {
-        return Some(false);
-    }
-    if !ending {
-        return None;
-    }
-    Some(f.end)
-}
-
 /// Whether the calls an `ends_turn` terminal (`opener`, ending at `buf[at]`) opens end the
 /// model's turn: Some(true/false), or None while the text so far cannot tell (`ending`: nothing
 /// more will come). After each closer only whitespace, the opener again, or the end may follow;
@@ -1101,45 +1083,6 @@ pub(crate) fn ends_turn(
             return None;
         }
         return Some(false);
-    }
-}
-
-enum FollowMatch {
-    No,
-    Partial,
-    Full,
-}
-
-/// `\s*(?:p1|p2|…)` matched at `at` with the `regex` module's partial semantics: a full match if
-/// there is one, else partial if more text could make one.
-fn follow_match(patterns: &[String], buf: &str, at: usize) -> FollowMatch {
-    let b = buf.as_bytes();
-    let mut partial = false;
-    let mut k = at;
-    loop {
-        let rest = &b[k..];
-        for p in patterns {
-            let p = p.as_bytes();
-            if rest.starts_with(p) {
-                return FollowMatch::Full;
-            }
-            if rest.len() < p.len() && p.starts_with(rest) {
-                partial = true;
-            }
-        }
-        match buf[k..].chars().next() {
-            Some(c) if c.is_whitespace() => k += c.len_utf8(),
-            Some(_) => break,
-            None => {
-                partial = true;
-                break;
-            }
-        }
-    }
-    if partial {
-        FollowMatch::Partial
-    } else {
-        FollowMatch::No
     }
 }
 

@@ -1,5 +1,5 @@
 //! One request's live parse: token ids → detokenizer → parser, exactly `Session.feed`'s logic
-//! (`server/parsetier/session.py`).
+//! (`server/parsetier/engine/session.py`).
 //!
 //! A marker id (bound or dropped) is always its own piece; plain ids between markers are fed as
 //! one piece standing for all of them when the parser can count such a run exactly

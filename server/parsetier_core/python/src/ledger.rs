@@ -229,7 +229,7 @@ impl Ledger {
         self.digest.value = value;
     }
 
-    /// The tag of the last piece digested, as `parsetier.digest` keeps it.
+    /// The tag of the last piece digested, as `parsetier.engine.digest` keeps it.
     #[getter]
     fn digest_kind(&self) -> String {
         self.digest.kind.tag()

@@ -17,7 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", parsetier_engine::VERSION)?;
     // The boundary's version: bump it with `parsetier/core_module.py`'s whenever what crosses
     // the boundary changes, so an older build is refused as a whole, not mid-request.
-    m.add("BOUNDARY", 7)?;
+    m.add("BOUNDARY", 8)?;
     m.add_class::<detok::Vocabulary>()?;
     m.add_class::<detok::Detokenizer>()?;
     m.add_class::<detok::Scanner>()?;

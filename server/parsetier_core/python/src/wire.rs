@@ -1,5 +1,5 @@
 //! `_core.WireRenderer`: a streamed session's wire dialect rendered natively
-//! (`parsetier_engine::wire`), the `Renderer` of `parsetier/dialects/` for native sessions: it
+//! (`parsetier_engine::wire`), the `Renderer` of `parsetier/engine/wire/` for native sessions: it
 //! drives the dialect's `WireDialect`.
 //!
 //! On the per-token path the step's bytes come from the session's own step output, kept in Rust
@@ -80,7 +80,7 @@ fn read_deltas(py: Python<'_>, deltas: &Bound<'_, PyAny>) -> PyResult<Vec<Owned>
             let encode = match &logprob_json {
                 Some(f) => f,
                 None => logprob_json.insert(
-                    py.import("parsetier.dialects.wire_json")?
+                    py.import("parsetier.engine.wire.wire_json")?
                         .getattr("logprob_json")?,
                 ),
             };

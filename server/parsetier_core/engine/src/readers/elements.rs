@@ -1,5 +1,5 @@
 //! One element per argument (MiniMax-M3) → one JSON object, typed by the tool's schema
-//! (`arguments/elements.py`): `P<city>Paris P</city>P<tags>P<item>a P</item>P</tags>`.
+//! (`engine/readers/elements.py`): `P<city>Paris P</city>P<tags>P<item>a P</item>P</tags>`.
 
 use serde_json::Value as Schema;
 
@@ -193,7 +193,7 @@ impl ElementArgsReader {
         for (stop, follow) in &self.stops {
             if rest.starts_with(stop.as_str()) {
                 let Some(f) = follow else { return Some(true) };
-                match crate::machine::followed(f, text, pos + stop.len(), self.ending) {
+                match f.followed(text, pos + stop.len(), self.ending) {
                     Some(false) => continue,
                     verdict => return verdict,
                 }

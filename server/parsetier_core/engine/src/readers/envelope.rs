@@ -1,4 +1,4 @@
-//! JSON envelopes that carry the name with the arguments (`arguments/envelope.py`): Hermes,
+//! JSON envelopes that carry the name with the arguments (`engine/readers/envelope.py`): Hermes,
 //! Llama 3, Mistral's list, Apertus' keyed objects.
 //!
 //! The reference matches the short structural parts with partial regexes (the `regex` module);

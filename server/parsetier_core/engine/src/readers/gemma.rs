@@ -1,4 +1,4 @@
-//! Gemma 4's object notation → JSON, streamed (`arguments/gemma.py`):
+//! Gemma 4's object notation → JSON, streamed (`engine/readers/gemma.py`):
 //! `{key:<|"|>text<|"|>,n:42,o:{…},l:[…]}`.
 
 use super::python_calls::json_scalar;

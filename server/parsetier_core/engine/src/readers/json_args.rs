@@ -1,4 +1,4 @@
-//! Arguments written as one JSON value, streamed verbatim (`arguments/json_args.py`).
+//! Arguments written as one JSON value, streamed verbatim (`engine/readers/json_args.py`).
 //!
 //! The value's lead-in is markup when it is whitespace and a code fence (```` ```json ````);
 //! anything else there is the model's own text, shown as content (`Sink::shown`), decided word by

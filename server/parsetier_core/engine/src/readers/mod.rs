@@ -1,4 +1,4 @@
-//! Argument readers (`engine/arguments/`): how a call's arguments become JSON text fragments.
+//! Argument readers (`engine/readers/`): how a call's arguments become JSON text fragments.
 //! The machine reaches them only through `Reader` (the Python `ArgumentReader` protocol:
 //! `feed`, `status`, `rest`, `unclaimed`) and they answer only through a `Sink`.
 

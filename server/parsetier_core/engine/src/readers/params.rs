@@ -1,5 +1,5 @@
 //! Key/value parameters (XML-style formats) → one JSON object, typed by the tool's schema
-//! (`arguments/params.py`).
+//! (`engine/readers/params.py`).
 
 use serde_json::Value as Schema;
 

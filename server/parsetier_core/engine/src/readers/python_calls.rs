@@ -1,5 +1,5 @@
 //! Pythonic call lists (Llama 4, LFM2…) → calls with JSON arguments
-//! (`arguments/python_calls.py`), and Python literals as JSON (`_py_scalar`, and the
+//! (`engine/readers/python_calls.py`), and Python literals as JSON (`_py_scalar`, and the
 //! `ast.literal_eval` of containers that `params.typed_value` falls back on).
 
 use super::{CallsState, Sink, Status};
@@ -16,7 +16,7 @@ fn ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// `JSON_SCALAR.fullmatch(token)` (`arguments/gemma.py`).
+/// `JSON_SCALAR.fullmatch(token)` (`engine/readers/python_calls.py`).
 pub fn json_scalar(token: &str) -> bool {
     if matches!(token, "true" | "false" | "null") {
         return true;

@@ -1,4 +1,4 @@
-//! Anthropic Messages, streamed (`dialects/anthropic_messages.py`'s `MessagesRenderer`).
+//! Anthropic Messages, streamed (`engine/wire/anthropic.py`'s `MessagesRenderer`).
 
 use super::{api_call_id, push_event, push_string, Finish, Request, WireDelta, WireDialect};
 

@@ -1,4 +1,4 @@
-//! OpenAI chat completions, streamed (`dialects/openai_chat.py`'s `ChatRenderer`).
+//! OpenAI chat completions, streamed (`engine/wire/chat.py`'s `ChatRenderer`).
 
 use super::{
     api_call_id, push_ids, push_list, push_string, push_usage_openai, Finish, Request, WireDelta,

@@ -1,4 +1,4 @@
-//! Wire dialects' per-step streaming bytes, natively (`parsetier/dialects/`, the reference):
+//! Wire dialects' per-step streaming bytes, natively (`parsetier/engine/wire/`, the reference):
 //! OpenAI chat chunks, Anthropic Messages events and OpenAI Responses events of a streamed
 //! session, byte-identical to the Python renderers. A renderer is fed every delta of its session
 //! in order (`step`), then the last deltas and the final values (`finish`), as the Python ones.
@@ -66,7 +66,7 @@ pub struct Finish<'a> {
     pub stop_string: Option<&'a str>,
 }
 
-/// A streamed wire dialect (`Renderer` of `parsetier/dialects/`): each dialect renders one
+/// A streamed wire dialect (`Renderer` of `parsetier/engine/wire/`): each dialect renders one
 /// reply's deltas (`step`) and the events that end its stream (`end`); feeding a native step and
 /// the whole `finish` are the same for every dialect, so they are written once, here.
 pub trait WireDialect: Send + Sync {
@@ -91,14 +91,14 @@ pub trait WireDialect: Send + Sync {
     }
 
     /// The `sequence_number` the next event would carry (Responses; 0 for dialects without
-    /// one): an error event that ends the stream goes on from it (`dialects/errors.py`).
+    /// one): an error event that ends the stream goes on from it (`engine/wire/errors.py`).
     fn sequence(&self) -> u64 {
         0
     }
 
     /// `ResponsesRenderer.fail`: a streamed response ended by an error, rendered in `out` (the
     /// error event, and the failed response once it had started). Only Responses has one: the
-    /// other dialects' errors are written whole by `dialects/errors.py`.
+    /// other dialects' errors are written whole by `engine/wire/errors.py`.
     fn fail(&mut self, _code: &str, _message: &str, _failed_code: &str, _out: &mut String) {}
 
     /// `step` over a native step's deltas (one kind each), without building Python values.

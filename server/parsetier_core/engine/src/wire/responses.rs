@@ -1,4 +1,4 @@
-//! OpenAI Responses, streamed (`dialects/openai_responses.py`'s `ResponsesRenderer`).
+//! OpenAI Responses, streamed (`engine/wire/responses.py`'s `ResponsesRenderer`).
 
 use super::{
     api_call_id, item_id, json_string, push_event, push_list, push_string, push_u64, Finish,

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
-from parsetier.engine.arguments.common import (
+from parsetier.engine.json_bounds import MAX_DEPTH
+from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
+from parsetier.engine.readers.common import (
     PY_LITERALS,
     SENTINEL,
     CallsReader,
     Emit,
     json_string_fragment,
 )
-from parsetier.engine.arguments.gemma import JSON_SCALAR
-from parsetier.engine.json_bounds import MAX_DEPTH
-from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
+
+JSON_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
+"""A bare JSON scalar (number, ``true``, ``false``, ``null``); Gemma's notation writes its scalars so too."""
 
 _PY_IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _PY_IDENT = _PY_IDENT_START | frozenset("0123456789")

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import DONE, dumps, sse_data, sse_event
+from parsetier.engine.wire.request import WireRequest
+from parsetier.engine.wire.wire_json import DONE, dumps, sse_data, sse_event
 
 
 class ErrorKind(NamedTuple):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import DONE, dumps, logprob, sse_data, usage_openai
+from parsetier.engine.wire.request import WireRequest
+from parsetier.engine.wire.wire_json import DONE, dumps, logprob, sse_data, usage_openai
 from parsetier.messages import Delta, Final, TokenLogprob
 
 

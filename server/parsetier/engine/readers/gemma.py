@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 
-from parsetier.engine.arguments.common import SENTINEL, Emit, ValueReader, json_string_fragment
 from parsetier.engine.json_bounds import MAX_DEPTH
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN
+from parsetier.engine.readers.common import SENTINEL, Emit, ValueReader, json_string_fragment
+from parsetier.engine.readers.python_calls import JSON_SCALAR
 
 Held = Callable[[str, str, int], None]
 """``held(pending, text, at)``: the reader's held text ``pending``, read up to ``text[at]`` (it may
 have begun in earlier pieces), is the model's own text."""
-
-JSON_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
 
 
 class GemmaArgsReader(ValueReader):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parsetier.engine import json_bounds
-from parsetier.engine.arguments.common import PY_LITERALS, Emit, json_string_fragment
+from parsetier.engine.readers.common import PY_LITERALS, Emit, json_string_fragment
 
 
 def schema_types(schema: Mapping[str, Any] | None) -> frozenset[str]:

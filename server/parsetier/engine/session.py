@@ -20,9 +20,9 @@ from typing import Any
 
 import tokenizers
 
-from parsetier.assembler import Assembler
-from parsetier.call_ids import call_id_seed, id_maker
-from parsetier.detokenizer import LiteralMarkers, TokenScanner
+from parsetier.engine.assembler import Assembler
+from parsetier.engine.call_ids import call_id_seed, id_maker
+from parsetier.engine.detokenizer import LiteralMarkers, TokenScanner
 from parsetier.engine.events import Event
 from parsetier.engine.grammar import BoundGrammar, Grammar
 from parsetier.engine.machine import Machine
@@ -172,7 +172,7 @@ class Session:
         self._machine = Machine(grammar, start, schemas, echo)
         self.call_id_seed = call_id_seed(options)
         """What the session's tool call ids derive from (random bits when the request gave neither
-        a request id nor prompt ids: see ``parsetier.call_ids``)."""
+        a request id nor prompt ids: see ``parsetier.engine.call_ids``)."""
         self._assembler = Assembler(options, id_maker(options, self.call_id_seed))
         # Everything that reads the whole prompt (call ids derive from it) has done so: keep only
         # the tail, so a long prompt costs memory while the session opens, not while it lives.

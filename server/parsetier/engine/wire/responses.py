@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from parsetier.call_ids import api_call_id, item_id
-from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import chat_logprob, dumps, framed_numbered, logprob, sse_event, string
+from parsetier.engine.call_ids import api_call_id, item_id
+from parsetier.engine.wire.request import WireRequest
+from parsetier.engine.wire.wire_json import chat_logprob, dumps, framed_numbered, logprob, sse_event, string
 from parsetier.messages import Delta, Final, TokenLogprob
 
 CALL_PREFIX = "call_"

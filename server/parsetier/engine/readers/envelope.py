@@ -7,8 +7,8 @@ from collections.abc import Callable
 import regex
 
 from parsetier.engine import json_bounds
-from parsetier.engine.arguments.common import SENTINEL, CallsReader, Emit
 from parsetier.engine.json_scan import COMPLETE, MALFORMED, OPEN, JsonValueScanner
+from parsetier.engine.readers.common import SENTINEL, CallsReader, Emit
 
 # A JSON string's body up to its closing quote. Possessive: a body cannot end before an unescaped
 # quote, so giving characters back never finds another match, and the regex engine (partial

@@ -34,9 +34,9 @@ from typing import Any
 
 import regex
 
-from parsetier.engine.arguments.common import Emit, json_string_fragment
-from parsetier.engine.arguments.params import schema_types, typed_value
 from parsetier.engine.json_scan import COMPLETE, OPEN
+from parsetier.engine.readers.common import Emit, json_string_fragment
+from parsetier.engine.readers.params import schema_types, typed_value
 
 MAX_DEPTH = 64
 """Elements nested deeper than this are value text (bounded work and output)."""

@@ -20,13 +20,13 @@ on leaving, for text to pass through (``unclaimed``). One module per style; this
 gathers them.
 """
 
-from parsetier.engine.arguments.common import ArgumentReader, Emit, json_string_fragment
-from parsetier.engine.arguments.elements import ElementArgsReader
-from parsetier.engine.arguments.envelope import EnvelopeReader
-from parsetier.engine.arguments.gemma import GemmaArgsReader
-from parsetier.engine.arguments.json_args import JsonArgsReader
-from parsetier.engine.arguments.params import ParamWriter, schema_types, typed_value
-from parsetier.engine.arguments.python_calls import PythonCallsReader
+from parsetier.engine.readers.common import ArgumentReader, Emit, json_string_fragment
+from parsetier.engine.readers.elements import ElementArgsReader
+from parsetier.engine.readers.envelope import EnvelopeReader
+from parsetier.engine.readers.gemma import GemmaArgsReader
+from parsetier.engine.readers.json_args import JsonArgsReader
+from parsetier.engine.readers.params import ParamWriter, schema_types, typed_value
+from parsetier.engine.readers.python_calls import PythonCallsReader
 
 __all__ = [
     "ArgumentReader",

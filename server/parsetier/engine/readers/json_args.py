@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from parsetier.engine.arguments.common import SENTINEL, Emit, ValueReader
 from parsetier.engine.json_scan import MALFORMED, OPEN, JsonValueScanner
+from parsetier.engine.readers.common import SENTINEL, Emit, ValueReader
 
 Shown = Callable[[str, int, int], None]
 """``shown(text, start, end)``: ``text[start:end]`` is the model's own text, shown as content."""

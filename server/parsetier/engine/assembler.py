@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from parsetier.call_ids import id_maker
 from parsetier.engine import json_bounds
+from parsetier.engine.call_ids import id_maker
 from parsetier.engine.events import (
     CONTENT,
     END,

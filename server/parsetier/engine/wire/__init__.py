@@ -16,50 +16,23 @@ bytes: a resumed session replays its history through it silently, so resume stay
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from parsetier.core_module import core as _core
+from parsetier.engine.wire.anthropic import MessagesRenderer
+from parsetier.engine.wire.chat import ChatRenderer
+from parsetier.engine.wire.completions import CompletionsRenderer
+from parsetier.engine.wire.request import DIALECTS, NATIVE_DIALECTS, Dialect, Renderer, WireRequest
+from parsetier.engine.wire.responses import ResponsesRenderer
 
-from parsetier.messages import Delta, Final
-
-Dialect = Literal["openai_chat", "openai_completions", "anthropic_messages", "openai_responses"]
-DIALECTS: tuple[Dialect, ...] = (
-    "openai_chat",
-    "openai_completions",
-    "anthropic_messages",
-    "openai_responses",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class WireRequest:
-    """The request-level values a dialect's bodies hold (``Open.wire``, plus the choice index)."""
-
-    dialect: Dialect
-    response_id: str = ""
-    model: str = ""
-    created: int = 0
-    stream: bool = True
-    include_usage: bool = False
-    prompt_tokens: int = 0
-    choice_index: int = 0
-
-
-class Renderer(Protocol):
-    """One session's renderer (see the module docstring)."""
-
-    def step(self, deltas: Sequence[Delta]) -> bytes:
-        """The bytes of one reply's deltas (b"" when there is nothing to forward yet)."""
-        ...
-
-    def finish(self, deltas: Sequence[Delta], final: Final, stop_string: str | None) -> tuple[bytes, bytes]:
-        """The last reply's bytes (its deltas, up to the finish event) and the closing bytes or the
-        whole body (``Final.wire``). ``stop_string`` is the stop string that ended the output."""
-        ...
-
-
-NATIVE_DIALECTS: tuple[Dialect, ...] = ("openai_chat", "anthropic_messages", "openai_responses")
-"""The dialects the native core renders, streamed (``_core.WireRenderer``)."""
+__all__ = [
+    "DIALECTS",
+    "NATIVE_DIALECTS",
+    "Dialect",
+    "Renderer",
+    "WireRequest",
+    "native_renderer",
+    "python_renderer",
+    "renderer",
+]
 
 
 def renderer(request: WireRequest, session: object = None) -> Renderer:
@@ -74,16 +47,12 @@ def renderer(request: WireRequest, session: object = None) -> Renderer:
 
 def _native_built() -> bool:
     """The core is there (without it the renderers are Python's)."""
-    from parsetier.core_module import core as _core
-
     return _core is not None
 
 
 def native_renderer(request: WireRequest, core: object = None) -> Renderer:
     """The native renderer (``_core.WireRenderer``); ``core``: the ``_core.Session`` whose steps
     it reads directly."""
-    from parsetier.core_module import core as _core
-
     r = request
     native = _core.WireRenderer(
         r.dialect, r.response_id, r.model, r.created, r.include_usage, r.prompt_tokens, r.choice_index, core
@@ -94,19 +63,11 @@ def native_renderer(request: WireRequest, core: object = None) -> Renderer:
 def python_renderer(request: WireRequest) -> Renderer:
     """The Python renderer (the reference)."""
     if request.dialect == "openai_chat":
-        from parsetier.dialects.openai_chat import ChatRenderer
-
         return ChatRenderer(request)
     if request.dialect == "openai_completions":
-        from parsetier.dialects.openai_completions import CompletionsRenderer
-
         return CompletionsRenderer(request)
     if request.dialect == "anthropic_messages":
-        from parsetier.dialects.anthropic_messages import MessagesRenderer
-
         return MessagesRenderer(request)
     if request.dialect == "openai_responses":
-        from parsetier.dialects.openai_responses import ResponsesRenderer
-
         return ResponsesRenderer(request)
     raise ValueError(f"unknown wire dialect {request.dialect!r}")

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from parsetier.call_ids import api_call_id
-from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import DONE, chat_logprob, dumps, framed, sse_data, string, usage_openai
+from parsetier.engine.call_ids import api_call_id
+from parsetier.engine.wire.request import WireRequest
+from parsetier.engine.wire.wire_json import DONE, chat_logprob, dumps, framed, sse_data, string, usage_openai
 from parsetier.messages import Delta, Final
 
 CALL_PREFIX = "call_"

@@ -16,9 +16,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from parsetier.call_ids import api_call_id
-from parsetier.dialects import WireRequest
-from parsetier.dialects.wire_json import dumps, framed, sse_event, string
+from parsetier.engine.call_ids import api_call_id
+from parsetier.engine.wire.request import WireRequest
+from parsetier.engine.wire.wire_json import dumps, framed, sse_event, string
 from parsetier.messages import Delta, Final
 
 CALL_PREFIX = "toolu_"
