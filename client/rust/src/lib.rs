@@ -39,6 +39,7 @@ mod resume;
 mod session;
 mod session_ledger;
 mod wire;
+mod wire_join;
 
 /// The generated messages and stub of `parsetier.v1`.
 pub mod pb {
@@ -55,3 +56,4 @@ pub use render::{RenderOptions, Rendered};
 pub use resume::{retryable, ResumePolicy};
 pub use session::{Deltas, Replies, Session, SessionSender, Wire};
 pub use wire::{wire_of, WireReply};
+pub use wire_join::WireJoin;

@@ -7,19 +7,46 @@ use crate::pb;
 /// A reply that carries bytes to forward: a `Parse` stream's [`pb::ParseResponse`] or a batch
 /// session's [`pb::SessionOutput`].
 pub trait WireReply {
+    /// The final result, on the session's last reply.
+    fn final_result(&self) -> Option<&pb::Final>;
+
+    /// This reply's own bytes (without its final result's).
+    fn own_wire(&self) -> &[u8];
+
+    /// The error in the session's dialect, on a batch output that ended its session with a
+    /// status (`SessionStatus.wire`); a `Parse` stream's error is in its status
+    /// ([`crate::Error::wire`]).
+    fn status_wire(&self) -> &[u8] {
+        &[]
+    }
+
     /// This reply's bytes, then its final result's: the pieces to forward, in order.
-    fn wire_pieces(&self) -> [&[u8]; 2];
+    fn wire_pieces(&self) -> [&[u8]; 2] {
+        [self.own_wire(), self.final_result().map_or(&[][..], |f| &f.wire)]
+    }
 }
 
 impl WireReply for pb::ParseResponse {
-    fn wire_pieces(&self) -> [&[u8]; 2] {
-        [&self.wire, self.r#final.as_ref().map_or(&[][..], |f| &f.wire)]
+    fn final_result(&self) -> Option<&pb::Final> {
+        self.r#final.as_ref()
+    }
+
+    fn own_wire(&self) -> &[u8] {
+        &self.wire
     }
 }
 
 impl WireReply for pb::SessionOutput {
-    fn wire_pieces(&self) -> [&[u8]; 2] {
-        [&self.wire, self.r#final.as_ref().map_or(&[][..], |f| &f.wire)]
+    fn final_result(&self) -> Option<&pb::Final> {
+        self.r#final.as_ref()
+    }
+
+    fn own_wire(&self) -> &[u8] {
+        &self.wire
+    }
+
+    fn status_wire(&self) -> &[u8] {
+        self.status.as_ref().map_or(&[][..], |s| &s.wire)
     }
 }
 

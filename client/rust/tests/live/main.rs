@@ -14,3 +14,4 @@ mod parts;
 mod render;
 mod secure;
 mod sessions;
+mod wire_join;
