@@ -101,7 +101,8 @@ def test_rust_client_against_real_server():
         "batch_packed_and_unpacked_entries_in_one_step",
         "batch_session_errors",
         "batch_empty_key_ends_the_stream",
-        "logprob_steps_resolve_in_both_openai_shapes",
+        "logprob_steps_resolve_and_the_wire_carries_them",
+        "completion_logprobs_in_the_wire",
         "bad_logprobs_are_invalid_argument",
         "rune_offsets_count_code_points",
         "logprob_step_flattens_alternatives_id_major",
@@ -117,6 +118,12 @@ def test_rust_client_against_real_server():
         "render_anthropic_messages",
         "render_choices_and_constraint",
         "render_errors_carry_the_dialects_error_body",
+        "wire_join_orders_two_choices_of_a_batch",
+        "wire_join_ends_with_a_failed_choices_error",
+        "one_choice_passes_through",
+        "streamed_choices_start_in_index_order",
+        "a_failed_choice_ends_the_response",
+        "bodies_join_in_index_order",
     ):
         assert name in passed(output), f"{name} did not pass:\n{output}"
     # The sessions were the Rust client's, on this server, and ended OK (its run_session sessions:
