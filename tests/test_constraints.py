@@ -19,6 +19,7 @@ import llguidance
 import pytest
 
 import marker_tokenizers
+from constraint_support import TOOLS, WEATHER
 from parsetier import formats
 from parsetier.constraints.build import ConstraintRequest, InvalidTool, derive
 from parsetier.constraints.headers import header_shape, is_header_format
@@ -29,19 +30,6 @@ from parsetier.engine.session import parse
 from parsetier.messages import SessionOptions, Tool
 from parsetier_api.v1 import parsetier_pb2 as pb
 from testkit.format_renderers import kimi_k3_argument, kimi_k3_call
-
-WEATHER = Tool(
-    "get_weather",
-    {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    strict=True,
-)
-CLOCK = Tool("get_time", {"type": "object", "properties": {}}, strict=True)
-TOOLS = (WEATHER, CLOCK)
 
 DERIVABLE = {
     "qwen3": "qwen3",

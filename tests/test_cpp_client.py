@@ -21,7 +21,7 @@ import pytest
 
 from commands import run_bounded
 from grpc_servers import ROOT, ProcessServer
-from tls_support import Authority
+from tls_support import secure_server
 
 pytestmark = pytest.mark.toolchain  # builds the C++ client (CMake)
 
@@ -149,21 +149,8 @@ def test_cpp_client_against_real_server(cpp_build):
 
 def test_cpp_client_tls_mtls_and_tokens(cpp_build, tmp_path):
     """TlsCredentialsFromFiles and bearer_token against a server with mutual TLS and tokens."""
-    ca = Authority(tmp_path, "ca")
-    server_pair, client_pair = ca.server(), ca.client("cpp-client")
-    tokens = tmp_path / "tokens"
-    tokens.write_text("cpp-test-token\n")
-    args = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
-    args += ["--tls-client-ca", str(ca.cert), "--auth-tokens", str(tokens), "--preload", "qwen3"]
-    with ProcessServer(*args) as server:
-        env = dict(
-            os.environ,
-            PARSETIER_SECURE_SERVER=server.target,
-            PARSETIER_SECURE_CA=str(ca.cert),
-            PARSETIER_SECURE_CLIENT_CERT=str(client_pair.cert),
-            PARSETIER_SECURE_CLIENT_KEY=str(client_pair.key),
-            PARSETIER_SECURE_TOKEN="cpp-test-token",
-        )
+    with secure_server(tmp_path, "cpp") as (_, secure):
+        env = dict(os.environ, **secure)
         code, output = run([str(BUILD_DIR / "parsetier_secure_test")], TEST_TIMEOUT, env=env)
     assert code == 0, f"parsetier_secure_test failed (exit {code}):\n{output}"
     for name in (

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,8 +62,9 @@ class Fleet3:
     ports: list[int]
 
 
-@pytest.fixture
-def fleet3(tmp_path: Path) -> Iterator[Fleet3]:
+@contextmanager
+def three_backends(tmp_path: Path) -> Iterator[Fleet3]:
+    """Three backends behind the deploy nginx config; killed (and nginx's error log printed) at the end."""
     nginx_binary()
     ports = [free_port() for _ in range(3)]
     backends = [ready(backend(port)) for port in ports]
@@ -75,6 +77,12 @@ def fleet3(tmp_path: Path) -> Iterator[Fleet3]:
         for server in fleet.backends:
             server.kill()
         print(f"--- nginx error log:\n{nginx.log()[-4000:]}")
+
+
+@pytest.fixture
+def fleet3(tmp_path: Path) -> Iterator[Fleet3]:
+    with three_backends(tmp_path) as fleet:
+        yield fleet
 
 
 def outputs() -> list[Output]:

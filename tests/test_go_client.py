@@ -21,7 +21,7 @@ import pytest
 
 from commands import run_bounded
 from grpc_servers import ROOT, ProcessServer
-from tls_support import Authority
+from tls_support import secure_server
 
 pytestmark = pytest.mark.toolchain  # builds and runs the Go client
 
@@ -120,22 +120,8 @@ def test_go_client_joins_a_reply_sent_in_parts():
 def test_go_client_tls_mtls_and_tokens(tmp_path):
     """The Go client's TLSConfig / WithTLS / WithToken against a server with mutual TLS and tokens."""
     go = go_binary()
-    ca = Authority(tmp_path, "ca")
-    server_pair, client_pair = ca.server(), ca.client("go-client")
-    tokens = tmp_path / "tokens"
-    tokens.write_text("go-test-token\n")
-    args = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
-    args += ["--tls-client-ca", str(ca.cert), "--auth-tokens", str(tokens), "--preload", "qwen3"]
-    with ProcessServer(*args) as server:
-        env = dict(
-            os.environ,
-            PARSETIER_SERVER=server.target,
-            PARSETIER_SECURE_SERVER=server.target,
-            PARSETIER_SECURE_CA=str(ca.cert),
-            PARSETIER_SECURE_CLIENT_CERT=str(client_pair.cert),
-            PARSETIER_SECURE_CLIENT_KEY=str(client_pair.key),
-            PARSETIER_SECURE_TOKEN="go-test-token",
-        )
+    with secure_server(tmp_path, "go") as (server, secure):
+        env = dict(os.environ, PARSETIER_SERVER=server.target, **secure)
         argv = [go, "test", "-count=1", "-v", "-timeout", f"{TIMEOUT - 30}s", "-run", "^TestSecure$", "."]
         code, output = run_go(argv, env=env)
     assert code == 0, f"go test -run TestSecure failed (exit {code}):\n{output}"

@@ -14,26 +14,15 @@ import jsonschema
 import llguidance
 import pytest
 
+from constraint_support import TOOLS
 from parsetier.constraints.build import ConstraintRequest, derive
 from parsetier.constraints.ir import to_lark
 from parsetier.engine.session import parse
-from parsetier.messages import SessionOptions, Tool
+from parsetier.messages import SessionOptions
 from parsetier.models import Model, ModelRegistry
 from response_templates import FAMILIES, TEMPLATES, encode, m, write_dir
 from testkit.format_renderers import Parts
 
-WEATHER = Tool(
-    "get_weather",
-    {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    strict=True,
-)
-CLOCK = Tool("get_time", {"type": "object", "properties": {}}, strict=True)
-TOOLS = (WEATHER, CLOCK)
 QUICK = ("qwen3", "gemma4")
 """Families whose llguidance walks run in the quick lane; the others' vocabularies take seconds
 to build, so they run with the slow tests."""

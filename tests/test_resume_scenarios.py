@@ -221,10 +221,11 @@ def _marked(values: list[str], toolchain: Callable[[str], bool]) -> list:
     return [pytest.param(v, marks=pytest.mark.toolchain) if toolchain(v) else v for v in values]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("driver", _marked(sorted(DRIVERS), lambda d: d in TOOLCHAIN_DRIVERS))
-@pytest.mark.parametrize("name", _marked(corpus.names(), lambda n: corpus.load(n).get("via") == "nginx"))
-def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_path: Path):
+def _run(
+    name: str, driver: str, command: list[str], reference_backend: ProcessServer, tmp_path: Path
+) -> None:
+    """Scenario ``name`` through the driver ``command`` against its fleet, the pauses' actions done
+    as the driver reaches them, judged against the uninterrupted reference."""
     scenario = corpus.load(name)
     want = reference(name, scenario, reference_backend)
     fleet = Fleet(scenario, tmp_path)
@@ -235,11 +236,18 @@ def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_
             for action in scenario.get("at", {}).get(pause, []):
                 fleet.act(action)
 
-        got = drive(DRIVERS[driver](), script, at_pause)
+        got = drive(command, script, at_pause)
     finally:
         fleet.close()
     corpus.judge(scenario, got, want)
     print(f"\n{name} ({driver}): resumes {corpus.resumes(got)}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("driver", _marked(sorted(DRIVERS), lambda d: d in TOOLCHAIN_DRIVERS))
+@pytest.mark.parametrize("name", _marked(corpus.names(), lambda n: corpus.load(n).get("via") == "nginx"))
+def test_scenario(name: str, driver: str, reference_backend: ProcessServer, tmp_path: Path):
+    _run(name, driver, DRIVERS[driver](), reference_backend, tmp_path)
 
 
 MULTIPLEXED_DRIVERS: dict[str, Callable[[], list[str]]] = {
@@ -265,18 +273,4 @@ unchanged): the scenarios of ``Parse`` sessions, whose replies must equal the ``
 def test_scenario_multiplexed(name: str, driver: str, reference_backend: ProcessServer, tmp_path: Path):
     """A ``Parse`` scenario through multiplexed sessions: every session's replies are its
     uninterrupted ``Parse`` stream's (the reference), and it resumes across the same breaks."""
-    scenario = corpus.load(name)
-    want = reference(name, scenario, reference_backend)
-    fleet = Fleet(scenario, tmp_path)
-    try:
-        script = corpus.script(scenario, fleet.target, nginx=fleet.nginx is not None)
-
-        def at_pause(pause: str) -> None:
-            for action in scenario.get("at", {}).get(pause, []):
-                fleet.act(action)
-
-        got = drive(MULTIPLEXED_DRIVERS[driver](), script, at_pause)
-    finally:
-        fleet.close()
-    corpus.judge(scenario, got, want)
-    print(f"\n{name} ({driver}): resumes {corpus.resumes(got)}")
+    _run(name, driver, MULTIPLEXED_DRIVERS[driver](), reference_backend, tmp_path)

@@ -30,9 +30,8 @@ from fleet_outputs import TOOLS
 from grpc_servers import ROOT, ProcessServer
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
-from test_fleet_nginx import Nginx, free_port, nginx_binary
-from test_fleet_resume import SESSIONS, STEP_PAUSE, Fleet3, backend, outputs, ready, reference, wire
-from tls_support import Authority
+from test_fleet_resume import SESSIONS, STEP_PAUSE, Fleet3, outputs, reference, three_backends, wire
+from tls_support import secure_server
 
 pytestmark = pytest.mark.toolchain  # builds the Rust client (cargo)
 
@@ -171,20 +170,8 @@ def test_rust_client_sends_wait_when_the_server_reads_nothing():
 
 def test_rust_client_tls_mtls_and_tokens(tmp_path):
     """Tls::from_files / ClientBuilder::tls / token against a server with mutual TLS and tokens."""
-    ca = Authority(tmp_path, "ca")
-    server_pair, client_pair = ca.server(), ca.client("rust-client")
-    tokens = tmp_path / "tokens"
-    tokens.write_text("rust-test-token\n")
-    args = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
-    args += ["--tls-client-ca", str(ca.cert), "--auth-tokens", str(tokens), "--preload", "qwen3"]
-    with ProcessServer(*args) as server:
-        env = cargo_env(
-            PARSETIER_SECURE_SERVER=server.target,
-            PARSETIER_SECURE_CA=str(ca.cert),
-            PARSETIER_SECURE_CLIENT_CERT=str(client_pair.cert),
-            PARSETIER_SECURE_CLIENT_KEY=str(client_pair.key),
-            PARSETIER_SECURE_TOKEN="rust-test-token",
-        )
+    with secure_server(tmp_path, "rust") as (_, secure):
+        env = cargo_env(**secure)
         output = cargo_test(env, "secure::")
     for name in (
         "secure_mutual_tls_and_token",
@@ -233,16 +220,8 @@ def test_rust_client_is_linted_and_formatted():
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet3]:
     """Three backends behind the deploy nginx config, as tests/test_fleet_resume.py runs them."""
-    nginx_binary()
-    ports = [free_port() for _ in range(3)]
-    backends = [ready(backend(port)) for port in ports]
-    nginx = Nginx(tmp_path, [f"127.0.0.1:{p}" for p in ports]).start()
-    try:
-        yield Fleet3(nginx, backends, ports)
-    finally:
-        nginx.stop()
-        for server in backends:
-            server.kill()
+    with three_backends(tmp_path) as running:
+        yield running
 
 
 def test_rust_client_resumes_behind_nginx_when_a_backend_is_sigkilled(fleet: Fleet3):

@@ -26,16 +26,6 @@ def _own_connection(target: str) -> grpc.Channel:
     return grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
-def _worker_of(server: ProcessServer, request_id: str, timeout: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for record in list(server.logs):
-            if record.get("msg") == "session_end" and record.get("request_id") == request_id:
-                return record["worker"]
-        time.sleep(0.02)
-    raise AssertionError(f"no session_end for {request_id}")
-
-
 def test_two_workers_share_the_port_and_drain_on_one_sigterm(encode):
     ids = encode(REASONING_AND_TWO_CALLS)
     with ProcessServer("--workers", "2", "--preload", "qwen3", "--grace", "20") as server:
@@ -55,7 +45,7 @@ def test_two_workers_share_the_port_and_drain_on_one_sigterm(encode):
                 Client(server.target, channel=channel, timeout=30).parse_once(
                     "qwen3", [9707], request_id=f"connection-{n}"
                 )
-            reached.add(_worker_of(server, f"connection-{n}"))
+            reached.add(server.worker_of(f"connection-{n}"))
             if reached == {0, 1}:
                 break
         assert reached == {0, 1}, f"{CONNECTIONS} connections all reached worker {reached}"

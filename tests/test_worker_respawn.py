@@ -74,16 +74,6 @@ def _listening_count(server: ProcessServer, index: int) -> int:
     return sum(r.get("msg") == "listening" and r.get("worker") == index for r in list(server.logs))
 
 
-def _session_worker(server: ProcessServer, request_id: str, timeout: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for record in list(server.logs):
-            if record.get("msg") == "session_end" and record.get("request_id") == request_id:
-                return record["worker"]
-        time.sleep(0.02)
-    raise AssertionError(f"no session_end for {request_id}")
-
-
 def kill_and_wait_for_replacement(
     server: ProcessServer, connections: Connections, index: int, tag: str
 ) -> tuple:
@@ -104,7 +94,7 @@ def kill_and_wait_for_replacement(
         request_id = f"{tag}-probe-{attempt}"
         with connections.sync() as channel, Client(server.target, channel=channel, timeout=30) as client:
             client.parse_once("qwen3", [9707], request_id=request_id)
-        if _session_worker(server, request_id) == index:
+        if server.worker_of(request_id) == index:
             return listening, time.monotonic() - killed
     raise AssertionError(f"{ATTEMPTS} new connections never reached the replacement of worker {index}")
 
@@ -154,7 +144,7 @@ def _run(server: ProcessServer, connections: Connections, ids: list[int], kills:
     for joined, final, _ in results:
         assert joined.tool_calls() == EXPECTED_CALLS and final.finish_reason == 4
     assert all(resumes for _, _, resumes in results), "a session outlived the worker it was on"
-    ended_on = [_session_worker(server, f"{tag}-{i}") for i in range(SESSIONS)]  # replacements only
+    ended_on = [server.worker_of(f"{tag}-{i}") for i in range(SESSIONS)]  # replacements only
     restarted = [r for r in server.logs if r.get("msg") == "worker restarted"]
     assert len(restarted) == len(kills) and not [r for r in server.logs if r.get("msg") == "worker failed"]
     shown = "; ".join(

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from testkit.servers import ProcessServer
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -38,6 +42,14 @@ class Authority:
             cwd=directory,
         )  # fmt: skip
 
+    def _request(self, stem: str, common_name: str) -> None:
+        """A new EC P-256 key ``{stem}.key`` and its signing request ``{stem}.csr`` for ``common_name``."""
+        _openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", f"{stem}.key", "-out", f"{stem}.csr", "-subj", f"/CN={common_name}",
+            cwd=self.directory,
+        )  # fmt: skip
+
     def issue(self, common_name: str, sans: list[str], usage: str) -> Pair:
         """A leaf for ``usage`` (serverAuth or clientAuth) with the given subjectAltName entries."""
         stem = f"{self.name}-{common_name}"
@@ -45,11 +57,7 @@ class Authority:
         extensions.write_text(
             f"subjectAltName={','.join(sans)}\nextendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n"
         )
-        _openssl(
-            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", f"{stem}.key", "-out", f"{stem}.csr", "-subj", f"/CN={common_name}",
-            cwd=self.directory,
-        )  # fmt: skip
+        self._request(stem, common_name)
         _openssl(
             "x509", "-req", "-in", f"{stem}.csr", "-CA", self.cert.name, "-CAkey", self.key.name,
             "-CAcreateserial", "-out", f"{stem}.crt", "-days", "30", "-extfile", extensions.name,
@@ -71,11 +79,7 @@ class Authority:
         )
         (self.directory / f"{stem}.index").write_text("")
         (self.directory / f"{stem}.serial").write_text("01\n")
-        _openssl(
-            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", f"{stem}.key", "-out", f"{stem}.csr", "-subj", f"/CN={common_name}",
-            cwd=self.directory,
-        )  # fmt: skip
+        self._request(stem, common_name)
         _openssl(
             "ca", "-batch", "-config", f"{stem}.cnf", "-cert", self.cert.name, "-keyfile", self.key.name,
             "-in", f"{stem}.csr", "-out", f"{stem}.crt", "-startdate", not_before, "-enddate", not_after,
@@ -89,3 +93,28 @@ class Authority:
 
     def client(self, name: str) -> Pair:
         return self.issue(name, [f"DNS:{name}"], "clientAuth")
+
+
+@contextmanager
+def secure_server(directory: Path, client: str) -> Iterator[tuple[ProcessServer, dict[str, str]]]:
+    """A server with mutual TLS and bearer tokens (qwen3 preloaded), and the ``PARSETIER_SECURE_*``
+    variables the clients' own secure suites read: its target, the CA, a client pair for
+    ``{client}-client`` and the token ``{client}-test-token``."""
+    ca = Authority(directory, "ca")
+    server_pair, client_pair = ca.server(), ca.client(f"{client}-client")
+    token = f"{client}-test-token"
+    tokens = directory / "tokens"
+    tokens.write_text(f"{token}\n")
+    args = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
+    args += ["--tls-client-ca", str(ca.cert), "--auth-tokens", str(tokens), "--preload", "qwen3"]
+    with ProcessServer(*args) as server:
+        yield (
+            server,
+            {
+                "PARSETIER_SECURE_SERVER": server.target,
+                "PARSETIER_SECURE_CA": str(ca.cert),
+                "PARSETIER_SECURE_CLIENT_CERT": str(client_pair.cert),
+                "PARSETIER_SECURE_CLIENT_KEY": str(client_pair.key),
+                "PARSETIER_SECURE_TOKEN": token,
+            },
+        )

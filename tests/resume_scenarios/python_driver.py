@@ -47,6 +47,20 @@ def options(script: dict) -> list[tuple[str, int]]:
     return [("grpc.keepalive_time_ms", ms), ("grpc.http2.max_pings_without_data", 0)] if ms else []
 
 
+def client(script: dict, kind: type[Client] | type[AsyncClient], multiplex: bool = False) -> Any:
+    """The script's client of ``kind`` (sync or async) on its own channel (the script's keepalive):
+    its target, timeout and resume policy, multiplexed or not."""
+    insecure_channel = grpc.insecure_channel if kind is Client else grpc.aio.insecure_channel
+    channel = insecure_channel(script["target"], options=options(script))
+    return kind(
+        script["target"],
+        channel=channel,
+        timeout=script["timeout"],
+        resume=script["resume"],
+        multiplex=multiplex,
+    )
+
+
 def open_options(spec: dict) -> dict[str, Any]:
     """A script's ``open`` as ``open_message``'s keywords."""
     return {
@@ -81,11 +95,8 @@ def outputs(reply: dict) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------- sync
 def sync_batch(script: dict) -> dict:
     replies: list[dict[str, str]] = []
-    channel = grpc.insecure_channel(script["target"], options=options(script))
-    with Client(
-        script["target"], channel=channel, timeout=script["timeout"], resume=script["resume"]
-    ) as client:
-        batch = client.batch()
+    with client(script, Client) as sync_client:
+        batch = sync_client.batch()
         try:
             for op in script["ops"]:
                 if "send" in op:
@@ -105,7 +116,6 @@ def sync_batch(script: dict) -> dict:
 
 
 def sync_parse(script: dict, multiplex: bool = False) -> dict:
-    channel = grpc.insecure_channel(script["target"], options=options(script))
     results: dict[str, dict] = {}
     streams: dict[str, Any] = {}
     readers: list[threading.Thread] = []
@@ -119,19 +129,13 @@ def sync_parse(script: dict, multiplex: bool = False) -> dict:
             result["error"] = error_of(exc)
         result["resumes"] = streams[key].resumes
 
-    with Client(
-        script["target"],
-        channel=channel,
-        timeout=script["timeout"],
-        resume=script["resume"],
-        multiplex=multiplex,
-    ) as client:
+    with client(script, Client, multiplex) as sync_client:
         for op in script["ops"]:
             for action in op.get("send", ()):
                 key = action["key"]
                 try:
                     if action["op"] == "open":
-                        streams[key] = client.open(**open_options(action["open"]))
+                        streams[key] = sync_client.open(**open_options(action["open"]))
                         results[key] = {"replies": [], "resumes": 0, "error": None}
                         readers.append(threading.Thread(target=read, args=(key,)))
                         readers[-1].start()
@@ -156,11 +160,8 @@ async def apause(name: str) -> None:
 
 async def async_batch(script: dict) -> dict:
     replies: list[dict[str, str]] = []
-    channel = grpc.aio.insecure_channel(script["target"], options=options(script))
-    async with AsyncClient(
-        script["target"], channel=channel, timeout=script["timeout"], resume=script["resume"]
-    ) as client:
-        batch = client.batch()
+    async with client(script, AsyncClient) as async_client:
+        batch = async_client.batch()
         try:
             for op in script["ops"]:
                 if "send" in op:
@@ -181,7 +182,6 @@ async def async_batch(script: dict) -> dict:
 
 
 async def async_parse(script: dict, multiplex: bool = False) -> dict:
-    channel = grpc.aio.insecure_channel(script["target"], options=options(script))
     results: dict[str, dict] = {}
     streams: dict[str, Any] = {}
     readers: list[asyncio.Task] = []
@@ -195,13 +195,7 @@ async def async_parse(script: dict, multiplex: bool = False) -> dict:
             result["error"] = error_of(exc)
         result["resumes"] = streams[key].resumes
 
-    async with AsyncClient(
-        script["target"],
-        channel=channel,
-        timeout=script["timeout"],
-        resume=script["resume"],
-        multiplex=multiplex,
-    ) as client:
+    async with client(script, AsyncClient, multiplex) as async_client:
         for op in script["ops"]:
             for action in op.get("send", ()):
                 key = action["key"]
@@ -210,7 +204,7 @@ async def async_parse(script: dict, multiplex: bool = False) -> dict:
                 try:
                     if action["op"] == "open":
                         results[key] = {"replies": [], "resumes": 0, "error": None}
-                        streams[key] = await client.open(**open_options(action["open"]))
+                        streams[key] = await async_client.open(**open_options(action["open"]))
                         readers.append(asyncio.create_task(read(key)))
                     elif action["op"] == "feed":
                         await streams[key].send(action["ids"])

@@ -7,7 +7,7 @@ templates (``chat_rendering``). Shapes follow docs/formats/.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,23 @@ def json_value(value: Any) -> str:
 def raw_value(value: Any) -> str:
     """An XML-style parameter value: strings verbatim, anything else as JSON (``tojson``)."""
     return value if isinstance(value, str) else json_value(value)
+
+
+def tagged_calls(
+    calls: Sequence[Call],
+    head: str,
+    param: str,
+    tail: str,
+    value: Callable[[Any], str] = raw_value,
+    sep: str = "",
+) -> str:
+    """Calls in the XML-like families' shape: per call ``head`` (its ``{name}`` filled in), one
+    ``param`` per argument (``{key}``, and ``{value}`` as ``value`` writes it), then ``tail``;
+    the calls joined by ``sep``."""
+    return sep.join(
+        head.format(name=n) + "".join(param.format(key=k, value=value(v)) for k, v in a.items()) + tail
+        for n, a in calls
+    )
 
 
 def pyraw_value(value: Any) -> str:
@@ -128,31 +145,26 @@ def render_dsml(wrapper: str) -> Callable[[Parts], str]:
 
 
 def render_glm47(p: Parts) -> str:
-    calls = "".join(
-        f"<tool_call>{n}"
-        + "".join(f"<arg_key>{k}</arg_key><arg_value>{raw_value(v)}</arg_value>" for k, v in a.items())
-        + "</tool_call>"
-        for n, a in p.calls
+    calls = tagged_calls(
+        p.calls, "<tool_call>{name}", "<arg_key>{key}</arg_key><arg_value>{value}</arg_value>", "</tool_call>"
     )
     return f"{p.reasoning}</think>{p.content}{calls}"
 
 
 def render_minimax(p: Parts) -> str:
-    invokes = "".join(
-        f'<invoke name="{n}">\n'
-        + "".join(f'<parameter name="{k}">{raw_value(v)}</parameter>\n' for k, v in a.items())
-        + "</invoke>\n"
-        for n, a in p.calls
+    invokes = tagged_calls(
+        p.calls, '<invoke name="{name}">\n', '<parameter name="{key}">{value}</parameter>\n', "</invoke>\n"
     )
     return f"{p.reasoning}\n</think>\n\n{p.content}\n<minimax:tool_call>\n{invokes}</minimax:tool_call>"
 
 
 def render_seed_oss(p: Parts) -> str:
-    calls = "".join(
-        f"\n<seed:tool_call>\n<function={n}>\n"
-        + "".join(f"<parameter={k}>{pyraw_value(v)}</parameter>\n" for k, v in a.items())
-        + "</function>\n</seed:tool_call>"
-        for n, a in p.calls
+    calls = tagged_calls(
+        p.calls,
+        "\n<seed:tool_call>\n<function={name}>\n",
+        "<parameter={key}>{value}</parameter>\n",
+        "</function>\n</seed:tool_call>",
+        pyraw_value,
     )
     return f"<seed:think>{p.reasoning}</seed:think>\n{p.content}\n{calls}"
 
@@ -404,8 +416,8 @@ def render_inkling(p: Parts) -> str:
 
 
 def atem_block(name: str, args: dict[str, Any]) -> str:
-    params = "".join(f'<atem:parameter name="{k}">{raw_value(v)}</atem:parameter>\n' for k, v in args.items())
-    invoke = f'<atem:invoke name="{name}">\n{params}</atem:invoke>'
+    head, param = '<atem:invoke name="{name}">\n', '<atem:parameter name="{key}">{value}</atem:parameter>\n'
+    invoke = tagged_calls([(name, args)], head, param, "</atem:invoke>")
     return f"<atem:function_calls>\n{invoke}\n</atem:function_calls>"
 
 

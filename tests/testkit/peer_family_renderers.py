@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from testkit.format_renderers import Parts, gemma_value, json_value, raw_value
+from testkit.format_renderers import Parts, gemma_value, json_value, raw_value, tagged_calls
 
 
 def render_llama_nemotron(p: Parts, thinking: bool) -> str:
@@ -65,11 +65,12 @@ def minicpm_value(value: Any) -> str:
 
 def render_minicpm(p: Parts) -> str:
     thinking = f"<think>\n{p.reasoning}\n</think>\n\n" if p.reasoning else ""
-    calls = "".join(
-        f'<function name="{n}">'
-        + "".join(f'<param name="{k}">{minicpm_value(v)}</param>' for k, v in a.items())
-        + "</function>\n"
-        for n, a in p.calls
+    calls = tagged_calls(
+        p.calls,
+        '<function name="{name}">',
+        '<param name="{key}">{value}</param>',
+        "</function>\n",
+        minicpm_value,
     )
     return f"{thinking}{p.content}\n{calls}<|im_end|>"
 
@@ -91,11 +92,11 @@ def render_minicpm4(p: Parts) -> str:
 
 def render_laguna(p: Parts) -> str:
     """GLM-4.5's shape: the name, each key and each value on its own line; values raw."""
-    calls = "".join(
-        f"<tool_call>{n}\n"
-        + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{raw_value(v)}</arg_value>\n" for k, v in a.items())
-        + "</tool_call>\n"
-        for n, a in p.calls
+    calls = tagged_calls(
+        p.calls,
+        "<tool_call>{name}\n",
+        "<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n",
+        "</tool_call>\n",
     )
     thinking = f"<think>{p.reasoning}</think>" if p.reasoning else ""
     return f"{thinking}{p.content}\n{calls}"

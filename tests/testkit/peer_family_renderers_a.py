@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from testkit.format_renderers import Parts, hy3_marker, raw_value
+from testkit.format_renderers import Parts, hy3_marker, tagged_calls
 
 
 def _json(value: object) -> str:
@@ -20,11 +20,12 @@ def _json(value: object) -> str:
 def render_step3(p: Parts) -> str:
     """After the generation prompt's ``<think>\\n``: the reasoning, ``</think>``, the content, then
     one block with a ``function<｜tool_sep｜>`` steptml invoke per call; values raw."""
-    entries = "\n".join(
-        f'<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{n}">\n'
-        + "".join(f'<steptml:parameter name="{k}">{raw_value(v)}</steptml:parameter>\n' for k, v in a.items())
-        + "</steptml:invoke><｜tool_call_end｜>"
-        for n, a in p.calls
+    entries = tagged_calls(
+        p.calls,
+        '<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="{name}">\n',
+        '<steptml:parameter name="{key}">{value}</steptml:parameter>\n',
+        "</steptml:invoke><｜tool_call_end｜>",
+        sep="\n",
     )
     block = f"\n<｜tool_calls_begin｜>\n{entries}\n<｜tool_calls_end｜>" if p.calls else ""
     return f"{p.reasoning}\n</think>\n{p.content}{block}<|EOT|>"
@@ -60,16 +61,8 @@ def render_hunyuan_a13b(p: Parts) -> str:
 def render_hy_v4(p: Parts, thinking: bool) -> str:
     """Hy3's markup (suffixed marker tokens) without ``<tool_sep>``: the name, then key/value pairs."""
     m = hy3_marker
-    calls = "".join(
-        m("<tool_call>")
-        + n
-        + "".join(
-            f"{m('<arg_key>')}{k}{m('</arg_key>')}{m('<arg_value>')}{raw_value(v)}{m('</arg_value>')}"
-            for k, v in a.items()
-        )
-        + m("</tool_call>")
-        for n, a in p.calls
-    )
+    param = f"{m('<arg_key>')}{{key}}{m('</arg_key>')}{m('<arg_value>')}{{value}}{m('</arg_value>')}"
+    calls = tagged_calls(p.calls, m("<tool_call>") + "{name}", param, m("</tool_call>"))
     answer = p.content + (m("<tool_calls>") + calls + m("</tool_calls>") if calls else "")
     return f"{p.reasoning}{m('</think>')}{answer}" if thinking else answer
 

@@ -154,6 +154,16 @@ class ProcessServer:
             time.sleep(0.02)
         raise AssertionError(f"fewer than {count} {msg!r} log lines within {timeout} s; logs: {self.logs}")
 
+    def worker_of(self, request_id: str, timeout: float = 10.0) -> int:
+        """The worker that served session ``request_id``, read from its ``session_end`` line."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for record in list(self.logs):
+                if record.get("msg") == "session_end" and record.get("request_id") == request_id:
+                    return record["worker"]
+            time.sleep(0.02)
+        raise AssertionError(f"no session_end for {request_id}")
+
     def pids(self) -> list[int]:
         """The server's processes: the supervisor and its workers, or the one process."""
         assert self.proc is not None
