@@ -30,6 +30,31 @@ MIN_REPLY_BYTES = 4096
 parts would cost a message each for almost nothing."""
 
 
+LIMIT_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "max_sessions": (count, "open sessions at once; more are refused"),
+    "max_sessions_per_stream": (count, "open sessions on one ParseBatch stream; an open past it is refused"),
+    "max_items_per_message": (
+        count,
+        "session entries and packed items in one ParseBatch message; more end the stream",
+    ),
+    "max_message_bytes": (count, "largest client message; larger ones get RESOURCE_EXHAUSTED"),
+    "max_reply_bytes": (int, "largest message the server sends; clients must accept as much"),
+    "max_steps_per_message": (count, "steps in one client message"),
+    "max_tokens_per_session": (count, "output token ids one session may feed (the prompt tail too)"),
+    "idle_timeout": (positive_float, "seconds a session may go without a message"),
+    "max_tools": (count, "tools in one request; more are INVALID_ARGUMENT"),
+    "max_schema_bytes": (
+        count,
+        "bytes of one tool's JSON (its parameters schema); larger is INVALID_ARGUMENT",
+    ),
+    "constraint_timeout": (positive_float, "seconds a BuildConstraint may take (DEADLINE_EXCEEDED beyond)"),
+    "max_watch_streams": (count, "Health.Watch streams, and reflection streams, open at once"),
+    "max_prompt_tokens": (count, "longest prompt Render gives; longer ones are INVALID_ARGUMENT"),
+}
+"""The limit flags that are their ``Limits`` field as it is: ``--NAME`` (dashed) sets field NAME, and
+defaults to its default. ``--max-loop-lag-ms`` and ``--max-buffered-bytes`` are the two that are not."""
+
+
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     from parsetier.service.limits import Limits
     from parsetier.service.server import HANDSHAKE_TIMEOUT
@@ -65,55 +90,11 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="seconds open sessions get after SIGTERM; default %(default)s",
     )
-    parser.add_argument(
-        "--max-sessions",
-        type=count,
-        default=defaults.max_sessions,
-        help="open sessions at once; more are refused; default %(default)s",
-    )
-    parser.add_argument(
-        "--max-sessions-per-stream",
-        type=count,
-        default=defaults.max_sessions_per_stream,
-        help="open sessions on one ParseBatch stream; an open past it is refused; default %(default)s",
-    )
-    parser.add_argument(
-        "--max-items-per-message",
-        type=count,
-        default=defaults.max_items_per_message,
-        help="session entries and packed items in one ParseBatch message; more end the stream; "
-        "default %(default)s",
-    )
-    parser.add_argument(
-        "--max-message-bytes",
-        type=count,
-        default=defaults.max_message_bytes,
-        help="largest client message; larger ones get RESOURCE_EXHAUSTED; default %(default)s",
-    )
-    parser.add_argument(
-        "--max-reply-bytes",
-        type=int,
-        default=defaults.max_reply_bytes,
-        help="largest message the server sends; clients must accept as much (default %(default)s)",
-    )
-    parser.add_argument(
-        "--max-steps-per-message",
-        type=count,
-        default=defaults.max_steps_per_message,
-        help="steps in one client message; default %(default)s",
-    )
-    parser.add_argument(
-        "--max-tokens-per-session",
-        type=count,
-        default=defaults.max_tokens_per_session,
-        help="output token ids one session may feed (the prompt tail too); default %(default)s",
-    )
-    parser.add_argument(
-        "--idle-timeout",
-        type=positive_float,
-        default=defaults.idle_timeout,
-        help="seconds a session may go without a message; default %(default)s",
-    )
+    for name, (kind, help) in LIMIT_FLAGS.items():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(
+            flag, type=kind, default=getattr(defaults, name), help=f"{help}; default %(default)s"
+        )
     parser.add_argument(
         "--max-loop-lag-ms",
         type=non_negative_float,
@@ -127,37 +108,6 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="bytes of client input and unsent replies a worker holds across its streams; a stream "
         "past it gets RESOURCE_EXHAUSTED; default: a quarter of the memory, shared by the workers",
-    )
-    parser.add_argument(
-        "--max-tools",
-        type=count,
-        default=defaults.max_tools,
-        help="tools in one request; more are INVALID_ARGUMENT; default %(default)s",
-    )
-    parser.add_argument(
-        "--max-schema-bytes",
-        type=count,
-        default=defaults.max_schema_bytes,
-        help="bytes of one tool's JSON (its parameters schema); larger is INVALID_ARGUMENT; "
-        "default %(default)s",
-    )
-    parser.add_argument(
-        "--constraint-timeout",
-        type=positive_float,
-        default=defaults.constraint_timeout,
-        help="seconds a BuildConstraint may take (DEADLINE_EXCEEDED beyond); default %(default)s",
-    )
-    parser.add_argument(
-        "--max-watch-streams",
-        type=count,
-        default=defaults.max_watch_streams,
-        help="Health.Watch streams, and reflection streams, open at once; default %(default)s",
-    )
-    parser.add_argument(
-        "--max-prompt-tokens",
-        type=count,
-        default=defaults.max_prompt_tokens,
-        help="longest prompt Render gives; longer ones are INVALID_ARGUMENT; default %(default)s",
     )
     parser.add_argument(
         "--trust-request-templates",
@@ -416,22 +366,10 @@ def _serve(args: argparse.Namespace) -> int:
         raise UsageError("--max-reply-bytes", problem)
     workers = args.workers if args.workers is not None else default_workers()
     limits = Limits(
-        max_message_bytes=args.max_message_bytes,
-        max_reply_bytes=args.max_reply_bytes,
-        max_steps_per_message=args.max_steps_per_message,
-        max_tokens_per_session=args.max_tokens_per_session,
-        max_sessions=args.max_sessions,
-        max_sessions_per_stream=args.max_sessions_per_stream,
-        max_items_per_message=args.max_items_per_message,
-        idle_timeout=args.idle_timeout,
+        **{name: getattr(args, name) for name in LIMIT_FLAGS},
         max_loop_lag=args.max_loop_lag_ms / 1000,
-        max_watch_streams=args.max_watch_streams,
-        max_prompt_tokens=args.max_prompt_tokens,
-        trust_request_templates=args.trust_request_templates,
         max_buffered_bytes=args.max_buffered_bytes or default_budget(workers),
-        max_tools=args.max_tools,
-        max_schema_bytes=args.max_schema_bytes,
-        constraint_timeout=args.constraint_timeout,
+        trust_request_templates=args.trust_request_templates,
     )
     _check_tracing(args.otel)
     security = _security(args)
