@@ -18,6 +18,17 @@ import grpc
 from google.protobuf.message import Message
 
 KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+SERVICE_PREFIX = "/parsetier.v1.ParserService/"
+
+
+def parser_rpc(handler: grpc.RpcMethodHandler | None, handler_call_details: Any) -> str | None:
+    """The ParserService RPC a call is for (``Parse``, ``ParseBatch``...), or None when there is
+    no handler or the call is another service's (health, reflection): those the observing
+    interceptors (metrics, tracing) pass through as they are."""
+    method = handler_call_details.method
+    if handler is None or not method.startswith(SERVICE_PREFIX):
+        return None
+    return method[len(SERVICE_PREFIX) :]
 
 
 def kind_of(handler: grpc.RpcMethodHandler) -> str:

@@ -20,10 +20,9 @@ from typing import Any
 
 import grpc
 
-from parsetier.service.handlers import observed
+from parsetier.service.handlers import observed, parser_rpc
 from parsetier_api.v1 import parsetier_pb2 as pb
 
-SERVICE_PREFIX = "/parsetier.v1.ParserService/"
 SESSION_RPCS = frozenset({"Parse", "ParseOnce"})
 """RPCs whose messages are read as ParseRequest / ParseOnceRequest (model, token counts)."""
 
@@ -50,70 +49,70 @@ class Metrics:
         registry = registry if registry is not None else REGISTRY
         self.worker = worker
         self.multiprocess = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-        common = {"registry": registry, "namespace": "parsetier"}
-        self.build_info = Gauge(
+
+        def metric(kind: Any, name: str, doc: str, labels: tuple[str, ...], **options: Any) -> Any:
+            """A ``parsetier_`` metric in ``registry`` whose series carry ``labels`` and the worker's."""
+            return kind(name, doc, [*labels, "worker"], registry=registry, namespace="parsetier", **options)
+
+        self.build_info = metric(
+            Gauge,
             "build_info",
             "Always 1; the labels say what is running.",
-            ["version", "python", "grpc", "worker"],
+            ("version", "python", "grpc"),
             multiprocess_mode="max",
-            **common,
         )
-        self.sessions_open = Gauge(
+        self.sessions_open = metric(
+            Gauge,
             "sessions_open",
             "Sessions (RPCs) in progress, by RPC and model.",
-            ["rpc", "model", "worker"],
+            ("rpc", "model"),
             multiprocess_mode="livesum",
-            **common,
         )
-        self.sessions = Counter(
+        self.sessions = metric(
+            Counter,
             "sessions",
             "Finished sessions (RPCs), by RPC, model and gRPC status code.",
-            ["rpc", "model", "code", "worker"],
-            **common,
+            ("rpc", "model", "code"),
         )
-        self.session_seconds = Histogram(
+        self.session_seconds = metric(
+            Histogram,
             "session_duration_seconds",
             "Session (RPC) duration, from its start to its status.",
-            ["rpc", "model", "worker"],
+            ("rpc", "model"),
             buckets=DURATION_BUCKETS,
-            **common,
         )
-        self.tokens = Counter(
+        self.tokens = metric(
+            Counter,
             "tokens",
             "Output tokens received (token ids, plus text steps' text_tokens), as each message is read.",
-            ["model", "worker"],
-            **common,
+            ("model",),
         )
-        self.deltas = Counter(
-            "deltas", "Deltas sent to clients, as each message is written.", ["model", "worker"], **common
+        self.deltas = metric(
+            Counter, "deltas", "Deltas sent to clients, as each message is written.", ("model",)
         )
-        self.reply_seconds = Histogram(
+        self.reply_seconds = metric(
+            Histogram,
             "reply_latency_seconds",
             "From reading a client message to writing the reply it produced (server time only).",
-            ["rpc", "model", "worker"],
+            ("rpc", "model"),
             buckets=LATENCY_BUCKETS,
-            **common,
         )
-        self.request_bytes = Histogram(
-            "request_message_bytes",
-            "Size of each client message.",
-            ["rpc", "worker"],
-            buckets=SIZE_BUCKETS,
-            **common,
+        self.request_bytes = metric(
+            Histogram, "request_message_bytes", "Size of each client message.", ("rpc",), buckets=SIZE_BUCKETS
         )
-        self.response_bytes = Histogram(
+        self.response_bytes = metric(
+            Histogram,
             "response_message_bytes",
             "Size of each server message.",
-            ["rpc", "worker"],
+            ("rpc",),
             buckets=SIZE_BUCKETS,
-            **common,
         )
-        self.draining = Gauge(
+        self.draining = metric(
+            Gauge,
             "draining",
             "1 once SIGTERM started the drain (health NOT_SERVING, new sessions refused).",
-            ["worker"],
+            (),
             multiprocess_mode="max",
-            **common,
         )
         self.build_info.labels(_version(), platform.python_version(), grpc.__version__, worker).set(1)
         self.draining.labels(worker).set(0)
@@ -306,10 +305,9 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or not method.startswith(SERVICE_PREFIX):
+        rpc = parser_rpc(handler, handler_call_details)
+        if rpc is None:
             return handler
-        rpc = method[len(SERVICE_PREFIX) :]
         sessions = rpc in SESSION_RPCS
         metrics, models = self.metrics, self.models
         return observed(handler, lambda: _Call(metrics, rpc, sessions, models), _Call.finished)

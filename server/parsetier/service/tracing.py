@@ -13,8 +13,8 @@ from typing import Any
 
 import grpc
 
-from parsetier.service.handlers import observed
-from parsetier.service.metrics import SERVICE_PREFIX, SESSION_RPCS, tokens_of
+from parsetier.service.handlers import SERVICE_PREFIX, observed, parser_rpc
+from parsetier.service.metrics import SESSION_RPCS, tokens_of
 
 SERVICE = SERVICE_PREFIX.strip("/")
 
@@ -125,10 +125,9 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or not method.startswith(SERVICE_PREFIX):
+        rpc = parser_rpc(handler, handler_call_details)
+        if rpc is None:
             return handler
-        rpc = method[len(SERVICE_PREFIX) :]
         metadata = handler_call_details.invocation_metadata or ()
         carrier = {key: value for key, value in metadata if isinstance(value, str)}
 
