@@ -33,10 +33,11 @@ here passes or fails.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
+
+from benchkit.one_output import arguments, workload
 
 from parsetier.engine.wire import WireRequest, python_renderer, renderer
 from parsetier.messages import SessionOptions, Tool
@@ -47,11 +48,6 @@ from parsetier.protocol.rules import Limits
 from parsetier.protocol.session import SessionProtocol
 from parsetier_api.v1 import parsetier_pb2 as pb
 
-TEXT = (
-    "<think>\nThe user asks about the weather in 東京 and Paris. Let me think about what to say: "
-    "temperatures, rain 🌧️, and a short summary. 天気はどうですか? Maybe add an emoji 🎉👍🏽.\n</think>\n\n"
-)
-ANSWER = "In 東京 it is 18°C with light rain 🌧️; in Paris 21°C and sunny ☀️. Have a nice day 🎉! "
 CALLS = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n'
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "東京", "unit": "celsius"}}\n</tool_call>'
@@ -64,15 +60,6 @@ DIALECTS = {
     "Anthropic Messages": pb.WIRE_DIALECT_ANTHROPIC_MESSAGES,
     "OpenAI Responses": pb.WIRE_DIALECT_OPENAI_RESPONSES,
 }
-
-
-def workload(model: Model, tokens: int) -> list[int]:
-    tok = model.tokenizer
-    ids = tok.encode(TEXT, add_special_tokens=False).ids
-    answer = tok.encode(ANSWER, add_special_tokens=False).ids
-    while len(ids) < tokens:
-        ids += answer
-    return ids[:tokens] + tok.encode(CALLS, add_special_tokens=False).ids
 
 
 def run(
@@ -125,17 +112,12 @@ def render_alone(model: Model, ids: list[int], per: int, dialect: str | None, py
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="qwen3")
-    parser.add_argument("--tokens", type=int, default=2000)
-    parser.add_argument("--reps", type=int, default=5)
+    parser = arguments(__doc__)
     parser.add_argument("--per-message", type=int, nargs="+", default=[1, 8])
     args = parser.parse_args()
 
     model = ModelRegistry().get(args.model)
-    ids = workload(model, args.tokens)
+    ids = workload(model, args.tokens) + model.tokenizer.encode(CALLS, add_special_tokens=False).ids
     print(f"model {args.model}, engine {engine()}: {len(ids)} tokens, median of {args.reps} runs (CPU time)")
     for per in args.per_message:
         measure(model, ids, per, args.reps)

@@ -19,31 +19,17 @@ same run, as a ratio ((with - without) / without). Timing only: nothing here pas
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
+
+from benchkit.one_output import arguments, workload
 
 from parsetier.convert import delta_to_pb
 from parsetier.engine.session import Session
 from parsetier.messages import SessionOptions, StepLogprobs
 from parsetier.models import Model, ModelRegistry
 from parsetier_api.v1 import parsetier_pb2 as pb
-
-TEXT = (
-    "<think>\nThe user asks about the weather in 東京 and Paris. Let me think about what to say: "
-    "temperatures, rain 🌧️, and a short summary. 天気はどうですか? Maybe add an emoji 🎉👍🏽.\n</think>\n\n"
-)
-ANSWER = "In 東京 it is 18°C with light rain 🌧️; in Paris 21°C and sunny ☀️. Have a nice day 🎉! "
-
-
-def workload(model: Model, tokens: int) -> list[int]:
-    tok = model.tokenizer
-    ids = tok.encode(TEXT, add_special_tokens=False).ids
-    answer = tok.encode(ANSWER, add_special_tokens=False).ids
-    while len(ids) < tokens:
-        ids += answer
-    return ids[:tokens]
 
 
 def steps_for(ids: list[int], k: int, vocab: int, seed: int = 0) -> list[StepLogprobs]:
@@ -69,12 +55,7 @@ def run(model: Model, ids: list[int], steps: list[StepLogprobs] | None, serializ
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default="qwen3")
-    parser.add_argument("--tokens", type=int, default=2000)
-    parser.add_argument("--reps", type=int, default=5)
+    parser = arguments(__doc__)
     args = parser.parse_args()
 
     model = ModelRegistry().get(args.model)

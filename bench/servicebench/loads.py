@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 
 import grpc
 
@@ -121,6 +122,33 @@ def batch_step(
     return message, tokens
 
 
+async def pipelined(
+    target: str, keys: list[str], messages: Iterable[tuple[pb.ParseBatchRequest, int]]
+) -> int:
+    """A ParseBatch stream on its own channel: ``keys`` opened, then ``messages`` (each with the
+    tokens it carries) written with two in flight, every reply read, the stream closed. Returns the
+    tokens sent."""
+    channel = open_channel(target)
+    call = pb_grpc.ParserServiceStub(channel).ParseBatch()
+    await call.write(opens(keys))
+    await call.read()
+    sent = in_flight = 0
+    for message, tokens in messages:
+        sent += tokens
+        await call.write(message)
+        in_flight += 1
+        if in_flight == 2:
+            await call.read()
+            in_flight -= 1
+    while in_flight:
+        await call.read()
+        in_flight -= 1
+    await call.done_writing()
+    await call.code()
+    await channel.close()
+    return sent
+
+
 async def batch_load(
     target: str, ids: list[int], sessions: int, steps: int, streams: int = 1, packed: bool = True
 ) -> int:
@@ -129,28 +157,9 @@ async def batch_load(
     ``packed``: the usual steps as packed items (else as entries). Returns the tokens sent."""
 
     async def one(index: int) -> int:
-        channel = open_channel(target)
-        call = pb_grpc.ParserServiceStub(channel).ParseBatch()
         keys = [f"s{index}-{i}" for i in range(sessions)]
         position = [i % len(ids) for i in range(sessions)]
-        await call.write(opens(keys))
-        await call.read()
-        sent = in_flight = 0
-        for _ in range(steps):
-            message, tokens = batch_step(keys, position, ids, packed)
-            sent += tokens
-            await call.write(message)
-            in_flight += 1
-            if in_flight == 2:
-                await call.read()
-                in_flight -= 1
-        while in_flight:
-            await call.read()
-            in_flight -= 1
-        await call.done_writing()
-        await call.code()
-        await channel.close()
-        return sent
+        return await pipelined(target, keys, (batch_step(keys, position, ids, packed) for _ in range(steps)))
 
     return sum(await asyncio.gather(*(one(i) for i in range(streams))))
 

@@ -28,11 +28,11 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+from collections.abc import Iterator
 
 from bench.servicebench.launcher import CLIENT_CPU, parsetier_server
-from bench.servicebench.loads import TOOLS, measured, open_channel, opens, workload
+from bench.servicebench.loads import TOOLS, measured, pipelined, workload
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
 SHAPES = (("packed", 1), ("packed", 8), ("steps", 8))
 """(shape, tokens per item) measured; the first is the baseline of the ratios."""
@@ -85,28 +85,17 @@ def step_message(
 async def load(target: str, ids: list[int], sessions: int, tokens: int, per_item: int, shape: str) -> int:
     """One stream of ``sessions`` sessions fed about ``tokens`` tokens, two messages in flight;
     sessions start at different points of the output. Returns the tokens sent."""
-    channel = open_channel(target)
-    call = pb_grpc.ParserServiceStub(channel).ParseBatch()
     keys = [f"m{i}" for i in range(sessions)]
     position = [i % len(ids) for i in range(sessions)]
-    await call.write(opens(keys))
-    await call.read()
-    sent = in_flight = 0
-    while sent < tokens:
-        message, count = step_message(keys, position, ids, per_item, shape)
-        sent += count
-        await call.write(message)
-        in_flight += 1
-        if in_flight == 2:
-            await call.read()
-            in_flight -= 1
-    while in_flight:
-        await call.read()
-        in_flight -= 1
-    await call.done_writing()
-    await call.code()
-    await channel.close()
-    return sent
+
+    def messages() -> Iterator[tuple[pb.ParseBatchRequest, int]]:
+        sent = 0
+        while sent < tokens:
+            message, count = step_message(keys, position, ids, per_item, shape)
+            sent += count
+            yield message, count
+
+    return await pipelined(target, keys, messages())
 
 
 def main() -> None:
