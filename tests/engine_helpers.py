@@ -15,6 +15,7 @@ this module is cheap after the first time.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import re
@@ -59,6 +60,25 @@ def tools(*specs: tuple[str, dict[str, Any]] | str, **named: dict[str, Any]) -> 
     ``tools("f", ("g", {"a": {"type": "integer"}}), h={})``."""
     pairs = [(spec, {}) if isinstance(spec, str) else spec for spec in specs] + list(named.items())
     return tuple(Tool(name, {"type": "object", "properties": props}) for name, props in pairs)
+
+
+JSON_TYPES: dict[str, dict[str, Any]] = {
+    "i": {"type": "integer"},
+    "n": {"type": "number"},
+    "b": {"type": "boolean"},
+    "o": {"type": "object"},
+    "a": {"type": "array"},
+    "s": {"type": "string"},
+    "z": {"type": "null"},
+    "ns": {"type": ["string", "null"]},
+}
+"""One property per JSON type, named by its initial (``ns``: string or null): what the families'
+typing tests convert written values by."""
+
+
+def typed(*names: str) -> dict[str, Any]:
+    """The properties ``names`` of ``JSON_TYPES``, in that order (``| {...}`` adds others)."""
+    return {name: copy.deepcopy(JSON_TYPES[name]) for name in names}
 
 
 # ---------------------------------------------------------------------------------------------- splits

@@ -14,7 +14,7 @@ import json
 import pytest
 
 import marker_tokenizers
-from engine_helpers import run, shape, tools
+from engine_helpers import run, shape, tools, typed
 from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
 
@@ -26,16 +26,7 @@ GLM5 = _REGISTRY.get("glm-5")
 TOOLS = tools(
     get_weather={"city": {"type": "string"}, "unit": {"type": "string"}},
     write_file={"path": {"type": "string"}, "content": {"type": "string"}},
-    typed={
-        "i": {"type": "integer"},
-        "n": {"type": "number"},
-        "b": {"type": "boolean"},
-        "o": {"type": "object"},
-        "a": {"type": "array"},
-        "s": {"type": "string"},
-        "ns": {"type": ["string", "null"]},
-        "z": {"type": "null"},
-    },
+    typed=typed("i", "n", "b", "o", "a", "s", "ns", "z"),
     get_time={},
 )
 OPTS = SessionOptions(tools=TOOLS)

@@ -15,7 +15,7 @@ import json
 import pytest
 
 import marker_tokenizers
-from engine_helpers import tools
+from engine_helpers import tools, typed
 from family_support import arguments_before, enc, plain, prompted, split_check
 from parsetier.messages import SessionOptions
 
@@ -26,15 +26,7 @@ THINK_CLOSE, CALLS_OPEN, CALLS_CLOSE = 200051, 200052, 200053
 TOOLS = tools(
     get_weather={"city": {"type": "string"}, "days": {"type": "integer"}},
     write_file={"path": {"type": "string"}, "content": {"type": "string"}},
-    typed={
-        "i": {"type": "integer"},
-        "n": {"type": "number"},
-        "b": {"type": "boolean"},
-        "o": {"type": "object"},
-        "a": {"type": "array"},
-        "s": {"type": "string"},
-        "ns": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-    },
+    typed=typed("i", "n", "b", "o", "a", "s") | {"ns": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
     get_time={},
 )
 OPTS = SessionOptions(tools=TOOLS)

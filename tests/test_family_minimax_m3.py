@@ -15,7 +15,7 @@ import json
 
 import marker_tokenizers
 from chat_rendering import JinjaTemplate
-from engine_helpers import parse_shape, tools
+from engine_helpers import parse_shape, tools, typed
 from family_support import arguments_before, enc, plain, split_check
 from parsetier.messages import SessionOptions
 from parsetier.models import TokenizerState
@@ -27,11 +27,8 @@ NS, THINK_OPEN, THINK_CLOSE, CALLS_OPEN, CALLS_CLOSE, EOS = 200058, 200059, 2000
 
 TOOLS = tools(
     get_weather={"city": {"type": "string"}, "days": {"type": "integer"}},
-    typed={
-        "i": {"type": "integer"},
-        "n": {"type": "number"},
-        "b": {"type": "boolean"},
-        "s": {"type": "string"},
+    typed=typed("i", "n", "b", "s")
+    | {
         "tags": {"type": "array", "items": {"type": "integer"}},
         "o": {"type": "object", "properties": {"x": {"type": "number"}, "l": {"type": "array"}}},
         "free": {"type": "object"},

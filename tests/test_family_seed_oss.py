@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 import marker_tokenizers
-from engine_helpers import run, tools
+from engine_helpers import run, tools, typed
 from family_support import arguments_before, enc, plain, prompted, split_check
 from marker_tokenizers import MARKERS
 from native_diff import compare_splits
@@ -26,14 +26,7 @@ BUDGET_OPEN = MARKERS["seed-oss"]["<seed:cot_budget_reflect>"]
 TOOLS = tools(
     get_weather={"city": {"type": "string"}, "days": {"type": "integer"}},
     write_file={"path": {"type": "string"}, "content": {"type": "string"}},
-    typed={
-        "i": {"type": "integer"},
-        "b": {"type": "boolean"},
-        "o": {"type": "object"},
-        "a": {"type": "array"},
-        "s": {"type": "string"},
-        "ns": {"type": ["string", "null"]},
-    },
+    typed=typed("i", "b", "o", "a", "s", "ns"),
     get_time={},
 )
 OPTS = SessionOptions(tools=TOOLS)

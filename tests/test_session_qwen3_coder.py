@@ -23,6 +23,7 @@ from engine_helpers import (
     run,
     shape,
     tools,
+    typed,
 )
 from family_support import plain, split_check
 from native_diff import compare_splits
@@ -34,14 +35,7 @@ from strategies import GeneratedXml, coder_ids, coder_messages, render_coder
 
 PROPERTY = property_settings(60)
 
-SCHEMA = {
-    "i": {"type": "integer"},
-    "n": {"type": "number"},
-    "b": {"type": "boolean"},
-    "z": {"type": "null"},
-    "o": {"type": "object"},
-    "a": {"type": "array"},
-    "s": {"type": "string"},
+SCHEMA = typed("i", "n", "b", "z", "o", "a", "s") | {
     "u": {"type": ["integer", "null"]},
     "e": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
 }
