@@ -95,6 +95,34 @@ func (f *inFlight) take(n uint64) (time.Time, bool) {
 	return t, ok
 }
 
+// readReplies reads a stream's replies on its own goroutine: each reply that answers (answers)
+// records the round trip of the client message it answers, if that message is in flight. It
+// stops at the first receive error, or after a reply that is the last, and sends that error (nil
+// after the last reply) on the channel it returns.
+func readReplies[R interface{ GetClientMessages() uint64 }](recv func() (R, error), flight *inFlight,
+	rec *recorder, answers, last func(R) bool) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for {
+			reply, err := recv()
+			if err != nil {
+				done <- err
+				return
+			}
+			if answers(reply) {
+				if at, ok := flight.take(reply.GetClientMessages()); ok {
+					rec.answered(at)
+				}
+			}
+			if last(reply) {
+				done <- nil
+				return
+			}
+		}
+	}()
+	return done
+}
+
 func main() {
 	server := flag.String("server", "127.0.0.1:50051", "host:port (plaintext)")
 	model := flag.String("model", "qwen3", "model name")
@@ -197,23 +225,9 @@ func paceParse(ctx context.Context, client pb.ParserServiceClient, open *pb.Open
 			return err
 		}
 		flight := &inFlight{at: map[uint64]time.Time{}}
-		done := make(chan error, 1)
-		go func() {
-			for {
-				reply, err := stream.Recv()
-				if err != nil {
-					done <- err
-					return
-				}
-				if at, ok := flight.take(reply.GetClientMessages()); ok {
-					rec.answered(at)
-				}
-				if reply.GetFinal() != nil {
-					done <- nil
-					return
-				}
-			}
-		}()
+		done := readReplies(stream.Recv, flight, rec,
+			func(*pb.ParseResponse) bool { return true },
+			func(reply *pb.ParseResponse) bool { return reply.GetFinal() != nil })
 		message := uint64(1)
 		for _, id := range ids {
 			tick = tick.Add(period)
@@ -266,22 +280,10 @@ func paceBatch(ctx context.Context, client pb.ParserServiceClient, index, n int,
 		return err
 	}
 	flight := &inFlight{at: map[uint64]time.Time{}}
-	done := make(chan error, 1)
-	go func() {
-		for {
-			reply, err := stream.Recv()
-			if err != nil {
-				done <- err
-				return
-			}
-			if reply.GetPart() != nil && reply.GetPart().GetMore() {
-				continue // the reply's last part is the one that completes it
-			}
-			if at, ok := flight.take(reply.GetClientMessages()); ok {
-				rec.answered(at)
-			}
-		}
-	}()
+	done := readReplies(stream.Recv, flight, rec,
+		// the reply's last part is the one that completes it
+		func(reply *pb.ParseBatchResponse) bool { return !reply.GetPart().GetMore() },
+		func(*pb.ParseBatchResponse) bool { return false })
 	time.Sleep(time.Until(first))
 	tick := first
 	message := uint64(1)
