@@ -92,7 +92,7 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## proto: regenerate client/python/parsetier_api from protos/ (grpcio-tools) and copy the proto into client/rust/proto
+## proto: regenerate client/python/parsetier_api (grpcio-tools) and client/go/parsetierpb from protos/
 proto: $(TEST_STAMP)
 	$(PY) client/python/generate.py
 	PYTHON=$(abspath $(PY)) client/go/generate.sh

@@ -189,11 +189,7 @@ func mixedSteps(t *testing.T, opts ...parsetier.ClientOption) {
 		}
 		plans = append(plans, plan{fmt.Sprintf("mix-%d", i), i * 2, msgs})
 	}
-	batch, err := client.Batch(ctx)
-	if err != nil {
-		t.Fatalf("Batch: %v", err)
-	}
-	defer batch.Close()
+	batch := openBatch(t, ctx, client)
 	deltas := map[string][]*pb.Delta{}
 	finals := map[string]*pb.Final{}
 	last := 0
@@ -355,11 +351,7 @@ func TestBatchResumesPackedSessions(t *testing.T) {
 	opts := []parsetier.OpenOption{parsetier.WithToolsJSON(weatherTools), parsetier.WithRequestID("go-resume")}
 	const sessions = 16
 	key := func(i int) string { return fmt.Sprintf("resume-%d", i) }
-	batch, err := client.Batch(ctx)
-	if err != nil {
-		t.Fatalf("Batch: %v", err)
-	}
-	defer batch.Close()
+	batch := openBatch(t, ctx, client)
 	for i := range sessions {
 		batch.Open(key(i), "qwen3", opts...)
 	}
@@ -370,15 +362,7 @@ func TestBatchResumesPackedSessions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Recv: %v", err)
 		}
-		for _, out := range outputs {
-			if err := parsetier.SessionErr(out); err != nil {
-				t.Fatalf("session %s: %v", out.GetKey(), err)
-			}
-			deltas[out.GetKey()] = append(deltas[out.GetKey()], out.GetDeltas()...)
-			if out.GetFinal() != nil {
-				finals[out.GetKey()] = out.GetFinal()
-			}
-		}
+		gather(t, outputs, deltas, finals)
 	}
 	var atCut []wireTally
 	for step := 0; step <= len(qwen3Output); step++ {

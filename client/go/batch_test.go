@@ -24,11 +24,7 @@ func TestBatchManySessionsOneTokenPerStep(t *testing.T) {
 	client := w.client(t, os.Getenv("PARSETIER_SERVER"))
 	ctx := testContext(t)
 	const sessions = 64
-	batch, err := client.Batch(ctx)
-	if err != nil {
-		t.Fatalf("Batch: %v", err)
-	}
-	defer batch.Close()
+	batch := openBatch(t, ctx, client)
 	key := func(i int) string { return fmt.Sprintf("req-%d", i) }
 	for i := range sessions {
 		batch.Open(key(i), "qwen3", parsetier.WithToolsJSON(weatherTools), parsetier.WithRequestID("go-batch"))
@@ -47,15 +43,7 @@ func TestBatchManySessionsOneTokenPerStep(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Step %d: %v", step, err)
 		}
-		for _, out := range outputs {
-			if err := parsetier.SessionErr(out); err != nil {
-				t.Fatalf("session %s: %v", out.GetKey(), err)
-			}
-			deltas[out.GetKey()] = append(deltas[out.GetKey()], out.GetDeltas()...)
-			if out.GetFinal() != nil {
-				finals[out.GetKey()] = out.GetFinal()
-			}
-		}
+		gather(t, outputs, deltas, finals)
 	}
 	if err := batch.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -86,11 +74,7 @@ func TestBatchManySessionsOneTokenPerStep(t *testing.T) {
 // again once its session ended.
 func TestBatchSessionErrors(t *testing.T) {
 	client := connect(t)
-	batch, err := client.Batch(testContext(t))
-	if err != nil {
-		t.Fatalf("Batch: %v", err)
-	}
-	defer batch.Close()
+	batch := openBatch(t, testContext(t), client)
 	batch.Open("good", "qwen3", parsetier.WithToolsJSON(weatherTools))
 	batch.Open("unknown", "no-such-model")
 	batch.Feed("unopened", []uint32{9707})
@@ -149,13 +133,23 @@ func TestBatchSessionErrors(t *testing.T) {
 // Only the stream's own limits end the stream, and Step reports them.
 func TestBatchEmptyKeyEndsTheStream(t *testing.T) {
 	client := connect(t)
-	batch, err := client.Batch(testContext(t))
-	if err != nil {
-		t.Fatalf("Batch: %v", err)
-	}
-	defer batch.Close()
+	batch := openBatch(t, testContext(t), client)
 	batch.Feed("", []uint32{9707})
 	if _, err := batch.Step(); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("an empty key: %v, want InvalidArgument", err)
+	}
+}
+
+// gather adds each output's deltas and final to its session's, failing on a session's error.
+func gather(t *testing.T, outputs []*pb.SessionOutput, deltas map[string][]*pb.Delta, finals map[string]*pb.Final) {
+	t.Helper()
+	for _, out := range outputs {
+		if err := parsetier.SessionErr(out); err != nil {
+			t.Fatalf("session %s: %v", out.GetKey(), err)
+		}
+		deltas[out.GetKey()] = append(deltas[out.GetKey()], out.GetDeltas()...)
+		if out.GetFinal() != nil {
+			finals[out.GetKey()] = out.GetFinal()
+		}
 	}
 }

@@ -81,6 +81,17 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
+// openBatch is a new ParseBatch stream of client's, closed when the test ends.
+func openBatch(t *testing.T, ctx context.Context, client *parsetier.Client) *parsetier.Batch {
+	t.Helper()
+	batch, err := client.Batch(ctx)
+	if err != nil {
+		t.Fatalf("Batch: %v", err)
+	}
+	t.Cleanup(func() { batch.Close() })
+	return batch
+}
+
 func onePerStep(ids []uint32) [][]uint32 {
 	steps := make([][]uint32, len(ids))
 	for i, id := range ids {

@@ -88,11 +88,7 @@ func TestReplyParts(t *testing.T) {
 	})
 
 	t.Run("BatchJoinsThem", func(t *testing.T) {
-		batch, err := client.Batch(ctx)
-		if err != nil {
-			t.Fatalf("Batch: %v", err)
-		}
-		defer batch.Close()
+		batch := openBatch(t, ctx, client)
 		batch.Open("big", "qwen3")
 		batch.Feed("big", step)
 		batch.Finish("big", finish)

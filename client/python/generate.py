@@ -7,10 +7,6 @@ mapped to the virtual path ``parsetier_api/v1`` and protoc writes ``parsetier_ap
 with imports to match. ``tests/test_proto_generated.py`` runs this script into a temporary
 directory and compares, so stale generated code fails CI.
 
-Into the default place it also copies the proto into the Rust crate (``client/rust/proto``), which
-compiles its own copy so that it builds outside the repository; ``tests/test_proto_generated.py``
-checks the copy is identical.
-
 Usage: ``python client/python/generate.py [--out DIR]`` (default: ``client/python``).
 """
 
@@ -22,7 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "protos" / "parsetier" / "v1"
-RUST_PROTO_DIR = ROOT / "client" / "rust" / "proto" / "parsetier" / "v1"
 DEFAULT_OUT = ROOT / "client" / "python"
 PACKAGE = "parsetier_api"
 VIRTUAL_DIR = f"{PACKAGE}/v1"
@@ -63,10 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for path in generate(args.out):
         print(path.relative_to(args.out))
-    if args.out.resolve() == DEFAULT_OUT:
-        for proto in sorted(PROTO_DIR.glob("*.proto")):
-            (RUST_PROTO_DIR / proto.name).write_bytes(proto.read_bytes())
-            print((RUST_PROTO_DIR / proto.name).relative_to(ROOT))
     return 0
 
 

@@ -1,5 +1,5 @@
-//! Generates the parsetier.v1 messages and the ParserService client from the crate's copy of the
-//! contract (`proto/`), compiled by protox (a protobuf compiler written in Rust): the crate builds
+//! Generates the parsetier.v1 messages and the ParserService client from the crate's contract
+//! (`proto/`: in the repository a link to `protos/`, in the packaged crate the file), compiled by protox (a protobuf compiler written in Rust): the crate builds
 //! outside the repository and without `protoc`, and never carries generated code that can go stale.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The crate's folder as cargo gives it when the script runs, not as it was when the script
