@@ -87,16 +87,18 @@ def opens(keys: list[str]) -> pb.ParseBatchRequest:
 
 
 def batch_step(
-    keys: list[str], position: list[int], ids: list[int], packed: bool = True
+    keys: list[str], position: list[int], ids: list[int], shape: str = "packed", per_item: int = 1
 ) -> tuple[pb.ParseBatchRequest, int]:
-    """One engine step: one token for every session; a session past the end of the output
-    finishes, and opens again (with its first token) in the next step. The usual steps go as
-    packed items (``PackedSteps``), as the batch clients send them, or as entries. Returns the
+    """One engine step: ``per_item`` tokens (fewer at the output's end) for every session; a
+    session past the end of the output finishes, and opens again (with its first tokens, as an
+    entry) in the next step. ``shape``: the usual steps as packed items (``PackedSteps``, as the
+    batch clients send them), or as entries of one step per token (``steps``). Returns the
     message and the tokens in it."""
     message = pb.ParseBatchRequest()
     entries = message.sessions
-    stepped: list[str] = []
-    stepped_ids: list[int] = []
+    packed_keys: list[str] = []
+    counts: list[int] = []
+    packed_ids: list[int] = []
     tokens = 0
     for i, key in enumerate(keys):
         p = position[i]
@@ -104,21 +106,29 @@ def batch_step(
             entries.add(key=key).finish.SetInParent()
             position[i] = -1
             continue
-        if p == -1:
+        opening = p == -1
+        p = max(p, 0)
+        chunk = ids[p : p + per_item]
+        if opening or shape == "steps":
             entry = entries.add(key=key)
-            entry.open.model, entry.open.tools_json = "qwen3", TOOLS
-            entry.steps.add().token_ids.append(ids[0])
-            p = 0
-        elif packed:
-            stepped.append(key)
-            stepped_ids.append(ids[p])
+            if opening:
+                entry.open.model, entry.open.tools_json = "qwen3", TOOLS
+            if shape == "steps":
+                for token in chunk:
+                    entry.steps.add().token_ids.append(token)
+            else:
+                entry.steps.add().token_ids.extend(chunk)
         else:
-            entries.add(key=key).steps.add().token_ids.append(ids[p])
-        position[i] = p + 1
-        tokens += 1
-    if stepped:
-        message.packed.keys.extend(stepped)
-        message.packed.token_ids.extend(stepped_ids)
+            packed_keys.append(key)
+            counts.append(len(chunk))
+            packed_ids.extend(chunk)
+        position[i] = p + len(chunk)
+        tokens += len(chunk)
+    if packed_keys:
+        message.packed.keys.extend(packed_keys)
+        if any(count != 1 for count in counts):
+            message.packed.token_counts.extend(counts)
+        message.packed.token_ids.extend(packed_ids)
     return message, tokens
 
 
@@ -159,7 +169,11 @@ async def batch_load(
     async def one(index: int) -> int:
         keys = [f"s{index}-{i}" for i in range(sessions)]
         position = [i % len(ids) for i in range(sessions)]
-        return await pipelined(target, keys, (batch_step(keys, position, ids, packed) for _ in range(steps)))
+        return await pipelined(
+            target,
+            keys,
+            (batch_step(keys, position, ids, "packed" if packed else "steps") for _ in range(steps)),
+        )
 
     return sum(await asyncio.gather(*(one(i) for i in range(streams))))
 

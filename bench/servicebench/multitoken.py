@@ -31,55 +31,11 @@ import sys
 from collections.abc import Iterator
 
 from bench.servicebench.launcher import CLIENT_CPU, parsetier_server
-from bench.servicebench.loads import TOOLS, measured, pipelined, workload
+from bench.servicebench.loads import batch_step, measured, pipelined, workload
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 SHAPES = (("packed", 1), ("packed", 8), ("steps", 8))
 """(shape, tokens per item) measured; the first is the baseline of the ratios."""
-
-
-def step_message(
-    keys: list[str], position: list[int], ids: list[int], per_item: int, shape: str
-) -> tuple[pb.ParseBatchRequest, int]:
-    """One engine step: ``per_item`` tokens (fewer at the output's end) for every session, in
-    ``shape``; a session past the end finishes, and opens again (with its first tokens, as an
-    entry) in the next step. Returns the message and its tokens."""
-    message = pb.ParseBatchRequest()
-    entries = message.sessions
-    packed_keys: list[str] = []
-    counts: list[int] = []
-    packed_ids: list[int] = []
-    tokens = 0
-    for i, key in enumerate(keys):
-        p = position[i]
-        if p == len(ids):
-            entries.add(key=key).finish.SetInParent()
-            position[i] = -1
-            continue
-        opening = p == -1
-        p = max(p, 0)
-        chunk = ids[p : p + per_item]
-        if opening or shape == "steps":
-            entry = entries.add(key=key)
-            if opening:
-                entry.open.model, entry.open.tools_json = "qwen3", TOOLS
-            if shape == "steps":
-                for token in chunk:
-                    entry.steps.add().token_ids.append(token)
-            else:
-                entry.steps.add().token_ids.extend(chunk)
-        else:
-            packed_keys.append(key)
-            counts.append(len(chunk))
-            packed_ids.extend(chunk)
-        position[i] = p + len(chunk)
-        tokens += len(chunk)
-    if packed_keys:
-        message.packed.keys.extend(packed_keys)
-        if any(count != 1 for count in counts):
-            message.packed.token_counts.extend(counts)
-        message.packed.token_ids.extend(packed_ids)
-    return message, tokens
 
 
 async def load(target: str, ids: list[int], sessions: int, tokens: int, per_item: int, shape: str) -> int:
@@ -91,7 +47,7 @@ async def load(target: str, ids: list[int], sessions: int, tokens: int, per_item
     def messages() -> Iterator[tuple[pb.ParseBatchRequest, int]]:
         sent = 0
         while sent < tokens:
-            message, count = step_message(keys, position, ids, per_item, shape)
+            message, count = batch_step(keys, position, ids, shape, per_item)
             sent += count
             yield message, count
 
