@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -136,16 +137,23 @@ class Recorder(BatchHooks):
         )
 
 
-def run(engine: str, model, stream: list[pb.ParseBatchRequest]) -> tuple[list[bytes], list[tuple]]:
-    """The replies (serialized) and session ends of ``stream`` on ``engine``."""
+def run(
+    engine: str,
+    model,
+    stream: list[pb.ParseBatchRequest],
+    limits: Limits = LIMITS,
+    read: Callable[[pb.ParseBatchRequest], Any] | None = None,
+) -> tuple[list[bytes], list[tuple]]:
+    """The replies (serialized) and session ends of ``stream`` on ``engine``; ``read``: how each
+    message is read first, on that engine (``_read``: as the servicer does)."""
     before = native.engine()
     native.set_engine(engine)
     try:
         hooks = Recorder()
-        batch = BatchProtocol(LIMITS, hooks)
+        batch = BatchProtocol(limits, hooks)
         replies = []
         for message in stream:
-            reply = batch.receive(message)
+            reply = batch.receive(read(message) if read is not None else message)
             if isinstance(reply, NeedModels):
                 reply = batch.supply_models({name: model for name in reply.names})
             replies.append(reply.SerializeToString(deterministic=True))
@@ -636,21 +644,7 @@ def test_entries_of_several_steps_equal_on_both_engines(encode, qwen3, seed, mon
     replies: dict[str, list[bytes]] = {}
     ends: dict[str, list[tuple]] = {}
     for engine in ("native", "reference"):
-        before = native.engine()
-        native.set_engine(engine)
-        try:
-            hooks = Recorder()
-            batch = BatchProtocol(limits, hooks)
-            got = []
-            for message in stream:
-                reply = batch.receive(_read(message))
-                if isinstance(reply, NeedModels):
-                    reply = batch.supply_models({name: qwen3 for name in reply.names})
-                got.append(reply.SerializeToString(deterministic=True))
-            batch.close(batch_closed())
-            replies[engine], ends[engine] = got, sorted(hooks.ends, key=repr)
-        finally:
-            native.set_engine(before)
+        replies[engine], ends[engine] = run(engine, qwen3, stream, limits, _read)
         if engine == "native":
             on_native, fed[:] = len(fed), []
     for i, (got, want) in enumerate(zip(replies["native"], replies["reference"], strict=True)):
