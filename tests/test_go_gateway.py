@@ -24,6 +24,7 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import openai
@@ -215,13 +216,19 @@ def test_a_request_the_tier_refuses_gets_the_dialects_error(openai_sdk, anthropi
 
 
 # ---------------------------------------------------------------- Anthropic Messages
-def anthropic_message(sdk: anthropic.Anthropic, request: dict, stream: bool):
+def sdk_reply(api: Any, final: str, request: dict, stream: bool):
+    """The reply of ``api.create`` or, with ``stream``, what the SDK accumulates from every event
+    of ``api.stream`` (its ``final`` getter)."""
     if not stream:
-        return sdk.messages.create(**request)
-    with sdk.messages.stream(**request) as events:
+        return api.create(**request)
+    with api.stream(**request) as events:
         for _ in events:
             pass
-        return events.get_final_message()
+        return getattr(events, final)()
+
+
+def anthropic_message(sdk: anthropic.Anthropic, request: dict, stream: bool):
+    return sdk_reply(sdk.messages, "get_final_message", request, stream)
 
 
 def texts_of(reply) -> tuple[str, str]:
@@ -255,12 +262,7 @@ def test_anthropic_tool_conversation(anthropic_sdk, script, stream) -> None:
 
 # ---------------------------------------------------------------- OpenAI Responses
 def responses(sdk: openai.OpenAI, request: dict, stream: bool):
-    if not stream:
-        return sdk.responses.create(**request)
-    with sdk.responses.stream(**request) as events:
-        for _ in events:
-            pass
-        return events.get_final_response()
+    return sdk_reply(sdk.responses, "get_final_response", request, stream)
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "body"])
