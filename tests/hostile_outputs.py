@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from canitoolcall_support import case_for, fixtures, registry
@@ -191,3 +191,9 @@ PAYLOADS = {
     "5000-digit integer in an array": "[" + "9" * 5000 + "]",
 }
 """Argument values a prompt injection can make a model write."""
+
+
+def hostile_ids(sample: CallSample) -> Iterator[list[int]]:
+    """The sample's output with each of the ``PAYLOADS`` in turn (in the order of their names)."""
+    for _name, payload in sorted(PAYLOADS.items()):
+        yield ids(sample, payload)
