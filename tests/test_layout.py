@@ -131,3 +131,40 @@ def test_the_engine_crate_has_no_module_cycle():
     graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
     assert {"machine", "readers", "grammar", "wire"} <= set(graph)
     assert _cycles(graph) == []
+
+
+def test_every_status_is_chosen_through_the_one_mapping():
+    """A refusal is a ``StatusError`` whose code ``service/errors.py`` maps to gRPC's; no other
+    module names a gRPC status to send (the ones ``handlers`` and ``tracing`` read off a finished
+    call are observed, not chosen), and the message of a server bug is written once."""
+    from parsetier.status import INTERNAL_MESSAGE
+
+    observed = {"OK", "UNKNOWN", "CANCELLED"}
+    chosen: list[str] = []
+    for path in (SERVER / "parsetier").rglob("*.py"):
+        where = str(path.relative_to(SERVER))
+        if where in ("parsetier/status.py", "parsetier/service/errors.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "StatusCode"
+                and node.attr not in observed
+            ):
+                chosen.append(f"{where}:{node.lineno} StatusCode.{node.attr}")
+            if isinstance(node, ast.Constant) and node.value == INTERNAL_MESSAGE:
+                chosen.append(f"{where}:{node.lineno} the INTERNAL message")
+            if _aborts(node) and not (where == "parsetier/service/servicer.py" and _sends_mapped(node)):
+                chosen.append(f"{where}:{node.lineno} abort")
+    assert chosen == []
+
+
+def _aborts(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "abort"
+
+
+def _sends_mapped(node: ast.AST) -> bool:
+    """The servicer's ``_end`` sends ``status[0]``: a status ``_failure`` took from the mapping."""
+    assert isinstance(node, ast.Call)
+    return isinstance(node.args[0], ast.Subscript)

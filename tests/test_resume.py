@@ -251,9 +251,9 @@ def test_the_python_clients_read_the_protos_retry_rule_from_code_and_trailers():
     """The retry rule (proto, ``ParserService``): the ``parsetier-fault`` trailer never, the
     hand-off trailer always, else UNAVAILABLE / CANCELLED / INTERNAL / UNKNOWN; the message text
     is never read (the server's own INTERNAL message without the trailer is a reset on the way)."""
-    from parsetier.protocol.batch import INTERNAL_MESSAGE
     from parsetier.service.errors import FAULT_TRAILER
     from parsetier.service.handoff import HANDOFF_TRAILER
+    from parsetier.status import INTERNAL_MESSAGE
     from parsetier_client.resume import retryable
 
     def status(code: grpc.StatusCode, details: str, trailers=()) -> grpc.aio.AioRpcError:

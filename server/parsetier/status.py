@@ -31,6 +31,7 @@ class Code(enum.IntEnum):
     FAILED_PRECONDITION = 9
     UNAVAILABLE = 14
     INTERNAL = 13
+    UNAUTHENTICATED = 16
 
 
 class StatusError(Exception):
@@ -51,6 +52,17 @@ class ProtocolError(StatusError):
     def __init__(self, code: Code, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+INTERNAL_MESSAGE = "internal server error; the server log has the details"
+"""What a server bug tells the caller: nothing about the exception (its text may hold request data
+or internals); the server log has the traceback."""
+
+
+def internal() -> ProtocolError:
+    """A server bug, as the caller sees it (INTERNAL, the fixed message); the caller logs the
+    exception itself."""
+    return ProtocolError(Code.INTERNAL, INTERNAL_MESSAGE)
 
 
 def invalid(message: str) -> ProtocolError:

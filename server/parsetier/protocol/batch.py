@@ -26,7 +26,16 @@ from parsetier.models import Model
 from parsetier.protocol import rules
 from parsetier.protocol.rules import Limits
 from parsetier.protocol.session import SessionCounts, SessionProtocol, refused_wire
-from parsetier.status import Code, ProtocolError, StatusError, error_of, exhausted, invalid, out_of_order
+from parsetier.status import (
+    INTERNAL_MESSAGE,
+    Code,
+    ProtocolError,
+    StatusError,
+    error_of,
+    exhausted,
+    invalid,
+    out_of_order,
+)
 from parsetier_api.v1 import parsetier_pb2 as pb
 
 
@@ -107,8 +116,6 @@ def to_the_end(work: Slices[T]) -> T:
 
 
 CANCELLED_BY_CLIENT = "the client cancelled the session"
-INTERNAL_MESSAGE = "internal server error; the server log has the details"
-"""A server bug's status says nothing about the exception (its text may hold request data)."""
 
 
 class BatchProtocol:

@@ -26,7 +26,7 @@ from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection
 
 from parsetier.service.background import LoopTask
-from parsetier.service.errors import grpc_code
+from parsetier.service.errors import abort
 from parsetier.service.logs import SERVER_LOG
 from parsetier.status import StatusError, exhausted, unavailable
 
@@ -146,7 +146,7 @@ async def _enter_or_abort(streams: StreamCount, what: str, context: grpc.aio.Ser
         streams.enter(what)
     except StatusError as exc:
         SERVER_LOG.warning("stream refused", extra={"fields": {"rpc": what, "error": exc.message}})
-        await context.abort(grpc_code(exc), exc.message)
+        await abort(context, exc)
 
 
 class CountedHealthServicer(health.aio.HealthServicer):

@@ -9,7 +9,8 @@ confined to the one session that hit it.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from collections.abc import Sequence
+from typing import NoReturn, Protocol
 
 import grpc
 
@@ -19,6 +20,7 @@ __all__ = [
     "FAULT_TRAILER",
     "WIRE_TRAILER",
     "ErrorWire",
+    "abort",
     "fault_trailer",
     "grpc_code",
     "status_for",
@@ -53,6 +55,16 @@ class ErrorWire(Protocol):
 
 def grpc_code(error: StatusError) -> grpc.StatusCode:
     return grpc.StatusCode[error.code.name]
+
+
+async def abort(
+    context: grpc.aio.ServicerContext, error: StatusError, trailer: Sequence[tuple[str, str | bytes]] = ()
+) -> NoReturn:
+    """End the call with ``error``'s status: its code mapped here, its message, ``trailer`` and the
+    fault trailer when the status is the server's own."""
+    code = grpc_code(error)
+    await context.abort(code, error.message, trailing_metadata=(*trailer, *fault_trailer(code)))
+    raise AssertionError("grpc.aio's abort always raises")  # for the type checker
 
 
 def fault_trailer(code: grpc.StatusCode) -> tuple[tuple[str, str], ...]:

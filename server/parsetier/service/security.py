@@ -36,9 +36,11 @@ from typing import Any
 import grpc
 
 from parsetier.service.cert_expiry import warn_expiring
+from parsetier.service.errors import abort
 from parsetier.service.handlers import kind_of, rebuilt
 from parsetier.service.logs import SERVER_LOG
 from parsetier.service.refusal_log import RefusalLog
+from parsetier.status import Code, ProtocolError
 
 POLL_SECONDS = 2.0
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
@@ -287,16 +289,13 @@ class SecurityState:
 # --- the per-RPC check -------------------------------------------------------------------------
 
 
-Failure = tuple[grpc.StatusCode, str]
+Failure = ProtocolError
 REFUSAL_READ_TIMEOUT = 1.0
 """Seconds a refused streaming call waits for the client's first message (see ``_refusal``)."""
 
 
-MISSING_TOKEN: Failure = (
-    grpc.StatusCode.UNAUTHENTICATED,
-    "missing credentials: send authorization: Bearer <token>",
-)
-INVALID_TOKEN: Failure = (grpc.StatusCode.UNAUTHENTICATED, "invalid bearer token")
+MISSING_TOKEN = ProtocolError(Code.UNAUTHENTICATED, "missing credentials: send authorization: Bearer <token>")
+INVALID_TOKEN = ProtocolError(Code.UNAUTHENTICATED, "invalid bearer token")
 
 
 def _refusal(
@@ -313,7 +312,7 @@ def _refusal(
         if kind.startswith("stream"):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(anext(aiter(request)), REFUSAL_READ_TIMEOUT)
-        await context.abort(*failure)
+        await abort(context, failure)
 
     return rebuilt(handler, kind, refuse)
 
@@ -326,7 +325,7 @@ def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], Failure | No
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext):
             if (failure := check(context)) is not None:
-                await context.abort(*failure)
+                await abort(context, failure)
             async for reply in behaviour(request, context):
                 yield reply
 
@@ -334,7 +333,7 @@ def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], Failure | No
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext):  # type: ignore[misc]
             if (failure := check(context)) is not None:
-                await context.abort(*failure)
+                await abort(context, failure)
             return await behaviour(request, context)
 
     return rebuilt(handler, kind, guarded)
@@ -378,4 +377,4 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return None
         self.refusals.refused("client name not allowed", method, context.peer())
         shown = ", ".join(sorted(names)) or "none"
-        return grpc.StatusCode.PERMISSION_DENIED, f"client certificate names ({shown}) are not allowed"
+        return ProtocolError(Code.PERMISSION_DENIED, f"client certificate names ({shown}) are not allowed")

@@ -42,6 +42,7 @@ from parsetier.service.constraint import build_constraint
 from parsetier.service.decoding import Undecodable, read_batch_request
 from parsetier.service.errors import (
     ErrorWire,
+    abort,
     fault_trailer,
     grpc_code,
     status_for,
@@ -53,7 +54,7 @@ from parsetier.service.idle import IdleWatch, WriteTimeout
 from parsetier.service.limits import Limits, SessionGate
 from parsetier.service.logs import MAX_MESSAGE_CHARS, SERVER_LOG, SessionRecord, clip, emit_all
 from parsetier.service.render import RenderErrorWire, render_prompt, render_request
-from parsetier.status import Code, ProtocolError, StatusError
+from parsetier.status import Code, ProtocolError, StatusError, error_of, internal
 from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_api.v1 import parsetier_pb2_grpc as pb_grpc
 
@@ -86,12 +87,12 @@ T = TypeVar("T")
 def _failure(exc: BaseException, record: SessionRecord) -> Status:
     """The status for an exception, logging server bugs. A bug's status says nothing about the
     exception (its text may hold request data or internals); the server log has the traceback."""
-    status = status_for(exc)
-    if status is None:
+    error = error_of(exc)
+    if error is None:
         fields = {"request_id": clip(record.request_id)}
         SERVER_LOG.error("internal error in session", exc_info=exc, extra={"fields": fields})
-        status = (grpc.StatusCode.INTERNAL, "internal server error; the server log has the details")
-    return status
+        error = internal()
+    return grpc_code(error), error.message
 
 
 class ClientGone(Exception):
@@ -314,21 +315,21 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
     async def ParseBatch(
         self, request_iterator: AsyncIterator[pb.ParseBatchRequest], context: grpc.aio.ServicerContext
     ) -> None:
-        if self.gate.draining:
+        try:
+            self.gate.check_open()
+        except StatusError as exc:
             await self._await_first_message(context)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down; retry elsewhere")
+            await abort(context, exc)
         share = self.budget.share()
         try:
             try:
                 share.take(STREAM_WINDOW)
             except StatusError as exc:
                 await self._await_first_message(context)
-                await context.abort(grpc_code(exc), exc.message)
+                await abort(context, exc)
             error = await self._run_batch(context, share)
             if error is not None:
-                code = grpc_code(error)
-                trailer = trailer_for(error.message) + fault_trailer(code)
-                await context.abort(code, error.message, trailing_metadata=trailer)
+                await abort(context, error, trailer_for(error.message))
         finally:
             share.close()  # after the status: until then gRPC still holds the stream's buffers
 
@@ -372,7 +373,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
             return None
         except Exception as exc:
             SERVER_LOG.error("internal error in ParseBatch stream", exc_info=exc)
-            error = ProtocolError(Code.INTERNAL, "internal server error; the server log has the details")
+            error = internal()
         finally:
             if error is not None:
                 batch.close(ProtocolError(error.code, f"the stream ended: {error.message}"))
@@ -392,7 +393,7 @@ class ParserServicer(pb_grpc.ParserServiceServicer):
         try:
             _decoded(request)
         except StatusError as exc:
-            await context.abort(grpc_code(exc), exc.message)
+            await abort(context, exc)
         return pb.ListModelsResponse(
             models=[
                 pb.ModelInfo(
