@@ -82,7 +82,7 @@ func newBatchLedger() *batchLedger { return &batchLedger{live: map[string]*batch
 
 // sentStep records the caller's next step, going out on the current stream as entries.
 func (l *batchLedger) sentStep(entries []*pb.SessionInput) {
-	step := &sentStep{entries: make([]sentEntry, len(entries)), outputs: map[string]*pb.SessionOutput{}}
+	step := &sentStep{entries: make([]sentEntry, len(entries)), outputs: make(map[string]*pb.SessionOutput, len(entries))}
 	n := 0
 	for _, e := range entries {
 		if packable(e) {
@@ -146,7 +146,7 @@ func (l *batchLedger) answeredStep(step *sentStep, sessions, packed []*pb.Sessio
 			step.held++
 			continue
 		}
-		if err := l.apply(e.input(), out); err != nil {
+		if err := l.apply(e, out); err != nil {
 			return err
 		}
 		step.add(e.key, out)
@@ -169,7 +169,7 @@ func (l *batchLedger) answeredReopen(items []reopened, outs []*pb.SessionOutput)
 		}
 		if it.session == nil {
 			it.step.held--
-			if err := l.apply(it.refused.input(), out); err != nil {
+			if err := l.apply(it.refused, out); err != nil {
 				return err
 			}
 			it.step.add(it.key, out)
@@ -184,8 +184,9 @@ func (l *batchLedger) answeredReopen(items []reopened, outs []*pb.SessionOutput)
 }
 
 // apply does to the mirror what entry did on the server, which answered it with out (or nothing).
-func (l *batchLedger) apply(entry *pb.SessionInput, out *pb.SessionOutput) error {
-	key := entry.GetKey()
+// A step of ids (e.entry nil) is read as it is: no SessionInput is made for it.
+func (l *batchLedger) apply(e *sentEntry, out *pb.SessionOutput) error {
+	key, entry := e.key, e.entry
 	s := l.live[key]
 	if s == nil {
 		if entry.GetOpen() == nil || entry.GetCancel() || out.GetStatus() != nil {
@@ -194,7 +195,11 @@ func (l *batchLedger) apply(entry *pb.SessionInput, out *pb.SessionOutput) error
 		s = &batchSession{open: entry.GetOpen()}
 		l.live[key] = s
 	}
-	s.answered.add(entry.GetSteps())
+	if entry == nil {
+		s.answered.addIDs(e.ids)
+	} else {
+		s.answered.add(entry.GetSteps())
+	}
 	if out == nil {
 		return nil
 	}

@@ -21,7 +21,8 @@ import (
 // message, a packed batch item a microsecond or two).
 //
 // The shared stream is a Batch (with its resume) driven by two goroutines: one flushes what the
-// sessions queued, flushInterval after the first of it (0: as soon as it runs), with at most
+// sessions queued, flushInterval after the first of it (0: once the server has answered the
+// message before, or half a millisecond after it went out if it has not), with at most
 // muxInFlight messages unanswered; the other receives the replies and routes them. A session
 // has one entry per message: its next Send waits for the flush that carries its last, so the
 // other sessions' sends coalesce meanwhile (and a stalled stream stalls its senders:
@@ -35,28 +36,33 @@ func WithMultiplex(flushInterval time.Duration) ClientOption {
 	}
 }
 
-// muxer is a client's shared stream: the sessions' queued entries, and the goroutine that sends
-// them and routes the replies.
+// muxer is a client's shared stream: the sessions with an entry queued for the next message,
+// and the goroutines that send them and route the replies.
 type muxer struct {
 	client   *Client
 	interval time.Duration
 	ctx      context.Context
 	stop     context.CancelFunc
 	wake     chan struct{} // one token: there is something to flush
+	answered chan struct{} // one token: a reply was routed
 
-	mu       sync.Mutex // guards everything below
+	mu       sync.Mutex // guards everything below, and every session's queued entry and counts
 	started  bool
 	batch    *sharedBatch    // nil until the next flush makes one
 	openings [][]*muxSession // per message in flight: the sessions whose open it carries
 	routed   int             // replies routed (the message each answers, in order)
-	entries  map[string]*pb.SessionInput
-	order    []*pb.SessionInput
-	sending  map[string]bool // keys whose queued entry has steps or a finish
-	opening  []*muxSession   // sessions whose open is queued
+	queue    []*muxSession   // the sessions with an entry queued, in the order queued
 	flushed  chan struct{}   // closed at the next flush
 	sessions map[string]*muxSession
 	nextKey  uint64
 	taken    int // messages sent on the stream
+	routing  []routed
+}
+
+// routed is one output of a reply and the session it goes to (route's scratch space).
+type routed struct {
+	s   *muxSession
+	out *pb.SessionOutput
 }
 
 // sharedBatch is the shared stream's Batch and its room for messages in flight.
@@ -66,33 +72,47 @@ type sharedBatch struct {
 	dead  chan struct{} // closed when the stream has failed
 }
 
-// muxInFlight bounds the messages sent and not answered: past it, flushes wait.
-const muxInFlight = 64
+// muxInFlight bounds the messages sent and not answered: past it, flushes wait. With interval
+// 0, a flush also waits while a message is unanswered, for at most muxIdleWait (see idle).
+const (
+	muxInFlight = 64
+	muxIdleWait = 500 * time.Microsecond
+)
 
 func newMuxer(c *Client, interval time.Duration) *muxer {
 	ctx, stop := context.WithCancel(context.Background())
 	return &muxer{
-		client: c, interval: interval, ctx: ctx, stop: stop, wake: make(chan struct{}, 1),
-		entries: map[string]*pb.SessionInput{}, sending: map[string]bool{}, flushed: make(chan struct{}),
-		sessions: map[string]*muxSession{},
+		client: c, interval: interval, ctx: ctx, stop: stop, wake: make(chan struct{}, 1), answered: make(chan struct{}, 1),
+		flushed: make(chan struct{}), sessions: map[string]*muxSession{},
 	}
 }
 
-// muxSession is a session's side of the shared stream: its key, its replies as they come, and
-// the count of messages it has sent (client_messages in its replies, as on its own stream).
+// muxSession is a session's side of the shared stream: its key, its entry in the next message,
+// its replies as they come, and the count of messages it has sent (client_messages in its
+// replies, as on its own stream).
 type muxSession struct {
 	m        *muxer
 	key      string
 	admitted chan error // the reply to the message that carried its open came: nil, or its error
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	outs     []*pb.SessionOutput
-	err      error // what ended it (io.EOF after its final reply)
-	done     bool  // nothing more comes: outs drained, then err
-	resumes  int
+	// Guarded by m.mu: the entry queued for the next message, and the counts.
+	live     bool // in m.sessions
+	queued   bool // in m.queue
+	counted  bool // the queued entry is a message of the session's own (a Cancel is not)
+	open     *pb.Open
+	steps    []*pb.Step
+	finish   *pb.Finish
+	cancel   bool
 	messages uint64
 	counts   []stepCount // per entry not answered: the stream's message that carries it, the count
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	outs    []muxReply // replies not read yet: outs[head:]
+	head    int
+	err     error // what ended it (io.EOF after its final reply)
+	done    bool  // nothing more comes: outs drained, then err
+	resumes int
 }
 
 type stepCount struct {
@@ -102,7 +122,7 @@ type stepCount struct {
 
 // open registers a session and queues its Open; it returns once the server accepted it.
 func (m *muxer) open(ctx context.Context, open *pb.Open) (*muxSession, error) {
-	s := &muxSession{m: m, admitted: make(chan error, 1)}
+	s := &muxSession{m: m, admitted: make(chan error, 1), live: true}
 	s.cond = sync.NewCond(&s.mu)
 	m.mu.Lock()
 	if !m.started {
@@ -115,9 +135,9 @@ func (m *muxer) open(ctx context.Context, open *pb.Open) (*muxSession, error) {
 	if m.client.resume != nil {
 		open.Resumable = true
 	}
-	m.entry(s.key).Open = open
-	m.opening = append(m.opening, s)
-	m.count(s)
+	s.open = open
+	s.messages++
+	m.enqueue(s, true)
 	m.mu.Unlock()
 	m.signal()
 	select {
@@ -136,22 +156,13 @@ func (m *muxer) open(ctx context.Context, open *pb.Open) (*muxSession, error) {
 	return s, nil
 }
 
-func (m *muxer) entry(key string) *pb.SessionInput {
-	e, ok := m.entries[key]
-	if !ok {
-		e = &pb.SessionInput{Key: key}
-		m.entries[key] = e
-		m.order = append(m.order, e)
+// enqueue puts s's entry in the next message (once). The caller holds m.mu.
+func (m *muxer) enqueue(s *muxSession, counted bool) {
+	s.counted = counted
+	if !s.queued {
+		s.queued = true
+		m.queue = append(m.queue, s)
 	}
-	return e
-}
-
-// count notes that s's next message goes in the next message of the stream. The caller holds m.mu.
-func (m *muxer) count(s *muxSession) {
-	s.mu.Lock()
-	s.messages++
-	s.counts = append(s.counts, stepCount{m.taken + 1, s.messages})
-	s.mu.Unlock()
 }
 
 func (m *muxer) signal() {
@@ -165,7 +176,7 @@ func (m *muxer) signal() {
 // while s has a message queued already (one entry per session per message).
 func (m *muxer) put(s *muxSession, steps []*pb.Step, finish *pb.Finish) error {
 	m.mu.Lock()
-	for m.sending[s.key] {
+	for s.queued && s.live {
 		flushed := m.flushed
 		m.mu.Unlock()
 		m.signal()
@@ -176,17 +187,13 @@ func (m *muxer) put(s *muxSession, steps []*pb.Step, finish *pb.Finish) error {
 		}
 		m.mu.Lock()
 	}
-	if m.sessions[s.key] != s {
+	if !s.live {
 		m.mu.Unlock()
 		return io.EOF // the session has ended: Recv says why
 	}
-	e := m.entry(s.key)
-	e.Steps = append(e.Steps, steps...)
-	if finish != nil {
-		e.Finish = finish
-	}
-	m.sending[s.key] = true
-	m.count(s)
+	s.steps, s.finish = steps, finish
+	s.messages++
+	m.enqueue(s, true)
 	m.mu.Unlock()
 	m.signal()
 	return nil
@@ -195,11 +202,12 @@ func (m *muxer) put(s *muxSession, steps []*pb.Step, finish *pb.Finish) error {
 // drop ends session s with err unless it has ended: a Cancel entry goes to the server.
 func (m *muxer) drop(s *muxSession, err error) {
 	m.mu.Lock()
-	live := m.sessions[s.key] == s
+	live := s.live
 	if live {
+		s.live = false
 		delete(m.sessions, s.key)
-		e := m.entry(s.key)
-		e.Open, e.Steps, e.Finish, e.Cancel = nil, nil, nil, true
+		s.open, s.steps, s.finish, s.cancel = nil, nil, nil, true
+		m.enqueue(s, false)
 	}
 	m.mu.Unlock()
 	if live {
@@ -216,41 +224,42 @@ func (m *muxer) drop(s *muxSession, err error) {
 // message is 2,048); what is left goes in the next.
 const muxMaxBatch = 1024
 
-// take is the next message's entries on stream shared and the sessions whose open it carries;
-// nothing when shared is no longer the stream (its failure ended its sessions).
-func (m *muxer) take(shared *sharedBatch) ([]*pb.SessionInput, []*muxSession) {
+// take is the next message's entries on stream shared; nothing when shared is no longer the
+// stream (its failure ended its sessions).
+func (m *muxer) take(shared *sharedBatch) []*pb.SessionInput {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.batch != shared {
-		return nil, nil
+		return nil
 	}
-	order := m.order
-	if len(order) > muxMaxBatch {
-		order, m.order = order[:muxMaxBatch], order[muxMaxBatch:]
-	} else {
-		m.order = nil
-	}
-	var opening []*muxSession
-	keep := m.opening[:0:0]
-	for _, s := range m.opening {
-		if _, left := m.entries[s.key]; left && m.isLeft(s.key) {
-			keep = append(keep, s)
-		} else {
-			opening = append(opening, s)
-		}
-	}
-	for _, e := range order {
-		delete(m.entries, e.GetKey())
-		delete(m.sending, e.GetKey())
-	}
-	m.opening = keep
 	close(m.flushed)
 	m.flushed = make(chan struct{})
-	if len(order) > 0 {
-		m.taken++
-		m.openings = append(m.openings, opening)
+	all := m.queue
+	queue := all[:min(len(all), muxMaxBatch)]
+	if len(queue) == 0 {
+		return nil
 	}
-	return order, opening
+	m.taken++
+	entries := make([]*pb.SessionInput, len(queue))
+	inputs := make([]pb.SessionInput, len(queue)) // one block for the message's entries
+	var opening []*muxSession
+	for i, s := range queue {
+		e := &inputs[i]
+		e.Key, e.Open, e.Steps, e.Finish, e.Cancel = s.key, s.open, s.steps, s.finish, s.cancel
+		entries[i] = e
+		if s.open != nil {
+			opening = append(opening, s)
+		}
+		if s.counted {
+			s.counts = append(s.counts, stepCount{m.taken, s.messages})
+		}
+		s.queued, s.open, s.steps, s.finish, s.cancel = false, nil, nil, nil, false
+	}
+	left := copy(all, all[len(queue):]) // what the cut left goes in the next message
+	clear(all[left:])                   // the spare room holds no session
+	m.queue = all[:left]
+	m.openings = append(m.openings, opening)
+	return entries
 }
 
 // run is the flushing goroutine: it sends what the sessions queued, one message per flush.
@@ -277,6 +286,9 @@ func (m *muxer) run() {
 			m.failAll(nil, err)
 			continue
 		}
+		if m.interval == 0 {
+			m.idle(shared)
+		}
 		select {
 		case shared.slots <- struct{}{}: // room for one more message in flight
 		case <-shared.dead:
@@ -285,13 +297,36 @@ func (m *muxer) run() {
 		case <-m.ctx.Done():
 			continue
 		}
-		order, _ := m.take(shared)
+		order := m.take(shared)
 		if len(order) == 0 {
 			<-shared.slots
 			continue
 		}
 		if err := shared.b.sharedSend(order); err != nil {
 			m.failAll(shared, err)
+		}
+	}
+}
+
+// idle waits, with interval 0, until the stream has caught up (no message unanswered) or
+// muxIdleWait has passed: the sends made while the server works on a message go in the next
+// one together (about an engine step of every session), and a server that does not answer
+// (stopped, or slow) still gets the sessions' messages, as their own Parse streams would.
+func (m *muxer) idle(shared *sharedBatch) {
+	if len(shared.slots) == 0 {
+		return
+	}
+	timer := time.NewTimer(muxIdleWait)
+	defer timer.Stop()
+	for len(shared.slots) > 0 {
+		select {
+		case <-m.answered:
+		case <-timer.C:
+			return
+		case <-shared.dead:
+			return
+		case <-m.ctx.Done():
+			return
 		}
 	}
 }
@@ -336,11 +371,15 @@ func (m *muxer) receive(shared *sharedBatch) {
 		}
 		m.route(outs)
 		<-shared.slots
+		select {
+		case m.answered <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// route gives each output of the next reply to its session, then admits the sessions whose open
-// that message carried.
+// route gives each output of the next reply to its session (with the session's count of
+// messages the reply answers), then admits the sessions whose open that message carried.
 func (m *muxer) route(outs []*pb.SessionOutput) {
 	m.mu.Lock()
 	m.routed++
@@ -349,30 +388,57 @@ func (m *muxer) route(outs []*pb.SessionOutput) {
 	if len(m.openings) > 0 {
 		opening, m.openings = m.openings[0], m.openings[1:]
 	}
-	sessions := make([]*muxSession, len(outs))
-	for i, out := range outs {
+	routing := m.routing[:0]
+	for _, out := range outs {
 		s := m.sessions[out.GetKey()]
-		sessions[i] = s
-		if s != nil && (out.GetFinal() != nil || out.GetStatus() != nil) {
+		if s == nil {
+			continue // dropped meanwhile
+		}
+		var count uint64
+		n := 0
+		for n < len(s.counts) && s.counts[n].step <= step {
+			count = s.counts[n].count
+			n++
+		}
+		s.counts = s.counts[n:]
+		out.ClientMessages = count
+		if out.GetFinal() != nil || out.GetStatus() != nil {
+			s.live = false
 			delete(m.sessions, out.GetKey())
 		}
+		routing = append(routing, routed{s, out})
 	}
+	m.routing = nil // route runs on the receiving goroutine only: the scratch space is its own
 	m.mu.Unlock()
-	refused := map[string]error{}
-	for i, out := range outs {
-		if s := sessions[i]; s != nil {
-			if st := out.GetStatus(); st != nil {
-				refused[s.key] = sessionError(st)
+	var refused map[*muxSession]error
+	replies := make([]pb.ParseResponse, len(routing)) // one block for the reply's sessions
+	for i, r := range routing {
+		out, next := r.out, muxReply{}
+		if st := out.GetStatus(); st != nil {
+			if refused == nil {
+				refused = map[*muxSession]error{}
 			}
-			s.deliver(out, step)
+			next.err = sessionError(st)
+			refused[r.s] = next.err
 		}
+		if next.err == nil || len(out.GetDeltas()) > 0 || len(out.GetEvents()) > 0 || len(out.GetWire()) > 0 {
+			reply := &replies[i] // what its Parse stream would have sent
+			reply.Sequence, reply.ClientMessages, reply.Deltas = out.GetSequence(), out.GetClientMessages(), out.GetDeltas()
+			reply.Events, reply.Final, reply.OutputDigest, reply.Wire = out.GetEvents(), out.GetFinal(), out.GetOutputDigest(), out.GetWire()
+			next.reply = reply
+		}
+		r.s.deliver(next)
 	}
 	for _, s := range opening {
 		select {
-		case s.admitted <- refused[s.key]: // nil: the open was accepted
+		case s.admitted <- refused[s]: // nil: the open was accepted
 		default:
 		}
 	}
+	clear(routing)
+	m.mu.Lock()
+	m.routing = routing[:0]
+	m.mu.Unlock()
 }
 
 // moved counts a move of the shared stream in every live session.
@@ -401,7 +467,13 @@ func (m *muxer) failAll(shared *sharedBatch, err error) {
 	m.batch = nil
 	sessions := m.sessions
 	m.sessions = map[string]*muxSession{}
-	m.entries, m.order, m.opening, m.sending = map[string]*pb.SessionInput{}, nil, nil, map[string]bool{}
+	for _, s := range m.queue {
+		s.queued, s.open, s.steps, s.finish, s.cancel = false, nil, nil, nil, false
+	}
+	for _, s := range sessions {
+		s.live, s.counts = false, nil
+	}
+	m.queue = nil
 	m.taken, m.routed, m.openings = 0, 0, nil
 	close(m.flushed)
 	m.flushed = make(chan struct{})
@@ -415,18 +487,19 @@ func (m *muxer) failAll(shared *sharedBatch, err error) {
 	}
 }
 
-// deliver hands s an output of message step of the stream.
-func (s *muxSession) deliver(out *pb.SessionOutput, step int) {
+// muxReply is one reply of a session: what its Parse stream would have sent, the status that
+// ended it, or both (the status after the reply).
+type muxReply struct {
+	reply *pb.ParseResponse
+	err   error
+}
+
+// deliver hands s its next reply.
+func (s *muxSession) deliver(next muxReply) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var count uint64
-	for len(s.counts) > 0 && s.counts[0].step <= step {
-		count = s.counts[0].count
-		s.counts = s.counts[1:]
-	}
-	out.ClientMessages = count
-	s.outs = append(s.outs, out)
+	s.outs = append(s.outs, next)
 	s.cond.Broadcast()
+	s.mu.Unlock()
 }
 
 func (s *muxSession) end(err error) {
@@ -452,43 +525,33 @@ func sessionError(st *pb.SessionStatus) error {
 func (s *muxSession) recv() (*pb.ParseResponse, *pb.Final, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.outs) == 0 && !s.done {
+	for s.head == len(s.outs) && !s.done {
 		s.cond.Wait()
 	}
-	if len(s.outs) == 0 {
+	if s.head == len(s.outs) {
 		return nil, nil, s.err
 	}
-	out := s.outs[0]
-	s.outs = s.outs[1:]
-	if st := out.GetStatus(); st != nil {
-		s.done, s.err = true, sessionError(st)
-		if len(out.GetDeltas()) == 0 && len(out.GetEvents()) == 0 && len(out.GetWire()) == 0 {
+	next := s.outs[s.head]
+	s.outs[s.head] = muxReply{}
+	s.head++
+	if s.head == len(s.outs) { // all read: the array takes the next replies from its start
+		s.outs, s.head = s.outs[:0], 0
+	}
+	if next.err != nil {
+		s.done, s.err = true, next.err
+		if next.reply == nil {
 			return nil, nil, s.err
 		}
 	}
-	reply := &pb.ParseResponse{
-		Sequence: out.GetSequence(), ClientMessages: out.GetClientMessages(), Deltas: out.GetDeltas(),
-		Events: out.GetEvents(), Final: out.GetFinal(), OutputDigest: out.GetOutputDigest(), Wire: out.GetWire(),
-	}
-	if out.GetFinal() != nil {
+	final := next.reply.GetFinal()
+	if final != nil {
 		s.done, s.err = true, io.EOF
 	}
-	return reply, out.GetFinal(), nil
+	return next.reply, final, nil
 }
 
 func (s *muxSession) resumeCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.resumes
-}
-
-// isLeft says whether key's entry stays queued after take cut the message at muxMaxBatch. The
-// caller holds m.mu.
-func (m *muxer) isLeft(key string) bool {
-	for _, e := range m.order {
-		if e.GetKey() == key {
-			return true
-		}
-	}
-	return false
 }

@@ -138,11 +138,16 @@ func (s *Session) accepted(first *pb.ParseRequest) (grpc.BidiStreamingClient[pb.
 // As with gRPC-Go streams, io.EOF means the server has ended the stream; Recv returns why.
 // With resume on, a broken stream is not an error here: Recv resumes and re-sends.
 func (s *Session) Send(steps ...[]uint32) error {
-	msg := &pb.ParseRequest{Steps: make([]*pb.Step, len(steps))}
+	msgSteps := make([]*pb.Step, len(steps))
+	blocks := make([]pb.Step, len(steps)) // one allocation for the message's steps
 	for i, ids := range steps {
-		msg.Steps[i] = &pb.Step{TokenIds: ids}
+		blocks[i].TokenIds = ids
+		msgSteps[i] = &blocks[i]
 	}
-	return s.put(msg, false)
+	if s.mx != nil {
+		return s.client.mux.put(s.mx, msgSteps, nil)
+	}
+	return s.put(&pb.ParseRequest{Steps: msgSteps}, false)
 }
 
 // Finish ends the output and closes the sending side: reason is Stop, Length or Abort

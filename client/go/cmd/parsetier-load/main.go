@@ -16,6 +16,8 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,12 +38,23 @@ func main() {
 	stopToken := flag.Uint("stop-token", 151645, "the stop token id Finish names")
 	batch := flag.Bool("batch", false, "one ParseBatch stream carrying -concurrency sessions instead of a stream each")
 	noResume := flag.Bool("no-resume", false, "resume off (WithoutResume): no ledger is kept")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile (runtime/pprof) of the run to this file")
 	multiplex := flag.Bool("multiplex", false, "sessions multiplexed onto one shared ParseBatch stream (WithMultiplex(0))")
 	flag.Parse()
 
 	ids, err := tokenfile.Read(*idsPath)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	opts := []parsetier.ClientOption{parsetier.WithInsecure()}
 	if *noResume {
