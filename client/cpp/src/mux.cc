@@ -1,13 +1,15 @@
 // Multiplexer: a client's sessions as entries of one shared ParseBatch stream.
 //
-// The sessions queue their messages (one entry per session per message: a session's next
-// message waits until its last has been taken); the flushing thread takes what is queued as one
-// message and sends it on a shared Batch (which keeps the batch ledger and resumes on a break:
-// the replies go on exactly once); the receiving thread reads the replies in order and routes
-// their outputs to the sessions as the ParseResponses their own Parse streams would have sent
-// (client_messages being the session's own count). What the sessions send while the flushing
-// thread is busy is coalesced into its next message; flush_interval waits longer for more. One
-// mutex guards the queue and every session; callbacks run on the receiving thread without it.
+// The sessions queue their messages (one entry per session per message: a session's later
+// messages wait in its backlog, at most kMuxBacklog of them, until its last has been taken); the
+// flushing thread takes what is queued as one message and sends it on a shared Batch (which keeps
+// the batch ledger and resumes on a break: the replies go on exactly once); the receiving thread
+// reads the replies in order and routes their outputs to the sessions as the ParseResponses their
+// own Parse streams would have sent (client_messages being the session's own count). With
+// flush_interval 0 a flush waits while a message is unanswered (at most kMuxIdleWait), so what
+// the sessions send while the server works goes out together; flush_interval waits that long
+// after the first entry instead. One mutex guards the queue and every session; callbacks run on
+// the receiving thread without it.
 #include "mux.h"
 
 #include <algorithm>
@@ -17,6 +19,11 @@ namespace internal {
 
 namespace {
 constexpr size_t kMuxInFlight = 64;  // messages sent and not answered: past it, flushes wait
+// With flush_interval 0, a flush waits while a message is unanswered, for at most this long
+// after that message went out: the sends made while the server works on a message go in the
+// next one together (about an engine step of every session), and a server that does not answer
+// (stopped, or slow) still gets the sessions' messages, as their own Parse streams would.
+constexpr auto kMuxIdleWait = std::chrono::microseconds(500);
 }  // namespace
 
 Multiplexer::Multiplexer(Client& client, MultiplexOptions options) : client_(client), options_(options) {
@@ -46,12 +53,15 @@ void Multiplexer::RunLater(std::unique_lock<std::mutex>& lock, Later& later) {
 void Multiplexer::Queue(Entry entry) {
   const std::string key = entry.session->key;
   auto [found, inserted] = entries_.try_emplace(key);
+  found->second = std::move(entry);
   if (inserted) {
     if (order_.empty()) first_queued_ = MuxClock::now();
     order_.push_back(key);
+    // The flushing thread waits for the first entry, or for a full message: not for each one.
+    if (order_.size() == 1 || order_.size() == static_cast<size_t>(std::max(1, options_.max_batch))) {
+      wake_.notify_one();
+    }
   }
-  found->second = std::move(entry);
-  wake_.notify_one();
 }
 
 template <typename Ready>
@@ -75,6 +85,7 @@ void Multiplexer::End(const std::shared_ptr<MuxSession>& s, const grpc::Status& 
   s->wire = std::move(wire);
   auto live = sessions_.find(s->key);
   if (live != sessions_.end() && live->second == s) sessions_.erase(live);
+  s->backlog.clear();  // nobody will read their answers
   if (drop) {
     auto queued = entries_.find(s->key);
     if (queued != entries_.end() && queued->second.open) {  // the server never saw it
@@ -131,14 +142,18 @@ bool Multiplexer::Record(const std::shared_ptr<MuxSession>& s, std::vector<Step>
                          std::optional<FinishOptions> finish) {
   std::unique_lock<std::mutex> lock(mu_);
   if (s->finish_recorded || s->done) return false;
-  Await(lock, s, [&] { return !s->queued || s->done; });
+  Await(lock, s, [&] { return s->backlog.size() < kMuxBacklog || s->done; });
   if (s->done) return false;
   Entry entry;
-  entry.session = s;
   entry.ids = std::move(ids);
   entry.steps = std::move(steps);
   entry.finish = std::move(finish);
   s->finish_recorded = entry.finish.has_value();
+  if (s->queued) {  // one entry per session per message: this one goes in a later message
+    s->backlog.push_back(std::move(entry));
+    return true;
+  }
+  entry.session = s;
   s->queued = true;
   Queue(std::move(entry));
   return true;
@@ -268,6 +283,12 @@ void Multiplexer::Run() {
                        [&] { return stopping_ || order_.size() >= max_batch; });
       continue;
     }
+    if (options_.flush_interval.count() == 0 && batch_ && !batch_dead_ && !flights_.empty() &&
+        order_.size() < max_batch && MuxClock::now() < last_sent_ + kMuxIdleWait) {
+      wake_.wait_until(lock, last_sent_ + kMuxIdleWait,
+                       [&] { return stopping_ || batch_dead_ || flights_.empty() || order_.size() >= max_batch; });
+      continue;
+    }
     if (batch_ && !batch_dead_ && flights_.size() >= kMuxInFlight) {  // back-pressure
       auto room = [&] { return stopping_ || batch_dead_ || flights_.size() < kMuxInFlight; };
       if (nearest) {
@@ -295,7 +316,7 @@ void Multiplexer::Run() {
     // Take the next message's entries.
     const uint64_t number = ++taken_;
     std::vector<Entry> taken;
-    std::vector<std::shared_ptr<MuxSession>> opening;
+    std::vector<std::shared_ptr<MuxSession>> opening, next;
     while (!order_.empty() && taken.size() < max_batch) {
       auto found = entries_.find(order_.front());
       order_.pop_front();
@@ -304,11 +325,19 @@ void Multiplexer::Run() {
       MuxSession& s = *entry.session;
       if (!entry.cancel) {
         s.queued = false;
-        s.cv.notify_all();  // its next message may be queued
+        if (!s.backlog.empty()) next.push_back(entry.session);
       }
       if (entry.counts) s.counts.emplace_back(number, ++s.messages);
       if (entry.open) opening.push_back(entry.session);
       taken.push_back(std::move(entry));
+    }
+    for (const std::shared_ptr<MuxSession>& s : next) {  // their next messages go in the next message
+      Entry entry = std::move(s->backlog.front());
+      s->backlog.pop_front();
+      if (s->backlog.size() == kMuxBacklog / 2) s->cv.notify_all();  // a Send waiting for room goes on
+      entry.session = s;
+      s->queued = true;
+      Queue(std::move(entry));
     }
     if (!order_.empty()) first_queued_ = MuxClock::now();
     flights_.push_back({number, std::move(opening)});
@@ -334,6 +363,7 @@ void Multiplexer::Run() {
         }
       }
       batch->SharedSend();
+      last_sent_ = MuxClock::now();
     } catch (const Error& error) {
       failed = grpc::Status(error.code(), error.message());
       if (failed.ok()) failed = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: the shared stream failed");

@@ -23,6 +23,23 @@ namespace internal {
 
 using MuxClock = std::chrono::steady_clock;
 
+struct MuxSession;
+
+// One message of a session (or a Cancel) waiting for a message of the shared stream.
+struct MuxEntry {
+  std::shared_ptr<MuxSession> session;  // set once it is the session's entry in the next message
+  std::optional<v1::Open> open;
+  std::vector<Step> ids;
+  std::vector<v1::Step> steps;
+  std::optional<FinishOptions> finish;
+  bool cancel = false;
+  bool counts = true;  // a message of the session's own (a Cancel is not)
+};
+
+// Messages a session may have waiting behind its entry in the next message: past it, Send waits
+// (back-pressure), and wakes once half of them have gone out.
+constexpr size_t kMuxBacklog = 64;
+
 // One multiplexed session. Every field is guarded by its Multiplexer's mutex.
 struct MuxSession {
   std::shared_ptr<Multiplexer> mux;  // (the multiplexer holds live sessions only: no cycle once ended)
@@ -33,6 +50,7 @@ struct MuxSession {
   std::deque<v1::ParseResponse> replies;         // for Next
   std::optional<v1::Final> final;
   bool queued = false;           // has an entry in the next message
+  std::deque<MuxEntry> backlog;  // its messages after that one, oldest first (Send waits when full)
   bool finish_recorded = false;  // Finish was sent: no more messages
   bool admitted = false;         // the server accepted its Open
   bool done = false;             // ended: replies drained, then status
@@ -71,15 +89,7 @@ class Multiplexer : public std::enable_shared_from_this<Multiplexer> {
 
  private:
   // A session's entry in the next message: exactly one of its messages, or a Cancel.
-  struct Entry {
-    std::shared_ptr<MuxSession> session;
-    std::optional<v1::Open> open;
-    std::vector<Step> ids;
-    std::vector<v1::Step> steps;
-    std::optional<FinishOptions> finish;
-    bool cancel = false;
-    bool counts = true;  // a message of the session's own (a Cancel is not)
-  };
+  using Entry = MuxEntry;
   using Later = std::vector<std::function<void()>>;  // callbacks to run without the lock
 
   void Run();
@@ -104,6 +114,7 @@ class Multiplexer : public std::enable_shared_from_this<Multiplexer> {
   std::unordered_map<std::string, Entry> entries_;  // the next message's, by key
   std::deque<std::string> order_;                   // their keys, in the order queued
   MuxClock::time_point first_queued_;
+  MuxClock::time_point last_sent_;  // when the last message went out
   uint64_t next_key_ = 0;
   uint64_t taken_ = 0;  // messages taken for the current stream
   bool stopping_ = false;

@@ -212,8 +212,8 @@ struct MuxSession;
 // records CANCELLED) and waits until gRPC is done with it.
 //
 // On a multiplexed client (ClientOptions::multiplex) the session is an entry of the client's
-// shared ParseBatch stream, with the same API and replies: Send waits while the session's last
-// message has not been flushed yet (one entry per session per message), callbacks run on the
+// shared ParseBatch stream, with the same API and replies: one entry per session per message
+// (Send waits while 64 of the session's messages are not flushed yet), callbacks run on the
 // client's receiving thread (a slow one delays every session of the client), the session's timeout
 // is counted by the client (DEADLINE_EXCEEDED) and Cancel drops it on the server (CANCELLED);
 // a broken stream moves every live session to a new one, and Resumes counts the moves.
