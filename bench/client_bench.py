@@ -1,32 +1,38 @@
 """Client benchmark: the Python asyncio and sync, Go, C++ and Rust clients against one server, in one run.
 
-Run:  .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8[,256,...]] [--reps 3]
+Run:  .venv/bin/python bench/client_bench.py --table [--write-doc]      # docs/performance.md's table
+      .venv/bin/python bench/client_bench.py [--sessions 120] [--concurrency 8[,256,...]] [--reps 3]
                                              [--clients python,go,cpp,rust] [--modes parse,batch,mux]
                                              [--per-message 1,8]
 
-Each client runs as its own process (the Python ones are this script with ``--python-load``,
-``--sync`` for the blocking client, ``--no-resume`` for resume off; Go's is
+``--table`` is the one run behind docs/performance.md's "Clients" block (``clientbench.table``:
+every client on ``Parse``, the batch API and multiplexed sessions at 256 and 1,024 open, the paced
+Python loads with the flush bound's latency, the ``Parse`` path before and now, SMG's in-process
+cost as the anchor; ~10 min); ``--write-doc`` rewrites that block.
+
+Otherwise each client runs as its own process (the Python ones are this script with
+``--python-load``, ``--sync`` for the blocking client, ``--no-resume`` for resume off; Go's is
 ``client/go/cmd/parsetier-load``; C++'s is ``client/cpp``'s ``parsetier_load``, each with its own
 ``--no-resume``, so every one of them runs with resume on and off and the cost of its resume ledger
 is a ratio within one run; Rust's is ``client/rust/examples/parsetier_load.rs``, a release build)
-and streams the
-same Qwen3 output (reasoning, an answer, two tool calls; encoded with the real tokenizer) through
-``--sessions`` sessions, ``--concurrency`` open at once, every token its own decode step, 1 or 8
-steps to a message, as fast as the server answers (a closed loop): once with one ``Parse`` stream
-per session, once with the batch API (one ``ParseBatch`` stream carrying the ``--concurrency`` live
-sessions, each message a step of every one of them, as a serving loop sends its engine steps).
+and streams the same Qwen3 output (reasoning, an answer, two tool calls; encoded with the real
+tokenizer) through ``--sessions`` sessions, ``--concurrency`` open at once, every token its own
+decode step, 1 or 8 steps to a message, as fast as the server answers (a closed loop): once with
+one ``Parse`` stream per session, once with the batch API (one ``ParseBatch`` stream carrying the
+``--concurrency`` live sessions, each message a step of every one of them, as a serving loop sends
+its engine steps). The server is pinned to one core (every thread), each load program to the other.
 Per client, RPC and batching it reports the load it achieved (tokens/s), its own CPU per token
-(the child's rusage), and the server's CPU per token (``/proc/<pid>/stat``), each the median of
-``--reps`` runs interleaved across clients so machine noise spreads evenly, and the ratios against
-the Python async client in the same run. Nothing passes or fails on an absolute figure.
+(the child's rusage), and the server's CPU per token (/proc), each the median of ``--reps`` runs
+interleaved across clients so machine noise spreads evenly, and the ratios against the Python
+async client in the same run. Nothing passes or fails on an absolute figure.
 
 ``--modes mux`` adds the multiplexed sessions of the Python clients (``multiplex=True``) and
 Go's, C++'s and Rust's (``--multiplex``: ``WithMultiplex(0)``, ``ClientOptions::multiplex``,
-``multiplex(Duration::ZERO)``): the same
-sessions as the ``Parse`` mode, each with its own session object, riding one shared
-``ParseBatch`` stream (``parsetier_client.mux``); the table then also shows client + server CPU
-per token, the figure a gateway pays. ``--concurrency`` takes a list (each run uses at least as
-many sessions as it keeps open).
+``multiplex(Duration::ZERO)``): the same sessions as the ``Parse`` mode, each with its own session
+object, riding one shared ``ParseBatch`` stream (``parsetier_client.mux``); the table then also
+shows client + server CPU per token, the figure a gateway pays. ``--concurrency`` takes a list
+(each run uses at least as many sessions as it keeps open). ``--paced-load`` (used by the table)
+is the Python asyncio client at an engine's pace (``paced_load``).
 
 The Go, C++ and Rust load programs are built first (``go build``; CMake into build/cpp;
 ``cargo build --release`` into client/rust/target), so the first run takes a few minutes.
@@ -122,9 +128,26 @@ async def python_load(
             done = await one_session(client)  # awaited first: `tokens += await ...` loses updates
             tokens += done
 
-    async with AsyncClient(server, timeout=120, resume=resume, multiplex=multiplex) as client:
+    async with AsyncClient(server, timeout=120, resume=resume, **_mux(multiplex)) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        _coalescing(client)
     return tokens
+
+
+def _mux(multiplex: bool) -> dict:
+    """The client's keyword for multiplexing, only when asked (a client from before the mode,
+    the *before* side of the ``Parse`` comparison, has no such keyword)."""
+    return {"multiplex": True} if multiplex else {}
+
+
+COALESCING: dict[str, int] = {}
+"""A multiplexed load's ``ParseBatch`` messages and the session messages they carried."""
+
+
+def _coalescing(client) -> None:
+    mux = getattr(client, "multiplexer", None)
+    if mux is not None:
+        COALESCING.update(messages=mux.core.messages_sent, entries=mux.core.entries_sent)
 
 
 class BatchSlots:
@@ -220,12 +243,13 @@ def sync_load(
             with lock:
                 tokens[0] += stream.final.usage.completion_tokens
 
-    with Client(server, timeout=120, resume=resume, multiplex=multiplex) as client:
+    with Client(server, timeout=120, resume=resume, **_mux(multiplex)) as client:
         threads = [threading.Thread(target=worker, args=(client,)) for _ in range(concurrency)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        _coalescing(client)
     return tokens[0]
 
 
@@ -242,17 +266,83 @@ def sync_batch_load(
     return slots.tokens
 
 
+async def paced_load(
+    server: str, ids: list[int], sessions: int, interval: float, engines: int, flush: float | None
+) -> dict:
+    """A serving engine's decode loop, paced: ``sessions`` sessions opened first, then each sends
+    one token every ``interval`` seconds. ``engines`` groups step together, each group with its
+    own random phase (1: all in step, one engine; 0: every session its own phase). ``flush`` None:
+    a ``Parse`` stream per session; else multiplexed with that flush bound. A reply's latency is
+    from the send of the message it answers (the session's latest: at this pace the server answers
+    well within the interval) to its arrival; the Finish, sent unpaced, is left out."""
+    import random
+
+    from parsetier_client import AsyncClient
+
+    rng = random.Random(40)
+    groups = [rng.random() * interval for _ in range(max(engines, 1))]
+    latencies: list[float] = []
+    late: list[float] = []
+    options = {} if flush is None else {"multiplex": True, "flush_interval": flush}
+    async with AsyncClient(server, timeout=120, **options) as client:
+        streams = await asyncio.gather(*(client.open("qwen3", tools=TOOLS_JSON) for _ in range(sessions)))
+        start = time.perf_counter() + 0.2
+
+        async def one(index: int, stream) -> None:
+            offset = groups[index % engines] if engines else rng.random() * interval
+            sent_at = [0.0]
+            mine: list[float] = []
+
+            async def send() -> None:
+                for n, tid in enumerate(ids):
+                    due = start + offset + n * interval
+                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    sent_at[0] = time.perf_counter()
+                    late.append(sent_at[0] - due)
+                    await stream.send([tid])
+                await stream.finish("stop", STOP_TOKEN)
+
+            sender = asyncio.create_task(send())
+            async for _ in stream:
+                mine.append(time.perf_counter() - sent_at[0])
+            await sender
+            latencies.extend(mine[:-1])
+
+        await asyncio.gather(*(one(i, stream) for i, stream in enumerate(streams)))
+        _coalescing(client)
+    return {
+        "tokens": sessions * len(ids),
+        "seconds": len(ids) * interval,
+        "replies": len(latencies),
+        "p50": quantile(latencies, 0.5),
+        "p99": quantile(latencies, 0.99),
+        "late_p99": quantile(late, 0.99),
+        **COALESCING,
+    }
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
 def run_python_load(args: argparse.Namespace) -> None:
     ids = [int(x) for x in Path(args.ids).read_text().split()]
     start = time.perf_counter()
     work = (args.server, ids, args.sessions, args.concurrency, args.steps_per_message, not args.no_resume)
+    if args.paced_load:
+        flush = None if args.flush_ms < 0 else args.flush_ms / 1000
+        work = (args.server, ids, args.sessions, args.interval_ms / 1000, args.engines, flush)
+        print(json.dumps(asyncio.run(paced_load(*work))))
+        return
     if args.batch:
         tokens = sync_batch_load(*work) if args.sync else asyncio.run(python_batch_load(*work))
     elif args.sync:
         tokens = sync_load(*work, multiplex=args.multiplex)
     else:
         tokens = asyncio.run(python_load(*work, multiplex=args.multiplex))
-    print(json.dumps({"tokens": tokens, "sessions": args.sessions, "seconds": time.perf_counter() - start}))
+    result = {"tokens": tokens, "sessions": args.sessions, "seconds": time.perf_counter() - start}
+    print(json.dumps({**result, **COALESCING}))
 
 
 # --- the harness ------------------------------------------------------------------------------------
@@ -329,46 +419,21 @@ def build_rust() -> list[str]:
     return [str(rust_dir / "target" / "release" / "examples" / "parsetier_load")]
 
 
-class Server:
-    """``parsetier serve --port 0`` in a subprocess, its port read from the "listening" log line."""
+SERVER_CPU, CLIENT_CPU = 0, 1
+"""The server on one core (every thread: ``servicebench.launcher``), each load program on the other."""
 
-    def __init__(self) -> None:
-        # One process (its CPU is the server's, read from /proc), no load shedding (the bench
-        # measures the load rather than refusing it).
-        cmd = [sys.executable, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3"]
-        cmd += ["--workers", "1", "--max-loop-lag-ms", "0"]
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=client_env()
-        )
-        self.port = 0
-        listening = threading.Event()
 
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if record.get("msg") == "listening":
-                    self.port = record["port"]
-                    listening.set()
+def bench_server(extra: tuple[str, ...] = ()):
+    """``parsetier serve`` with qwen3 loaded, pinned, limits that measure the load rather than shed
+    it (the service bench's launcher)."""
+    sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
+    from servicebench.launcher import parsetier_server
 
-        threading.Thread(target=read, daemon=True).start()
-        if not listening.wait(60):
-            self.proc.kill()
-            sys.exit("the server did not start")
+    return parsetier_server(1, SERVER_CPU, extra=extra)
 
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def _pinned() -> None:
+    os.sched_setaffinity(0, {CLIENT_CPU})
 
 
 @dataclass
@@ -377,6 +442,7 @@ class Run:
     seconds: float
     client_cpu: float
     server_cpu: float
+    extra: dict
 
 
 MODES = ("parse", "batch", "mux")
@@ -387,17 +453,21 @@ sessions, riding one shared ``ParseBatch`` stream)."""
 
 def run_once(
     command: list[str],
-    server: Server,
+    server,
     ids_path: str,
     sessions: int,
     concurrency: int,
-    per_message: int,
+    per_message: int = 1,
     mode: str = "parse",
+    flags: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Run:
+    """One load program's run against ``server``: its JSON line, its CPU (rusage) and the
+    server's (/proc) over the run."""
     argv = [
         *command,
-        "--server", f"127.0.0.1:{server.port}", "--ids", ids_path, "--sessions", str(sessions),
-        "--concurrency", str(concurrency), "--steps-per-message", str(per_message),
+        "--server", server.target, "--ids", ids_path, "--sessions", str(sessions),
+        "--concurrency", str(concurrency), "--steps-per-message", str(per_message), *flags,
     ]  # fmt: skip
     if mode == "batch":
         argv.append("--batch")
@@ -405,17 +475,20 @@ def run_once(
         argv.append("--multiplex")
     if "--python-load" not in command:
         argv += ["--tools-json", TOOLS_JSON]
-    server_before = server.cpu_seconds()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=client_env())
+    server_before = server.cpu()
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, text=True, env=env or client_env(), preexec_fn=_pinned
+    )
     assert proc.stdout is not None
     output = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    server_cpu = server.cpu_seconds() - server_before
+    server_cpu = server.cpu() - server_before
     if proc.returncode != 0:
-        sys.exit(f"{argv[0]} failed with exit code {proc.returncode}")
+        sys.exit(f"{argv[0]} failed with exit code {proc.returncode}: {argv}")
     result = json.loads(output.strip().splitlines()[-1])
-    return Run(result["tokens"], result["seconds"], usage.ru_utime + usage.ru_stime, server_cpu)
+    seconds = result.pop("seconds", 0.0)
+    return Run(result.pop("tokens"), seconds, usage.ru_utime + usage.ru_stime, server_cpu, result)
 
 
 Key = tuple[str, str, int, int]
@@ -425,6 +498,7 @@ Key = tuple[str, str, int, int]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python-load", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--paced-load", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--server", help=argparse.SUPPRESS)
     parser.add_argument("--ids", help=argparse.SUPPRESS)
     parser.add_argument("--tools-json", help=argparse.SUPPRESS)
@@ -433,6 +507,15 @@ def main() -> None:
     parser.add_argument("--multiplex", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sync", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-resume", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--interval-ms", type=float, default=25.0, help=argparse.SUPPRESS)
+    parser.add_argument("--engines", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--flush-ms", type=float, default=-1.0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="the one-run table of docs/performance.md (the other options are then ignored)",
+    )
+    parser.add_argument("--write-doc", action="store_true", help="with --table: rewrite its block")
     parser.add_argument(
         "--clients", default="python,go,cpp,rust", help="which clients to run (comma-separated)"
     )
@@ -447,9 +530,14 @@ def main() -> None:
         "--python", help=f"which Python clients (comma-separated names of {', '.join(PYTHON_CLIENTS)})"
     )
     args = parser.parse_args()
-    if args.python_load:
+    if args.python_load or args.paced_load:
         args.concurrency = int(args.concurrency)
         run_python_load(args)
+        return
+    if args.table:
+        from clientbench.table import one_run
+
+        one_run(args.write_doc)
         return
 
     modes = [m for m in MODES if m in args.modes.split(",")]
@@ -460,24 +548,23 @@ def main() -> None:
     clients = build_clients(set(args.clients.split(",")), python)
     with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as ids_file:
         ids_file.write(" ".join(map(str, ids)))
-    server = Server()
     runs: dict[Key, list[Run]] = {}
     try:
-        for command in clients.values():  # warm-up: model load, connection, code paths
-            for mode in modes:
-                run_once(command, server, ids_file.name, 8, 4, 1, mode)
-        for _ in range(args.reps):
-            for concurrency in concurrencies:
-                sessions = max(args.sessions, concurrency)
+        with bench_server() as server:
+            for command in clients.values():  # warm-up: connection, code paths
                 for mode in modes:
-                    for per_message in per_messages if mode != "mux" else per_messages[:1]:
-                        for name, command in clients.items():
-                            run = run_once(
-                                command, server, ids_file.name, sessions, concurrency, per_message, mode
-                            )
-                            runs.setdefault((name, mode, per_message, concurrency), []).append(run)
+                    run_once(command, server, ids_file.name, 8, 4, 1, mode)
+            for _ in range(args.reps):
+                for concurrency in concurrencies:
+                    sessions = max(args.sessions, concurrency)
+                    for mode in modes:
+                        for per_message in per_messages if mode != "mux" else per_messages[:1]:
+                            for name, command in clients.items():
+                                run = run_once(
+                                    command, server, ids_file.name, sessions, concurrency, per_message, mode
+                                )
+                                runs.setdefault((name, mode, per_message, concurrency), []).append(run)
     finally:
-        server.stop()
         os.unlink(ids_file.name)
     report(runs, len(ids), args)
 

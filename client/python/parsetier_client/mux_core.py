@@ -103,6 +103,7 @@ class MuxCore:
         self._opens: deque[list[Rider]] = deque()
         """Per message sent and not answered: the sessions whose open it carries."""
         self._count = 0
+        self._entries = 0
         self._taken = self._routed = 0
         """Messages sent, and replies routed (in the order sent, across moves)."""
 
@@ -111,6 +112,11 @@ class MuxCore:
         """``ParseBatch`` messages this stream has carried (since its sessions last all failed):
         the sessions' messages divided by this is the coalescing the flushes achieved."""
         return self._taken
+
+    @property
+    def entries_sent(self) -> int:
+        """Entries (a session's message, open or cancel) those messages carried."""
+        return self._entries
 
     @property
     def in_flight(self) -> int:
@@ -164,6 +170,7 @@ class MuxCore:
             return None
         message = self.builder.take()
         self._taken += 1
+        self._entries += self.queued
         self.queued = 0
         self._sending.clear()
         self._opens.append(self._opening)
@@ -221,7 +228,7 @@ class MuxCore:
         self._opening = []
         self._sending.clear()
         self.queued = 0
-        self._taken = self._routed = 0
+        self._taken = self._routed = self._entries = 0
         self.builder = StepBuilder(resumable=self.policy is not None)
         self.ledger = BatchLedger() if self.policy is not None else None
         for rider in riders.values():

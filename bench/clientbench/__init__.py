@@ -1,0 +1,1 @@
+"""The client benchmark's one-run table (``client_bench.py --table``)."""
