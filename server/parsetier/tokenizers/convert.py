@@ -216,38 +216,49 @@ O200K_PATTERN = "|".join(
 )
 
 
+class _Fields:
+    """A file's bytes read in order: little-endian ``struct`` fields and byte strings; ``end`` checks
+    that nothing is left (quicktok's files are a count, then that many records)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.data, self.pos = path, path.read_bytes(), 0
+
+    def read(self, fmt: str) -> tuple[int, ...]:
+        values = struct.unpack_from("<" + fmt, self.data, self.pos)
+        self.pos += struct.calcsize("<" + fmt)
+        return values
+
+    def take(self, length: int) -> bytes:
+        self.pos += length
+        return self.data[self.pos - length : self.pos]
+
+    def end(self, records: str) -> None:
+        if self.pos != len(self.data):
+            raise ValueError(f"{self.path}: trailing bytes after {records}")
+
+
 def read_quicktok_vocab(path: Path) -> dict[bytes, int]:
     """quicktok ``.vocab``: u32 count, then per token ``u16 length, bytes, u32 rank`` (little-endian)."""
-    data = path.read_bytes()
-    (count,) = struct.unpack_from("<I", data, 0)
-    pos = 4
+    fields = _Fields(path)
+    (count,) = fields.read("I")
     ranks: dict[bytes, int] = {}
     for _ in range(count):
-        (length,) = struct.unpack_from("<H", data, pos)
-        pos += 2
-        token = data[pos : pos + length]
-        pos += length
-        (rank,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        ranks[token] = rank
-    if pos != len(data):
-        raise ValueError(f"{path}: trailing bytes after {count} vocab records")
+        (length,) = fields.read("H")
+        token = fields.take(length)
+        (ranks[token],) = fields.read("I")
+    fields.end(f"{count} vocab records")
     return ranks
 
 
 def read_quicktok_special(path: Path) -> dict[str, int]:
     """quicktok ``.special``: u32 count, then per token ``u32 id, u16 length, utf-8 bytes``."""
-    data = path.read_bytes()
-    (count,) = struct.unpack_from("<I", data, 0)
-    pos = 4
+    fields = _Fields(path)
+    (count,) = fields.read("I")
     specials: dict[str, int] = {}
     for _ in range(count):
-        tid, length = struct.unpack_from("<IH", data, pos)
-        pos += 6
-        specials[data[pos : pos + length].decode("utf-8")] = tid
-        pos += length
-    if pos != len(data):
-        raise ValueError(f"{path}: trailing bytes after {count} special records")
+        tid, length = fields.read("IH")
+        specials[fields.take(length).decode("utf-8")] = tid
+    fields.end(f"{count} special records")
     return specials
 
 
