@@ -303,6 +303,14 @@ def _envelope_shape(g: Grammar, state: State, answers: set[str], skip: frozenset
     )
 
 
+def _the_next(g: Grammar, nexts: set[str], what: str) -> State:
+    """The one state ``nexts`` names: a call's shape is derived along a single path, so ``what``
+    (the transitions that lead there) leading to several states is Underivable."""
+    if len(nexts) != 1:
+        raise Underivable(f"format {g.name!r}: {what} to several states {sorted(nexts)}")
+    return g.states[next(iter(nexts))]
+
+
 def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozenset[str]) -> CallShape:
     rule = next((r for r in name_state.rules if "call_begin" in r.actions and r.next), None)
     begins = {t: tr for t, tr in name_state.on.items() if "call_begin" in tr.actions}
@@ -318,10 +326,7 @@ def _named_shape(g: Grammar, name_state: State, answers: set[str], skip: frozens
     main = {t: tr for t, tr in begins.items() if "call_end" not in tr.actions}
     if not main:
         raise Underivable(f"format {g.name!r}: calls in state {name_state.name!r} take no arguments")
-    nexts = {tr.next for tr in main.values()}
-    if len(nexts) != 1:
-        raise Underivable(f"format {g.name!r}: a call name leads to several states {sorted(nexts)}")
-    after = g.states[nexts.pop()]
+    after = _the_next(g, {tr.next for tr in main.values()}, "a call name leads")
     kept = all(tr.keep for tr in main.values())
     spaced = not any(g.terminals[t][:1].isspace() for t in name_state.on if t not in main)
     name = Encoding(None, tuple(main), kept=kept, spaced=spaced)
@@ -421,9 +426,7 @@ def _param_shape(
         raise Underivable(f"format {g.name!r}: state {key_state.name!r} ends no parameter key")
     else:
         nexts = {tr.next for tr in begins.values()} | {r.next for r in rules}
-    if len(nexts) != 1:
-        raise Underivable(f"format {g.name!r}: a parameter key leads to several states {sorted(nexts)}")
-    state = g.states[nexts.pop()]
+    state = _the_next(g, nexts, "a parameter key leads")
     value_open: tuple[str, ...] = ()
     while state.kind == "skip":
         steps = [(t, tr) for t, tr in state.on.items() if not tr.actions]
@@ -443,10 +446,7 @@ def _param_shape(
     }
     if not closes:
         raise Underivable(f"format {g.name!r}: value state {state.name!r} has no closer")
-    bodies = {tr.next for tr in closes.values()}
-    if len(bodies) != 1:
-        raise Underivable(f"format {g.name!r}: parameter closers lead to several states {sorted(bodies)}")
-    body = g.states[bodies.pop()]
+    body = _the_next(g, {tr.next for tr in closes.values()}, "parameter closers lead")
     key_rule = _best_key_rule(rules)
     open_ = (opened_by,) if opened_by else opens
     key = Encoding(key_rule, tuple(begins), key_state.unescape == "xml")
