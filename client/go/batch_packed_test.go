@@ -366,13 +366,7 @@ func TestBatchResumesPackedSessions(t *testing.T) {
 	}
 	var atCut []wireTally
 	for step := 0; step <= len(qwen3Output); step++ {
-		for i := range sessions {
-			if step < len(qwen3Output) {
-				batch.Feed(key(i), []uint32{qwen3Output[step]})
-			} else {
-				batch.Finish(key(i), stopAtImEnd)
-			}
-		}
+		queueStep(batch, sessions, key, step)
 		if err := batch.Send(); err != nil {
 			t.Fatalf("Send %d: %v", step, err)
 		}

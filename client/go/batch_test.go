@@ -32,13 +32,7 @@ func TestBatchManySessionsOneTokenPerStep(t *testing.T) {
 	deltas := map[string][]*pb.Delta{}
 	finals := map[string]*pb.Final{}
 	for step := 0; step <= len(qwen3Output); step++ {
-		for i := range sessions {
-			if step < len(qwen3Output) {
-				batch.Feed(key(i), []uint32{qwen3Output[step]})
-			} else {
-				batch.Finish(key(i), stopAtImEnd)
-			}
-		}
+		queueStep(batch, sessions, key, step)
 		outputs, err := batch.Step()
 		if err != nil {
 			t.Fatalf("Step %d: %v", step, err)
@@ -150,6 +144,18 @@ func gather(t *testing.T, outputs []*pb.SessionOutput, deltas map[string][]*pb.D
 		deltas[out.GetKey()] = append(deltas[out.GetKey()], out.GetDeltas()...)
 		if out.GetFinal() != nil {
 			finals[out.GetKey()] = out.GetFinal()
+		}
+	}
+}
+
+// queueStep queues engine step step of every session: its next id of qwen3Output, or its Finish
+// once the whole output went.
+func queueStep(batch *parsetier.Batch, sessions int, key func(int) string, step int) {
+	for i := range sessions {
+		if step < len(qwen3Output) {
+			batch.Feed(key(i), []uint32{qwen3Output[step]})
+		} else {
+			batch.Finish(key(i), stopAtImEnd)
 		}
 	}
 }

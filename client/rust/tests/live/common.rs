@@ -1,7 +1,7 @@
 //! Fixtures shared by the live tests: the real Qwen3 encoding of a reasoning + two tool calls
 //! output, and the client of the server the harness started.
 
-use parsetier_client::{pb, Client, Finish};
+use parsetier_client::{pb, Client, Finish, Session};
 
 /// The real Qwen3 tokenizer's encoding (add_special_tokens=False) of
 /// `<think>\nNeed weather.\n</think>\n\nChecking both cities.\n` followed by two `<tool_call>`s
@@ -36,6 +36,25 @@ pub fn stop_at_im_end() -> Finish {
 
 pub fn one_per_step(ids: &[u32]) -> Vec<Vec<u32>> {
     ids.iter().map(|&id| vec![id]).collect()
+}
+
+/// Sends `QWEN3_OUTPUT` to `session` one id per message, then finishes at `<|im_end|>`.
+pub async fn send_output(session: &Session) {
+    for step in one_per_step(&QWEN3_OUTPUT) {
+        session.send([step]).await.expect("send");
+    }
+    session.finish(stop_at_im_end()).await.expect("finish");
+}
+
+/// Wire options of OpenAI chat's streamed dialect with `response_id`; tests set the other fields
+/// with `..streamed_chat(id)`.
+pub fn streamed_chat(response_id: &str) -> pb::WireOptions {
+    pb::WireOptions {
+        dialect: pb::WireDialect::OpenaiChat as i32,
+        response_id: response_id.into(),
+        stream: true,
+        ..Default::default()
+    }
 }
 
 /// The message the output parses to (tool call ids left out: they derive from the request).

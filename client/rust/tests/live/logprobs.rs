@@ -18,12 +18,7 @@ fn json_bytes(entry: &Value) -> Vec<u8> {
 #[tokio::test]
 #[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn logprob_steps_resolve_and_the_wire_carries_them() {
-    let chat = pb::WireOptions {
-        dialect: pb::WireDialect::OpenaiChat as i32,
-        response_id: "chatcmpl-lp".into(),
-        stream: true,
-        ..Default::default()
-    };
+    let chat = streamed_chat("chatcmpl-lp");
     let session = client().open(OpenOptions::new("qwen3").return_token_ids().wire(chat)).await.expect("open");
     for (i, &id) in EMOJI_OUTPUT.iter().enumerate() {
         let top =

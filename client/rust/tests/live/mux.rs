@@ -56,13 +56,10 @@ async fn multiplexed_sessions_get_their_parse_streams_replies() {
         check_final(replies.last().and_then(|r| r.r#final.as_ref()).expect("final"));
     }
     let chat = pb::WireOptions {
-        dialect: pb::WireDialect::OpenaiChat as i32,
-        response_id: "chatcmpl-rust-mux".into(),
         model: "served".into(),
-        stream: true,
         include_usage: true,
         created: 1_700_000_000,
-        ..Default::default()
+        ..streamed_chat("chatcmpl-rust-mux")
     };
     let want = replies_of(&client(), 1, Some(chat.clone())).await;
     let got = replies_of(&mux_client(), 1, Some(chat)).await;
@@ -79,10 +76,7 @@ async fn multiplexed_session_errors_stay_in_their_session() {
     let mut bad = client.open(OpenOptions::new("qwen3")).await.expect("open");
     let mut good = client.open(OpenOptions::new("qwen3").tools_json(WEATHER_TOOLS)).await.expect("open");
     bad.send([[10_000_000u32]]).await.expect("send");
-    for step in one_per_step(&QWEN3_OUTPUT) {
-        good.send([step]).await.expect("send");
-    }
-    good.finish(stop_at_im_end()).await.expect("finish");
+    send_output(&good).await;
     let error = loop {
         match bad.recv().await {
             Some(Ok(_)) => continue,

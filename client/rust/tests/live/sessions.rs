@@ -111,10 +111,7 @@ async fn parse_stream_equals_parse_once() {
 #[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn deltas_stream() {
     let session = client().open(weather()).await.expect("open");
-    for step in one_per_step(&QWEN3_OUTPUT) {
-        session.send([step]).await.expect("send");
-    }
-    session.finish(stop_at_im_end()).await.expect("finish");
+    send_output(&session).await;
     let (_, replies) = session.split();
     let mut deltas = replies.deltas();
     let mut all = Vec::new();
@@ -336,19 +333,9 @@ async fn dropping_a_session_cancels_it() {
 #[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn wire_bytes_to_forward() {
     let client = client();
-    let chat = pb::WireOptions {
-        dialect: pb::WireDialect::OpenaiChat as i32,
-        response_id: "chatcmpl-rust".into(),
-        model: "served".into(),
-        stream: true,
-        include_usage: true,
-        ..Default::default()
-    };
+    let chat = pb::WireOptions { model: "served".into(), include_usage: true, ..streamed_chat("chatcmpl-rust") };
     let session = client.open(weather().output(pb::OutputKind::FinalOnly).wire(chat.clone())).await.expect("open");
-    for step in one_per_step(&QWEN3_OUTPUT) {
-        session.send([step]).await.expect("send");
-    }
-    session.finish(stop_at_im_end()).await.expect("finish");
+    send_output(&session).await;
     let (_, replies) = session.split();
     let mut pieces = replies.wire();
     let mut wire = Vec::new();

@@ -46,13 +46,7 @@ async fn wire_join_orders_two_choices_of_a_batch() {
     for stream in [true, false] {
         let mut batch = client.batch().await.expect("batch");
         let mut join = WireJoin::new(2, stream);
-        let wire = pb::WireOptions {
-            dialect: pb::WireDialect::OpenaiChat as i32,
-            response_id: "chatcmpl-n".into(),
-            stream,
-            include_usage: true,
-            ..Default::default()
-        };
+        let wire = pb::WireOptions { stream, include_usage: true, ..streamed_chat("chatcmpl-n") };
         let keys = ["c0", "c1"];
         for (i, key) in keys.iter().enumerate() {
             let options = OpenOptions::new("qwen3")
@@ -111,12 +105,7 @@ async fn wire_join_orders_two_choices_of_a_batch() {
 #[tokio::test]
 #[ignore = "live: needs a parsetier server at PARSETIER_SERVER (tests/test_rust_client.py starts one)"]
 async fn wire_join_ends_with_a_failed_choices_error() {
-    let wire = pb::WireOptions {
-        dialect: pb::WireDialect::OpenaiChat as i32,
-        response_id: "chatcmpl-e".into(),
-        stream: true,
-        ..Default::default()
-    };
+    let wire = streamed_chat("chatcmpl-e");
     let mut join = WireJoin::new(2, true);
     let session = client().open(OpenOptions::new("qwen3").wire(wire).choice(1)).await.expect("open");
     session.send([vec![9707], vec![10_000_000]]).await.expect("send");
