@@ -126,6 +126,12 @@ def test_cpp_client_against_real_server(cpp_build):
             "RenderLive.ChoicesAndConstraint",
             "RenderLive.ErrorsCarryTheDialectsErrorBody",
             "ClientOptions.CredentialsAreRequired",
+            "WireJoin.OneChoicePassesThrough",
+            "WireJoin.StreamedChoicesStartInIndexOrder",
+            "WireJoin.AFailedChoiceEndsTheResponse",
+            "WireJoin.BodiesJoinInIndexOrder",
+            "WireJoinLive.TwoChoicesOfABatch",
+            "WireJoinLive.AFailedParseSessionEndsTheResponse",
             "parsetier_stream_example",
         ):
             passed = re.search(rf"Test +#\d+: {re.escape(name)} \.* +Passed", output)

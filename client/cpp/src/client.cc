@@ -5,6 +5,7 @@
 
 #include "parsetier/client.h"
 #include "mux.h"
+#include "wire.h"
 
 namespace parsetier {
 
@@ -18,13 +19,9 @@ void Check(const grpc::Status& status) {
   if (!status.ok()) throw Error(status);
 }
 
-// Throws a failed unary call's status with the error in its wire dialect, which the server sends
-// in the trailing metadata parsetier-wire-bin (docs/service.md, "Errors in the dialect").
+// Throws a failed unary call's status with the error in its wire dialect.
 void Check(const grpc::Status& status, const grpc::ClientContext& context) {
-  if (status.ok()) return;
-  const auto& trailers = context.GetServerTrailingMetadata();
-  auto wire = trailers.find("parsetier-wire-bin");
-  throw Error(status, wire == trailers.end() ? "" : std::string(wire->second.data(), wire->second.size()));
+  if (!status.ok()) throw Error(status, internal::WireTrailer(context));
 }
 
 std::string ReadFile(const std::string& path, const char* what) {

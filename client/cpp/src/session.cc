@@ -21,6 +21,7 @@
 #include "mux.h"
 #include "parts.h"
 #include "resume.h"
+#include "wire.h"
 
 namespace parsetier {
 
@@ -177,7 +178,7 @@ class SessionCore {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = status;
     done_ = finishing_ = true;  // no on_done: the caller gets the Error instead
-    throw Error(status);
+    throw Error(status, wire_);
   }
 
   bool Record(v1::ParseRequest message, bool finish) {
@@ -204,7 +205,7 @@ class SessionCore {
       messages_.pop_front();
       return message;
     }
-    if (!status_.ok()) throw Error(status_);
+    if (!status_.ok()) throw Error(status_, wire_);
     return std::nullopt;
   }
 
@@ -277,6 +278,7 @@ class SessionCore {
       cv_.wait(lock, [&] { return stream->accepted_ || stream->done_; });
       if (stream->accepted_) return grpc::Status::OK;
       grpc::Status status = stream->status_;
+      wire_ = internal::WireTrailer(stream->context_);
       if (status.ok()) {
         status = grpc::Status(grpc::StatusCode::INTERNAL, "parsetier: stream ended before the server accepted Open");
       }
@@ -354,6 +356,7 @@ class SessionCore {
     cv_.notify_all();
     if (stream != current_) return;
     current_ = nullptr;
+    wire_ = internal::WireTrailer(stream->context_);
     if (failure_) return Finish(lock, *failure_);
     if (final_) return Finish(lock, policy_ ? grpc::Status::OK : status);  // with resume: complete
     if (policy_ && !cancelled_ && internal::Retryable(status, stream->context_)) {
@@ -392,6 +395,7 @@ class SessionCore {
   uint64_t sequence_ = 0;  // of the last message received
   uint32_t digest_ = 0;
   std::deque<v1::ParseResponse> messages_;  // for Next
+  std::string wire_;  // the error in the dialect, from the trailers of the last stream that ended
   std::optional<v1::Final> final_;
   std::optional<grpc::Status> failure_;  // a reply out of sequence, or parts that do not join
   StreamReactor* current_ = nullptr;     // the accepted stream, until its OnDone

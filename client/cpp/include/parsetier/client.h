@@ -35,7 +35,8 @@ class Error : public std::runtime_error {
   // The server's message, without the "CODE: " prefix what() has.
   const std::string& message() const { return message_; }
   // The error in the wire dialect of the call that failed, when the server sent it (a Render, or
-  // a ParseOnce with OpenOptions::wire): the API's error body to forward to the caller with
+  // a ParseOnce or Parse session with OpenOptions::wire; WireJoin::Fail forwards it): the API's
+  // error body, or a stream's error event, to forward to the caller; a body with
   // http_status() (docs/service.md, "Errors in the dialect"); empty otherwise.
   const std::string& wire() const { return wire_; }
   // The HTTP status that goes with an error body of this code: the one the openai and anthropic
