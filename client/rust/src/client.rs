@@ -315,7 +315,7 @@ pub struct Client {
 /// A multiplexed client's shared stream: its task, started by the first `open`.
 pub(crate) struct MuxHandle {
     pub(crate) interval: Duration,
-    pub(crate) task: tokio::sync::OnceCell<tokio::sync::mpsc::Sender<crate::mux::MuxOpen>>,
+    pub(crate) task: tokio::sync::OnceCell<Arc<crate::mux::MuxShared>>,
 }
 
 impl Client {

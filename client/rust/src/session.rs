@@ -48,7 +48,14 @@ pub struct Session {
 /// sends are [`Error::Ended`].
 #[derive(Clone)]
 pub struct SessionSender {
-    commands: mpsc::Sender<pb::ParseRequest>,
+    commands: Commands,
+}
+
+/// Where a session's messages go: its stream's task, or the client's shared stream.
+#[derive(Clone)]
+enum Commands {
+    Stream(mpsc::Sender<pb::ParseRequest>),
+    Multiplexed(Arc<crate::mux::MuxSender>),
 }
 
 /// The receiving half of a session: the server's replies in order, each whole (parts joined),
@@ -95,7 +102,7 @@ impl Client {
         };
         tokio::spawn(task.run());
         Ok(Session {
-            sender: SessionSender { commands: commands_tx },
+            sender: SessionSender { commands: Commands::Stream(commands_tx) },
             replies: Replies { inner: UnboundedReceiverStream::new(replies), final_message: None, resumes },
         })
     }
@@ -108,21 +115,22 @@ impl Client {
                 crate::mux::spawn(self.targets.clone(), self.resume, mux.interval, self.send_capacity)
             })
             .await;
-        let (commands_tx, inputs) = mpsc::channel(self.send_capacity);
+        let sender = task.sender(self.send_capacity); // dropped with this future: the task cancels the open
         let (replies_tx, replies) = mpsc::unbounded_channel();
         let (admitted_tx, admitted) = tokio::sync::oneshot::channel();
         let resumes = Arc::new(AtomicUsize::new(0));
         let open = crate::mux::MuxOpen {
+            id: sender.id,
             open: options.into_message(),
-            inputs,
+            room: sender.room.clone(),
             replies: replies_tx,
             resumes: resumes.clone(),
             admitted: admitted_tx,
         };
-        task.send(open).await.map_err(|_| Error::Ended)?;
+        task.join(open).await?;
         admitted.await.map_err(|_| Error::Ended)??;
         Ok(Session {
-            sender: SessionSender { commands: commands_tx },
+            sender: SessionSender { commands: Commands::Multiplexed(Arc::new(sender)) },
             replies: Replies { inner: UnboundedReceiverStream::new(replies), final_message: None, resumes },
         })
     }
@@ -219,7 +227,10 @@ impl SessionSender {
     }
 
     async fn put(&self, msg: pb::ParseRequest) -> Result<()> {
-        self.commands.send(msg).await.map_err(|_| Error::Ended)
+        match &self.commands {
+            Commands::Stream(commands) => commands.send(msg).await.map_err(|_| Error::Ended),
+            Commands::Multiplexed(sender) => sender.send(msg).await,
+        }
     }
 }
 
