@@ -92,9 +92,9 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## proto: regenerate client/python/parsetier_api (grpcio-tools) and client/go/parsetierpb from protos/
+## proto: regenerate protos/python/parsetier_api (grpcio-tools) and client/go/parsetierpb from protos/
 proto: $(TEST_STAMP)
-	$(PY) client/python/generate.py
+	$(PY) protos/python/generate.py
 	PYTHON=$(abspath $(PY)) client/go/generate.sh
 
 ## fuzz: the long fuzz run over all four RPCs and every family's session: FUZZ_EXAMPLES cases per

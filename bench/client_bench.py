@@ -350,7 +350,9 @@ def run_python_load(args: argparse.Namespace) -> None:
 
 def client_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "server"), str(ROOT / "client" / "python")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT / "protos" / "python")]
+    )
     return env
 
 

@@ -2,7 +2,8 @@
 another client builds ``BuildConstraint`` answers of many tools, or opens sessions with them
 (``--rpc ParseOnce``) (issue 37).
 
-Run:  PYTHONPATH=server:client/python:. python bench/constraint_stall.py [--tools 5000] [--requests 3]
+Run:  PYTHONPATH=server:client/python:protos/python:. python bench/constraint_stall.py \
+      [--tools 5000] [--requests 3]
 
 Two processes besides the server (one worker): a **load** process sending ``--requests``
 ``BuildConstraint`` calls of ``--tools`` tools each, one after another, and this process, whose

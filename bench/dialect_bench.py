@@ -1,7 +1,7 @@
 """Wire dialect benchmark: what rendering a session's bytes (``Open.wire``) costs per token, as a
 ratio to the session's own per-token cost, measured in the same run.
 
-Run:  PYTHONPATH=server:client/python python bench/dialect_bench.py [--model qwen3] [--reps 5]
+Run:  PYTHONPATH=server:client/python:protos/python python bench/dialect_bench.py [--model qwen3] [--reps 5]
 
 One real output (reasoning, content with CJK and emoji, then two tool calls) is encoded with the
 model's tokenizer and fed ``--per-message`` tokens per message (1: as a decode loop sends it;

@@ -36,7 +36,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT), str(ROOT / "bench")]
+sys.path[:0] = [
+    str(ROOT / "server"),
+    str(ROOT / "client" / "python"),
+    str(ROOT / "protos" / "python"),
+    str(ROOT),
+    str(ROOT / "bench"),
+]
 
 from servicebench.launcher import parsetier_server  # noqa: E402
 from servicebench.loads import batch_load, workload  # noqa: E402
@@ -77,7 +83,12 @@ def measure(engine: str, ids: list[int], count: int) -> dict[str, float]:
 
 def heap(engine: str, count: int) -> dict[str, float]:
     """``servicebench.heap``'s bytes in use per ``ParseBatch`` session, in a process of its own."""
-    paths = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT)]
+    paths = [
+        str(ROOT / "server"),
+        str(ROOT / "client" / "python"),
+        str(ROOT / "protos" / "python"),
+        str(ROOT),
+    ]
     env = dict(os.environ, PYTHONMALLOC="malloc", PYTHONPATH=os.pathsep.join(paths))
     command = [sys.executable, "-m", "servicebench.heap", engine, str(count)]
     done = subprocess.run(command, cwd=ROOT / "bench", env=env, capture_output=True, text=True, check=True)

@@ -1,6 +1,6 @@
 """Logprob benchmark: what resolving logprobs costs per token, as a ratio to parsing alone.
 
-Run:  PYTHONPATH=server:client/python python bench/logprobs_bench.py [--model qwen3] [--reps 5]
+Run:  PYTHONPATH=server:client/python:protos/python python bench/logprobs_bench.py [--model qwen3] [--reps 5]
 
 One real output (reasoning, content with CJK and emoji, so byte pieces occur) is encoded with the
 model's tokenizer and fed one token per step, as a decode loop sends it, to fresh sessions:

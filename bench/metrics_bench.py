@@ -1,7 +1,8 @@
 """Metrics benchmark: the metrics interceptor's own work per ``Parse`` message, as a ratio to
 decoding and encoding that message pair (what grpc does for every message anyway), same run.
 
-Run:  PYTHONPATH=server:client/python python bench/metrics_bench.py [--messages 20000] [--reps 7]
+Run:  PYTHONPATH=server:client/python:protos/python python bench/metrics_bench.py \
+      [--messages 20000] [--reps 7]
 
 Per message the interceptor observes the request's size, the reply's size and the step-to-reply
 latency (three histograms), and adds the message's tokens and deltas to their counters. Timing

@@ -5,13 +5,14 @@ Run:  python bench/parse_echo.py [--rounds 6] [--before /path/to/other/checkout]
 
 Servers (``servicebench.launcher``, pinned to one core; the load on the other): *parsetier* from
 this checkout, the echo server, and with ``--before`` a parsetier served from that checkout's
-``server/`` and ``client/python/`` (e.g. ``git worktree add /tmp/before <commit>`` with its
-``_core.abi3.so`` built or copied): a before/after of a change, alternated with the echo in every
-round. Each round runs the same load (32 streams, the service bench's Qwen3 workload 4 times each,
-one token per message) on each server in turn. Printed per round: µs of server CPU per token
-(one token = one message here, plus each session's Open and Finish) and the ratios echo/server
-(throughput per core relative to the echo: 1.0 is the echo's cost); at the end the medians of
-the rounds' ratios. ``service_bench.py``'s echo ceiling measures the same case among others.
+``server/``, ``client/python/`` and ``protos/python/`` (e.g. ``git worktree add /tmp/before
+<commit>`` with its ``_core.abi3.so`` built or copied): a before/after of a change, alternated with
+the echo in every round. Each round runs the same load (32 streams, the service bench's Qwen3
+workload 4 times each, one token per message) on each server in turn. Printed per round: µs of
+server CPU per token (one token = one message here, plus each session's Open and Finish) and the
+ratios echo/server (throughput per core relative to the echo: 1.0 is the echo's cost); at the end
+the medians of the rounds' ratios. ``service_bench.py``'s echo ceiling measures the same case among
+others.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT)]
+sys.path[:0] = [
+    str(ROOT / "server"),
+    str(ROOT / "client" / "python"),
+    str(ROOT / "protos" / "python"),
+    str(ROOT),
+]
 
 from servicebench.launcher import SERVER_CPU, echo_server, parsetier_server, started  # noqa: E402
 from servicebench.loads import measured, parse_load, workload  # noqa: E402
@@ -32,7 +38,11 @@ from tests.testkit.servers import ProcessServer  # noqa: E402
 
 def checkout_server(checkout: Path) -> ProcessServer:
     """``parsetier serve`` from another checkout, with the limits ``parsetier_server`` sets."""
-    paths = [str(checkout / "server"), str(checkout / "client" / "python")]
+    paths = [
+        str(checkout / "server"),
+        str(checkout / "client" / "python"),
+        str(checkout / "protos" / "python"),
+    ]
     boot = f"import sys; sys.path[:0] = {paths!r}; from parsetier.cli import main; sys.exit(main())"
     server = ProcessServer(
         "--preload",

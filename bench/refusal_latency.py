@@ -1,6 +1,6 @@
 """How soon a client sees its answer when the server is overloaded: refused or served.
 
-Run:  PYTHONPATH=server:client/python python bench/refusal_latency.py [--load-sessions 100]
+Run:  PYTHONPATH=server:client/python:protos/python python bench/refusal_latency.py [--load-sessions 100]
 
 Three processes on loopback, so that no client's own event loop adds to what is measured:
 
@@ -159,7 +159,12 @@ def _child(role: str, args, **extra) -> subprocess.Popen:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(ROOT / "server"), str(ROOT / "client" / "python"), env.get("PYTHONPATH", "")]
+    paths = [
+        str(ROOT / "server"),
+        str(ROOT / "client" / "python"),
+        str(ROOT / "protos" / "python"),
+        env.get("PYTHONPATH", ""),
+    ]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 

@@ -1,7 +1,8 @@
 """Render benchmark: ``Render`` through the service against ``apply_chat_template(tokenize=True)`` in
 process, on Qwen3 conversations of about 1k, 8k and 32k prompt tokens, as ratios measured in one run.
 
-Run:  PYTHONPATH=server:client/python:tests python bench/render_bench.py [--reps 5] [--model qwen3]
+Run:  PYTHONPATH=server:client/python:protos/python:tests python bench/render_bench.py \
+      [--reps 5] [--model qwen3]
 
 * **baseline**: transformers' tokenizer of the packaged files, ``apply_chat_template(messages,
   tools=..., add_generation_prompt=True, tokenize=True)`` in this process (no gRPC, no JSON);
@@ -27,7 +28,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT / "tests")]
+sys.path[:0] = [
+    str(ROOT / "server"),
+    str(ROOT / "client" / "python"),
+    str(ROOT / "protos" / "python"),
+    str(ROOT / "tests"),
+]
 
 import grpc  # noqa: E402
 

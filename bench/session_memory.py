@@ -1,6 +1,6 @@
 """Memory per live session: what one open session costs, sans-IO and inside the server.
 
-Run:  PYTHONPATH=server:client/python python bench/session_memory.py [--sessions 1000]
+Run:  PYTHONPATH=server:client/python:protos/python python bench/session_memory.py [--sessions 1000]
 
 * **sans-IO**: ``--sessions`` open ``Session`` objects (qwen3, two tools, a 256-id prompt tail,
   a 200-token output fed in), measured with ``tracemalloc``: retained bytes per session, against
@@ -66,7 +66,10 @@ def sansio(sessions: int) -> tuple[float, float]:
 
 def _start_server() -> tuple[subprocess.Popen, int]:
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "server"), str(ROOT / "client" / "python")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(ROOT / "server"), str(ROOT / "client" / "python"), str(ROOT / "protos" / "python")]
+        ),
     )
     cmd = [
         sys.executable,

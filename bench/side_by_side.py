@@ -308,7 +308,13 @@ def run_worker(runs: int, sizes: list[int], flat_runs: int, tmp: Path) -> dict:
             ["bash", str(PEER / "setup.sh")], check=True, env={**os.environ, "PEER_BENCH_DIR": str(PEER_DIR)}
         )
     out = tmp / "side.json"
-    path = [PEER_DIR / "oracle", PEER, ROOT / "server", ROOT / "client" / "python"]
+    path = [
+        PEER_DIR / "oracle",
+        PEER,
+        ROOT / "server",
+        ROOT / "client" / "python",
+        ROOT / "protos" / "python",
+    ]
     env = {**os.environ, "PEER_BENCH_DIR": str(PEER_DIR), "PYTHONPATH": os.pathsep.join(map(str, path))}
     command = [str(python), __file__, "--worker", str(out), "--runs", str(runs)]
     command += ["--sizes", ",".join(map(str, sizes)), "--flat-runs", str(flat_runs)]

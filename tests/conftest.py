@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import tokenizers
+
+from testkit.servers import SOURCE_ROOTS
+
+# The checkout's sources, importable in-process as ``subprocess_env`` makes them in a subprocess,
+# whatever an install or PYTHONPATH lists.
+sys.path[:0] = [str(p) for p in SOURCE_ROOTS if str(p) not in sys.path]
 
 QWEN_IDS = {
     "<tool_call>": 151657,

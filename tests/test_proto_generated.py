@@ -10,7 +10,7 @@ from pathlib import Path
 
 from grpc_servers import ROOT, subprocess_env
 
-GENERATED = ROOT / "client" / "python" / "parsetier_api"
+GENERATED = ROOT / "protos" / "python" / "parsetier_api"
 PROTO = ROOT / "protos" / "parsetier" / "v1" / "parsetier.proto"
 
 # Lines that record the generator's version, not the contract: a newer grpcio-tools may change them.
@@ -26,10 +26,10 @@ def _normalized(path: Path) -> str:
 
 
 def test_generated_code_is_up_to_date(tmp_path):
-    import grpc_tools  # noqa: F401  (client/python/generate.py runs it: a missing grpcio-tools fails here, by name)
+    import grpc_tools  # noqa: F401  (protos/python/generate.py runs it: a missing grpcio-tools fails here, by name)
 
     subprocess.run(
-        [sys.executable, str(ROOT / "client" / "python" / "generate.py"), "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "protos" / "python" / "generate.py"), "--out", str(tmp_path)],
         check=True,
         capture_output=True,
         env=subprocess_env(),

@@ -4,12 +4,13 @@ pinned to the server core, the load on the other): a before/after of a change, a
 
     python -m bench.servicebench.ab /tmp/before /path/to/after   # ROUNDS=3 STEPS=600 SIZES=256,1024
 
-(from the repository's root, ``PYTHONPATH=server:client/python``; not part of ``make bench``: it
-needs the trees to compare).
+(from the repository's root, ``PYTHONPATH=server:client/python:protos/python``; not part of ``make
+bench``: it needs the trees to compare).
 
-A tree is a directory with ``server/`` and ``client/python/`` (a worktree, or ``git archive`` of
-a commit with its ``_core.abi3.so`` copied in). The figures are tokens per second of server CPU;
-the ratios pair each round's figures, so a slow phase of a shared machine hits both sides.
+A tree is a directory with ``server/``, ``client/python/`` and ``protos/python/`` (a worktree, or
+``git archive`` of a commit with its ``_core.abi3.so`` copied in). The figures are tokens per second
+of server CPU; the ratios pair each round's figures, so a slow phase of a shared machine hits both
+sides.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from tests.testkit.servers import ProcessServer
 def server_from(tree: str) -> ProcessServer:
     """``parsetier serve`` from ``tree``'s sources, with the service bench's limits."""
     code = (
-        f"import sys; sys.path[:0] = [{tree + '/server'!r}, {tree + '/client/python'!r}]; "
+        f"import sys; sys.path[:0] = "
+        f"[{tree + '/server'!r}, {tree + '/client/python'!r}, {tree + '/protos/python'!r}]; "
         "from parsetier.cli import main; sys.exit(main())"
     )
     command = [sys.executable, "-c", code, "serve", "--port", "0", "--workers", "1", "--preload", "qwen3"]

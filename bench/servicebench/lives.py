@@ -4,7 +4,7 @@ trees alternated round by round, so a slow phase of a shared machine hits them a
 
     python -m bench.servicebench.lives /tmp/before /path/to/after    # ROUNDS=20
 
-(from the repository's root, ``PYTHONPATH=server:client/python``; not part of ``make bench``: it
+(from the repository's root, ``PYTHONPATH=server:client/python:protos/python``; not part of ``make bench``: it
 needs the trees to compare). A round is 256 sessions opened by one message (each an ``Open`` of
 the bench's workload with its first token) and finished by the next (a plain ``Finish`` each),
 read as the servicer reads them (``decoding.read_batch_request``), applied by ``BatchProtocol``
@@ -25,7 +25,7 @@ SESSIONS = 256
 
 WORKER = r"""
 import json, sys, time
-sys.path[:0] = [sys.argv[1] + "/server", sys.argv[1] + "/client/python", sys.argv[2]]
+sys.path[:0] = [sys.argv[1] + p for p in ("/server", "/client/python", "/protos/python")] + [sys.argv[2]]
 from bench.servicebench.loads import TOOLS, workload
 from parsetier import native
 from parsetier.protocol.batch import BatchProtocol, to_the_end

@@ -4,7 +4,7 @@ single-token items cost).
 
     python -m bench.servicebench.multitoken [TREE ...]   # ROUNDS=3 TOKENS=300000 SIZES=256,1024
 
-(from the repository's root, ``PYTHONPATH=server:client/python``; not part of ``make bench``).
+(from the repository's root, ``PYTHONPATH=server:client/python:protos/python``; not part of ``make bench``).
 With no tree it measures this checkout's server; with several (a worktree, or ``git archive`` of
 a commit with its ``_core.abi3.so`` copied in) each in turn, so a change's before and after are
 ratios of one run. Each server is pinned to the server core, the load on the other.

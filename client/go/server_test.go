@@ -49,7 +49,7 @@ func ensureServer() (stop func(), err error) {
 	}
 	cmd := exec.Command(python, "-m", "parsetier.cli", "serve", "--port", "0", "--preload", "qwen3")
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "server")+string(os.PathListSeparator)+
-		filepath.Join(root, "client", "python"))
+		filepath.Join(root, "client", "python")+string(os.PathListSeparator)+filepath.Join(root, "protos", "python"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

@@ -4,9 +4,9 @@
     python tests/conformance/generate_report.py --server localhost:50051     # a running server, to stdout
     python tests/conformance/generate_report.py --family glm --mode complete # a quick look at one family
 
-Anyone can run it from a checkout (it puts ``server``, ``client/python`` and ``tests`` on the path
-itself); it needs the test extra (``canitoolcall``) and, for every family, the tokenizers extra.
-``--check`` exits 1 when a target is missed, for use in CI or a Makefile.
+Anyone can run it from a checkout (it puts ``server``, ``client/python``, ``protos/python`` and
+``tests`` on the path itself); it needs the test extra (``canitoolcall``) and, for every family, the
+tokenizers extra. ``--check`` exits 1 when a target is missed, for use in CI or a Makefile.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-for _path in (ROOT / "tests", ROOT / "client" / "python", ROOT / "server"):
+for _path in (ROOT / "tests", ROOT / "client" / "python", ROOT / "protos" / "python", ROOT / "server"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 

@@ -23,6 +23,9 @@ from pathlib import Path
 from .procfs import allowed_cpus, cpu_seconds, process_tree, rss_pss_bytes, threads
 
 ROOT = Path(__file__).resolve().parents[2]
+SOURCE_ROOTS = (ROOT / "server", ROOT / "client" / "python", ROOT / "protos" / "python")
+"""The checkout's import roots: the server, the Python client, and what both import (the generated
+stubs and the shared argument types)."""
 """The checkout (this file is tests/testkit/servers.py)."""
 
 
@@ -39,7 +42,7 @@ def subprocess_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """``base`` (the caller's environment by default), with the source trees importable even
     without an install."""
     env = dict(os.environ if base is None else base)
-    paths = [str(ROOT / "server"), str(ROOT / "client" / "python")]
+    paths = [str(p) for p in SOURCE_ROOTS]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)

@@ -1,13 +1,14 @@
-"""Generate the Python protobuf/gRPC code from ``protos/`` into ``client/python/parsetier_api``.
+"""Generate the Python protobuf/gRPC code from ``protos/`` into ``protos/python/parsetier_api``.
 
-One command (``make proto``) and one place for generated code. The proto files live under
+One command (``make proto``) and one place for generated code, beside the contract: the server and
+the Python client both import it, and neither reaches into the other's folder. The proto files live under
 ``protos/parsetier/v1`` (the include root other languages use), but the Python modules must not be
 importable as ``parsetier.v1`` — that name belongs to the server package — so the directory is
 mapped to the virtual path ``parsetier_api/v1`` and protoc writes ``parsetier_api/v1/*_pb2.py``
 with imports to match. ``tests/test_proto_generated.py`` runs this script into a temporary
 directory and compares, so stale generated code fails CI.
 
-Usage: ``python client/python/generate.py [--out DIR]`` (default: ``client/python``).
+Usage: ``python protos/python/generate.py [--out DIR]`` (default: ``protos/python``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "protos" / "parsetier" / "v1"
-DEFAULT_OUT = ROOT / "client" / "python"
+DEFAULT_OUT = ROOT / "protos" / "python"
 PACKAGE = "parsetier_api"
 VIRTUAL_DIR = f"{PACKAGE}/v1"
-INIT_TEXT = '"""Generated from protos/ by `make proto` (client/python/generate.py). Do not edit."""\n'
+INIT_TEXT = '"""Generated from protos/ by `make proto` (protos/python/generate.py). Do not edit."""\n'
 
 
 def generate(out: Path) -> list[Path]:

@@ -1,0 +1,1 @@
+"""Generated from protos/ by `make proto` (protos/python/generate.py). Do not edit."""
