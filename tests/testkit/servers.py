@@ -56,6 +56,13 @@ def _threads_or_none(pid: int) -> list[int]:
         return []
 
 
+START_TIMEOUT = 180.0
+"""Seconds a server process may take to listen. A server started with a configuration of many
+models prepares each model's native tables before it listens: 60 s on a 2-core machine under
+the load of parallel builds (the suite's own slowest start); a server that never listens fails
+the test either way, so the margin costs nothing."""
+
+
 class ProcessServer:
     """``parsetier serve --port 0 *args`` in a subprocess. ``with ProcessServer(...) as s: s.target``.
 
@@ -92,7 +99,7 @@ class ProcessServer:
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> ProcessServer:
+    def start(self, timeout: float = START_TIMEOUT) -> ProcessServer:
         if self.command is not None:
             cmd = [*self.command, *self.args]
         else:
