@@ -15,6 +15,13 @@ async def _looks(count: int) -> None:
     await asyncio.sleep(PERIOD * (count + 0.5))
 
 
+async def _opened(gate: SessionGate, sessions: int) -> None:
+    """A burst: ``sessions`` open at once, seen by the trimmer twice."""
+    for _ in range(sessions):
+        gate.enter()
+    await _looks(2)
+
+
 def _run(scenario) -> int:
     async def main() -> int:
         gate = SessionGate(max_sessions=1000)
@@ -31,9 +38,7 @@ def _run(scenario) -> int:
 
 def test_a_burst_that_ends_is_trimmed_once():
     async def burst(gate: SessionGate, trimmer: HeapTrimmer) -> None:
-        for _ in range(100):
-            gate.enter()
-        await _looks(2)
+        await _opened(gate, 100)
         for _ in range(100):
             gate.leave()
         await _looks(5)
@@ -43,9 +48,7 @@ def test_a_burst_that_ends_is_trimmed_once():
 
 def test_open_sessions_and_a_steady_trickle_are_left_alone():
     async def steady(gate: SessionGate, trimmer: HeapTrimmer) -> None:
-        for _ in range(100):
-            gate.enter()
-        await _looks(2)
+        await _opened(gate, 100)
         for _ in range(40):  # fewer than min_ended end, and most stay open
             gate.leave()
             gate.enter()
@@ -56,9 +59,7 @@ def test_open_sessions_and_a_steady_trickle_are_left_alone():
 
 def test_a_shrinking_burst_is_trimmed_before_it_is_over():
     async def shrinking(gate: SessionGate, trimmer: HeapTrimmer) -> None:
-        for _ in range(200):
-            gate.enter()
-        await _looks(2)
+        await _opened(gate, 200)
         for _ in range(120):  # 120 ended, 80 of a peak of 200 still open
             gate.leave()
         await _looks(5)

@@ -85,11 +85,7 @@ func TestLogprobStepsResolve(t *testing.T) {
 
 	// The chunks' logprobs.content, joined, are the same entries in OpenAI chat's shape.
 	var content []openAILogprob
-	for _, event := range strings.Split(strings.TrimSpace(string(wire)), "\n\n") {
-		data := strings.TrimPrefix(event, "data: ")
-		if data == "[DONE]" {
-			continue
-		}
+	for _, data := range sseData(wire) {
 		var chunk struct {
 			Choices []struct {
 				Logprobs *struct {

@@ -55,11 +55,7 @@ func TestSessionWire(t *testing.T) {
 	var content, reasoning strings.Builder
 	arguments := map[int]*strings.Builder{}
 	finish := ""
-	for _, event := range strings.Split(strings.TrimSpace(string(all)), "\n\n") {
-		data := strings.TrimPrefix(event, "data: ")
-		if data == "[DONE]" {
-			continue
-		}
+	for _, data := range sseData(all) {
 		var chunk struct {
 			Choices []struct {
 				Delta struct {
@@ -301,4 +297,15 @@ func TestWireJoinOneChoicePassesThrough(t *testing.T) {
 	if string(first)+string(last) != "event: a\n\nevent: b\n\nevent: c\n\n" || !events.Ended() {
 		t.Fatalf("streamed %q %q", first, last)
 	}
+}
+
+// sseData is the JSON of each event of a streamed OpenAI body, in order, the closing [DONE] left out.
+func sseData(stream []byte) []string {
+	var out []string
+	for _, event := range strings.Split(strings.TrimSpace(string(stream)), "\n\n") {
+		if data := strings.TrimPrefix(event, "data: "); data != "[DONE]" {
+			out = append(out, data)
+		}
+	}
+	return out
 }
