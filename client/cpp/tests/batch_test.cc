@@ -27,12 +27,7 @@ namespace v1 = parsetier::v1;
 using parsetier_test::kImEnd;
 using parsetier_test::kOutput;
 using parsetier_test::kTools;
-
-parsetier::Client& SharedClient() {
-  const char* target = std::getenv("PARSETIER_SERVER");
-  static parsetier::Client client(target ? target : "", {parsetier::InsecureCredentials()});
-  return client;
-}
+using parsetier_test::SharedClient;
 
 parsetier::OpenOptions Qwen3(const std::string& request_id) {
   parsetier::OpenOptions open;

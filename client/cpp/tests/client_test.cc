@@ -28,17 +28,13 @@ namespace v1 = parsetier::v1;
 using parsetier_test::kImEnd;
 using parsetier_test::kOutput;
 using parsetier_test::kTools;
+using parsetier_test::SharedClient;
 constexpr uint32_t kOutOfVocabulary = 10000000;
 constexpr uint32_t kHello = 9707;  // "Hello"
 
 std::string ServerTarget() {
   const char* target = std::getenv("PARSETIER_SERVER");
   return target ? target : "";
-}
-
-parsetier::Client& SharedClient() {
-  static parsetier::Client client(ServerTarget(), {parsetier::InsecureCredentials()});
-  return client;
 }
 
 parsetier::OpenOptions Qwen3(const std::string& request_id = "") {

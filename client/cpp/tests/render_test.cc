@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,13 +21,20 @@ using google::protobuf::Value;
 using parsetier_test::kImEnd;
 using parsetier_test::kOutput;
 using parsetier_test::kTools;
+using parsetier_test::SharedClient;
 
 // Qwen3's generation prompt, the end of every chat prompt: <|im_start|>assistant\n.
 const std::vector<uint32_t> kGenerationPrompt = {151644, 77091, 198};
 
-parsetier::Client& RenderClient() {
-  static parsetier::Client client(parsetier_test::Env("PARSETIER_SERVER"), {parsetier::InsecureCredentials()});
-  return client;
+// The error Render throws for `options`; nothing, and a failure, when `what` renders instead.
+std::optional<parsetier::Error> Refused(const parsetier::RenderOptions& options, const char* what) {
+  try {
+    SharedClient().Render(options);
+  } catch (const parsetier::Error& error) {
+    return error;
+  }
+  ADD_FAILURE() << what << " rendered";
+  return std::nullopt;
 }
 
 Struct ParseJson(const std::string& json) {
@@ -68,7 +76,7 @@ TEST(RenderLive, ThenParseWithItsOpen) {
   render.request_id = "cpp-render";
   render.created = 1700000000;
   render.return_prompt_text = true;
-  parsetier::RenderResult rendered = RenderClient().Render(render);
+  parsetier::RenderResult rendered = SharedClient().Render(render);
   const std::vector<uint32_t>& prompt = rendered.prompt_token_ids;
   ASSERT_GT(prompt.size(), 3u);
   EXPECT_TRUE(std::equal(kGenerationPrompt.begin(), kGenerationPrompt.end(), prompt.end() - 3));
@@ -91,7 +99,7 @@ TEST(RenderLive, ThenParseWithItsOpen) {
 
   parsetier::OpenOptions options = rendered.Options();
   options.timeout = std::chrono::seconds(60);
-  parsetier::StreamResult result = RenderClient().ParseStream(options, OnePerStep(kOutput), StopAtImEnd());
+  parsetier::StreamResult result = SharedClient().ParseStream(options, OnePerStep(kOutput), StopAtImEnd());
   EXPECT_EQ(result.final.finish_reason(), v1::FINISH_REASON_TOOL_CALLS);
   ASSERT_EQ(result.final.message().tool_calls_size(), 2);
   EXPECT_EQ(result.final.message().tool_calls(0).arguments(), R"({"city": "Paris"})");
@@ -111,10 +119,10 @@ TEST(RenderLive, AnthropicMessages) {
   render.request_json = R"({"model": "claude-ish", "max_tokens": 100, "system": "Be brief.",
     "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
     "messages": [{"role": "user", "content": [{"type": "text", "text": "Weather in Paris and Tokyo?"}]}]})";
-  parsetier::RenderResult rendered = RenderClient().Render(render);
+  parsetier::RenderResult rendered = SharedClient().Render(render);
   EXPECT_EQ(rendered.open.wire().dialect(), v1::WIRE_DIALECT_ANTHROPIC_MESSAGES);
   EXPECT_EQ(rendered.sampling.max_tokens(), 100u);
-  v1::ParseOnceResponse once = RenderClient().ParseOnce(rendered.Options(), kOutput, StopAtImEnd());
+  v1::ParseOnceResponse once = SharedClient().ParseOnce(rendered.Options(), kOutput, StopAtImEnd());
   Struct message = ParseJson(once.final().wire());
   std::vector<std::string> kinds;
   for (const Value& block : Field(message, "content").list_value().values()) {
@@ -126,7 +134,7 @@ TEST(RenderLive, AnthropicMessages) {
 
 // n choices are n sessions (Options(i)); a forced tool comes with its constraint.
 TEST(RenderLive, ChoicesAndConstraint) {
-  parsetier::RenderResult rendered = RenderClient().Render(Chat(R"("n": 3, "tool_choice": "required", )"));
+  parsetier::RenderResult rendered = SharedClient().Render(Chat(R"("n": 3, "tool_choice": "required", )"));
   EXPECT_EQ(rendered.n(), 3u);
   EXPECT_EQ(rendered.Options(2).ToProto().choice_index(), 2u);
   EXPECT_EQ(rendered.Options().ToProto().model(), "qwen3");
@@ -139,35 +147,26 @@ TEST(RenderLive, ChoicesAndConstraint) {
 TEST(RenderLive, ErrorsCarryTheDialectsErrorBody) {
   parsetier::RenderOptions unknown = Chat();
   unknown.model = "no-such-model";
-  try {
-    RenderClient().Render(unknown);
-    ADD_FAILURE() << "an unknown model rendered";
-  } catch (const parsetier::Error& error) {
-    EXPECT_EQ(error.code(), grpc::StatusCode::NOT_FOUND);
-    EXPECT_EQ(error.http_status(), 404);
+  if (std::optional<parsetier::Error> error = Refused(unknown, "an unknown model")) {
+    EXPECT_EQ(error->code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(error->http_status(), 404);
   }
   parsetier::RenderOptions image = Chat();
   image.request_json =
       R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})";
-  try {
-    RenderClient().Render(image);
-    ADD_FAILURE() << "an image rendered for a text model";
-  } catch (const parsetier::Error& error) {
-    EXPECT_EQ(error.code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_EQ(error.http_status(), 400);
-    Struct wire = ParseJson(error.wire());
+  if (std::optional<parsetier::Error> error = Refused(image, "an image for a text model")) {
+    EXPECT_EQ(error->code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(error->http_status(), 400);
+    Struct wire = ParseJson(error->wire());
     const Struct& body = Field(wire, "error").struct_value();
     EXPECT_EQ(Field(body, "type").string_value(), "invalid_request_error");
-    EXPECT_NE(Field(body, "message").string_value().find("messages[0].content[0]"), std::string::npos) << error.wire();
+    EXPECT_NE(Field(body, "message").string_value().find("messages[0].content[0]"), std::string::npos) << error->wire();
   }
   parsetier::RenderOptions no_dialect = Chat();
   no_dialect.dialect = v1::WIRE_DIALECT_UNSPECIFIED;
-  try {
-    RenderClient().Render(no_dialect);
-    ADD_FAILURE() << "a render without a dialect";
-  } catch (const parsetier::Error& error) {
-    EXPECT_EQ(error.code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_TRUE(error.wire().empty());
+  if (std::optional<parsetier::Error> error = Refused(no_dialect, "a request without a dialect")) {
+    EXPECT_EQ(error->code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(error->wire().empty());
   }
 }
 

@@ -63,6 +63,12 @@ inline parsetier::ClientOptions InsecureOptions(std::optional<parsetier::ResumeP
   return options;
 }
 
+// The plaintext client of PARSETIER_SERVER that the live tests of one program share.
+inline parsetier::Client& SharedClient() {
+  static parsetier::Client client(Env("PARSETIER_SERVER"), {parsetier::InsecureCredentials()});
+  return client;
+}
+
 // A retry budget spent in milliseconds: 3 attempts, backoff from 1 to 5 ms.
 inline parsetier::ResumePolicy QuickBudget() {
   parsetier::ResumePolicy policy;
