@@ -35,14 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [
-    str(ROOT / "server"),
-    str(ROOT / "client" / "python"),
-    str(ROOT / "protos" / "python"),
-    str(ROOT),
-    str(ROOT / "bench"),
-]
+from benchkit.paths import use_repository
+
+ROOT = use_repository(Path(__file__).resolve().parent)
 
 from servicebench.launcher import parsetier_server  # noqa: E402
 from servicebench.loads import batch_load, workload  # noqa: E402

@@ -22,13 +22,9 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [
-    str(ROOT / "server"),
-    str(ROOT / "client" / "python"),
-    str(ROOT / "protos" / "python"),
-    str(ROOT),
-]
+from benchkit.paths import python_roots, use_repository
+
+ROOT = use_repository()
 
 from servicebench.launcher import SERVER_CPU, echo_server, parsetier_server, started  # noqa: E402
 from servicebench.loads import measured, parse_load, workload  # noqa: E402
@@ -38,12 +34,8 @@ from tests.testkit.servers import ProcessServer  # noqa: E402
 
 def checkout_server(checkout: Path) -> ProcessServer:
     """``parsetier serve`` from another checkout, with the limits ``parsetier_server`` sets."""
-    paths = [
-        str(checkout / "server"),
-        str(checkout / "client" / "python"),
-        str(checkout / "protos" / "python"),
-    ]
-    boot = f"import sys; sys.path[:0] = {paths!r}; from parsetier.cli import main; sys.exit(main())"
+    roots = python_roots(checkout)
+    boot = f"import sys; sys.path[:0] = {roots!r}; from parsetier.cli import main; sys.exit(main())"
     server = ProcessServer(
         "--preload",
         "qwen3",

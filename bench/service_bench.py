@@ -50,13 +50,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [
-    str(ROOT / "server"),
-    str(ROOT / "client" / "python"),
-    str(ROOT / "protos" / "python"),
-    str(ROOT),
-]
+from benchkit.paths import use_repository
+
+ROOT = use_repository()
 
 from benchkit.docblock import env_int  # noqa: E402
 from servicebench.launcher import (  # noqa: E402

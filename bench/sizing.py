@@ -16,15 +16,10 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [
-    str(ROOT / "server"),
-    str(ROOT / "client" / "python"),
-    str(ROOT / "protos" / "python"),
-    str(ROOT),
-]
+from benchkit.paths import use_repository
+
+ROOT = use_repository()
 
 from parsetier.models import ModelRegistry  # noqa: E402
 from parsetier_client import AsyncClient  # noqa: E402
