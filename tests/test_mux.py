@@ -272,3 +272,34 @@ def test_a_blocking_sessions_sends_wait_while_the_stream_cannot_write(ids):
         stream.finish("length")
         replies = list(stream)
     assert replies[-1].final.usage.completion_tokens == len(step) * (sends + 1)
+
+
+def test_with_the_bound_0_sends_wait_while_a_message_is_unanswered(grpc_server, ids, monkeypatch):
+    """What the sessions send while a message is unanswered goes out together at its reply (or
+    ``HOLD`` after it went out; long here, so the reply is what releases it), not one message per
+    wake-up of the loop."""
+    from parsetier_client import mux
+
+    monkeypatch.setattr(mux, "HOLD", 30.0)
+
+    async def run() -> None:
+        async with AsyncClient(grpc_server.target, timeout=60, multiplex=True) as client:
+            first, second, third = [await client.open("qwen3", completion=True) for _ in range(3)]
+            assert client.multiplexer is not None
+            core = client.multiplexer.core
+            sent = core.messages_sent
+            await first.send(ids[:1])
+            await asyncio.sleep(0)  # the loop's next turn: its message goes out
+            assert (core.messages_sent, core.in_flight) == (sent + 1, 1)
+            await second.send(ids[:1])
+            await asyncio.sleep(0)
+            await third.send(ids[:1])
+            await asyncio.sleep(0)
+            assert core.messages_sent == sent + 1  # held while the first is unanswered
+            for stream in (first, second, third):
+                async for reply in stream:
+                    assert reply.deltas
+                    break
+            assert core.messages_sent == sent + 2  # the second and the third in one message
+
+    asyncio.run(run())

@@ -9,12 +9,13 @@ its RPC machinery per message, a packed batch item a microsecond or two).
 
 A flush happens when ``max_batch`` entries are queued, or ``flush_interval`` seconds after the
 first of them (0: as soon as the sending code yields: the asyncio loop's next turn, or the
-blocking client's flushing thread getting the interpreter). The state and decisions are
-``mux_core.MuxCore``'s; this module moves messages (threads for the blocking client, tasks for
-asyncio). Known differences from ``Parse``: a session's deadline is the client's ``timeout``
-counted by the client (the shared stream has none); a session's ``send`` waits while
-``HIGH_WATER`` flushed messages are unwritten (back-pressure, both clients; the blocking ``Parse``
-stream's sends never wait).
+blocking client's flushing thread getting the interpreter; but while a message is unanswered, at
+its reply or ``HOLD`` after it went out, so an engine's step goes out as one message). The state
+and decisions are ``mux_core.MuxCore``'s; this module moves messages (threads for the blocking
+client, tasks for asyncio). Known differences from ``Parse``: a session's deadline is the
+client's ``timeout`` counted by the client (the shared stream has none); a session's ``send``
+waits while ``HIGH_WATER`` flushed messages are unwritten (back-pressure, both clients; the
+blocking ``Parse`` stream's sends never wait).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ Metadata = tuple[tuple[str, str], ...] | None
 HIGH_WATER = 64
 """Messages flushed and not yet written past which a session's ``send`` waits (until half of them
 are written)."""
+
+HOLD = 0.0005
+"""With the flush bound 0, while a message is unanswered what the sessions send waits for its reply,
+at most this many seconds after it went out: the sends made while the server works go out
+together (an engine's step in one message, not one message per wake-up), as in the Go and C++
+clients. A stopped server still gets the messages after the bound."""
 
 _CLOSE = object()
 
@@ -183,6 +190,8 @@ class Multiplexer(_Multiplexing):
         self._full = False
         """Set at ``HIGH_WATER`` unwritten, cleared below half of it: senders wait meanwhile."""
         self._room = threading.Condition(self._lock)
+        self._taken_at = 0.0
+        """``time.monotonic()`` of the last flush that sent a message."""
         self._flusher = threading.Thread(target=self._flush_loop, name="parsetier-mux-flush", daemon=True)
         self._flusher.start()
 
@@ -206,7 +215,8 @@ class Multiplexer(_Multiplexing):
         core = self.core
         while core.must_flush_before(key):
             flushes = self._flushes
-            self._wake.notify()
+            if self._interval:
+                self._wake.notify()  # a session's next message cuts the bound short
             while self._flushes == flushes and not self._closed:
                 self._flushed.wait()
             if self._closed:
@@ -244,6 +254,7 @@ class Multiplexer(_Multiplexing):
     def _flush(self) -> None:
         message = self.core.take()
         if message is not None and self._queue is not None:
+            self._taken_at = time.monotonic()
             self._queue.put(message)
             self._unwritten += 1
             self._full = self._full or self._unwritten >= HIGH_WATER
@@ -277,8 +288,20 @@ class Multiplexer(_Multiplexing):
                     continue
                 if self._interval:
                     self._wake.wait(self._interval)
+                else:
+                    self._hold()
                 self._flush()
                 self._expire()
+
+    def _hold(self) -> None:
+        """With the flush bound 0: wait (holding the lock) while a message is unanswered, at most
+        ``HOLD`` after it went out, unless the next message is full (see ``HOLD``)."""
+        core, until = self.core, self._taken_at + HOLD
+        while core.in_flight and core.queued < core.max_batch and not self._closed:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self._wake.wait(left)
 
     def _expire(self) -> None:
         """Sessions past the client's ``timeout``: cancelled on the server, DEADLINE_EXCEEDED here."""
@@ -319,6 +342,8 @@ class Multiplexer(_Multiplexing):
                         if generation != self._generation:
                             return
                         self.core.received(reply)
+                        if self.core.queued and not self.core.in_flight:
+                            self._wake.notify()  # the flusher's hold is over
                         attempt = 0
                         if self.core.must_move:
                             error = _refused()
@@ -443,6 +468,10 @@ class AsyncMultiplexer(_Multiplexing):
         self._outgoing: asyncio.Queue[Any] | None = None
         self._tasks: list[asyncio.Task] = []
         self._scheduled: asyncio.Handle | asyncio.TimerHandle | None = None
+        self._holding = False
+        """The scheduled flush waits for the reply to the message in flight (``HOLD``)."""
+        self._taken_at = 0.0
+        """Loop time of the last flush that sent a message."""
         self._room = asyncio.Event()
         self._room.set()
         self._flushed: asyncio.Future[None] | None = None
@@ -501,22 +530,33 @@ class AsyncMultiplexer(_Multiplexing):
             self._flush()
         elif self._scheduled is None:
             loop = asyncio.get_running_loop()
-            self._scheduled = (
-                loop.call_later(self._interval, self._flush)
-                if self._interval
-                else loop.call_soon(self._flush)
-            )
+            if self._interval:
+                self._scheduled = loop.call_later(self._interval, self._flush)
+            elif core.in_flight:
+                self._scheduled = loop.call_at(self._taken_at + HOLD, self._flush)
+                self._holding = True
+            else:
+                self._scheduled = loop.call_soon(self._flush)
+
+    def _answered(self) -> None:
+        """A reply came: with nothing unanswered any more, what is held goes out now."""
+        if self._holding and not self.core.in_flight and self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = asyncio.get_running_loop().call_soon(self._flush)
+            self._holding = False
 
     def _flush(self) -> None:
         if self._scheduled is not None:
             self._scheduled.cancel()
             self._scheduled = None
+        self._holding = False
         flushed, self._flushed = self._flushed, None
         if flushed is not None and not flushed.done():
             flushed.set_result(None)
         message = self.core.take()
         if message is None or self._outgoing is None:
             return
+        self._taken_at = asyncio.get_running_loop().time()
         self._outgoing.put_nowait(message)
         if self._outgoing.qsize() >= HIGH_WATER:
             self._room.clear()
@@ -557,6 +597,7 @@ class AsyncMultiplexer(_Multiplexing):
                     if reply is None:
                         continue
                     core.received(reply)
+                    self._answered()
                     attempt = 0
                     if core.must_move:
                         error = _refused()
