@@ -13,6 +13,7 @@ import gc
 import os
 import random
 import weakref
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -23,7 +24,7 @@ import test_roundtrip as rt
 from native_diff import compare, random_groups
 from parsetier import native
 from parsetier.engine.session import Session, StepOutput
-from parsetier.messages import SessionOptions, StepLogprobs
+from parsetier.messages import Message, SessionOptions, StepLogprobs
 from parsetier.models import Model
 from property_settings import property_settings
 from test_fuzz import hostile_output
@@ -344,6 +345,17 @@ def _compared_message(model: Model, options: SessionOptions, ids: list[int], rng
     return session.finish("stop").final.message
 
 
+def _both_modes(
+    sample, value: str, rng: random.Random, request_id: str
+) -> Iterator[tuple[SessionOptions, list[int], Message]]:
+    """``value`` written into the sample's call and compared on both engines (``_compared_message``)
+    with streamed, then with complete tool calls: each mode's options, the ids and the message."""
+    ids = hostile_outputs.ids(sample, value)
+    for complete in (False, True):
+        options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id=request_id)
+        yield options, ids, _compared_message(sample.model, options, ids, rng)
+
+
 def _in_order(shown: str, text: str) -> bool:
     """Whether ``shown`` is ``text`` with characters left out (markup), none moved."""
     rest = iter(text)
@@ -359,16 +371,12 @@ def test_gemma_held_text_is_shown_once_in_order(value: str) -> None:
     text holds it in place, so an invalid call's text shows it once, where the model wrote it,
     and a delivered call shows it with the call."""
     sample = hostile_outputs.samples()["gemma-4"]
-    model = sample.model
-    ids = hostile_outputs.ids(sample, value)
     rng = random.Random(f"{SEED}:gemma:{value}")
-    for complete in (False, True):
-        options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id="gemma")
-        message = _compared_message(model, options, ids, rng)
-        compare(model, options, random_groups(rng, ids[:-1]), reason="length")  # the call cut off
+    for options, ids, message in _both_modes(sample, value, rng, "gemma"):
+        compare(sample.model, options, random_groups(rng, ids[:-1]), reason="length")  # the call cut off
         assert message.content.count("xyz") + sum(c.arguments.count("xyz") for c in message.tool_calls) == 1
         written = sample.text.replace(hostile_outputs.VALUE, value)
-        assert _in_order(message.content, written), (complete, message.content)
+        assert _in_order(message.content, written), (options.complete_tool_calls, message.content)
 
 
 @pytest.mark.parametrize("preset", ["llama4", "lfm2"])
@@ -380,12 +388,8 @@ def test_a_broken_pythonic_call_shows_what_no_argument_holds(preset: str, value:
     or the next call's name cut off by what cannot follow it): what the reader read since it last
     wrote is content, in both engines and both delivery modes; nothing the model wrote is lost."""
     sample = hostile_outputs.samples()[preset]
-    model = sample.model
-    ids = hostile_outputs.ids(sample, value)
     rng = random.Random(f"{SEED}:pythonic:{preset}:{value}")
-    for complete in (False, True):
-        options = dataclasses.replace(sample.options, complete_tool_calls=complete, request_id="py")
-        message = _compared_message(model, options, ids, rng)
+    for options, _ids, message in _both_modes(sample, value, rng, "py"):
         shown = message.content + "".join(c.arguments for c in message.tool_calls)
-        assert shown.count("xyz") == 1, (complete, message)
+        assert shown.count("xyz") == 1, (options.complete_tool_calls, message)
         assert _in_order(message.content, sample.text.replace(hostile_outputs.VALUE, value))
