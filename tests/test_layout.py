@@ -114,6 +114,27 @@ def test_the_server_has_no_import_cycle():
     assert _cycles(graph) == []
 
 
+def test_the_engine_imports_nothing_above_it():
+    """The reference engine, like the crate, needs no registry, protocol or service: besides its
+    own modules only the session's values and the leaves under it."""
+    files = {_module(p): p for p in (SERVER / "parsetier").rglob("*.py")}
+    leaves = {
+        "parsetier.messages",
+        "parsetier.status",
+        "parsetier.logprobs",
+        "parsetier.token_bytes",
+        "parsetier.core_module",
+    }
+    outside = {
+        (name, dep)
+        for name, path in files.items()
+        if name.startswith("parsetier.engine")
+        for dep in _imports(path, set(files))
+        if not dep.startswith("parsetier.engine") and dep not in leaves
+    }
+    assert outside == set()
+
+
 def test_the_cycle_finder_finds_one():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

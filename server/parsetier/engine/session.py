@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import tokenizers
 
@@ -28,10 +28,35 @@ from parsetier.engine.grammar import BoundGrammar, Grammar
 from parsetier.engine.machine import Machine
 from parsetier.logprobs import LogprobError, StepAnnotator
 from parsetier.messages import Delta, Final, FinishReason, Message, SessionOptions, StepLogprobs, Usage
-from parsetier.models import Model
 from parsetier.status import Code, StatusError
+from parsetier.token_bytes import TokenBytes
 
 FINISH_REASONS = ("stop", "length", "abort")
+
+
+class _Spec(Protocol):
+    @property
+    def thinking(self) -> bool | None:
+        """The chat template's default thinking switch (a request may leave it unset)."""
+        ...
+
+
+class SessionModel(Protocol):
+    """What a session reads of its model. ``models.Model`` is one; the engine knows no registry,
+    as the native crate's session knows none."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def tokenizer(self) -> tokenizers.Tokenizer: ...
+    @property
+    def grammar(self) -> BoundGrammar: ...
+    @property
+    def token_bytes(self) -> TokenBytes: ...
+    @property
+    def spec(self) -> _Spec: ...
 
 
 class SessionError(StatusError):
@@ -155,7 +180,7 @@ def _tool_schemas(options: SessionOptions) -> dict[str, dict[str, Any]]:
 class Session:
     """One request. Not thread-safe: one caller drives it, as one gRPC stream does."""
 
-    def __init__(self, model: Model, options: SessionOptions | None = None) -> None:
+    def __init__(self, model: SessionModel, options: SessionOptions | None = None) -> None:
         options = options or SessionOptions()
         self.model = model
         self.options = options
@@ -351,7 +376,7 @@ def checked_logprobs(annotator: StepAnnotator, ids: Sequence[int], logprobs: Ste
 
 
 def parse(
-    model: Model, options: SessionOptions, token_ids: Sequence[int], finish_reason: str = "stop"
+    model: SessionModel, options: SessionOptions, token_ids: Sequence[int], finish_reason: str = "stop"
 ) -> tuple[Message, Final, list[Delta]]:
     """Non-streaming parse: the whole output in one step. Same result as any streamed split."""
     session = Session(model, options)
