@@ -428,7 +428,6 @@ SERVER_CPU, CLIENT_CPU = 0, 1
 def bench_server(extra: tuple[str, ...] = ()):
     """``parsetier serve`` with qwen3 loaded, pinned, limits that measure the load rather than shed
     it (the service bench's launcher)."""
-    sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
     from servicebench.launcher import parsetier_server
 
     return parsetier_server(1, SERVER_CPU, extra=extra)
@@ -536,6 +535,9 @@ def main() -> None:
         args.concurrency = int(args.concurrency)
         run_python_load(args)
         return
+    from benchkit.paths import use_repository
+
+    use_repository()  # the harness's own imports (the load programs get theirs from client_env)
     if args.table:
         from clientbench.table import one_run
 

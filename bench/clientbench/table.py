@@ -86,7 +86,6 @@ def one_run(write_doc: bool) -> None:
         if name in CLIENTS
     }
     before = build_before()
-    anchor, anchor_note = smg_anchor(ids)
     with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as ids_file:
         ids_file.write(" ".join(map(str, ids)))
     closed: dict[tuple[str, str, int], cb.Run] = {}
@@ -122,11 +121,11 @@ def one_run(write_doc: bool) -> None:
             paced = {case: _median_run(got) for case, got in rounds.items()}
     finally:
         os.unlink(ids_file.name)
+    anchor, anchor_note = smg_anchor(ids)  # last: its first build (cargo) may still be under way
     minutes = (time.monotonic() - started) / 60
     text = render(closed, ab, paced, anchor, anchor_note, len(ids), minutes)
     print(text)
     if write_doc:
-        sys.path.insert(0, str(ROOT / "bench"))
         from benchkit.docblock import replace_block
 
         replace_block("clients-one-run", "bench/client_bench.py --table", text, "## Clients")
@@ -213,7 +212,6 @@ def build_before() -> dict[str, tuple[list[str], dict[str, str] | None]]:
 def smg_anchor(ids: list[int]) -> tuple[dict | None, str]:
     """SMG's parsers and parsetier's core called from Rust, on the bench's output at one id per
     chunk (``bench/smg``, built by ``side_by_side.build_smg``): its JSON line, or None and why."""
-    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "server")]
     try:
         import side_by_side
 
