@@ -1,15 +1,10 @@
-"""Resume for the batch API: a broken ``ParseBatch`` stream's sessions move, together, to a new
-stream. Free of I/O, shared by the sync and async batch clients.
-
-Each session keeps a ``resume.Ledger`` (its ``Open``, answered history, pending entries, sequence
-and digest), its pending entries tagged with the caller's step they were sent in. The server
-answers every client message with one reply, so the reply to message ``j`` answers every entry
-of message ``j``. After a break, ``replay()`` re-opens every live session in ONE message (its
-history as one packed run, its first pending entry in the same entry) and re-sends the other
-pending entries in the following messages; entries of keys with no live session (and those sent
-to a session after its end, unanswered) are re-sent as they were, and get their status again.
-Outputs are sorted back into the caller's steps by their tags, so the caller receives one reply
-per step it sent, with the outputs of an uninterrupted stream, exactly once.
+"""Resume for the batch API (docs/service.md, "Resume"): one ``resume.Ledger`` per session, its
+pending entries tagged with the caller's step they were sent in. The server answers each client
+message with one reply, so the reply to message ``j`` answers every entry of message ``j``. After
+a break, ``replay()`` re-opens every live session in ONE message (its first pending entry in the
+same entry), then each key's other unanswered entries, one message each; entries of no live
+session are re-sent as they were. Outputs are sorted back into the caller's steps by their tags.
+Free of I/O, shared by the sync and async batch clients.
 """
 
 from __future__ import annotations
@@ -25,9 +20,8 @@ UNAVAILABLE = 14
 
 
 class _Session(Ledger):
-    """A session's ledger plus what the batch needs to route it: its key, the step that opened
-    it, whether entries may still follow (no finish or cancel sent yet), whether its end was
-    received."""
+    """A session's ledger plus its key, the step that opened it, whether entries may still follow
+    (no finish or cancel sent yet) and whether its end was received."""
 
     __slots__ = ("ended", "key", "opened_at", "sending")
 
@@ -35,14 +29,9 @@ class _Session(Ledger):
         super().__init__(entry.open)
         self.key, self.opened_at = key, step
         self.sending, self.ended = not entry.HasField("finish"), False
-        self.sent = 0
-        first = pb.SessionInput(key=key, steps=entry.steps)  # message 1, without its open
-        if entry.HasField("finish"):
-            first.finish.CopyFrom(entry.finish)
-        self.send(first, step)
-
-    def entry(self, payload: Payload) -> pb.SessionInput:
-        return session_input(self.key, payload)
+        self.sent = 0  # the opening entry is message 1, kept without its open
+        finish = entry.finish if entry.HasField("finish") else None
+        self.send(pb.SessionInput(key=key, steps=entry.steps, finish=finish), step)
 
 
 class _Step:
@@ -52,8 +41,9 @@ class _Step:
 
     __slots__ = ("keys", "orphans", "outputs", "until")
 
-    def __init__(self, keys: list[str], until: int) -> None:
-        self.keys, self.until = keys, until
+    def __init__(self, until: int) -> None:
+        self.keys: list[str] = []
+        self.until = until
         self.orphans: dict[str, pb.SessionInput] = {}
         self.outputs: dict[str, pb.SessionOutput] = {}
 
@@ -64,20 +54,16 @@ index in the session on this stream)."""
 
 
 class BatchLedger:
-    """The resume state of one batch stream (see the module docstring). Call ``sent`` for every
-    step as it goes out, ``received`` for every reply of the current stream, and take the caller's
-    replies from ``ready``; after a break, open a new stream with ``replay()``'s messages."""
+    """Call ``sent`` for every step as it goes out, ``received`` for every reply of the current
+    stream, take the caller's replies from ``ready``; after a break, send ``replay()``'s messages."""
 
     def __init__(self) -> None:
-        self._sessions: list[_Session] = []
-        """Sessions live or with pending entries, in the order they were opened."""
+        self._sessions: list[_Session] = []  # live or with pending entries, in the order opened
         self._live: dict[str, _Session] = {}
         self._steps: deque[_Step] = deque()
-        self._step = 0
-        """Steps sent so far; ``self._step - len(self._steps)`` have been delivered."""
+        self._step = 0  # steps sent; the first len(self._steps) back are not delivered yet
         self._carried: deque[Carried] = deque()
-        self._sent = self._received = 0
-        """Messages sent and answered on the current stream."""
+        self._sent = self._received = 0  # messages on the current stream
         self.resumes = 0
         """Times the sessions moved to a new stream (counted at its first reply)."""
         self._moving = False
@@ -94,27 +80,25 @@ class BatchLedger:
         self._sent += 1
         step, live = self._step, self._live
         carried: Carried = {}
-        record = _Step([], self._sent)
+        record = _Step(self._sent)
         items: list[tuple[str, Payload]] = [(entry.key, entry) for entry in message.sessions]
-        items += packed_steps(message)
-        for key, payload in items:
+        for key, payload in items + packed_steps(message):
             record.keys.append(key)
             session = live.get(key)
             entry = payload if isinstance(payload, pb.SessionInput) else None
             opens = entry is not None and entry.HasField("open") and not entry.cancel
-            if opens and (session is None or not session.sending):  # a new session (a reopened key too)
-                session = live[key] = _Session(key, entry, step)  # type: ignore[arg-type]
+            if opens and (session is None or not session.sending):
+                session = live[key] = _Session(key, entry, step)  # type: ignore[arg-type]  # a new session (a reopened key too)
                 self._sessions.append(session)
                 carried[key] = (session, step, 1)
-                continue
-            if session is None:
+            elif session is None:
                 if entry is None or not entry.cancel:  # a cancel of no session answers nothing
                     record.orphans[key] = session_input(key, payload)
                 carried[key] = (None, step, 0)
-                continue
-            if entry is not None and (entry.cancel or entry.HasField("finish")):
-                session.sending = False
-            carried[key] = (session, step, session.send(payload, step))
+            else:
+                if entry is not None and (entry.cancel or entry.HasField("finish")):
+                    session.sending = False
+                carried[key] = (session, step, session.send(payload, step))
         self._steps.append(record)
         self._carried.append(carried)
 
@@ -122,23 +106,16 @@ class BatchLedger:
         """A reply of the current stream: it answers every entry of its message."""
         carried = self._carried.popleft()
         self._received += 1
-        if self._moving:
-            self._moving = False
-            self.resumes += 1
+        self.resumes += self._moving
+        self._moving = False
         outputs = outputs_of(reply)
         delivered = self.delivered
         for key, (session, step, index) in carried.items():
             output = outputs.get(key)
             if session is not None:
-                if (
-                    output is not None
-                    and index == 1
-                    and output.status.code == UNAVAILABLE
-                    and not session.ended
-                ):
-                    # Refused because this server is draining or overloaded, not the session's own
-                    # error: it stays live and pending, and the stream moves (another server opens it).
-                    self.must_move = True
+                refused = output is not None and output.status.code == UNAVAILABLE
+                if refused and index == 1 and not session.ended:
+                    self.must_move = True  # draining or overloaded: it stays pending, another server opens it
                     continue
                 if output is not None and output.sequence and not session.ended:
                     session.received(output.sequence, index, output.output_digest)
@@ -167,16 +144,13 @@ class BatchLedger:
     def ready(self) -> dict[str, pb.SessionOutput] | None:
         """The oldest undelivered step's reply, once complete (else None): ``{key: output}`` in
         the order of its entries, as ``outputs_of`` gives an uninterrupted stream's reply."""
-        steps = self._steps
-        if not steps or steps[0].until > self._received:
+        if not self._steps or self._steps[0].until > self._received:
             return None
-        step = steps.popleft()
+        step = self._steps.popleft()
         return {key: step.outputs[key] for key in step.keys if key in step.outputs}
 
     def replay(self) -> list[pb.ParseBatchRequest]:
-        """The messages that start a new stream: message 1 re-opens every live session at its
-        resume point, with its first pending entry; each key's other unanswered entries follow,
-        one message each. The current stream is then the new one."""
+        """The messages that start a new stream (see the module docstring), which is then current."""
         self._moving, self.must_move = True, False
         Lane = list[tuple[pb.SessionInput, _Session | None, int, int]]
         # Per key, its entries in the order first sent: sessions (one reopened before the key's
@@ -185,20 +159,18 @@ class BatchLedger:
         for session in self._sessions:
             pending = session.restart(1)
             lane: Lane = []
-            if not session.ended:  # re-opened with its point; the first pending entry rides along
+            if not session.ended:  # re-opened at its point; the first pending entry rides along
                 opening = pb.SessionInput(key=session.key, open=session.point())
-                if pending and _plain(pending[0][0]):
-                    first = session.entry(pending.pop(0)[0])
-                    opening.steps.extend(first.steps)
-                    if first.HasField("finish"):
-                        opening.finish.CopyFrom(first.finish)
-                    lane.append((opening, session, session.pending[0][2], 1))
+                first = session_input(session.key, pending[0][0]) if pending else None
+                if first is not None and not (first.cancel or first.HasField("open")):
+                    opening.MergeFrom(first)
+                    lane.append((opening, session, pending.pop(0)[1], 1))  # type: ignore[arg-type]
                 else:
                     session.restart(2)
                     lane.append((opening, session, 0, 1))
-            start = len(lane) + 1
             lane += [
-                (session.entry(payload), session, tag, i) for i, (payload, tag) in enumerate(pending, start)
+                (session_input(session.key, payload), session, tag, i)  # type: ignore[misc]
+                for i, (payload, tag) in enumerate(pending, len(lane) + 1)
             ]
             if lane:
                 groups.append((session.opened_at, session.key, lane))
@@ -210,8 +182,7 @@ class BatchLedger:
             lanes.setdefault(key, []).extend(lane)
         self._carried.clear()
         messages: list[pb.ParseBatchRequest] = []
-        last_of: dict[int, int] = {}
-        """Step -> the replay message (1-based) that carries its last entry."""
+        last_of: dict[int, int] = {}  # step -> the replay message (1-based) with its last entry
         for j in range(max((len(lane) for lane in lanes.values()), default=0)):
             message, carried = pb.ParseBatchRequest(), {}
             for key, lane in lanes.items():
@@ -226,19 +197,12 @@ class BatchLedger:
         self._sent, self._received = len(messages), 0
         until = 0
         for number, step in enumerate(self._steps, self.delivered + 1):
-            until = max(until, last_of.get(number, 0))  # complete after its last re-sent entry
-            step.until = until
+            until = step.until = max(until, last_of.get(number, 0))  # after its last re-sent entry
         return messages
-
-
-def _plain(payload: Payload) -> bool:
-    """Whether a pending entry can ride with the session's re-opening entry (not a cancel, nor
-    a second open: those keep an entry of their own)."""
-    return not isinstance(payload, pb.SessionInput) or not (payload.cancel or payload.HasField("open"))
 
 
 def session_input(key: str, payload: Payload) -> pb.SessionInput:
     """A pending entry as it is (re-)sent: a plain run of ids becomes the entry it stands for."""
     if isinstance(payload, pb.SessionInput):
         return payload
-    return pb.SessionInput(key=key, steps=[pb.Step(token_ids=payload)])
+    return pb.SessionInput(key=key, steps=[pb.Step(token_ids=payload)])  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import grpc
 
 from parsetier_api.v1 import parsetier_pb2 as pb
-from parsetier_client.resume import Ledger, ResumePolicy, as_request, retryable
+from parsetier_client.resume import Ledger, ResumePolicy, retryable
 from parsetier_client.typed import Final
 
 
@@ -38,7 +38,7 @@ class StreamCore:
 
     def _unanswered(self) -> list[pb.ParseRequest]:
         """The messages sent that no reply has answered: a new stream re-sends them after its Open."""
-        return [as_request(payload) for payload, _ in self._ledger.restart(2)]
+        return [message for message, _ in self._ledger.restart(2)]
 
     def _sending(self, message: pb.ParseRequest) -> None:
         """``message`` goes out: the ledger keeps it until a reply answers it."""
