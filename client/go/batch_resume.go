@@ -10,15 +10,11 @@ import (
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
 
-// Resume for the batch API (docs/service.md, "Resume"). A ParseBatch stream answers every
-// message, so batchLedger mirrors the server as of the last reply received: the live sessions,
-// each with its Open, its answered history (one run of ids) and the sequence and digest of its
-// last output, built by applying each answered message's entries as the server did (an open
-// that got no status starts a session; a final or a status ends one). What the server has not
-// answered are whole steps of the caller's, kept as sent. After a break, replay starts a new
-// stream with one message that re-opens every live session with its history, then re-sends the
-// unanswered steps as they were: the new server is where the old one was, so each re-sent step
-// gets the reply it would have had, and Recv returns one reply per step sent, exactly once.
+// Resume for the batch API: the batch ledger of docs/service.md ("Resume"). It mirrors the
+// server as of the last reply (the live sessions, each with its Open, answered history, sequence
+// and digest) and keeps the caller's steps not answered yet, as sent. A replay re-opens every
+// live session in one message, then re-sends those steps whole: each gets the reply it would
+// have had, so Recv returns one reply per step sent, exactly once.
 
 type batchSession struct {
 	open     *pb.Open
@@ -51,12 +47,12 @@ type sentStep struct {
 	held     int  // its opens refused with Unavailable, re-sent and not answered yet
 }
 
-// reopened is one entry of a re-open message: a live session, or an open refused earlier.
+// reopened is one entry of a re-open message: a live session, or a refused open of step.
 type reopened struct {
 	key     string
 	session *batchSession // nil: refused
 	refused *sentEntry
-	step    *sentStep // the refused open's step
+	step    *sentStep
 }
 
 // wireMessage is a message on the current stream not answered yet: a step, or a re-open.
@@ -127,6 +123,16 @@ func (l *batchLedger) receivedReply(sessions, packed []*pb.SessionOutput) error 
 	return err
 }
 
+// take pops key's output off the front of outs (a reply lists them in the entries' order).
+func take(outs *[]*pb.SessionOutput, key string) *pb.SessionOutput {
+	if len(*outs) == 0 || (*outs)[0].GetKey() != key {
+		return nil
+	}
+	out := (*outs)[0]
+	*outs = (*outs)[1:]
+	return out
+}
+
 func (l *batchLedger) answeredStep(step *sentStep, sessions, packed []*pb.SessionOutput) error {
 	entry := func(i int) (string, bool) { return step.entries[i].key, step.entries[i].entry == nil }
 	outs, err := inEntryOrder(len(step.entries), entry, sessions, packed)
@@ -136,46 +142,36 @@ func (l *batchLedger) answeredStep(step *sentStep, sessions, packed []*pb.Sessio
 	step.answered = true
 	for i := range step.entries {
 		e := &step.entries[i]
-		var out *pb.SessionOutput
-		if len(outs) > 0 && outs[0].GetKey() == e.key {
-			out, outs = outs[0], outs[1:]
-		}
+		out := take(&outs, e.key)
 		if l.live[e.key] == nil && e.entry.GetOpen() != nil && out.GetStatus().GetCode() == codeUnavailable {
 			l.mustMove = true // refused as draining or overloaded: another server opens it
 			l.refused = append(l.refused, reopened{key: e.key, refused: e, step: step})
 			step.held++
-			continue
-		}
-		if err := l.apply(e, out); err != nil {
+		} else if err := l.apply(e, out); err != nil {
 			return err
+		} else {
+			step.add(e.key, out)
 		}
-		step.add(e.key, out)
 	}
 	return nil
 }
 
 func (l *batchLedger) answeredReopen(items []reopened, outs []*pb.SessionOutput) error {
 	for _, it := range items {
-		var out *pb.SessionOutput
-		if len(outs) > 0 && outs[0].GetKey() == it.key {
-			out, outs = outs[0], outs[1:]
-		}
-		if out.GetStatus().GetCode() == codeUnavailable {
+		out := take(&outs, it.key)
+		switch {
+		case out.GetStatus().GetCode() == codeUnavailable:
 			l.mustMove = true // the session stays live, or its open refused: the next stream has it
 			if it.session == nil {
 				l.refused = append(l.refused, it)
 			}
-			continue
-		}
-		if it.session == nil {
+		case it.session == nil:
 			it.step.held--
 			if err := l.apply(it.refused, out); err != nil {
 				return err
 			}
 			it.step.add(it.key, out)
-			continue
-		}
-		if out != nil { // a session that cannot resume here (an unknown model, a history that
+		case out != nil: // a session that cannot resume here (an unknown model, a history that
 			delete(l.live, it.key) // does not reproduce the output): the oldest step carries it
 			l.steps[0].add(it.key, out)
 		}
@@ -199,9 +195,6 @@ func (l *batchLedger) apply(e *sentEntry, out *pb.SessionOutput) error {
 		s.answered.addIDs(e.ids)
 	} else {
 		s.answered.add(entry.GetSteps())
-	}
-	if out == nil {
-		return nil
 	}
 	if out.GetSequence() != 0 {
 		if out.GetSequence() != s.sequence+1 {

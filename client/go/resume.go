@@ -15,10 +15,8 @@ import (
 )
 
 // ResumePolicy says how sessions resume after a broken stream (docs/service.md, "Resume").
-// Attempts is the retry budget: reconnects in a row that may fail (refused, unreachable)
-// before the last error ends the session; it is renewed whenever a new stream is accepted.
-// Backoff doubles from InitialBackoff up to MaxBackoff, with jitter, so a fleet's clients do
-// not reconnect in lock step.
+// Attempts is the retry budget: reconnects in a row that may fail before the last error ends the
+// session, renewed by progress. Backoff doubles from InitialBackoff up to MaxBackoff, jittered.
 type ResumePolicy struct {
 	Attempts       int
 	InitialBackoff time.Duration
@@ -49,19 +47,14 @@ func WithoutResume() ClientOption {
 	return func(c *clientConfig) { c.resume = nil; c.noResume = true }
 }
 
-// The trailing metadata keys of the proto's retry rule (the comment on ParserService): the
-// server's own fault, never retried, and a hand-off, always retried.
+// The trailing metadata keys of the proto's retry rule (the comment on ParserService).
 const (
 	faultTrailer   = "parsetier-fault"
 	handoffTrailer = "parsetier-handoff"
 )
 
-// retryable says whether a session survives err, which ended a stream with trailer, by resuming
-// elsewhere: the proto's retry rule. Never the server's own fault (faultTrailer) nor after the
-// session's own context ended; always a hand-off (handoffTrailer); else Unavailable, Canceled,
-// Internal and Unknown, which a parsetier server never sends unmarked (a reset on the way, or a
-// proxy's answer that is not gRPC: nginx's "no backend" page is a 204 that gRPC-Go reads as
-// Unknown). Every other status is the request's own. No message text is read.
+// retryable is the proto's retry rule, from code and trailer only, for a stream of a session
+// whose own context has not ended.
 func retryable(ctx context.Context, err error, trailer metadata.MD) bool {
 	if ctx.Err() != nil || len(trailer.Get(faultTrailer)) > 0 {
 		return false
@@ -73,71 +66,60 @@ func retryable(ctx context.Context, err error, trailer metadata.MD) bool {
 	return len(trailer.Get(handoffTrailer)) > 0
 }
 
-// history is a session's answered steps, as a resume point carries them (ResumePoint.history):
-// consecutive steps of plain token ids merged into one run, text and logprob steps kept as
-// they were sent. The run it is growing is its own copy, so callers may reuse their slices.
-type history struct {
-	steps []*pb.Step
-	run   bool // the last step is a run of plain ids this history owns (later ids join it)
-}
+// history is a session's answered steps (ResumePoint.history): consecutive plain id steps merged
+// into one run, a copy the history owns; text and logprob steps kept whole.
+type history []*pb.Step
 
 func plainStep(step *pb.Step) bool {
 	return len(step.GetTokenIds()) > 0 && step.GetText() == "" && step.GetTextTokens() == 0 && step.GetLogprobs() == nil
 }
 
 func (h *history) addIDs(ids []uint32) {
-	if len(ids) == 0 {
-		return
+	switch n := len(*h); {
+	case len(ids) == 0:
+	case n > 0 && plainStep((*h)[n-1]):
+		(*h)[n-1].TokenIds = append((*h)[n-1].TokenIds, ids...)
+	default:
+		*h = append(*h, &pb.Step{TokenIds: slices.Clone(ids)})
 	}
-	if h.run {
-		last := h.steps[len(h.steps)-1]
-		last.TokenIds = append(last.TokenIds, ids...)
-		return
-	}
-	h.steps = append(h.steps, &pb.Step{TokenIds: slices.Clone(ids)})
-	h.run = true
 }
 
 func (h *history) add(steps []*pb.Step) {
 	for _, step := range steps {
 		if plainStep(step) {
-			h.addIDs(step.GetTokenIds())
+			h.addIDs(step.TokenIds)
 		} else {
-			h.steps = append(h.steps, proto.Clone(step).(*pb.Step))
-			h.run = false
+			*h = append(*h, proto.Clone(step).(*pb.Step))
 		}
 	}
 }
 
-// point is the resume point of a session whose last reply had sequence and digest. The run
-// still growing is given as a step of its own, so the point does not change with later ids.
-func (h *history) point(sequence uint64, digest uint32) *pb.ResumePoint {
-	steps := slices.Clone(h.steps)
-	if h.run {
-		ids := steps[len(steps)-1].TokenIds
-		steps[len(steps)-1] = &pb.Step{TokenIds: ids[:len(ids):len(ids)]}
+// point is the resume point after a reply with sequence and digest; later ids do not change it.
+func (h history) point(sequence uint64, digest uint32) *pb.ResumePoint {
+	steps := slices.Clone(h)
+	if n := len(steps); n > 0 && plainStep(steps[n-1]) {
+		steps[n-1] = &pb.Step{TokenIds: slices.Clip(steps[n-1].TokenIds)}
 	}
 	return &pb.ResumePoint{Sequence: sequence, History: steps, OutputDigest: digest}
 }
 
-// ledger is all a Parse session keeps to resume (docs/service.md, "Resume"): its Open, its
-// answered history, the messages sent after the Open whose replies have not arrived (in order;
-// on any stream the Open is message 1, so pending[i] is message first+i), and the sequence and
-// output digest of the last reply. The messages are also the session's queue for writing: the
-// current stream has had those before next.
+// ledger is all a Parse session keeps to resume (the page's pseudo-code): the Open, the answered
+// history, the messages after the Open not answered yet (pending[i] is message first+i of the
+// current stream; they are also its write queue: it has had those before next), and the
+// sequence and digest of the last reply.
 type ledger struct {
 	open     *pb.Open
 	answered history
 	pending  []*pb.ParseRequest
-	first    uint64 // the current stream's number of pending[0]
-	next     uint64 // the current stream's number of the next message to write
+	first    uint64
+	next     uint64
 	sequence uint64
 	digest   uint32
 }
 
 func newLedger(open *pb.Open) *ledger { return &ledger{open: open, first: 2, next: 2} }
 
-// send queues msg, a copy of its ids: the caller may reuse its slices once Send returns.
+// send queues msg, copying its ids: the caller may reuse its slices once Send returns.
 func (l *ledger) send(msg *pb.ParseRequest) {
 	for i, step := range msg.GetSteps() {
 		if plainStep(step) {
@@ -149,36 +131,34 @@ func (l *ledger) send(msg *pb.ParseRequest) {
 
 // unwritten is the next message the current stream has not had, or nil.
 func (l *ledger) unwritten() *pb.ParseRequest {
-	i := l.next - l.first
-	if i >= uint64(len(l.pending)) {
+	if l.next-l.first >= uint64(len(l.pending)) {
 		return nil
 	}
 	l.next++
-	return l.pending[i]
+	return l.pending[l.next-1-l.first]
 }
 
-// received records a reply: the messages it covers are answered, and it must follow the last.
+// received records a reply: it must follow the last, and answers the messages it covers.
 func (l *ledger) received(reply *pb.ParseResponse) error {
 	if reply.GetSequence() != l.sequence+1 {
 		return status.Errorf(codes.Internal, "parsetier: message %d after %d: a gap or a repeat",
 			reply.GetSequence(), l.sequence)
 	}
 	l.sequence, l.digest = reply.GetSequence(), reply.GetOutputDigest()
-	for len(l.pending) > 0 && l.first <= reply.GetClientMessages() {
+	for ; len(l.pending) > 0 && l.first <= reply.GetClientMessages(); l.first++ {
 		l.answered.add(l.pending[0].GetSteps())
 		l.pending[0] = nil
 		l.pending = l.pending[1:]
-		l.first++
 	}
 	return nil
 }
 
-// reopen is the Open of a new stream, resuming from what was received.
+// reopen is the Open of a new stream, resuming from what was received; restart makes that
+// stream current (the pending messages follow its Open, from 2).
 func (l *ledger) reopen() *pb.ParseRequest {
 	open := proto.Clone(l.open).(*pb.Open)
 	open.Resume = l.answered.point(l.sequence, l.digest)
 	return &pb.ParseRequest{Open: open}
 }
 
-// restart makes the new stream current: the pending messages follow its Open, from 2.
 func (l *ledger) restart() { l.first, l.next = 2, 2 }
