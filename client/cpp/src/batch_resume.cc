@@ -142,12 +142,11 @@ grpc::Status BatchLedger::Apply(const Entry& entry, const v1::SessionOutput* out
     if (input == nullptr || !input->has_open() || input->cancel() || (output != nullptr && output->has_status())) {
       return grpc::Status::OK;  // an entry of no session, or an open refused: the server keeps nothing
     }
-    // The step is answered: its open is needed no more where it is.
     found = live_.emplace(key, Session{std::move(*input->mutable_open()), {}, 0, 0}).first;
   }
   Session& session = found->second;
   if (input != nullptr) {
-    session.answered.Take(*input->mutable_steps());
+    session.answered.Add(*input->mutable_steps());
   } else {
     session.answered.AddIds(entry.ids, entry.count);
   }

@@ -1,17 +1,9 @@
-// Resume for the batch API (docs/service.md, "Resume"). Free of I/O; Batch (batch.cc) drives it.
-//
-// A ParseBatch stream answers every message, so BatchLedger mirrors the server as of the last
-// reply received: the live sessions, each with its Open, its answered history (one run of ids)
-// and the sequence and digest of its last output, built by applying each answered message's
-// entries as the server did (an open that got no status starts a session; a final or a status
-// ends one). What the server has not answered are whole steps of the caller's, kept as sent: the
-// very message that went on the wire (packed items included), moved in after its write, read in
-// place when its reply comes (an open moves into its session), re-sent as it was after a break;
-// a step costs the ledger no copy of its entries.
-// After a break, Replay starts a new stream with one message that re-opens every live session
-// with its history, then re-sends the unanswered steps as they were: the new server is where the
-// old one was, so each re-sent step gets the reply it would have had, and the caller receives one
-// reply per step it sent, exactly once. The same design as the Go client (batch_resume.go).
+// Resume for the batch API: the batch ledger of docs/service.md ("Resume"), as the Go client's
+// (batch_resume.go). It mirrors the server as of the last reply (the live sessions, each with its
+// Open, answered history, sequence and digest) and keeps the caller's steps not answered yet as
+// the very messages that went on the wire (packed items included; an answered open moves into
+// its session). A replay re-opens every live session in one message, then re-sends those steps
+// as they were: each gets the reply it would have had. Free of I/O; Batch (batch.cc) drives it.
 #pragma once
 
 #include <cstdint>
