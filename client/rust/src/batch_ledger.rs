@@ -1,16 +1,10 @@
-//! Resume for the batch API: a broken `ParseBatch` stream's sessions move, together, to a new
-//! stream (docs/service.md, "Resume"). Free of I/O; [`crate::Batch`] drives it.
-//!
-//! Each session keeps its `Open`, its answered history, its pending entries (each tagged with the
-//! caller's step it was sent in), and the sequence and digest of its last output. The server
-//! answers every client message with one reply, so the reply to message `j` answers every entry
-//! of message `j`. After a break, [`BatchLedger::replay`] re-opens every live session in ONE
-//! message (its history as one packed run, its first pending entry in the same entry) and
-//! re-sends the other pending entries in the following messages; entries of keys with no live
-//! session (and those sent to a session after its end, unanswered) are re-sent as they were, and
-//! get their status again. Outputs are sorted back into the caller's steps by their tags, so the
-//! caller receives one reply per step it sent, with the outputs of an uninterrupted stream,
-//! exactly once.
+//! Resume for the batch API (docs/service.md, "Resume"): each session keeps its `Open`, answered
+//! history, pending entries (tagged with the caller's step they were sent in), sequence and
+//! digest. The reply to message `j` answers every entry of message `j`. After a break,
+//! [`BatchLedger::replay`] re-opens every live session in ONE message (its first pending entry in
+//! the same entry), then each key's other unanswered entries, one message each; entries of no live
+//! session are re-sent as they were. Outputs are sorted back into the caller's steps by their
+//! tags. Free of I/O; [`crate::Batch`] drives it.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -35,30 +29,45 @@ struct Session {
 }
 
 impl Session {
+    /// A session opened by `entry` in `step`: the entry, without its open, is its message 1.
+    fn new(entry: &pb::SessionInput, step: usize) -> Session {
+        let mut session = Session {
+            key: entry.key.clone(),
+            open: entry.open.clone().unwrap_or_default(),
+            history: Vec::new(),
+            pending: VecDeque::new(),
+            sent: 0,
+            sequence: 0,
+            digest: 0,
+            opened_at: step,
+            sending: entry.finish.is_none(),
+            ended: false,
+        };
+        session.send(pb::SessionInput { open: None, ..entry.clone() }, step);
+        session
+    }
+
     fn send(&mut self, entry: pb::SessionInput, step: usize) -> u64 {
         self.sent += 1;
         self.pending.push_back((self.sent, entry, step));
         self.sent
     }
 
-    fn answer(&mut self, through: u64) {
-        while self.pending.front().is_some_and(|(index, _, _)| *index <= through) {
-            if let Some((_, entry, _)) = self.pending.pop_front() {
-                append_answered(&mut self.history, entry.steps);
+    /// The pending entries through `index` are answered; `out`, when it carries output, must
+    /// follow the last.
+    fn answer(&mut self, index: u64, out: Option<&pb::SessionOutput>) -> Result<()> {
+        if let Some(out) = out.filter(|o| o.sequence != 0 && !self.ended) {
+            if out.sequence != self.sequence + 1 {
+                let order = format!("output {} after {}: a gap or a repeat", out.sequence, self.sequence);
+                return Err(Error::protocol(format!("session {:?} {order}", self.key)));
             }
+            self.sequence = out.sequence;
+            self.digest = out.output_digest;
         }
-    }
-
-    fn received(&mut self, out: &pb::SessionOutput) -> Result<()> {
-        if out.sequence != self.sequence + 1 {
-            return Err(Error::protocol(format!(
-                "session {:?} output {} after {}: a gap or a repeat",
-                self.key, out.sequence, self.sequence
-            )));
+        let covered = self.pending.iter().take_while(|(i, _, _)| *i <= index).count();
+        for (_, entry, _) in self.pending.drain(..covered) {
+            append_answered(&mut self.history, entry.steps);
         }
-        self.sequence = out.sequence;
-        self.digest = out.output_digest;
-        self.answer(out.client_messages);
         Ok(())
     }
 
@@ -71,13 +80,8 @@ impl Session {
     }
 
     fn point(&self) -> pb::Open {
-        let mut open = self.open.clone();
-        open.resume = Some(pb::ResumePoint {
-            sequence: self.sequence,
-            history: self.history.clone(),
-            output_digest: self.digest,
-        });
-        open
+        let (sequence, history, output_digest) = (self.sequence, self.history.clone(), self.digest);
+        pb::Open { resume: Some(pb::ResumePoint { sequence, history, output_digest }), ..self.open.clone() }
     }
 }
 
@@ -118,69 +122,33 @@ impl BatchLedger {
         self.steps.len()
     }
 
-    fn session(&mut self, id: usize) -> Option<&mut Session> {
-        self.sessions.get_mut(id).and_then(Option::as_mut)
-    }
-
     /// The caller's next step goes out on the current stream with these entries.
     pub(crate) fn sent(&mut self, entries: &[pb::SessionInput]) {
         self.step += 1;
         self.sent += 1;
         let step = self.step;
         let mut carried = Carried::with_capacity(entries.len());
-        let mut record = Step {
-            keys: Vec::with_capacity(entries.len()),
-            orphans: Vec::new(),
-            outputs: HashMap::new(),
-            until: self.sent,
-        };
+        let keys = entries.iter().map(|entry| entry.key.clone()).collect();
+        let mut record = Step { keys, orphans: Vec::new(), outputs: HashMap::new(), until: self.sent };
         for entry in entries {
             let key = entry.key.clone();
-            record.keys.push(key.clone());
             let live = self.live.get(&key).copied();
-            let opens = entry.open.is_some() && !entry.cancel;
             let sending = live.and_then(|id| self.sessions[id].as_ref()).is_some_and(|s| s.sending);
-            if opens && !sending {
-                // A new session (a reopened key too): its opening entry is its message 1.
-                let id = self.sessions.len();
-                let mut session = Session {
-                    key: key.clone(),
-                    open: entry.open.clone().unwrap_or_default(),
-                    history: Vec::new(),
-                    pending: VecDeque::new(),
-                    sent: 0,
-                    sequence: 0,
-                    digest: 0,
-                    opened_at: step,
-                    sending: entry.finish.is_none(),
-                    ended: false,
-                };
-                let first = pb::SessionInput {
-                    key: key.clone(),
-                    steps: entry.steps.clone(),
-                    finish: entry.finish.clone(),
-                    ..Default::default()
-                };
-                session.send(first, step);
-                self.sessions.push(Some(session));
+            if entry.open.is_some() && !entry.cancel && !sending {
+                let id = self.sessions.len(); // a new session (a reopened key too)
+                self.sessions.push(Some(Session::new(entry, step)));
                 self.order.push(id);
                 self.live.insert(key.clone(), id);
                 carried.push((key, Some(id), step, 1));
-                continue;
-            }
-            let Some(id) = live else {
+            } else if let Some(session) = live.and_then(|id| self.sessions[id].as_mut()) {
+                session.sending &= !(entry.cancel || entry.finish.is_some());
+                carried.push((key, live, step, session.send(entry.clone(), step)));
+            } else {
                 if !entry.cancel {
                     record.orphans.push((key.clone(), entry.clone())); // a cancel of no session answers nothing
                 }
                 carried.push((key, None, step, 0));
-                continue;
-            };
-            let Some(session) = self.session(id) else { continue };
-            if entry.cancel || entry.finish.is_some() {
-                session.sending = false;
             }
-            let index = session.send(entry.clone(), step);
-            carried.push((key, Some(id), step, index));
         }
         self.steps.push_back(record);
         self.carried.push_back(carried);
@@ -191,65 +159,51 @@ impl BatchLedger {
     pub(crate) fn received(&mut self, outputs: Vec<pb::SessionOutput>) -> Result<()> {
         let carried = self.carried.pop_front().unwrap_or_default();
         self.received += 1;
-        if self.moving {
-            self.moving = false;
-            self.resumes += 1;
-        }
+        self.resumes += usize::from(std::mem::take(&mut self.moving));
         let mut outputs: HashMap<String, pb::SessionOutput> = outputs.into_iter().map(|o| (o.key.clone(), o)).collect();
         let delivered = self.delivered();
         for (key, id, step, index) in carried {
             let output = outputs.remove(&key);
-            if let Some(id) = id {
-                let Some(session) = self.session(id) else { continue };
-                let refused = output.as_ref().is_some_and(|o| o.status.as_ref().is_some_and(|s| s.code == UNAVAILABLE));
+            if let Some(session) = id.and_then(|id| self.sessions[id].as_mut()) {
+                let refused = output.as_ref().and_then(|o| o.status.as_ref()).is_some_and(|s| s.code == UNAVAILABLE);
                 if refused && index == 1 && !session.ended {
-                    // Refused because this server is draining or overloaded, not the session's
-                    // own error: it stays live and pending, and the stream moves.
-                    self.must_move = true;
+                    self.must_move = true; // draining or overloaded: it stays pending, the stream moves
                     continue;
                 }
-                if let Some(out) = output.as_ref().filter(|o| o.sequence != 0 && !session.ended) {
-                    session.received(out)?;
-                }
-                session.answer(index);
-                let ends = output.as_ref().is_some_and(|o| o.r#final.is_some() || o.status.is_some());
-                if ends {
-                    self.end(id);
-                } else if session.ended && session.pending.is_empty() {
+                session.answer(index, output.as_ref())?;
+                let idle = session.pending.is_empty();
+                if output.as_ref().is_some_and(|o| o.r#final.is_some() || o.status.is_some()) {
+                    // Its end: entries pipelined after it are no longer its (the server answers
+                    // them as entries of no session, or of a new one it opens, numbered from 1).
+                    session.ended = true;
+                    let key = session.key.clone();
+                    if self.live.get(&key) == id.as_ref() {
+                        self.live.remove(&key);
+                    }
+                    if idle {
+                        self.forget(id);
+                    }
+                } else if session.ended && idle {
                     self.forget(id);
                 }
             }
-            if step > delivered {
-                if let Some(record) = self.steps.get_mut(step - delivered - 1) {
-                    if id.is_none() {
-                        record.orphans.retain(|(k, _)| *k != key); // answered: never re-sent
-                    }
-                    if let Some(out) = output {
-                        record.outputs.insert(key, out);
-                    }
+            if let Some(record) = step.checked_sub(delivered + 1).and_then(|n| self.steps.get_mut(n)) {
+                if id.is_none() {
+                    record.orphans.retain(|(k, _)| *k != key); // answered: never re-sent
+                }
+                if let Some(out) = output {
+                    record.outputs.insert(key, out);
                 }
             }
         }
         Ok(())
     }
 
-    /// Its end was received: entries pipelined after it are no longer its (the server answers
-    /// them as entries of no session, or of a new one it opens, numbered from 1).
-    fn end(&mut self, id: usize) {
-        let Some(session) = self.session(id) else { return };
-        session.ended = true;
-        let (key, idle) = (session.key.clone(), session.pending.is_empty());
-        if self.live.get(&key) == Some(&id) {
-            self.live.remove(&key);
+    fn forget(&mut self, id: Option<usize>) {
+        if let Some(id) = id {
+            self.order.retain(|&o| o != id);
+            self.sessions[id] = None;
         }
-        if idle {
-            self.forget(id);
-        }
-    }
-
-    fn forget(&mut self, id: usize) {
-        self.order.retain(|&o| o != id);
-        self.sessions[id] = None;
     }
 
     /// The oldest undelivered step's outputs once complete, in the order of its entries.
@@ -261,22 +215,21 @@ impl BatchLedger {
         Some(step.keys.iter().filter_map(|key| step.outputs.remove(key)).collect())
     }
 
-    /// The messages that start a new stream: message 1 re-opens every live session at its resume
-    /// point, with its first pending entry; each key's other unanswered entries follow, one
-    /// message each. The current stream is then the new one.
+    /// The messages that start a new stream (see the module docs); the current stream is then
+    /// the new one.
     pub(crate) fn replay(&mut self) -> Vec<Vec<pb::SessionInput>> {
         self.moving = true;
         self.must_move = false;
         type Lane = Vec<(pb::SessionInput, Option<usize>, usize, u64)>;
         let mut groups: Vec<(usize, String, Lane)> = Vec::new();
-        for &id in &self.order.clone() {
-            let Some(session) = self.session(id) else { continue };
+        for &id in &self.order {
+            let Some(session) = self.sessions[id].as_mut() else { continue };
             session.restart(1);
             let mut lane: Lane = Vec::new();
             let mut rest: Vec<(pb::SessionInput, usize)> =
                 session.pending.iter().map(|(_, entry, tag)| (entry.clone(), *tag)).collect();
             if !session.ended {
-                // Re-opened with its point; the first pending entry rides along unless it is a
+                // Re-opened at its point; the first pending entry rides along unless it is a
                 // cancel or a second open (those keep an entry of their own).
                 let mut opening =
                     pb::SessionInput { key: session.key.clone(), open: Some(session.point()), ..Default::default() };
@@ -294,22 +247,19 @@ impl BatchLedger {
                 }
             }
             let start = lane.len() as u64 + 1;
-            for (i, (entry, tag)) in rest.into_iter().enumerate() {
-                lane.push((entry, Some(id), tag, start + i as u64));
-            }
+            lane.extend(rest.into_iter().zip(start..).map(|((entry, tag), i)| (entry, Some(id), tag, i)));
             if !lane.is_empty() {
                 groups.push((session.opened_at, session.key.clone(), lane));
             }
         }
         let delivered = self.delivered();
-        for (n, step) in self.steps.iter().enumerate() {
-            let number = delivered + n + 1;
+        for (number, step) in (delivered + 1..).zip(&self.steps) {
             for (key, entry) in &step.orphans {
                 groups.push((number, key.clone(), vec![(entry.clone(), None, number, 0)]));
             }
         }
         groups.sort_by_key(|group| group.0);
-        let mut keys: Vec<String> = Vec::new();
+        let mut keys: Vec<String> = Vec::new(); // in order of first appearance
         let mut lanes: HashMap<String, Lane> = HashMap::new();
         for (_, key, lane) in groups {
             if !lanes.contains_key(&key) {
@@ -320,16 +270,14 @@ impl BatchLedger {
         self.carried.clear();
         let depth = lanes.values().map(Vec::len).max().unwrap_or(0);
         let mut messages = Vec::with_capacity(depth);
-        let mut last_of: HashMap<usize, u64> = HashMap::new();
+        let mut last_of: HashMap<usize, u64> = HashMap::new(); // step -> its last re-sent message
         for j in 0..depth {
             let (mut message, mut carried) = (Vec::new(), Carried::new());
-            for key in &keys {
-                if let Some((entry, id, tag, index)) = lanes.get(key).and_then(|lane| lane.get(j)) {
-                    message.push(entry.clone());
-                    carried.push((key.clone(), *id, *tag, *index));
-                    if *tag != 0 {
-                        last_of.insert(*tag, j as u64 + 1);
-                    }
+            for (key, (entry, id, tag, index)) in keys.iter().filter_map(|key| Some((key, lanes[key].get(j)?))) {
+                message.push(entry.clone());
+                carried.push((key.clone(), *id, *tag, *index));
+                if *tag != 0 {
+                    last_of.insert(*tag, j as u64 + 1);
                 }
             }
             messages.push(message);
@@ -338,8 +286,8 @@ impl BatchLedger {
         self.sent = depth as u64;
         self.received = 0;
         let mut until = 0;
-        for (n, step) in self.steps.iter_mut().enumerate() {
-            until = until.max(last_of.get(&(delivered + n + 1)).copied().unwrap_or(0));
+        for (number, step) in (delivered + 1..).zip(self.steps.iter_mut()) {
+            until = until.max(last_of.get(&number).copied().unwrap_or(0));
             step.until = until; // complete after its last re-sent entry
         }
         messages

@@ -46,17 +46,12 @@ fn jitter() -> f64 {
     (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Trailing metadata of the server's own fault: never retried (the proto's retry rule, on
-/// `ParserService`).
+/// Trailing metadata of the server's own fault, never retried, and of a hand-off, always retried.
 pub const FAULT_TRAILER: &str = "parsetier-fault";
-/// Trailing metadata of a hand-off: a draining server moved the session, always retried.
 pub const HANDOFF_TRAILER: &str = "parsetier-handoff";
 
-/// Whether a session survives `status` by resuming elsewhere, by the proto's retry rule (the
-/// comment on `ParserService`): never the server's own fault (`FAULT_TRAILER`), always a hand-off
-/// (`HANDOFF_TRAILER`), else Unavailable, Cancelled, Internal and Unknown, which a parsetier
-/// server never sends unmarked (a reset on the way, a proxy's answer that is not gRPC, a transport
-/// failure tonic reports). Every other status is the request's own. No message text is read.
+/// The proto's retry rule (the comment on `ParserService`), from the code and trailers of
+/// `status`. No message text is read.
 pub fn retryable(status: &tonic::Status) -> bool {
     let trailers = status.metadata();
     !trailers.contains_key(FAULT_TRAILER)

@@ -1,20 +1,18 @@
-//! What a `Parse` session keeps to resume on another stream, by the token-counted contract
-//! (docs/service.md, "Resume"): the `Open` it sent; `answered`, the steps whose output it has
-//! received (consecutive plain id steps merged into one); `pending`, the messages sent on the
-//! current stream that no reply has covered yet, each with its index on that stream; and the
-//! `sequence` and `output_digest` of the last reply.
+//! What a `Parse` session keeps to resume on another stream (docs/service.md, "Resume", the
+//! ledger's pseudo-code): its `Open`, the answered steps, the pending messages with their index on
+//! the current stream, and the `sequence` and `output_digest` of the last reply.
 
 use std::collections::VecDeque;
 
 use crate::error::{Error, Result};
 use crate::pb;
 
+#[derive(Default)]
 pub(crate) struct Ledger {
-    open: pb::Open,
-    keep: bool, // resume on: keep history and pending messages
+    open: pb::Open, // resumable: keep history and pending messages
     answered: Vec<pb::Step>,
     pending: VecDeque<(u64, pb::ParseRequest)>,
-    next_index: u64, // the index the next message gets on the current stream
+    next_index: u64,
     sequence: u64,
     output_digest: u32,
     finish_sent: bool,
@@ -23,23 +21,12 @@ pub(crate) struct Ledger {
 
 impl Ledger {
     pub(crate) fn new(open: pb::Open) -> Self {
-        let keep = open.resumable;
-        Ledger {
-            open,
-            keep,
-            answered: Vec::new(),
-            pending: VecDeque::new(),
-            next_index: 2,
-            sequence: 0,
-            output_digest: 0,
-            finish_sent: false,
-            moved: false,
-        }
+        Ledger { open, next_index: 2, ..Default::default() }
     }
 
     /// Whether the session can move to another stream.
     pub(crate) fn resumable(&self) -> bool {
-        self.keep
+        self.open.resumable
     }
 
     pub(crate) fn finish_sent(&self) -> bool {
@@ -51,20 +38,15 @@ impl Ledger {
     pub(crate) fn restart(&mut self) -> Vec<pb::ParseRequest> {
         let mut open = self.open.clone();
         if self.moved {
-            open.resume = Some(pb::ResumePoint {
-                sequence: self.sequence,
-                history: self.answered.clone(),
-                output_digest: self.output_digest,
-            });
+            let (sequence, history, output_digest) = (self.sequence, self.answered.clone(), self.output_digest);
+            open.resume = Some(pb::ResumePoint { sequence, history, output_digest });
         }
-        let mut msgs = Vec::with_capacity(1 + self.pending.len());
-        msgs.push(pb::ParseRequest { open: Some(open), ..Default::default() });
-        self.next_index = 2;
+        let mut msgs = vec![pb::ParseRequest { open: Some(open), ..Default::default() }];
         for (index, msg) in self.pending.iter_mut() {
-            *index = self.next_index;
-            self.next_index += 1;
+            *index = msgs.len() as u64 + 1;
             msgs.push(msg.clone());
         }
+        self.next_index = msgs.len() as u64 + 1;
         msgs
     }
 
@@ -76,7 +58,7 @@ impl Ledger {
     /// Records a message written to the current stream.
     pub(crate) fn sent(&mut self, msg: &pb::ParseRequest) {
         self.finish_sent |= msg.finish.is_some();
-        if self.keep {
+        if self.open.resumable {
             self.pending.push_back((self.next_index, msg.clone()));
         }
         self.next_index += 1;
@@ -85,23 +67,16 @@ impl Ledger {
     /// Records a reply: checks its sequence, and moves the messages it covers to `answered`.
     pub(crate) fn received(&mut self, reply: &pb::ParseResponse) -> Result<()> {
         if reply.sequence != self.sequence + 1 {
-            return Err(Error::protocol(format!(
-                "reply {} after {}: a gap or a repeat",
-                reply.sequence, self.sequence
-            )));
+            let order = format!("reply {} after {}: a gap or a repeat", reply.sequence, self.sequence);
+            return Err(Error::protocol(order));
         }
         self.sequence = reply.sequence;
         self.output_digest = reply.output_digest;
-        while self.pending.front().is_some_and(|(index, _)| *index <= reply.client_messages) {
-            if let Some((_, msg)) = self.pending.pop_front() {
-                self.answer(msg.steps);
-            }
+        let covered = self.pending.iter().take_while(|(index, _)| *index <= reply.client_messages).count();
+        for (_, msg) in self.pending.drain(..covered) {
+            append_answered(&mut self.answered, msg.steps);
         }
         Ok(())
-    }
-
-    fn answer(&mut self, steps: Vec<pb::Step>) {
-        append_answered(&mut self.answered, steps);
     }
 }
 
