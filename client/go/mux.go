@@ -24,11 +24,11 @@ import (
 // sessions queued, flushInterval after the first of it (0: once the server has answered the
 // message before, or half a millisecond after it went out if it has not), with at most
 // muxInFlight messages unanswered; the other receives the replies and routes them. A session
-// has one entry per message: its next Send waits for the flush that carries its last, so the
-// other sessions' sends coalesce meanwhile (and a stalled stream stalls its senders:
-// back-pressure). A session's error stays in that session; its
-// context's end (a deadline, a cancel) or an early Close drops it on the server. Resume works
-// as for Batch: a broken stream moves every live session, and Resumes counts the moves.
+// has one entry per message: the messages it sends meanwhile wait in its backlog, one going
+// into each following message, and Send waits while 64 are waiting (a stalled stream stalls its
+// senders: back-pressure). A session's error stays in that session; its context's end (a
+// deadline, a cancel) or an early Close drops it on the server. Resume works as for Batch: a
+// broken stream moves every live session, and Resumes counts the moves.
 func WithMultiplex(flushInterval time.Duration) ClientOption {
 	return func(c *clientConfig) {
 		c.multiplex = true
@@ -103,6 +103,10 @@ type muxSession struct {
 	steps    []*pb.Step
 	finish   *pb.Finish
 	cancel   bool
+	count    uint64   // the queued entry's count of the session's messages
+	backlog  []muxMsg // its messages after the queued one, oldest first
+	waiting  bool     // a Send waits for room in the backlog (room wakes it)
+	room     chan struct{}
 	messages uint64
 	counts   []stepCount // per entry not answered: the stream's message that carries it, the count
 
@@ -115,6 +119,17 @@ type muxSession struct {
 	resumes int
 }
 
+// muxMsg is a message of a session waiting behind its entry in the next message.
+type muxMsg struct {
+	steps  []*pb.Step
+	finish *pb.Finish
+	count  uint64
+}
+
+// muxBacklog bounds a session's messages waiting behind its queued entry: past it, Send waits,
+// and goes on once half of them have gone out (a session does not sleep and wake per message).
+const muxBacklog = 64
+
 type stepCount struct {
 	step  int
 	count uint64
@@ -122,7 +137,7 @@ type stepCount struct {
 
 // open registers a session and queues its Open; it returns once the server accepted it.
 func (m *muxer) open(ctx context.Context, open *pb.Open) (*muxSession, error) {
-	s := &muxSession{m: m, admitted: make(chan error, 1), live: true}
+	s := &muxSession{m: m, admitted: make(chan error, 1), live: true, room: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
 	m.mu.Lock()
 	if !m.started {
@@ -137,6 +152,7 @@ func (m *muxer) open(ctx context.Context, open *pb.Open) (*muxSession, error) {
 	}
 	s.open = open
 	s.messages++
+	s.count = s.messages
 	m.enqueue(s, true)
 	m.mu.Unlock()
 	m.signal()
@@ -172,16 +188,16 @@ func (m *muxer) signal() {
 	}
 }
 
-// put queues one message of session s: its steps and, when finish is set, its Finish. It waits
-// while s has a message queued already (one entry per session per message).
+// put queues one message of session s: its steps and, when finish is set, its Finish. One entry
+// per session per message: a message sent while s has one queued waits in its backlog, and put
+// waits while the backlog is full.
 func (m *muxer) put(s *muxSession, steps []*pb.Step, finish *pb.Finish) error {
 	m.mu.Lock()
-	for s.queued && s.live {
-		flushed := m.flushed
+	for s.live && s.queued && len(s.backlog) >= muxBacklog {
+		s.waiting = true
 		m.mu.Unlock()
-		m.signal()
 		select {
-		case <-flushed:
+		case <-s.room:
 		case <-m.ctx.Done():
 			return status.Error(codes.Canceled, "parsetier: the client was closed")
 		}
@@ -191,12 +207,30 @@ func (m *muxer) put(s *muxSession, steps []*pb.Step, finish *pb.Finish) error {
 		m.mu.Unlock()
 		return io.EOF // the session has ended: Recv says why
 	}
-	s.steps, s.finish = steps, finish
 	s.messages++
+	if s.queued {
+		s.backlog = append(s.backlog, muxMsg{steps, finish, s.messages})
+		m.mu.Unlock()
+		return nil
+	}
+	s.steps, s.finish, s.count = steps, finish, s.messages
 	m.enqueue(s, true)
 	m.mu.Unlock()
 	m.signal()
 	return nil
+}
+
+// ended marks s ended on the stream: its backlog dropped, a Send waiting for room woken. The
+// caller holds m.mu.
+func (s *muxSession) ended() {
+	s.live, s.backlog = false, nil
+	if s.waiting {
+		s.waiting = false
+		select {
+		case s.room <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // drop ends session s with err unless it has ended: a Cancel entry goes to the server.
@@ -204,7 +238,7 @@ func (m *muxer) drop(s *muxSession, err error) {
 	m.mu.Lock()
 	live := s.live
 	if live {
-		s.live = false
+		s.ended()
 		delete(m.sessions, s.key)
 		s.open, s.steps, s.finish, s.cancel = nil, nil, nil, true
 		m.enqueue(s, false)
@@ -242,7 +276,7 @@ func (m *muxer) take(shared *sharedBatch) []*pb.SessionInput {
 	m.taken++
 	entries := make([]*pb.SessionInput, len(queue))
 	inputs := make([]pb.SessionInput, len(queue)) // one block for the message's entries
-	var opening []*muxSession
+	var opening, next []*muxSession
 	for i, s := range queue {
 		e := &inputs[i]
 		e.Key, e.Open, e.Steps, e.Finish, e.Cancel = s.key, s.open, s.steps, s.finish, s.cancel
@@ -251,13 +285,36 @@ func (m *muxer) take(shared *sharedBatch) []*pb.SessionInput {
 			opening = append(opening, s)
 		}
 		if s.counted {
-			s.counts = append(s.counts, stepCount{m.taken, s.messages})
+			s.counts = append(s.counts, stepCount{m.taken, s.count})
 		}
 		s.queued, s.open, s.steps, s.finish, s.cancel = false, nil, nil, nil, false
+		if len(s.backlog) > 0 {
+			next = append(next, s)
+		}
 	}
 	left := copy(all, all[len(queue):]) // what the cut left goes in the next message
 	clear(all[left:])                   // the spare room holds no session
 	m.queue = all[:left]
+	for _, s := range next { // each one's next message goes in the next message
+		msg := s.backlog[0]
+		s.backlog[0] = muxMsg{}
+		s.backlog = s.backlog[1:]
+		if len(s.backlog) == 0 {
+			s.backlog = nil
+		}
+		s.steps, s.finish, s.count = msg.steps, msg.finish, msg.count
+		m.enqueue(s, true)
+		if s.waiting && len(s.backlog) <= muxBacklog/2 {
+			s.waiting = false
+			select {
+			case s.room <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if len(m.queue) > 0 {
+		m.signal() // the next message has entries already
+	}
 	m.openings = append(m.openings, opening)
 	return entries
 }
@@ -403,7 +460,7 @@ func (m *muxer) route(outs []*pb.SessionOutput) {
 		s.counts = s.counts[n:]
 		out.ClientMessages = count
 		if out.GetFinal() != nil || out.GetStatus() != nil {
-			s.live = false
+			s.ended()
 			delete(m.sessions, out.GetKey())
 		}
 		routing = append(routing, routed{s, out})
@@ -471,7 +528,8 @@ func (m *muxer) failAll(shared *sharedBatch, err error) {
 		s.queued, s.open, s.steps, s.finish, s.cancel = false, nil, nil, nil, false
 	}
 	for _, s := range sessions {
-		s.live, s.counts = false, nil
+		s.ended()
+		s.counts = nil
 	}
 	m.queue = nil
 	m.taken, m.routed, m.openings = 0, 0, nil
