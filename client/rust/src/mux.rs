@@ -42,14 +42,14 @@ const IDLE_WAIT: Duration = Duration::from_micros(500);
 /// What the sessions and the task share: the sessions' messages in the order sent (`None`: the
 /// session's senders are all gone), and the task's wake-up.
 pub(crate) struct MuxShared {
-    queue: Mutex<Vec<(u64, Option<pb::ParseRequest>)>>,
+    queue: Mutex<Vec<(u64, Option<Sent>)>>,
     notify: Notify,
     next_id: AtomicU64,
     opens: mpsc::Sender<MuxOpen>,
 }
 
 impl MuxShared {
-    fn push(&self, id: u64, msg: Option<pb::ParseRequest>) {
+    fn push(&self, id: u64, msg: Option<Sent>) {
         let was_empty = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             queue.push((id, msg));
@@ -72,6 +72,13 @@ impl MuxShared {
     }
 }
 
+/// What a session's message carries on a shared stream (a `ParseRequest` is mostly its `Open`,
+/// which a message never has here: the queue moves the small part only).
+pub(crate) struct Sent {
+    steps: Vec<pb::Step>,
+    finish: Option<Box<pb::Finish>>,
+}
+
 /// A multiplexed session's sending side (shared by the clones of its `SessionSender`): dropping
 /// the last one before a `Finish` cancels the session on the server.
 pub(crate) struct MuxSender {
@@ -83,7 +90,7 @@ pub(crate) struct MuxSender {
 impl MuxSender {
     pub(crate) async fn send(&self, msg: pb::ParseRequest) -> Result<()> {
         self.room.acquire().await.map_err(|_| Error::Ended)?.forget(); // back when flushed
-        self.shared.push(self.id, Some(msg));
+        self.shared.push(self.id, Some(Sent { steps: msg.steps, finish: msg.finish.map(Box::new) }));
         Ok(())
     }
 }
@@ -112,9 +119,9 @@ struct Rider {
     messages: u64,
     counts: VecDeque<(usize, u64)>, // per entry not answered: (the stream's message, the count)
     finished: bool,
-    queued: bool,                                // has an entry in the next message
-    held: usize,                                 // its messages in that entry (permits to give back)
-    backlog: VecDeque<Option<pb::ParseRequest>>, // its messages after that one
+    queued: bool,                    // has an entry in the next message
+    held: usize,                     // its messages in that entry (permits to give back)
+    backlog: VecDeque<Option<Sent>>, // its messages after that one
 }
 
 struct Link {
@@ -316,7 +323,7 @@ impl MuxTask {
     }
 
     /// One message of session `id` (`None`: its senders are gone) into its entry in the next message.
-    fn input(&mut self, id: u64, input: Option<pb::ParseRequest>) {
+    fn input(&mut self, id: u64, input: Option<Sent>) {
         let step = self.taken + 1;
         let Some(rider) = self.riders.get_mut(&id) else { return };
         let Some(msg) = input else {
@@ -337,9 +344,13 @@ impl MuxTask {
         rider.held += 1;
         self.queued.push(id);
         let entry = self.entry(id);
-        entry.steps.extend(msg.steps);
-        if msg.finish.is_some() {
-            entry.finish = msg.finish;
+        if entry.steps.is_empty() {
+            entry.steps = msg.steps; // the usual case: no copy of the steps
+        } else {
+            entry.steps.extend(msg.steps);
+        }
+        if let Some(finish) = msg.finish {
+            entry.finish = Some(*finish);
         }
     }
 
