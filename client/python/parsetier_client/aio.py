@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from itertools import chain
 from typing import Any
 
@@ -217,7 +217,7 @@ class AsyncClient(ClientBase):
     _channel = staticmethod(aio_channel)
 
     def _unary(self, method: Callable[..., Any], request: Any, then: Then = None) -> Any:
-        return _converted(method(request, timeout=self.timeout, metadata=self.metadata), then)
+        return _unary_call(method, request, self.timeout, self.metadata, then)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -285,6 +285,11 @@ class AsyncClient(ClientBase):
         return AsyncBatch(self.stub, self.timeout, self.metadata, self.resume)
 
 
-async def _converted(call: Awaitable[Any], then: Then) -> Any:
-    reply = await call
+async def _unary_call(
+    method: Callable[..., Any], request: Any, timeout: float | None, metadata: Any, then: Then
+) -> Any:
+    """The unary call, made when awaited, on the awaiting loop: grpc.aio calls belong to the loop
+    they are made on, and making one in a thread without a running loop (a synchronous caller that
+    hands the coroutine to another thread's loop) fails."""
+    reply = await method(request, timeout=timeout, metadata=metadata)
     return reply if then is None else then(reply)
