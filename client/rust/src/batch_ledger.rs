@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::batch_packed::packable;
 use crate::error::{Error, Result};
 use crate::pb;
 use crate::session_ledger::append_answered;
@@ -15,11 +16,51 @@ use crate::session_ledger::append_answered;
 /// `google.rpc.Code` of a refused open (the server is draining or overloaded): move instead.
 const UNAVAILABLE: i32 = 14;
 
+/// A pending entry: the usual one (one step of token ids, no open, finish or cancel) as its ids,
+/// any other whole, so that keeping a step costs its ids rather than a copy of a 472-byte entry.
+enum Kept {
+    Ids(Vec<u32>),
+    Entry(Box<pb::SessionInput>),
+}
+
+impl Kept {
+    fn of(entry: &pb::SessionInput) -> Kept {
+        if packable(entry) {
+            Kept::Ids(entry.steps[0].token_ids.clone())
+        } else {
+            Kept::Entry(Box::new(entry.clone()))
+        }
+    }
+
+    /// The entry as it was sent, for a replay.
+    fn input(&self, key: &str) -> pb::SessionInput {
+        match self {
+            Kept::Ids(ids) => pb::SessionInput {
+                key: key.to_owned(),
+                steps: vec![pb::Step { token_ids: ids.clone(), ..Default::default() }],
+                ..Default::default()
+            },
+            Kept::Entry(entry) => (**entry).clone(),
+        }
+    }
+}
+
+/// `ids`, answered, at the end of a history (joining its last run of plain ids).
+fn append_ids(history: &mut Vec<pb::Step>, ids: Vec<u32>) {
+    if ids.is_empty() {
+        return;
+    }
+    match history.last_mut() {
+        Some(last) if last.logprobs.is_none() && !last.token_ids.is_empty() => last.token_ids.extend_from_slice(&ids),
+        _ => history.push(pb::Step { token_ids: ids, ..Default::default() }),
+    }
+}
+
 struct Session {
     key: String,
     open: pb::Open,
     history: Vec<pb::Step>,
-    pending: VecDeque<(u64, pb::SessionInput, usize)>, // (index on the stream, entry, caller's step)
+    pending: VecDeque<(u64, Kept, usize)>, // (index on the stream, entry, caller's step)
     sent: u64,
     sequence: u64,
     digest: u32,
@@ -43,11 +84,11 @@ impl Session {
             sending: entry.finish.is_none(),
             ended: false,
         };
-        session.send(pb::SessionInput { open: None, ..entry.clone() }, step);
+        session.send(Kept::of(&pb::SessionInput { open: None, ..entry.clone() }), step);
         session
     }
 
-    fn send(&mut self, entry: pb::SessionInput, step: usize) -> u64 {
+    fn send(&mut self, entry: Kept, step: usize) -> u64 {
         self.sent += 1;
         self.pending.push_back((self.sent, entry, step));
         self.sent
@@ -66,7 +107,10 @@ impl Session {
         }
         let covered = self.pending.iter().take_while(|(i, _, _)| *i <= index).count();
         for (_, entry, _) in self.pending.drain(..covered) {
-            append_answered(&mut self.history, entry.steps);
+            match entry {
+                Kept::Ids(ids) => append_ids(&mut self.history, ids),
+                Kept::Entry(entry) => append_answered(&mut self.history, entry.steps),
+            }
         }
         Ok(())
     }
@@ -142,7 +186,7 @@ impl BatchLedger {
                 carried.push((key, Some(id), step, 1));
             } else if let Some(session) = live.and_then(|id| self.sessions[id].as_mut()) {
                 session.sending &= !(entry.cancel || entry.finish.is_some());
-                carried.push((key, live, step, session.send(entry.clone(), step)));
+                carried.push((key, live, step, session.send(Kept::of(entry), step)));
             } else {
                 if !entry.cancel {
                     record.orphans.push((key.clone(), entry.clone())); // a cancel of no session answers nothing
@@ -227,7 +271,7 @@ impl BatchLedger {
             session.restart(1);
             let mut lane: Lane = Vec::new();
             let mut rest: Vec<(pb::SessionInput, usize)> =
-                session.pending.iter().map(|(_, entry, tag)| (entry.clone(), *tag)).collect();
+                session.pending.iter().map(|(_, entry, tag)| (entry.input(&session.key), *tag)).collect();
             if !session.ended {
                 // Re-opened at its point; the first pending entry rides along unless it is a
                 // cancel or a second open (those keep an entry of their own).
