@@ -196,7 +196,8 @@ impl ClientBuilder {
     /// Multiplexed sessions: [`Client::open`]'s sessions ride one shared `ParseBatch` stream
     /// (the same [`crate::Session`] API, each session's replies its own `Parse` stream's), their
     /// messages coalesced into one per flush, `flush_interval` after the first of them (zero:
-    /// once every message ready is taken). See the `mux` module.
+    /// once the server has answered the message before, or 0.5 ms after it went out). See the
+    /// `mux` module.
     pub fn multiplex(mut self, flush_interval: Duration) -> Self {
         self.multiplex = Some(flush_interval);
         self
