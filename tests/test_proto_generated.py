@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from grpc_servers import ROOT, subprocess_env
 
 GENERATED = ROOT / "protos" / "python" / "parsetier_api"
@@ -45,11 +47,13 @@ def test_generated_code_is_up_to_date(tmp_path):
     assert not stale, f"generated code is stale, run `make proto`: {stale}"
 
 
-def test_the_rust_crate_carries_the_same_proto():
-    """client/rust compiles the contract from its own folder (so the packaged crate builds outside
-    the repository): each of its protos is a relative link to the one in protos/, never a copy
-    that could drift (`cargo package` packs the file; tests/test_rust_client.py builds that)."""
-    rust = ROOT / "client" / "rust" / "proto" / "parsetier" / "v1"
+@pytest.mark.parametrize("crate", ["client/rust", "server/parsetier_core/python"])
+def test_the_rust_crates_carry_the_same_proto(crate: str):
+    """client/rust and the native core compile the contract from their own folder (so a packaged
+    crate builds outside the repository): each of its protos is a relative link to the one in
+    protos/, never a copy that could drift (`cargo package` packs the file; tests/test_rust_client.py
+    builds that)."""
+    rust = ROOT / crate / "proto" / "parsetier" / "v1"
     ours = sorted(p.name for p in PROTO.parent.glob("*.proto"))
     assert sorted(p.name for p in rust.glob("*.proto")) == ours
     for name in ours:

@@ -22,8 +22,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 use pyo3::Py;
 
+use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+
 use crate::ledger::{self, Ledger, Stepped, Taken};
-use crate::reply::{self, bytes_field, string_field, tag, varint, SESSION_OUTPUT};
+use crate::reply::{self, SESSION_OUTPUT};
 use crate::session::PySession;
 
 /// A `ParseBatch` stream's open sessions as the packed path finds them: each key's bytes → its
@@ -195,30 +197,11 @@ impl PackedSteps {
     /// framing already checked: `counts` empty or one per key, adding up to `len(ids)`).
     #[new]
     fn new(keys: Bound<'_, PyList>, ids: Vec<u32>, counts: Vec<u32>) -> PyResult<Self> {
-        let n = keys.len();
-        let mut key_bytes = Vec::new();
-        let mut key_offsets = Vec::with_capacity(n + 1);
-        key_offsets.push(0);
-        for key in keys.iter() {
-            key_bytes.extend_from_slice(key.cast::<PyString>()?.to_str()?.as_bytes());
-            key_offsets.push(key_bytes.len());
-        }
-        let mut offsets = Vec::with_capacity(n + 1);
-        if counts.is_empty() {
-            offsets.extend(0..=n.min(ids.len()));
-        } else {
-            let mut at = 0usize;
-            offsets.push(0);
-            for c in counts {
-                at += c as usize;
-                offsets.push(at);
-            }
-        }
-        if offsets.len() != n + 1 || offsets[n] != ids.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "packed: the counts do not frame the ids",
-            ));
-        }
+        let keys: Vec<String> = keys.extract()?;
+        let offsets = offsets(keys.len(), &counts, ids.len()).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err("packed: the counts do not frame the ids")
+        })?;
+        let (key_bytes, key_offsets) = joined(keys.iter().map(String::as_bytes));
         Ok(PackedSteps {
             key_bytes,
             key_offsets,
@@ -398,7 +381,9 @@ impl PackedSteps {
 /// `packed`). None when anything is not plainly valid — malformed bytes, a wire type other than
 /// the field's, a group, an id beyond 32 bits, a key that is no UTF-8, counts that do not frame
 /// the ids: Python then decodes the bytes as it always has, and answers exactly as before
-/// (`service/decoding.py`'s INVALID_ARGUMENT, `Packed.of`'s framing errors).
+/// (`service/decoding.py`'s INVALID_ARGUMENT, `Packed.of`'s framing errors). Read by hand, not
+/// by the generated messages: prost's decoding (a `String` or `Bytes` per key) took 2-3 times as
+/// long per item, about 5% of the packed path's throughput.
 #[pyfunction]
 pub fn read_batch<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<ReadBatch<'py>>> {
     let Some(read) = Request::read(data) else {
@@ -411,14 +396,7 @@ pub fn read_batch<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Option<ReadBatc
                 return Ok(None);
             };
             // Each key was checked as UTF-8 when read.
-            let total = p.keys.iter().map(|&(lo, hi)| hi - lo).sum();
-            let mut key_bytes = Vec::with_capacity(total);
-            let mut key_offsets = Vec::with_capacity(p.keys.len() + 1);
-            key_offsets.push(0);
-            for &(lo, hi) in &p.keys {
-                key_bytes.extend_from_slice(&data[lo..hi]);
-                key_offsets.push(key_bytes.len());
-            }
+            let (key_bytes, key_offsets) = joined(p.keys.iter().map(|&(lo, hi)| &data[lo..hi]));
             let steps = PackedSteps {
                 key_bytes,
                 key_offsets,
@@ -541,14 +519,7 @@ impl EntriesRead {
     }
 
     fn into_steps(self, data: &[u8]) -> PackedSteps {
-        let total = self.keys.iter().map(|&(lo, hi)| hi - lo).sum();
-        let mut key_bytes = Vec::with_capacity(total);
-        let mut key_offsets = Vec::with_capacity(self.keys.len() + 1);
-        key_offsets.push(0);
-        for &(lo, hi) in &self.keys {
-            key_bytes.extend_from_slice(&data[lo..hi]);
-            key_offsets.push(key_bytes.len());
-        }
+        let (key_bytes, key_offsets) = joined(self.keys.iter().map(|&(lo, hi)| &data[lo..hi]));
         let mut offsets = Vec::with_capacity(self.offsets.len() + 1);
         offsets.push(0);
         offsets.extend(self.offsets);
@@ -577,22 +548,7 @@ impl Packed {
     /// Item `i`'s ids are `ids[offsets[i]..offsets[i + 1]]`, as `Packed.of` frames them (no
     /// counts: one id per key); None when they do not add up.
     fn offsets(&self) -> Option<Vec<usize>> {
-        let n = self.keys.len();
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0);
-        if self.counts.is_empty() {
-            offsets.extend(1..=n);
-        } else {
-            if self.counts.len() != n {
-                return None;
-            }
-            let mut at = 0usize;
-            for &c in &self.counts {
-                at += c as usize;
-                offsets.push(at);
-            }
-        }
-        (offsets[n] == self.ids.len()).then_some(offsets)
+        offsets(self.keys.len(), &self.counts, self.ids.len())
     }
 }
 
@@ -748,6 +704,38 @@ impl Reader<'_> {
     }
 }
 
+/// Keys one after another, and where each begins (`PackedSteps::key_of`).
+fn joined<'a>(keys: impl ExactSizeIterator<Item = &'a [u8]>) -> (Vec<u8>, Vec<usize>) {
+    let mut bytes = Vec::new();
+    let mut at = Vec::with_capacity(keys.len() + 1);
+    at.push(0);
+    for key in keys {
+        bytes.extend_from_slice(key);
+        at.push(bytes.len());
+    }
+    (bytes, at)
+}
+
+/// Item `i`'s ids are `ids[offsets[i]..offsets[i + 1]]`, as `Packed.of` frames `n` items (no
+/// counts: one id per key); None when they do not add up.
+fn offsets(n: usize, counts: &[u32], ids: usize) -> Option<Vec<usize>> {
+    let mut offsets = Vec::with_capacity(n + 1);
+    offsets.push(0);
+    if counts.is_empty() {
+        offsets.extend(1..=n);
+    } else {
+        if counts.len() != n {
+            return None;
+        }
+        let mut at = 0usize;
+        for &c in counts {
+            at += c as usize;
+            offsets.push(at);
+        }
+    }
+    (offsets[n] == ids).then_some(offsets)
+}
+
 impl PackedSteps {
     fn len(&self) -> usize {
         self.offsets.len() - 1
@@ -845,7 +833,10 @@ fn prefetch_buffers(py: Python<'_>, ledger: &Py<Ledger>) {
 }
 
 /// The replies of a run of items, as the fields of a `ParseBatchResponse`: `sessions` entries
-/// (field 2) written whole, the packed outputs' arrays (field 4's fields) kept apart until the end.
+/// (field 2, `reply::write`'s) written whole, the packed outputs' arrays (field 4's fields)
+/// written here as they grow, item by item, and framed at the end: the run's replies then cost
+/// no allocation each (generated messages, a `String` per key and text, cost a fifth of the
+/// packed path's throughput: `reply.rs`).
 #[derive(Default)]
 struct Replies {
     sessions: Vec<u8>,
@@ -878,34 +869,35 @@ impl Replies {
 
     /// What a stepped item answers (as `SessionProtocol.take_ids` and `BatchProtocol` would);
     /// `whole`: an entry's, always a `SessionOutput` (a packed item's plain text delta is
-    /// written packed).
+    /// written packed: `rules.packed_delta`).
     fn reply(&mut self, key: &[u8], ledger: &Ledger, out: &StepOut, t: &Taken, whole: bool) {
-        let digest = ledger.digest.value;
         if !whole && t.events == 0 && t.deltas == 1 && out.deltas[0].kind != DeltaKind::Call {
             let d = &out.deltas[0];
             let text = out.delta_text(d.text);
-            bytes_field(&mut self.keys, 1, key);
-            varint(&mut self.sequences, t.sequence);
-            varint(&mut self.messages, ledger.client_messages);
-            string_field(&mut self.texts, 4, text);
+            length_delimited(&mut self.keys, PACKED_KEYS, key);
+            encode_varint(t.sequence, &mut self.sequences);
+            encode_varint(ledger.client_messages, &mut self.messages);
+            length_delimited(&mut self.texts, PACKED_TEXTS, text.as_bytes());
             let reasoning = d.kind == DeltaKind::Reasoning && !text.is_empty();
-            varint(&mut self.reasoning, reasoning as u64);
-            self.digests.extend_from_slice(&digest.to_le_bytes());
+            encode_varint(u64::from(reasoning), &mut self.reasoning);
+            self.digests
+                .extend_from_slice(&ledger.digest.value.to_le_bytes());
             return;
         }
         let s = &mut self.scratch;
         s.clear();
-        bytes_field(s, 1, key);
+        length_delimited(s, 1, key);
+        let (client_messages, digest) = (ledger.client_messages, ledger.digest.value);
         reply::write(
             s,
             &mut self.delta,
             SESSION_OUTPUT,
             t,
-            ledger.client_messages,
+            client_messages,
             digest,
             out,
         );
-        bytes_field(&mut self.sessions, 2, s);
+        length_delimited(&mut self.sessions, BATCH_SESSIONS, s);
     }
 
     /// The `ParseBatchResponse` bytes: the session entries, then one `packed` with the arrays.
@@ -914,42 +906,44 @@ impl Replies {
             return self.sessions;
         }
         let arrays = [
-            &self.sequences,
-            &self.messages,
-            &self.reasoning,
-            &self.digests,
+            (PACKED_SEQUENCES, &self.sequences),
+            (PACKED_MESSAGES, &self.messages),
+            (PACKED_REASONING, &self.reasoning),
+            (PACKED_DIGESTS, &self.digests),
         ];
-        let size = size_of_packed(&self.keys, &self.texts, arrays);
+        let size = self.keys.len()
+            + self.texts.len()
+            + arrays
+                .iter()
+                .map(|(tag, a)| key_len(*tag) + encoded_len_varint(a.len() as u64) + a.len())
+                .sum::<usize>();
         let mut out = std::mem::take(&mut self.sessions);
         out.reserve(size + 11);
-        tag(&mut out, 4, 2);
-        varint(&mut out, size as u64);
+        encode_key(BATCH_PACKED, WireType::LengthDelimited, &mut out);
+        encode_varint(size as u64, &mut out);
         out.extend_from_slice(&self.keys);
-        bytes_field(&mut out, 2, &self.sequences);
-        bytes_field(&mut out, 3, &self.messages);
+        length_delimited(&mut out, PACKED_SEQUENCES, &self.sequences);
+        length_delimited(&mut out, PACKED_MESSAGES, &self.messages);
         out.extend_from_slice(&self.texts);
-        bytes_field(&mut out, 5, &self.reasoning);
-        bytes_field(&mut out, 6, &self.digests);
+        length_delimited(&mut out, PACKED_REASONING, &self.reasoning);
+        length_delimited(&mut out, PACKED_DIGESTS, &self.digests);
         out
     }
 }
 
-/// The length of the `packed` message `finish` writes: the keys' and texts' fields as they are,
-/// each array as one length-delimited field.
-fn size_of_packed(keys: &[u8], texts: &[u8], arrays: [&Vec<u8>; 4]) -> usize {
-    keys.len()
-        + texts.len()
-        + arrays
-            .iter()
-            .map(|a| 1 + varint_len(a.len() as u64) + a.len())
-            .sum::<usize>()
-}
+/// `ParseBatchResponse`'s `sessions` and `packed`; `PackedOutputs`' fields, in order.
+const BATCH_SESSIONS: u32 = 2;
+const BATCH_PACKED: u32 = 4;
+const PACKED_KEYS: u32 = 1;
+const PACKED_SEQUENCES: u32 = 2;
+const PACKED_MESSAGES: u32 = 3;
+const PACKED_TEXTS: u32 = 4;
+const PACKED_REASONING: u32 = 5;
+const PACKED_DIGESTS: u32 = 6;
 
-fn varint_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 0x80 {
-        v >>= 7;
-        n += 1;
-    }
-    n
+/// A length-delimited field (a string, a packed array) appended to `buf`.
+fn length_delimited(buf: &mut Vec<u8>, tag: u32, data: &[u8]) {
+    encode_key(tag, WireType::LengthDelimited, buf);
+    encode_varint(data.len() as u64, buf);
+    buf.extend_from_slice(data);
 }

@@ -7,6 +7,7 @@ mod batch;
 mod detok;
 mod ledger;
 mod parser;
+mod pb;
 mod reply;
 mod session;
 mod values;
