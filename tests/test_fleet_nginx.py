@@ -49,6 +49,7 @@ from parsetier_api.v1 import parsetier_pb2 as pb
 from parsetier_client import AsyncClient, Client
 from parsetier_client.aio import AsyncParseStream
 from parsetier_client.requests import finish_message, open_message
+from parsetier_client.resume import retryable
 from service_samples import WEATHER_TOOLS, Joined, join
 
 pytestmark = pytest.mark.toolchain  # runs nginx
@@ -475,11 +476,13 @@ def test_backend_loss(fleet: Fleet, encode):
             (dead,) = [h for h in held if h.reader in done]
             (alive,) = [h for h in held if h is not dead]
             error = dead.reader.exception()
-            # nginx had sent the response headers, so all it can do is reset the stream (INTERNAL on
-            # the wire); the client reports that lost connection as UNAVAILABLE, naming the reset.
+            # nginx had sent the response headers, so all it can do is reset the stream: INTERNAL
+            # without the server's fault trailer, which the proto's retry rule retries (a client with
+            # resume on moves the session; this one has it off, so the reset surfaces as it came).
             assert isinstance(error, grpc.aio.AioRpcError), error
-            assert error.code() == grpc.StatusCode.UNAVAILABLE, (error.code(), error.details())
+            assert error.code() == grpc.StatusCode.INTERNAL, (error.code(), error.details())
             assert "RST_STREAM" in (error.details() or "")
+            assert retryable(error)
 
             # The session lived only on the dead backend: the client restarts it from its start. a has
             # no streams in flight and b has one, so least_conn tries a first: refused, then b.

@@ -41,39 +41,13 @@ async def _status_error(call: grpc.aio.StreamStreamCall) -> grpc.aio.AioRpcError
     return await server_error(call, error)
 
 
-_TRANSPORT_LOSS = (
-    "stream removed",
-    "socket closed",
-    "connection reset",
-    "broken pipe",
-    "rst_stream",
-    "internal error from core",  # a write whose transport broke under it
-)
-"""Details of an INTERNAL status that grpc's asyncio client reports when the connection dropped
-under a call (a write in flight, or a reset mid-stream): the server never sent it."""
-
-
-def connection_loss_as_unavailable(error: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
-    """The error with a lost connection reported as UNAVAILABLE (retryable), whatever race in
-    grpc's client turned it into INTERNAL."""
-    details = (error.details() or "").lower()
-    if error.code() == grpc.StatusCode.INTERNAL and any(word in details for word in _TRANSPORT_LOSS):
-        return grpc.aio.AioRpcError(
-            grpc.StatusCode.UNAVAILABLE,
-            error.initial_metadata(),
-            error.trailing_metadata(),
-            f"connection to the server lost ({error.details()})",
-        )
-    return error
-
-
 async def _write(call: grpc.aio.StreamStreamCall, message: pb.ParseRequest) -> None:
     """Write, or raise the status the server already ended the call with."""
     try:
         await call.write(message)
     except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
         write_failed(call)
-        raise connection_loss_as_unavailable(await _status_error(call)) from None
+        raise await _status_error(call) from None
 
 
 async def _await_admission(call: grpc.aio.StreamStreamCall) -> None:
@@ -170,7 +144,7 @@ class AsyncParseStream(StreamCore, AsyncSession):
                     self._half_closed = call
             except (asyncio.InvalidStateError, grpc.aio.AioRpcError):
                 write_failed(call)
-                error = connection_loss_as_unavailable(await _status_error(call))
+                error = await _status_error(call)
                 if not self._moves_after(error):
                     raise error from None
 
@@ -204,7 +178,7 @@ class AsyncParseStream(StreamCore, AsyncSession):
                 if self._ended_whole():
                     return  # the session is complete; only the stream's ending broke
                 if not self._moves_after(exc):
-                    raise connection_loss_as_unavailable(exc) from None
+                    raise exc from None
             await self._connect()
             self.resumes += 1
             await self._pump()
@@ -275,7 +249,7 @@ class AsyncClient(ClientBase):
             async for message in joined_async(call):
                 yield message
         except grpc.aio.AioRpcError as exc:
-            raise connection_loss_as_unavailable(await server_error(call, exc)) from None
+            raise await server_error(call, exc) from None
         finally:
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
