@@ -295,3 +295,17 @@ def test_several_choices_are_several_sessions_of_one_request(client, registry):
     for stream, text in zip(streams, texts, strict=True):
         stream.finish("length", steps=[tokenizer.encode(text, add_special_tokens=False).ids])
     assert ["".join(d.content for d in stream.deltas()) for stream in streams] == texts
+
+
+def test_a_broken_byte_run_then_a_word_is_text_in_every_split(client, registry):
+    """Byte tokens that are no UTF-8 character, then a word: ``DecodeStream`` refuses the word's
+    step ("Invalid prefix"); the session decodes what it held after the settled text and goes on,
+    whatever the split, instead of ending with INTERNAL. ``C2 80`` settles as U+0080 as soon as it
+    is complete, so the lone ``80`` after it is one U+FFFD (a whole decode, which sees the run at
+    once, gives three): nothing streamed is taken back."""
+    tokenizer = registry.get("mistral-7b-v0.3").tokenizer
+    ids = [tokenizer.token_to_id(t) for t in ("<0xC2>", "<0x80>", "<0x80>")]
+    ids += tokenizer.encode("ok then", add_special_tokens=False).ids
+    for sizes in ([len(ids)], [1] * len(ids), [2, 2, len(ids) - 4], [3, len(ids) - 3]):
+        _, got = complete(client, "mistral-7b-v0.3", split(ids, sizes), finish_message("length"))
+        assert got == "\x80\ufffd ok then", sizes

@@ -154,7 +154,10 @@ class CompletionSession:
 
     # ------------------------------------------------------------------ text
     def _piece(self, tid: int) -> str:
-        text = self._stream.step(self._tokenizer, tid)
+        try:
+            text = self._stream.step(self._tokenizer, tid)
+        except Exception:  # tokenizers raises a bare Exception ("Invalid prefix"): see ``_restart``
+            text = self._restart(tid)
         if self._bare:
             content = self._bare.get(tid)
             if content is not None and self._last_added:
@@ -167,18 +170,33 @@ class CompletionSession:
         self._unsettled = []
         return text
 
+    def _restart(self, tid: int) -> str:
+        """``DecodeStream`` refuses a step whose decoding no longer starts with the text it has
+        settled: byte tokens that are no UTF-8 character held back, then a token the decoder joins
+        to them differently (a SentencePiece byte run, then a word). Odd model output is never an
+        error: the held ids and this one are decoded after the settled context, as at the end
+        (``tokenizer.decode``'s text), and the stream starts again seeded with them."""
+        held = [*self._unsettled, tid]
+        self._unsettled = []
+        self._stream = DecodeStream(ids=held[-PROMPT_CONTEXT:], skip_special_tokens=self._skip)
+        return self._after_context(held)
+
     def _flush(self) -> str:
         """What the decoder still holds at the end (an incomplete character: U+FFFD, as
         ``tokenizer.decode`` gives it)."""
         if not self._unsettled:
             return ""
+        unsettled, self._unsettled = self._unsettled, []
+        return self._after_context(unsettled)
+
+    def _after_context(self, ids: list[int]) -> str:
+        """The text ``ids`` decode to after the last settled ones."""
         decode = self._tokenizer.decode
         base = decode(self._context, skip_special_tokens=self._skip)
-        unsettled, self._unsettled = self._unsettled, []
-        full = decode([*self._context, *unsettled], skip_special_tokens=self._skip)
+        full = decode([*self._context, *ids], skip_special_tokens=self._skip)
         if full.startswith(base):
             return full[len(base) :]
-        return decode(unsettled, skip_special_tokens=self._skip)
+        return decode(ids, skip_special_tokens=self._skip)
 
     def _deltas(self, text: str) -> list[Delta]:
         text = self._release(text)
