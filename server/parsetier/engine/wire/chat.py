@@ -15,7 +15,14 @@ from typing import Any
 
 from parsetier.engine.call_ids import api_call_id
 from parsetier.engine.wire.request import WireRequest
-from parsetier.engine.wire.wire_json import DONE, chat_logprob, dumps, framed, sse_data, string, usage_openai
+from parsetier.engine.wire.wire_json import (
+    chat_logprob,
+    dumps,
+    framed,
+    openai_stream_end,
+    string,
+    usage_openai,
+)
 from parsetier.messages import Delta, Final
 
 CALL_PREFIX = "call_"
@@ -105,12 +112,8 @@ class ChatRenderer:
         last = [self._role(), *[self._chunk(delta) for delta in deltas]]
         last.append(self._head + '"delta":{},"logprobs":null,"finish_reason":')
         last.append(dumps(final.finish_reason) + "}]}\n\n")
-        closing = ""
-        if request.include_usage:
-            chunk = {"id": request.response_id, "object": "chat.completion.chunk", "created": request.created}
-            chunk |= {"model": request.model, "choices": [], "usage": usage_json}
-            closing = sse_data(dumps(chunk))
-        return "".join(last).encode(), (closing + DONE).encode()
+        closing = openai_stream_end(request, "chat.completion.chunk", usage_json)
+        return "".join(last).encode(), closing.encode()
 
     def _body(self, final: Final, usage_json: dict[str, Any]) -> dict[str, Any]:
         request, message = self.request, final.message

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from parsetier.engine.wire.request import WireRequest
-from parsetier.engine.wire.wire_json import DONE, dumps, logprob, sse_data, usage_openai
+from parsetier.engine.wire.wire_json import dumps, logprob, openai_stream_end, usage_openai
 from parsetier.messages import Delta, Final, TokenLogprob
 
 
@@ -75,9 +75,5 @@ class CompletionsRenderer:
         last.append(
             self._head + '"text":"","logprobs":null,"finish_reason":' + dumps(final.finish_reason) + "}]}\n\n"
         )
-        closing = ""
-        if request.include_usage:
-            chunk = {"id": request.response_id, "object": "text_completion", "created": request.created}
-            chunk |= {"model": request.model, "choices": [], "usage": usage_json}
-            closing = sse_data(dumps(chunk))
-        return "".join(last).encode(), (closing + DONE).encode()
+        closing = openai_stream_end(request, "text_completion", usage_json)
+        return "".join(last).encode(), closing.encode()

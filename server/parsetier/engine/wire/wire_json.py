@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any
 
+from parsetier.engine.wire.request import WireRequest
 from parsetier.messages import TokenLogprob, TopLogprob
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -22,10 +23,14 @@ NEG_INF_LOGPROB = -9999.0
 def dumps(value: Any) -> str:
     """Compact strict JSON, safe inside one SSE ``data:`` line."""
     text = _encode(value)
-    if not text.isascii():
-        for char, escaped in _LINE_ENDS:
-            if char in text:
-                text = text.replace(char, escaped)
+    return text if text.isascii() else _escape_line_ends(text)
+
+
+def _escape_line_ends(text: str) -> str:
+    """``text`` with the line ends JSON allows raw but an SSE ``data:`` line does not escaped."""
+    for char, escaped in _LINE_ENDS:
+        if char in text:
+            text = text.replace(char, escaped)
     return text
 
 
@@ -36,11 +41,7 @@ def string(text: str) -> str:
     """A JSON string, exactly as ``dumps`` writes it: the per-token paths build events from
     templates around it (a fraction of a general encode's cost) and give the same bytes."""
     quoted = _encode_string(text)
-    if not text.isascii():
-        for char, escaped in _LINE_ENDS:
-            if char in quoted:
-                quoted = quoted.replace(char, escaped)
-    return quoted
+    return quoted if text.isascii() else _escape_line_ends(quoted)
 
 
 def framed(head: str, text: str, tail: str) -> bytes:
@@ -77,6 +78,16 @@ def sse_event(name: str, payload: str) -> str:
 
 
 DONE = "data: [DONE]\n\n"
+
+
+def openai_stream_end(request: WireRequest, object_name: str, usage_json: dict[str, Any]) -> str:
+    """The end of an OpenAI chat or completions stream: the usage chunk when the request asked
+    for it (``stream_options.include_usage``), then ``[DONE]``."""
+    if not request.include_usage:
+        return DONE
+    chunk = {"id": request.response_id, "object": object_name, "created": request.created}
+    chunk |= {"model": request.model, "choices": [], "usage": usage_json}
+    return sse_data(dumps(chunk)) + DONE
 
 
 def top_entry(top: TopLogprob) -> dict[str, Any]:
