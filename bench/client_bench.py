@@ -598,10 +598,10 @@ def report(runs: dict[Key, list[Run]], output_tokens: int, args: argparse.Namesp
             (base_name, "parse", per_message, concurrency), rs
         )
         load = median([r.tokens / r.seconds for r in rs])
-        cpu = median([r.client_cpu / r.tokens for r in rs])
-        server = median([r.server_cpu / r.tokens for r in rs])
+        cpu = per_token(rs, "client_cpu")
+        server = per_token(rs, "server_cpu")
         base_load = median([r.tokens / r.seconds for r in base])
-        base_cpu = median([r.client_cpu / r.tokens for r in base])
+        base_cpu = per_token(base, "client_cpu")
         rpc = rpc_names.get(mode, f"ParseBatch ({concurrency} sessions)")
         print(
             f"| {name} | {rpc} | {concurrency} | {per_message} | {load:,.0f} | {load / base_load:.2f} "
@@ -617,13 +617,18 @@ def report(runs: dict[Key, list[Run]], output_tokens: int, args: argparse.Namesp
         off = runs.get((f"{name}, resume off", mode, per_message, concurrency))
         if not off:
             continue
-        cpu_on = median([r.client_cpu / r.tokens for r in on])
-        cpu_off = median([r.client_cpu / r.tokens for r in off])
+        cpu_on = per_token(on, "client_cpu")
+        cpu_off = per_token(off, "client_cpu")
         rpc = rpc_names.get(mode, f"ParseBatch ({concurrency} sessions)")
         print(
             f"| {name} | {rpc} | {concurrency} | {per_message} | {cpu_on * 1e6:.1f} | {cpu_off * 1e6:.1f} "
             f"| {cpu_on / cpu_off:.2f} |"
         )
+
+
+def per_token(runs: list[Run], cost: str) -> float:
+    """The median over ``runs`` of a CPU field (``client_cpu``, ``server_cpu``) per token."""
+    return statistics.median([getattr(r, cost) / r.tokens for r in runs])
 
 
 def runs_order(runs: dict[Key, list[Run]]) -> list[str]:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -188,7 +187,7 @@ func (b *Batch) Recv() ([]*pb.SessionOutput, error) {
 	reply, err := recvWhole(b.stream.Recv, func() *pb.ParseBatchResponse { return new(pb.ParseBatchResponse) })
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			err = status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
+			err = errEndedEarly
 		}
 		return nil, err
 	}
@@ -241,18 +240,13 @@ func (b *Batch) recvOrResume() ([]*pb.SessionOutput, error) {
 					attempt = 0
 					continue
 				}
-				err = status.Error(codes.Unavailable, "parsetier: a server refused to open a session (draining or overloaded)")
+				err = errRefusedOpen
 			} else if errors.Is(err, io.EOF) {
-				return nil, status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
+				return nil, errEndedEarly
 			}
 		}
-		if !retryable(b.ctx, err, trailer) || attempt >= b.policy.Attempts {
+		if err := waitToRetry(b.ctx, b.policy, err, trailer, attempt); err != nil {
 			return nil, err
-		}
-		select {
-		case <-time.After(b.policy.backoff(attempt)):
-		case <-b.ctx.Done():
-			return nil, status.FromContextError(b.ctx.Err()).Err()
 		}
 		attempt++
 		if b.streamCancel != nil {

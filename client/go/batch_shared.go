@@ -3,11 +3,8 @@ package parsetier
 import (
 	"errors"
 	"io"
-	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	pb "github.com/parsetier/parsetier/client/go/parsetierpb"
 )
@@ -67,7 +64,7 @@ func (b *Batch) sharedRecvOrResume() ([]*pb.SessionOutput, error) {
 		reply, err := recvWhole(stream.Recv, whole)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				err = status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
+				err = errEndedEarly
 			}
 			return nil, err
 		}
@@ -115,18 +112,13 @@ func (b *Batch) sharedRecvOrResume() ([]*pb.SessionOutput, error) {
 					attempt = 0
 					continue
 				}
-				err = status.Error(codes.Unavailable, "parsetier: a server refused to open a session (draining or overloaded)")
+				err = errRefusedOpen
 			} else if errors.Is(err, io.EOF) {
-				return nil, status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
+				return nil, errEndedEarly
 			}
 		}
-		if !retryable(b.ctx, err, trailer) || attempt >= b.policy.Attempts {
+		if err := waitToRetry(b.ctx, b.policy, err, trailer, attempt); err != nil {
 			return nil, err
-		}
-		select {
-		case <-time.After(b.policy.backoff(attempt)):
-		case <-b.ctx.Done():
-			return nil, status.FromContextError(b.ctx.Err()).Err()
 		}
 		attempt++
 		b.mu.Lock()

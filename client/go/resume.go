@@ -162,3 +162,25 @@ func (l *ledger) reopen() *pb.ParseRequest {
 }
 
 func (l *ledger) restart() { l.first, l.next = 2, 2 }
+
+var (
+	// errRefusedOpen moves a batch stream whose server refused an open (draining or overloaded).
+	errRefusedOpen = status.Error(codes.Unavailable, "parsetier: a server refused to open a session (draining or overloaded)")
+	// errEndedEarly is a ParseBatch stream that ended with OK before the reply to a step.
+	errEndedEarly = status.Error(codes.Internal, "parsetier: ParseBatch stream ended before its reply")
+)
+
+// waitToRetry waits the policy's backoff before the next attempt at a broken batch stream, or
+// returns what ends it: err itself when the retry rule or the budget says so, the context's
+// error when the context ends first.
+func waitToRetry(ctx context.Context, policy *ResumePolicy, err error, trailer metadata.MD, attempt int) error {
+	if !retryable(ctx, err, trailer) || attempt >= policy.Attempts {
+		return err
+	}
+	select {
+	case <-time.After(policy.backoff(attempt)):
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
