@@ -75,13 +75,11 @@ async def server_error(call: Any, error: grpc.aio.AioRpcError) -> grpc.aio.AioRp
         while _status_of(call) is first and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
     now = _status_of(call)
-    chosen = first if now is not first and _maybe_grpcs(now) else now
-    if chosen is None or (chosen is now and now is first and call not in _WRITE_FAILED):
-        return error
+    sent = first if now is not first and _maybe_grpcs(now) else now
     return grpc.aio.AioRpcError(
-        _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[chosen.code()],
+        _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE[sent.code()],
         error.initial_metadata(),
-        grpc.aio.Metadata.from_tuple(chosen.trailing_metadata()),
-        chosen.details(),
-        chosen.debug_error_string(),
+        grpc.aio.Metadata.from_tuple(sent.trailing_metadata()),
+        sent.details(),
+        sent.debug_error_string(),
     )
